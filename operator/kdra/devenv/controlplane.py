@@ -1,0 +1,360 @@
+"""A real Kubernetes control plane on loopback: etcd, kube-apiserver, kube-controller-manager.
+
+Used by the end-to-end tests, ``kdra demo`` and the benchmarks. The binaries are the real ones,
+built from Go modules by ``hack/build-control-plane.sh`` and cached outside the repository
+(see :func:`binaries`). Nothing here is mocked.
+
+Invariants:
+- Every process listens on 127.0.0.1 only, on ports picked free at start-up.
+- Authentication is by client certificates from a CA made fresh for each control plane;
+  authorization is ``Node,RBAC``, as on a real cluster, so RBAC manifests can be tested.
+- kube-controller-manager runs only the controllers tests rely on (garbage collector,
+  namespace lifecycle, service accounts and their tokens' root CA).
+- :meth:`ControlPlane.stop` ends every process it started, even after a failed start; each
+  process's output goes to ``<workdir>/<name>.log`` (read by :meth:`ControlPlane.logs`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kdra.devenv.pki import CertificateAuthority, KeyPair, service_account_key
+
+KUBE_VERSION = os.environ.get("KDRA_KUBE_VERSION", "1.35.4")
+SERVICE_CIDR = "10.96.0.0/16"
+CONTROLLERS = (
+    "garbage-collector-controller",
+    "namespace-controller",
+    "serviceaccount-controller",
+    "root-ca-certificate-publisher-controller",
+)
+TOOLS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane could not be built or started; the message says which part and why."""
+
+
+def repo_root() -> Path:
+    """The source checkout this package runs from (``operator/kdra/devenv`` → repo)."""
+    return Path(__file__).resolve().parents[3]
+
+
+def binaries(progress: bool = True) -> Path:
+    """Directory holding the control-plane binaries; builds them the first time.
+
+    ``KDRA_BIN_DIR`` overrides the location (it must hold every tool). Otherwise the build
+    script's cache (``~/.cache/kdra/bin/v<version>``) is used, and the script is run when a
+    tool is missing — 10-25 minutes on 2 cores the first time, instant afterwards.
+    """
+    override = os.environ.get("KDRA_BIN_DIR")
+    if override:
+        directory = Path(override)
+        missing = [t for t in TOOLS if not (directory / t).exists()]
+        if missing:
+            raise ControlPlaneError(f"KDRA_BIN_DIR={directory} lacks {', '.join(missing)}")
+        return directory
+    cache = Path(os.environ.get("KDRA_CACHE", Path.home() / ".cache" / "kdra"))
+    directory = cache / "bin" / f"v{KUBE_VERSION}"
+    if all((directory / t).exists() for t in TOOLS):
+        return directory
+    script = repo_root() / "hack" / "build-control-plane.sh"
+    if not script.exists():
+        raise ControlPlaneError(f"control-plane binaries missing in {directory} and no {script}")
+    if progress:
+        print(f"kdra: building Kubernetes v{KUBE_VERSION} binaries (first run only) ...",
+              file=sys.stderr, flush=True)
+    result = subprocess.run(["bash", str(script)], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise ControlPlaneError(f"{script} failed:\n{result.stderr[-4000:]}")
+    return Path(result.stdout.strip().splitlines()[-1])
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class _Process:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+
+@dataclass
+class ControlPlane:
+    """Start with :meth:`start` (or the :func:`running` context manager), stop with :meth:`stop`.
+
+    ``kubeconfig`` is an admin kubeconfig (group ``system:masters``) for clients and kubectl.
+    """
+
+    workdir: Path
+    bin_dir: Path
+    with_controller_manager: bool = True
+    api_port: int = 0
+    etcd_port: int = 0
+    processes: list[_Process] = field(default_factory=list)
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.api_port}"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.workdir / "admin.kubeconfig"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.workdir / "pki" / "ca.crt"
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
+                as_user: str | None = None) -> subprocess.CompletedProcess[str]:
+        """Run the built kubectl against this control plane."""
+        cmd = [str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig)]
+        if as_user:
+            cmd += ["--as", as_user]
+        result = subprocess.run([*cmd, *args], input=input, capture_output=True, text=True)
+        if check and result.returncode != 0:
+            raise ControlPlaneError(
+                f"kubectl {' '.join(args)} failed ({result.returncode}): {result.stderr.strip()}"
+            )
+        return result
+
+    def kubectl_async(self, *args: str, input: str | None = None) -> subprocess.Popen[str]:
+        """Start kubectl without waiting for it (e.g. a burst of creates during a fault)."""
+        proc = subprocess.Popen(
+            [str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        assert proc.stdin is not None
+        if input is not None:
+            proc.stdin.write(input)
+        proc.stdin.close()
+        return proc
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, timeout: float = 120.0) -> ControlPlane:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        try:
+            self._start(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self, timeout: float) -> None:
+        pki = self.workdir / "pki"
+        ca = CertificateAuthority(pki)
+        serving = ca.issue(
+            "apiserver", "kube-apiserver",
+            server_names=("127.0.0.1", "localhost", "kubernetes", "kubernetes.default",
+                          "kubernetes.default.svc", "10.96.0.1"),
+        )
+        admin = ca.issue("admin", "kdra-admin", organization="system:masters", client=True)
+        kcm = ca.issue("controller-manager", "system:kube-controller-manager", client=True)
+        sa_key = service_account_key(pki)
+        self.etcd_port = self.etcd_port or free_port()
+        self.api_port = self.api_port or free_port()
+        _write_kubeconfig(self.kubeconfig, self.server, ca.cert_path, admin, "admin")
+        kcm_config = self.workdir / "controller-manager.kubeconfig"
+        _write_kubeconfig(kcm_config, self.server, ca.cert_path, kcm, "controller-manager")
+
+        etcd_url = f"http://127.0.0.1:{self.etcd_port}"
+        peer_url = f"http://127.0.0.1:{free_port()}"
+        self._spawn("etcd", [
+            "--name", "kdra", "--data-dir", str(self.workdir / "etcd-data"),
+            "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
+            "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+            "--initial-cluster", f"kdra={peer_url}",
+            "--listen-metrics-urls", f"http://127.0.0.1:{free_port()}",
+            "--quota-backend-bytes", str(4 * 1024**3),
+            "--unsafe-no-fsync",  # test data only: fsync on a shared CI disk dominates latency
+            "--log-level", "warn",
+        ])
+        self._wait(lambda: _http_ok(f"{etcd_url}/health"), "etcd", timeout)
+
+        self._spawn("kube-apiserver", [
+            "--etcd-servers", etcd_url,
+            "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+            "--secure-port", str(self.api_port),
+            "--tls-cert-file", str(serving.cert), "--tls-private-key-file", str(serving.key),
+            "--client-ca-file", str(ca.cert_path),
+            "--service-account-issuer", "https://kubernetes.default.svc",
+            "--service-account-key-file", str(sa_key),
+            "--service-account-signing-key-file", str(sa_key),
+            "--api-audiences", "https://kubernetes.default.svc",
+            "--authorization-mode", "Node,RBAC",
+            "--service-cluster-ip-range", SERVICE_CIDR,
+            "--allow-privileged=true",
+            "--profiling=false",
+            "--v=1",
+        ])
+        context = ssl.create_default_context(cafile=str(ca.cert_path))
+        context.load_cert_chain(str(admin.cert), str(admin.key))
+        self._wait(lambda: _http_ok(f"{self.server}/readyz", context), "kube-apiserver", timeout)
+
+        if self.with_controller_manager:
+            self._spawn("kube-controller-manager", [
+                "--kubeconfig", str(kcm_config),
+                "--authentication-kubeconfig", str(kcm_config),
+                "--authorization-kubeconfig", str(kcm_config),
+                "--controllers", ",".join(CONTROLLERS),
+                "--root-ca-file", str(ca.cert_path),
+                "--service-account-private-key-file", str(sa_key),
+                "--leader-elect=false", "--use-service-account-credentials=true",
+                "--bind-address", "127.0.0.1", "--secure-port", str(free_port()),
+                "--concurrent-gc-syncs", "10",
+                "--v=1",
+            ])
+            self._wait(self._default_service_account_exists, "kube-controller-manager", timeout)
+
+    def _default_service_account_exists(self) -> bool:
+        self._check_alive()
+        return self.kubectl("get", "serviceaccount", "default", "-n", "default",
+                            check=False).returncode == 0
+
+    def _spawn(self, name: str, args: list[str]) -> None:
+        log = self.workdir / f"{name}.log"
+        with log.open("ab") as out:
+            popen = subprocess.Popen(
+                [str(self.bin_dir / name), *args], stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+        self.processes.append(_Process(name, popen, log))
+
+    def _check_alive(self) -> None:
+        for proc in self.processes:
+            code = proc.popen.poll()
+            if code is not None:
+                raise ControlPlaneError(
+                    f"{proc.name} exited with {code}; last log lines:\n{_tail(proc.log)}"
+                )
+
+    def _wait(self, ready: object, what: str, timeout: float) -> None:
+        assert callable(ready)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._check_alive()
+            if ready():
+                return
+            time.sleep(0.25)
+        raise ControlPlaneError(f"{what} not ready after {timeout:.0f}s; see {self.workdir}")
+
+    def restart(self, name: str, timeout: float = 120.0) -> None:
+        """Stop and start one component again with the same arguments (fault tests)."""
+        proc = next(p for p in self.processes if p.name == name)
+        args = proc.popen.args
+        assert isinstance(args, list)
+        _terminate(proc.popen)
+        self.processes.remove(proc)
+        self._spawn(name, [str(a) for a in args[1:]])
+
+    def stop(self) -> None:
+        for proc in reversed(self.processes):
+            _terminate(proc.popen)
+        self.processes.clear()
+
+    def logs(self, lines: int = 60) -> str:
+        return "\n".join(
+            f"===== {log.name} (last {lines} lines) =====\n{_tail(log, lines)}"
+            for log in sorted(self.workdir.glob("*.log"))
+        )
+
+
+def _terminate(popen: subprocess.Popen[bytes], grace: float = 10.0) -> None:
+    if popen.poll() is not None:
+        return
+    try:
+        os.killpg(popen.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        popen.wait(grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(popen.pid, signal.SIGKILL)
+        popen.wait()
+
+
+def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2, context=context) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, ConnectionError, TimeoutError, ssl.SSLError):
+        return False
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return "<no log>"
+
+
+def _write_kubeconfig(path: Path, server: str, ca: Path, client: KeyPair, user: str) -> None:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "kdra-local", "cluster": {
+            "server": server, "certificate-authority": str(ca)}}],
+        "users": [{"name": user, "user": {
+            "client-certificate": str(client.cert), "client-key": str(client.key)}}],
+        "contexts": [{"name": "kdra-local", "context": {"cluster": "kdra-local", "user": user}}],
+        "current-context": "kdra-local",
+    }
+    path.write_text(json.dumps(config, indent=2))
+    path.chmod(0o600)
+
+
+@contextmanager
+def running(workdir: Path | None = None, **kwargs: bool) -> Iterator[ControlPlane]:
+    """Start a control plane for the duration of a ``with`` block."""
+    owned = workdir is None
+    directory = workdir or Path(tempfile.mkdtemp(prefix="kdra-cp-"))
+    plane = ControlPlane(directory, binaries(), **kwargs).start()
+    try:
+        yield plane
+    finally:
+        plane.stop()
+        if owned:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m kdra.devenv.controlplane [--dir D]``: run until Ctrl-C."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--dir", type=Path, default=None, help="work directory (default: temp)")
+    parser.add_argument("--build-only", action="store_true", help="only build the binaries")
+    args = parser.parse_args(argv)
+    if args.build_only:
+        print(binaries())
+        return 0
+    with running(args.dir) as plane:
+        print(f"export KUBECONFIG={plane.kubeconfig}", flush=True)
+        with suppress(KeyboardInterrupt):
+            signal.pause()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

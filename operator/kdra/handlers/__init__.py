@@ -1,0 +1,33 @@
+"""kopf handlers (thin) and the function that runs the operator with them."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from kdra import metrics
+from kdra.settings import OperatorSettings
+
+
+def run_operator(settings: OperatorSettings) -> int:
+    """Run the operator until SIGINT/SIGTERM. Returns the process exit code."""
+    import kopf
+
+    from kdra.handlers import operator as _handlers  # noqa: F401 - registers the handlers
+
+    if settings.kubeconfig:
+        os.environ["KUBECONFIG"] = settings.kubeconfig  # for kopf's own login
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    metrics.init_series()
+    metrics.serve(settings.metrics_port)
+    kopf.run(
+        clusterwide=True,
+        standalone=not settings.peering,
+        peering_name=settings.peering or None,
+        priority=settings.priority,
+        liveness_endpoint=(f"http://0.0.0.0:{settings.health_port}/healthz"
+                           if settings.health_port else None),
+        memo=kopf.Memo(kdra_settings=settings),
+    )
+    return 0

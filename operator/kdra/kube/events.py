@@ -1,0 +1,78 @@
+"""Kubernetes Events for what a user must see (``kubectl describe`` / ``kubectl get events``).
+
+Invariants:
+- Repeats of the same (object, type, reason, message) within ``window`` seconds update one
+  Event's ``count`` instead of creating new ones, like kubelet's correlator: a pod retried
+  every second does not flood etcd.
+- Emitting never raises: an event is best effort and must not fail the reconcile that sent it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+import time
+from typing import Any
+
+from kdra.kube.client import ApiError, KubeClient, Resource
+
+log = logging.getLogger(__name__)
+CORE_EVENTS = Resource("", "v1", "events", True, "Event")
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class EventRecorder:
+    def __init__(self, client: KubeClient, component: str = "kdra-operator",
+                 window: float = 600.0) -> None:
+        self._client = client
+        self._component = component
+        self._window = window
+        self._seen: dict[str, tuple[float, int]] = {}
+
+    async def warn(self, obj: dict[str, Any], reason: str, message: str) -> None:
+        await self.emit(obj, "Warning", reason, message)
+
+    async def normal(self, obj: dict[str, Any], reason: str, message: str) -> None:
+        await self.emit(obj, "Normal", reason, message)
+
+    async def emit(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        meta = obj.get("metadata", {})
+        namespace = meta.get("namespace") or "default"
+        digest = hashlib.sha1(
+            f"{meta.get('uid')}/{type_}/{reason}/{message}".encode(), usedforsecurity=False
+        ).hexdigest()[:12]
+        name = f"{meta.get('name', 'object')[:200]}.{digest}"
+        now = time.monotonic()
+        first, count = self._seen.get(name, (0.0, 0))
+        try:
+            if count and now - first < self._window:
+                self._seen[name] = (first, count + 1)
+                await self._client.patch(CORE_EVENTS, name, {
+                    "count": count + 1, "lastTimestamp": _now()}, namespace)
+                return
+            self._seen[name] = (now, 1)
+            if len(self._seen) > 10_000:
+                self._seen.clear()
+            await self._client.create(CORE_EVENTS, {
+                "apiVersion": "v1", "kind": "Event",
+                "metadata": {"name": name, "namespace": namespace},
+                "involvedObject": {
+                    "apiVersion": obj.get("apiVersion", "v1"), "kind": obj.get("kind", ""),
+                    "name": meta.get("name"), "namespace": meta.get("namespace"),
+                    "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion"),
+                },
+                "type": type_, "reason": reason, "message": message[:1024],
+                "source": {"component": self._component},
+                "reportingComponent": self._component, "reportingInstance": self._component,
+                "firstTimestamp": _now(), "lastTimestamp": _now(), "count": 1,
+            }, namespace)
+        except ApiError as exc:
+            if exc.status in (404, 409):  # gone, or recreated concurrently: start over
+                self._seen.pop(name, None)
+            log.debug("event %s on %s not recorded: %s", reason, meta.get("name"), exc)
+        except OSError as exc:
+            log.debug("event %s not recorded: %s", reason, exc)

@@ -1,0 +1,367 @@
+"""The claim controller: per-pod claims from templates, reservation clean-up, deallocation.
+
+kdra's counterpart of kube-controller-manager's resourceclaim controller (UPSTREAM.md §5).
+
+Two level-based loops over a shared cache (:class:`~kdra.services.store.Store`):
+- ``sync_pod(ns, name)`` makes sure every template entry of a pod's claims annotation has its
+  own claim (an orphan controlled by the pod is adopted first, so a restart or a lost update
+  never creates a second one), records the names in the pod's claim-statuses annotation, and
+  adds a bound pod to ``reservedFor`` of its allocated claims if it is missing there.
+- ``sync_claim(ns, name)`` drops ``reservedFor`` entries of pods that are gone, replaced (other
+  UID) or done; clears ``status.allocation`` when no reservation is left; removes kdra's
+  finalizer once the claim is deallocated; deletes generated claims whose pod is done or gone.
+
+Invariants:
+- Every status write is a PUT of the object as cached, so its resourceVersion is the
+  precondition: a concurrent change (the binder allocating) makes it fail with Conflict and the
+  claim is reconciled again from fresh state.
+- A pod missing from the cache is looked up with a live GET before its reservation is dropped
+  (the cache may simply not have seen a brand-new pod yet).
+- The finalizer is removed only from a claim that is not allocated and is being deleted or was
+  just deallocated by this controller; the binder owns the finalizer while it allocates.
+- Bad input (malformed annotation, missing template) produces a Warning event on the pod and
+  never an exception that would stop other pods from being served.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from collections import defaultdict
+
+from kdra import metrics
+from kdra.domain.errors import InvalidObject
+from kdra.domain.podclaims import (
+    CLAIM_STATUSES_ANNOTATION,
+    FINALIZER,
+    POD_CLAIM_NAME_ANNOTATION,
+    PodClaim,
+    claim_statuses,
+    generated_claim,
+    owned_by,
+    pod_claims,
+    pod_is_done,
+    pod_ref,
+)
+from kdra.kube.client import CLAIMS, PODS, ApiError, Conflict, KubeClient, NotFound
+from kdra.kube.events import EventRecorder
+from kdra.services.store import JSON, Key, Store, key_of
+from kdra.services.workqueue import Retry, WorkQueue
+
+log = logging.getLogger(__name__)
+
+MAX_RESERVED_FOR = 32
+
+
+def _owner_uids(claim: JSON) -> list[str]:
+    return [ref["uid"] for ref in claim.get("metadata", {}).get("ownerReferences") or ()
+            if ref.get("controller") and ref.get("kind") == "Pod" and ref.get("uid")]
+
+
+def _reserved_uids(claim: JSON) -> list[str]:
+    return [ref["uid"] for ref in claim.get("status", {}).get("reservedFor") or ()
+            if ref.get("uid")]
+
+
+def _template_refs(pod: JSON) -> list[str]:
+    try:
+        entries = pod_claims(pod)
+    except InvalidObject:
+        return []
+    return [e.resource_claim_template_name for e in entries if e.resource_claim_template_name]
+
+
+def claim_store() -> Store:
+    """The claims cache with the indexes the controller and binder use."""
+    return Store("ResourceClaim", {"owner": _owner_uids, "reserved": _reserved_uids})
+
+
+def pod_store() -> Store:
+    return Store("Pod", {"uid": lambda pod: [pod["metadata"].get("uid", "")],
+                         "template": _template_refs})
+
+
+class ClaimController:
+    def __init__(self, client: KubeClient, events: EventRecorder, *, pods: Store,
+                 claims: Store, templates: Store, workers: int = 4) -> None:
+        self.client = client
+        self.events = events
+        self.pods = pods
+        self.claims = claims
+        self.templates = templates
+        self.pod_queue: WorkQueue[Key] = WorkQueue("claims-pods", self._sync_pod_key,
+                                                   workers=workers)
+        self.claim_queue: WorkQueue[Key] = WorkQueue("claims-release", self._sync_claim_key,
+                                                     workers=workers)
+        self._reported: dict[Key, str] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        self.pod_queue.start()
+        self.claim_queue.start()
+        for pod in self.pods:
+            self.pod_queue.add(key_of(pod))
+        for claim in self.claims:
+            self.claim_queue.add(key_of(claim))
+        self.update_gauges()
+
+    async def stop(self) -> None:
+        await self.pod_queue.stop()
+        await self.claim_queue.stop()
+
+    # ------------------------------------------------------------------ events in
+
+    def on_pod(self, event_type: str | None, pod: JSON) -> None:
+        """A pod with the claims annotation changed (or went away)."""
+        self.pods.apply(event_type, pod)
+        key = key_of(pod)
+        self.pod_queue.add(key)
+        uid = pod["metadata"].get("uid", "")
+        if event_type == "DELETED" or pod_is_done(pod) or pod.get("spec", {}).get("nodeName"):
+            for claim in self.claims.index("reserved", uid) + self.claims.index("owner", uid):
+                self.claim_queue.add(key_of(claim))
+
+    def on_claim(self, event_type: str | None, claim: JSON) -> None:
+        self.claims.apply(event_type, claim)
+        self.claim_queue.add(key_of(claim))
+        namespace = claim["metadata"].get("namespace", "")
+        for ref in claim["metadata"].get("ownerReferences") or ():
+            if ref.get("controller") and ref.get("kind") == "Pod":
+                self.pod_queue.add((namespace, ref["name"]))
+        self.update_gauges()
+
+    def on_template(self, event_type: str | None, template: JSON) -> None:
+        self.templates.apply(event_type, template)
+        namespace, name = key_of(template)
+        for pod in self.pods.index("template", name):
+            if pod["metadata"].get("namespace") == namespace:
+                self.pod_queue.add(key_of(pod))
+
+    def update_gauges(self) -> None:
+        counts: dict[tuple[bool, bool], int] = defaultdict(int)
+        for claim in self.claims:
+            allocated = bool(claim.get("status", {}).get("allocation"))
+            generated = POD_CLAIM_NAME_ANNOTATION in (
+                claim["metadata"].get("annotations") or {})
+            counts[(allocated, generated)] += 1
+        metrics.set_claim_counts(counts)
+
+    # ------------------------------------------------------------------ pods
+
+    async def _sync_pod_key(self, key: Key) -> None:
+        pod = self.pods.get(key)
+        if pod is not None:
+            await self.sync_pod(pod)
+
+    async def sync_pod(self, pod: JSON) -> None:
+        try:
+            entries = pod_claims(pod)
+        except InvalidObject as exc:
+            await self._report(pod, "InvalidResourceClaims", f"{exc}; the pod is left alone "
+                               "until its annotation is fixed")
+            return
+        if pod_is_done(pod):
+            return
+        recorded = claim_statuses(pod)
+        names = dict(recorded)
+        pending = False
+        for entry in entries:
+            if entry.resource_claim_name is not None:
+                names[entry.name] = entry.resource_claim_name
+                continue
+            claim = self._find_generated(pod, entry, recorded.get(entry.name))
+            if claim is None:
+                claim = await self._create_claim(pod, entry)
+            if claim is None:
+                pending = True
+                continue
+            names[entry.name] = claim["metadata"]["name"]
+        if names != recorded:
+            await self._record_names(pod, names)
+        if not pending:
+            self._reported.pop(key_of(pod), None)
+        if pod.get("spec", {}).get("nodeName"):
+            for claim_name in names.values():
+                await self._ensure_reserved(pod, claim_name)
+
+    def _find_generated(self, pod: JSON, entry: PodClaim, recorded: str | None) -> JSON | None:
+        namespace, uid = pod["metadata"]["namespace"], pod["metadata"]["uid"]
+        if recorded:
+            claim = self.claims.get((namespace, recorded))
+            if claim is not None and owned_by(claim, uid):
+                return claim
+        for claim in self.claims.index("owner", uid):
+            annotations = claim["metadata"].get("annotations") or {}
+            if annotations.get(POD_CLAIM_NAME_ANNOTATION) == entry.name:
+                return claim
+        return None
+
+    async def _create_claim(self, pod: JSON, entry: PodClaim) -> JSON | None:
+        namespace = pod["metadata"]["namespace"]
+        template_name = entry.resource_claim_template_name
+        assert template_name is not None
+        template = self.templates.get((namespace, template_name))
+        if template is None:
+            await self._report(pod, "FailedResourceClaimCreation",
+                               f"resource claim template {template_name!r} (entry "
+                               f"{entry.name!r}) not found in namespace {namespace!r}; "
+                               "the claim is created when the template appears")
+            return None
+        body = generated_claim(template, pod, entry)
+        try:
+            claim = await self.client.create(CLAIMS, body, namespace)
+        except ApiError as exc:
+            metrics.record_claim_create(False)
+            await self._report(pod, "FailedResourceClaimCreation",
+                               f"creating the claim for entry {entry.name!r} from template "
+                               f"{template_name!r} failed: {exc.message}")
+            if exc.status in (400, 403, 422):  # the template's content is refused: wait for
+                return None                     # a template change (it re-enqueues the pod)
+            raise Retry(str(exc)) from exc
+        metrics.record_claim_create(True)
+        self.claims.upsert(claim)  # seen at once, before the watch event arrives
+        log.info("created claim %s/%s for pod %s entry %s", namespace,
+                 claim["metadata"]["name"], pod["metadata"]["name"], entry.name)
+        return claim
+
+    async def _record_names(self, pod: JSON, names: dict[str, str]) -> None:
+        meta = pod["metadata"]
+        patch = {"metadata": {
+            "resourceVersion": meta.get("resourceVersion"),
+            "annotations": {CLAIM_STATUSES_ANNOTATION: json.dumps(names, sort_keys=True)},
+        }}
+        try:
+            updated = await self.client.patch(PODS, meta["name"], patch, meta["namespace"])
+        except NotFound:
+            return
+        except Conflict as exc:
+            raise Retry("pod changed while recording claim names") from exc
+        self.pods.upsert(updated)
+
+    async def _ensure_reserved(self, pod: JSON, claim_name: str) -> None:
+        """A pod already bound to a node uses its allocated claims: make that visible."""
+        namespace = pod["metadata"]["namespace"]
+        claim = self.claims.get((namespace, claim_name))
+        if claim is None or not claim.get("status", {}).get("allocation"):
+            return
+        if claim["metadata"].get("deletionTimestamp"):
+            return
+        reserved = claim["status"].get("reservedFor") or []
+        if any(ref.get("uid") == pod["metadata"]["uid"] for ref in reserved):
+            return
+        if len(reserved) >= MAX_RESERVED_FOR:
+            return
+        body = copy.deepcopy(claim)
+        body["status"]["reservedFor"] = [*reserved, pod_ref(pod)]
+        await self._write_status(body)
+        metrics.record_release("reserve")
+
+    # ------------------------------------------------------------------ claims
+
+    async def _sync_claim_key(self, key: Key) -> None:
+        claim = self.claims.get(key)
+        if claim is not None:
+            await self.sync_claim(claim)
+
+    async def sync_claim(self, claim: JSON) -> None:
+        namespace = claim["metadata"]["namespace"]
+        status = claim.get("status") or {}
+        reserved = status.get("reservedFor") or []
+        valid = []
+        for ref in reserved:
+            pod = await self._pod(namespace, ref.get("name", ""))
+            if pod is not None and pod["metadata"].get("uid") == ref.get("uid") \
+                    and not pod_is_done(pod):
+                valid.append(ref)
+        deleting = bool(claim["metadata"].get("deletionTimestamp"))
+        allocated = bool(status.get("allocation"))
+        deallocated = False
+        if len(valid) != len(reserved) or (deleting and allocated and not valid):
+            body = copy.deepcopy(claim)
+            body.setdefault("status", {})["reservedFor"] = valid
+            if not valid:
+                body["status"].pop("allocation", None)
+                body["status"].pop("devices", None)
+                deallocated = allocated
+            claim = await self._write_status(body)
+            for _ in range(len(reserved) - len(valid)):
+                metrics.record_release("unreserve")
+            if deallocated:
+                metrics.record_release("deallocate")
+                log.info("deallocated claim %s/%s", namespace, claim["metadata"]["name"])
+            allocated = allocated and not deallocated
+        finalizers = claim["metadata"].get("finalizers") or []
+        if FINALIZER in finalizers and not allocated and (deleting or deallocated):
+            claim = await self._remove_finalizer(claim)
+        if not valid and not deleting:
+            await self._delete_if_orphaned(claim)
+
+    async def _pod(self, namespace: str, name: str) -> JSON | None:
+        pod = self.pods.get((namespace, name))
+        if pod is not None:
+            return pod
+        try:  # not cached (yet?): ask the API server before declaring it gone
+            return await self.client.get(PODS, name, namespace)
+        except NotFound:
+            return None
+
+    async def _write_status(self, body: JSON) -> JSON:
+        try:
+            updated = await self.client.replace_status(CLAIMS, body)
+        except Conflict as exc:
+            raise Retry("claim changed concurrently; reconciling again") from exc
+        except NotFound:
+            return body
+        self.claims.upsert(updated)
+        return updated
+
+    async def _remove_finalizer(self, claim: JSON) -> JSON:
+        meta = claim["metadata"]
+        patch = {"metadata": {
+            "resourceVersion": meta.get("resourceVersion"),
+            "finalizers": [f for f in meta.get("finalizers") or [] if f != FINALIZER],
+        }}
+        try:
+            updated = await self.client.patch(CLAIMS, meta["name"], patch, meta["namespace"])
+        except NotFound:
+            return claim
+        except Conflict as exc:
+            raise Retry("claim changed while removing the finalizer") from exc
+        self.claims.upsert(updated)
+        return updated
+
+    async def _delete_if_orphaned(self, claim: JSON) -> None:
+        meta = claim["metadata"]
+        if POD_CLAIM_NAME_ANNOTATION not in (meta.get("annotations") or {}):
+            return
+        owner = next((ref for ref in meta.get("ownerReferences") or ()
+                      if ref.get("controller") and ref.get("kind") == "Pod"), None)
+        if owner is None:
+            return
+        pod = await self._pod(meta["namespace"], owner["name"])
+        if pod is not None and pod["metadata"].get("uid") == owner["uid"] \
+                and not pod_is_done(pod):
+            return
+        try:
+            await self.client.delete(CLAIMS, meta["name"], meta["namespace"], uid=meta["uid"])
+        except NotFound:
+            return
+        except Conflict as exc:
+            raise Retry("claim replaced while deleting it") from exc
+        metrics.record_release("delete")
+        log.info("deleted claim %s/%s: its pod %s is %s", meta["namespace"], meta["name"],
+                 owner["name"], "done" if pod is not None else "gone")
+
+    # ------------------------------------------------------------------ reporting
+
+    async def _report(self, pod: JSON, reason: str, message: str) -> None:
+        """One Warning event per distinct problem of a pod (the recorder counts repeats)."""
+        key = key_of(pod)
+        if self._reported.get(key) == f"{reason}:{message}":
+            return
+        self._reported[key] = f"{reason}:{message}"
+        log.warning("pod %s/%s: %s: %s", key[0], key[1], reason, message)
+        await self.events.warn(pod, reason, message)
+

@@ -1,0 +1,140 @@
+"""The claims annotation, generated names and pod-done rules."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from kdra.domain.errors import InvalidObject
+from kdra.domain.podclaims import (
+    CLAIM_STATUSES_ANNOTATION,
+    CLAIMS_ANNOTATION,
+    POD_CLAIM_NAME_ANNOTATION,
+    POD_UID_LABEL,
+    PodClaim,
+    claim_statuses,
+    generate_name_prefix,
+    generated_claim,
+    owned_by,
+    parse_pod_claims,
+    pod_claims,
+    pod_is_done,
+)
+
+SEED = """
+- name: cat-0
+  resourceClaimName: small-white-cat-claim
+- name: cat-1
+  resourceClaimTemplateName: large-black-cat-claim-template
+"""
+
+
+def test_seed_annotation_yaml() -> None:
+    assert parse_pod_claims(SEED) == (
+        PodClaim("cat-0", resource_claim_name="small-white-cat-claim"),
+        PodClaim("cat-1", resource_claim_template_name="large-black-cat-claim-template"),
+    )
+
+
+def test_json_with_containers_and_request() -> None:
+    text = json.dumps([{"name": "gpu", "resourceClaimTemplateName": "t",
+                        "containers": ["main"], "request": "big"}])
+    (claim,) = parse_pod_claims(text)
+    assert claim.containers == ("main",)
+    assert claim.request == "big"
+    assert claim.from_template
+
+
+@pytest.mark.parametrize(("text", "field", "words"), [
+    ("{", f"metadata.annotations[{CLAIMS_ANNOTATION}]", "not valid YAML"),
+    ("name: x", f"metadata.annotations[{CLAIMS_ANNOTATION}]", "must be a list"),
+    ("- 3", f"metadata.annotations[{CLAIMS_ANNOTATION}][0]", "must be a mapping"),
+    ("- {resourceClaimName: a}", f"metadata.annotations[{CLAIMS_ANNOTATION}][0].name",
+     "required"),
+    ("- {name: Bad_Name, resourceClaimName: a}",
+     f"metadata.annotations[{CLAIMS_ANNOTATION}][0].name", "DNS label"),
+    ("- {name: a}", f"metadata.annotations[{CLAIMS_ANNOTATION}][0]", "exactly one of"),
+    ("- {name: a, resourceClaimName: b, resourceClaimTemplateName: c}",
+     f"metadata.annotations[{CLAIMS_ANNOTATION}][0]", "exactly one of"),
+    ("[{name: a, resourceClaimName: b}, {name: a, resourceClaimName: c}]",
+     f"metadata.annotations[{CLAIMS_ANNOTATION}][1].name", "duplicate entry name 'a'"),
+    ("- {name: a, resourceClaimName: B!}",
+     f"metadata.annotations[{CLAIMS_ANNOTATION}][0].resourceClaimName", "DNS subdomain"),
+    ("- {name: a, resourceClaimName: b, containers: main}",
+     f"metadata.annotations[{CLAIMS_ANNOTATION}][0].containers", "list of container names"),
+    ("- {name: a, resourceClaimName: b, source: x}",
+     f"metadata.annotations[{CLAIMS_ANNOTATION}][0].source", "unknown field"),
+    (json.dumps([{"name": f"c{i}", "resourceClaimName": "x"} for i in range(33)]),
+     f"metadata.annotations[{CLAIMS_ANNOTATION}]", "at most 32"),
+])
+def test_bad_annotations(text: str, field: str, words: str) -> None:
+    with pytest.raises(InvalidObject) as info:
+        parse_pod_claims(text)
+    assert info.value.field == field
+    assert words in info.value.message
+
+
+def test_pod_without_annotation_has_no_claims() -> None:
+    assert pod_claims({"metadata": {"name": "p"}}) == ()
+
+
+@pytest.mark.parametrize(("pod", "claim", "expected"), [
+    ("pod-with-cats", "cat-1", "pod-with-cats-cat-1-"),
+    ("a" * 30, "b" * 25, "a" * 30 + "-" + "b" * 25 + "-"),  # exactly 57: untouched
+    # truncated: no trailing '-'. 31 + 25 + 2 = 58 > 57: 31*57//58 = 30, 25*57//58 = 24
+    ("a" * 31, "b" * 25, "a" * 30 + "-" + "b" * 24),
+    # 100 + 10 + 2 = 112: 100*57//112 = 50, 10*57//112 = 5
+    ("p" * 100, "c" * 10, "p" * 50 + "-" + "c" * 5),
+    # 253 + 63 + 2 = 318: 253*57//318 = 45, 63*57//318 = 11
+    ("p" * 253, "c" * 63, "p" * 45 + "-" + "c" * 11),
+])
+def test_generate_name_prefix(pod: str, claim: str, expected: str) -> None:
+    prefix = generate_name_prefix(pod, claim)
+    assert prefix == expected
+    assert len(prefix) <= 57
+
+
+def pod(**status: Any) -> dict[str, Any]:
+    return {"metadata": {"name": "p", "namespace": "ns", "uid": "u1"}, "spec": {},
+            "status": status}
+
+
+@pytest.mark.parametrize(("obj", "done"), [
+    (pod(phase="Pending"), False),
+    (pod(phase="Running"), False),
+    (pod(phase="Succeeded"), True),
+    (pod(phase="Failed"), True),
+    ({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}, "spec": {}}, True),
+    ({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"nodeName": "n"}},
+     False),
+])
+def test_pod_is_done(obj: dict[str, Any], done: bool) -> None:
+    assert pod_is_done(obj) is done
+
+
+def test_claim_statuses_tolerates_damage() -> None:
+    def with_(value: str) -> dict[str, Any]:
+        return {"metadata": {"annotations": {CLAIM_STATUSES_ANNOTATION: value}}}
+
+    assert claim_statuses(with_('{"a": "b"}')) == {"a": "b"}
+    assert claim_statuses(with_("not json")) == {}
+    assert claim_statuses(with_("[1]")) == {}
+
+
+def test_generated_claim_copies_template() -> None:
+    template = {"spec": {"metadata": {"labels": {"team": "cats"}, "annotations": {"x": "y"}},
+                         "spec": {"devices": {"requests": [
+                             {"name": "cat", "deviceClassName": "resource.example.com"}]}}}}
+    owner = {"metadata": {"name": "pod-with-cats", "namespace": "default", "uid": "u1"}}
+    claim = generated_claim(template, owner, PodClaim("cat-1", resource_claim_template_name="t"))
+    meta = claim["metadata"]
+    assert meta["generateName"] == "pod-with-cats-cat-1-"
+    assert meta["annotations"] == {"x": "y", POD_CLAIM_NAME_ANNOTATION: "cat-1"}
+    assert meta["labels"] == {"team": "cats", POD_UID_LABEL: "u1"}
+    assert meta["ownerReferences"] == [{"apiVersion": "v1", "kind": "Pod",
+                                        "name": "pod-with-cats", "uid": "u1",
+                                        "controller": True, "blockOwnerDeletion": True}]
+    assert claim["spec"] == template["spec"]["spec"]
+    assert owned_by(claim, "u1") and not owned_by(claim, "u2")
