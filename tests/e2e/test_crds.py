@@ -1,0 +1,171 @@
+"""kdra's CRDs on a real kube-apiserver: installed, explained, and strict about bad input.
+
+Every file in ``tests/e2e/invalid/`` holds an object the API server must reject; its first line
+``# expect: <text>`` is a piece of the server's message (naming the field). Pairs in
+``invalid/updates/`` are a valid base object and an update that must be rejected.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kdra.devenv.controlplane import ControlPlane
+from tests.e2e.conftest import ROOT, get_json
+
+INVALID = Path(__file__).parent / "invalid"
+SEED = ROOT / "manifests" / "examples" / "seed"
+KINDS = ("resourceclaims", "resourceclaimtemplates", "deviceclasses", "resourceslices")
+
+
+def expectation(path: Path) -> tuple[str, bool]:
+    lines = path.read_text().splitlines()
+    expect = next(line.split(":", 1)[1].strip() for line in lines if line.startswith("# expect:"))
+    status = any(line.startswith("# kind: status-update") for line in lines)
+    return expect, status
+
+
+def documents(path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def resource(obj: dict[str, Any]) -> list[str]:
+    plural = obj["kind"].lower() + "s"
+    meta = obj["metadata"]
+    args = [f"{plural}.resource.kdra.dev", meta["name"]]
+    if meta.get("namespace") or obj["kind"] in ("ResourceClaim", "ResourceClaimTemplate"):
+        args += ["-n", meta.get("namespace", "default")]
+    return args
+
+
+def write_status(plane: ControlPlane, obj: dict[str, Any]) -> Any:
+    """PUT ``obj``'s status onto the live object (with its current resourceVersion)."""
+    live = get_json(plane, *resource(obj))
+    live["status"] = obj.get("status", {})
+    return plane.kubectl("replace", "--subresource=status", "-f", "-",
+                         input=json.dumps(live), check=False)
+
+
+def cleanup(plane: ControlPlane, *objects: dict[str, Any]) -> None:
+    for obj in objects:
+        plane.kubectl("delete", *resource(obj), "--ignore-not-found", "--wait=false",
+                      check=False)
+
+
+def test_crds_are_established(control_plane: ControlPlane) -> None:
+    for kind in KINDS:
+        crd = get_json(control_plane, "crd", f"{kind}.resource.kdra.dev")
+        conditions = {c["type"]: c["status"] for c in crd["status"]["conditions"]}
+        assert conditions["Established"] == "True", kind
+        assert crd["spec"]["names"]["categories"] == ["kdra"]
+        assert crd["spec"]["versions"][0]["name"] == "v1alpha3"
+    claims = get_json(control_plane, "crd", "resourceclaims.resource.kdra.dev")
+    assert claims["spec"]["versions"][0]["subresources"] == {"status": {}}
+    assert claims["spec"]["names"]["shortNames"] == ["kclaim"]
+
+
+def test_seed_objects_apply_and_list(control_plane: ControlPlane) -> None:
+    # The claims annotation pod needs the default ServiceAccount: the controller-manager made it.
+    out = control_plane.kubectl("apply", "-k", str(SEED)).stdout
+    assert "resourceclaim.resource.kdra.dev/small-white-cat-claim" in out
+    listing = control_plane.kubectl("get", "kdra", "-A").stdout
+    for name in ("small-white-cat-claim", "large-black-cat-claim-template",
+                 "resource.example.com", "worker-1-cats"):
+        assert name in listing, listing
+    slices = control_plane.kubectl("get", "kslice").stdout.splitlines()
+    header = slices[0].split()
+    assert header[:5] == ["NAME", "NODE", "DRIVER", "POOL", "GENERATION"]
+    assert "worker-1" in slices[1] and "resource-driver.example.com" in slices[1]
+    cats = get_json(control_plane, "kslice", "worker-1-cats")["spec"]["devices"]
+    colors = {d["basic"]["attributes"]["color"]["string"] for d in cats}
+    assert {"black", "white"} <= colors
+    by_node = control_plane.kubectl("get", "kslice", "--field-selector",
+                                    "spec.nodeName=worker-1", "-o", "name").stdout
+    assert "worker-1-cats" in by_node
+
+
+@pytest.mark.parametrize(("path", "words"), [
+    ("kclaim.spec.devices.requests.selectors", "CEL"),
+    ("kslice.spec.pool.resourceSliceCount", "slices"),
+    ("kdeviceclass.spec.selectors", "selector"),
+    ("kclaim.status.reservedFor", "pod"),
+])
+def test_kubectl_explain_teaches_the_api(control_plane: ControlPlane, path: str,
+                                         words: str) -> None:
+    out = control_plane.kubectl("explain", path).stdout
+    assert "DESCRIPTION:" in out
+    description = out.split("DESCRIPTION:", 1)[1]
+    assert words.lower() in description.lower(), out
+
+
+INVALID_FILES = sorted(INVALID.glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", INVALID_FILES, ids=[p.stem for p in INVALID_FILES])
+def test_invalid_object_is_rejected(control_plane: ControlPlane, path: Path) -> None:
+    expect, status = expectation(path)
+    docs = documents(path)
+    try:
+        if status:
+            base, update = docs
+            control_plane.kubectl("create", "-f", "-", input=json.dumps(base))
+            result = write_status(control_plane, update)
+        else:
+            result = control_plane.kubectl("create", "-f", str(path), check=False)
+        print(f"{path.stem}: {result.stderr.strip()}")
+        assert result.returncode != 0, f"{path.name} was accepted"
+        assert expect in result.stderr, result.stderr
+    finally:
+        cleanup(control_plane, *docs)
+
+
+UPDATES = sorted((INVALID / "updates").glob("*.update.yaml"))
+
+
+@pytest.mark.parametrize("update_path", UPDATES,
+                         ids=[p.name.removesuffix(".update.yaml") for p in UPDATES])
+def test_immutable_fields(control_plane: ControlPlane, update_path: Path) -> None:
+    base_path = update_path.with_name(update_path.name.replace(".update.", ".base."))
+    expect, status = expectation(update_path)
+    (base,) = documents(base_path)
+    (update,) = documents(update_path)
+    try:
+        control_plane.kubectl("create", "-f", str(base_path))
+        if status:
+            assert write_status(control_plane, base).returncode == 0
+            result = write_status(control_plane, update)
+        else:
+            result = control_plane.kubectl("apply", "--server-side", "--force-conflicts",
+                                           "-f", str(update_path), check=False)
+        print(f"{update_path.stem}: {result.stderr.strip()}")
+        assert result.returncode != 0, f"{update_path.name} was accepted"
+        assert expect in result.stderr, result.stderr
+    finally:
+        cleanup(control_plane, base)
+
+
+def test_valid_edge_cases_are_accepted(control_plane: ControlPlane) -> None:
+    """The rules are not over-strict: upstream-valid objects pass."""
+    objects = [
+        {"apiVersion": "resource.kdra.dev/v1alpha3", "kind": "ResourceClaim",
+         "metadata": {"name": "all-mode", "namespace": "default"},
+         "spec": {"devices": {"requests": [{"name": "all", "deviceClassName": "gpu.kdra.dev",
+                                            "allocationMode": "All"}]}}},
+        {"apiVersion": "resource.kdra.dev/v1alpha3", "kind": "ResourceSlice",
+         "metadata": {"name": "network-attached"},
+         "spec": {"driver": "net.example.com", "allNodes": True,
+                  "pool": {"name": "fabric/pool-a", "generation": 0, "resourceSliceCount": 1},
+                  "devices": [{"name": "nic-0", "basic": {
+                      "attributes": {"firmware": {"version": "1.2.3-rc.1+build"},
+                                     "net.example.com/fast": {"bool": True}},
+                      "capacity": {"bandwidth": "100G", "share": "500m"}}}]}},
+    ]
+    try:
+        for obj in objects:
+            control_plane.kubectl("create", "-f", "-", input=json.dumps(obj))
+    finally:
+        cleanup(control_plane, *objects)
