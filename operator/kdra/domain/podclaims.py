@@ -31,6 +31,16 @@ POD_CLAIM_NAME_ANNOTATION = f"{GROUP}/pod-claim-name"
 POD_UID_LABEL = f"{GROUP}/pod-uid"
 FINALIZER = f"{GROUP}/delete-protection"
 SCHEDULER_NAME = "kdra-scheduler"
+GPU_DRIVER = "gpu.kdra.dev"
+
+# Per-container allocation summaries the binder writes before binding; the mutating webhook
+# points each consuming container's env at them through downward-API fieldRefs, so the
+# values exist when the kubelet starts the container. The container name is the key's name
+# part (a DNS label fits the 63-character limit).
+DEVICES_ANNOTATION_PREFIX = f"devices.{GROUP}/"  # value: "driver/pool/device,..."
+GPU_UUIDS_ANNOTATION_PREFIX = f"gpus.{GROUP}/"  # value: "GPU-uuid,..." (gpu.kdra.dev only)
+DEVICES_ENV = "KDRA_DEVICES"
+GPU_UUIDS_ENV = "NVIDIA_VISIBLE_DEVICES"
 
 MAX_GENERATE_NAME = 57
 MAX_POD_CLAIMS = 32
