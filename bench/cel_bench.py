@@ -1,0 +1,142 @@
+"""How fast are device selectors? Prints figures; asserts nothing.
+
+Compares, on the same expressions and the same device:
+
+* ``celpy-interp``: cel-python 0.5's ``InterpretedRunner`` (walks the parse tree per call);
+* ``celpy-compiled``: cel-python 0.5's ``CompiledRunner`` (transpiles to Python). It finds
+  extension functions by their module name inside ``celpy.evaluation``'s globals, so this
+  script registers its own module there (only here; kdra itself never does);
+* ``kdra``: :func:`kdra.domain.cel.compile_selector`, what the allocator uses.
+
+Run: ``.venv/bin/python bench/cel_bench.py``
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import timeit
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import celpy
+import celpy.celtypes as ct
+import celpy.evaluation
+from celpy.celparser import CELParser
+
+from kdra.domain.cel import _selector, compile_selector, make_device
+from kdra.domain.quantity import Quantity, parse_quantity
+
+DRIVER = "resource-driver.example.com"
+EXPRESSIONS = {
+    "cats": (
+        f'device.attributes["{DRIVER}"].color == "black" && '
+        f'device.attributes["{DRIVER}"].size == "large"'
+    ),
+    "driver": f'device.driver == "{DRIVER}"',
+    "quantity": f'device.capacity["{DRIVER}"].memory.compareTo(quantity("40Gi")) >= 0',
+    "exists": f'device.attributes["{DRIVER}"].exists(k, k == "size")',
+}
+
+
+# Extension functions for the celpy runners (kdra has its own).
+def quantity(text: Any) -> Quantity:
+    return parse_quantity(str(text))
+
+
+def compareTo(a: Quantity, b: Quantity) -> ct.IntType:  # the CEL name
+    return ct.IntType(a.compare(b))
+
+
+CELPY_FUNCTIONS: dict[str, Any] = {"quantity": quantity, "compareTo": compareTo}
+
+
+def celpy_device() -> ct.MapType:
+    inner = ct.MapType(
+        {
+            ct.StringType("color"): ct.StringType("black"),
+            ct.StringType("size"): ct.StringType("large"),
+        }
+    )
+    capacity = ct.MapType({ct.StringType("memory"): parse_quantity("80Gi")})
+    return ct.MapType(
+        {
+            ct.StringType("driver"): ct.StringType(DRIVER),
+            ct.StringType("attributes"): ct.MapType({ct.StringType(DRIVER): inner}),
+            ct.StringType("capacity"): ct.MapType({ct.StringType(DRIVER): capacity}),
+        }
+    )
+
+
+def per_call_us(func: Callable[[], object], budget_s: float = 0.1) -> float:
+    """Best-of-5 microseconds per call."""
+    timer = timeit.Timer(func)
+    number, _ = timer.autorange()
+    number = max(1, int(number * budget_s / 0.2))
+    return min(timer.repeat(repeat=5, number=number)) / number * 1e6
+
+
+_ENVIRONMENTS: dict[type[celpy.Runner], celpy.Environment] = {}
+
+
+def celpy_program(runner: type[celpy.Runner], text: str) -> celpy.Runner:
+    env = _ENVIRONMENTS.get(runner)
+    if env is None:
+        env = _ENVIRONMENTS[runner] = celpy.Environment(runner_class=runner)
+    return env.program(env.compile(text), functions=CELPY_FUNCTIONS)
+
+
+def main() -> None:
+    logging.getLogger("celpy").setLevel(logging.CRITICAL)  # the transpiler logs every error
+    root = __name__.split(".")[0]
+    celpy.evaluation.__dict__[root] = sys.modules[__name__]  # see the module docstring
+    # celpy's parser is a process-wide singleton that keeps the tree class of its first
+    # user; the transpiler needs its own, so it goes first (kdra's parser accepts either).
+    CELParser.CEL_PARSER = None
+    celpy_program(celpy.CompiledRunner, "true")
+    cel_device = celpy_device()
+    kdra_device = make_device(
+        DRIVER, {"color": ("string", "black"), "size": ("string", "large")}, {"memory": "80Gi"}
+    )
+
+    print("evaluation, microseconds per call (best of 5)")
+    print(f"{'expression':<10} {'celpy-interp':>13} {'celpy-compiled':>15} {'kdra':>8}")
+    for name, text in EXPRESSIONS.items():
+        row = [f"{name:<10}"]
+        for runner in (celpy.InterpretedRunner, celpy.CompiledRunner):
+            program = celpy_program(runner, text)
+            try:
+                program.evaluate({"device": cel_device})
+                figure = f"{per_call_us(partial(program.evaluate, {'device': cel_device})):.1f}"
+            except Exception as exc:  # report it, do not stop the benchmark
+                figure = f"fails ({type(exc).__name__})"
+            row.append(f"{figure:>13}" if runner is celpy.InterpretedRunner else f"{figure:>15}")
+        selector = compile_selector(text)
+        row.append(f"{per_call_us(partial(selector.matches, kdra_device)):>8.2f}")
+        print(" ".join(row))
+
+    print()
+    print("compilation, microseconds")
+    for name, text in EXPRESSIONS.items():
+        cold = per_call_us(partial(_selector._compile.__wrapped__, text))
+        warm = per_call_us(partial(compile_selector, text))
+        celpy_compile = per_call_us(partial(celpy_program, celpy.CompiledRunner, text))
+        print(
+            f"{name:<10} kdra cold {cold:9.0f}   kdra cached {warm:6.2f}   "
+            f"celpy-compiled {celpy_compile:9.0f}"
+        )
+
+    print()
+    build = per_call_us(
+        lambda: make_device(
+            DRIVER,
+            {f"attr{i}": ("string", f"value{i}") for i in range(16)},
+            {f"cap{i}": f"{i}Gi" for i in range(16)},
+        )
+    )
+    print(f"make_device with 16 attributes + 16 capacities: {build:.1f} us")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,289 @@
+"""Compile a checked selector tree into one plain Python function.
+
+Each selector becomes ``def selector(v_device): ...`` made of straight-line statements on
+local temporaries, compiled once with :func:`compile` and run with a private namespace
+(:data:`_runtime.NAMESPACE` plus the selector's folded constants). Nothing is looked up in,
+or registered into, any module's globals.
+
+Invariants:
+
+* CEL's error rules are explicit in the generated code: ``&&``/``||`` and
+  ``all``/``exists`` evaluate left to right, stop at the first deciding operand, and keep
+  the first error only if no operand decides (``false && error`` is false, ``true &&
+  error`` is the error); ``?:`` evaluates only the chosen branch; everything else lets an
+  error propagate.
+* Every comprehension iteration subtracts a fixed charge (1 + the size of its body) from a
+  local budget that starts at :data:`COST_LIMIT`; when it goes negative the evaluation stops
+  with ``BudgetExceeded``, which no CEL construct absorbs.
+* Generated names cannot clash: temporaries are ``tN``/``eN``/``bN``, variables are the
+  unique slots chosen by ``_parse`` (``v_device``, ``vN_name``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+from . import _ast as a
+from ._cost import COST_LIMIT
+from ._parse import DEVICE_SLOT
+from ._runtime import CEL_ERRORS, NAMESPACE, PURE
+
+__all__ = ["TooComplex", "generate"]
+
+# CPython refuses more than 100 levels of indentation; stay well below.
+_MAX_INDENT: Final = 80
+# CPython also refuses more than 20 nested loops/try blocks in one function: a construct that
+# would open a block beyond this depth moves into a nested function of its own.
+_SPILL_AT: Final = 12
+
+_BINARY: Final = {
+    "+": "add", "-": "sub", "*": "mul", "/": "div", "%": "mod",
+    "==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge", "in": "in_",
+}  # fmt: skip
+
+
+class TooComplex(Exception):
+    """The generated code would nest deeper than Python allows."""
+
+
+_NOT_FOLDED: Final = object()
+
+
+def _fold(node: a.Call) -> object:
+    """The value of a pure call on constants (``quantity("40Gi")``), computed now; or
+    ``_NOT_FOLDED`` when an argument is not constant or the call fails (the failure must
+    then happen at evaluation, as upstream reports it)."""
+    if node.helper not in PURE or not all(isinstance(arg, a.Const) for arg in node.args):
+        return _NOT_FOLDED
+    function: Callable[..., object] = NAMESPACE[node.helper]  # type: ignore[assignment]
+    try:
+        return function(*(arg.value for arg in node.args))  # type: ignore[attr-defined]
+    except CEL_ERRORS:
+        return _NOT_FOLDED
+
+
+class _Generator:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.indent = 1
+        self.counter = 0
+        self.blocks = 0  # loops and try statements open around the current line
+        self.consts: dict[str, object] = {}
+
+    def emit(self, text: str) -> None:
+        if self.indent > _MAX_INDENT:
+            raise TooComplex
+        self.lines.append("    " * self.indent + text)
+
+    def fresh(self, prefix: str) -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def const(self, value: object) -> str:
+        if value is None or value is True or value is False:
+            return repr(value)
+        name = self.fresh("k")
+        self.consts[name] = value
+        return name
+
+    # -- expressions: emit statements, return an atom (a name) holding the value -------
+
+    def expr(self, node: a.Node) -> str:
+        if isinstance(node, a.Const):
+            return self.const(node.value)
+        if isinstance(node, a.Var):
+            return node.slot
+        if isinstance(node, a.DeviceField):
+            return f"{DEVICE_SLOT}.{node.field}"
+        if isinstance(node, a.Select):
+            return self.assign(f"select({self.expr(node.operand)}, {node.field!r})")
+        if isinstance(node, a.Index):
+            return self.index(node)
+        if isinstance(node, a.Has):
+            return self.assign(f"has({self.expr(node.operand)}, {node.field!r})")
+        if isinstance(node, a.Call):
+            folded = _fold(node)
+            if folded is not _NOT_FOLDED:
+                return self.const(folded)
+            args = ", ".join(self.expr(arg) for arg in node.args)
+            return self.assign(f"{node.helper}({args})")
+        if isinstance(node, a.Unary):
+            helper = "not_" if node.op == "!" else "neg"
+            return self.assign(f"{helper}({self.expr(node.operand)})")
+        if isinstance(node, a.Binary):
+            left = self.expr(node.left)
+            right = self.expr(node.right)
+            return self.assign(f"{_BINARY[node.op]}({left}, {right})")
+        if isinstance(node, (a.Logic, a.Comprehension)) and self.blocks >= _SPILL_AT:
+            return self.spill(node)
+        if isinstance(node, a.Logic):
+            return self.logic(node)
+        if isinstance(node, a.Cond):
+            return self.cond(node)
+        if isinstance(node, a.ListLit):
+            items = ", ".join(self.expr(item) for item in node.items)
+            return self.assign(f"make_list([{items}])")
+        if isinstance(node, a.MapLit):
+            entries = ", ".join(f"({self.expr(k)}, {self.expr(v)})" for k, v in node.entries)
+            return self.assign(f"make_map([{entries}])")
+        if isinstance(node, a.Comprehension):
+            return self.comprehension(node)
+        if isinstance(node, a.Bind):
+            self.emit(f"{node.slot} = {self.expr(node.init)}")
+            return self.expr(node.body)
+        raise TypeError(f"unknown node {node!r}")
+
+    def spill(self, node: a.Node) -> str:
+        """Generate ``node`` as a nested function, which starts a fresh block count."""
+        name = self.fresh("f")
+        self.emit(f"def {name}():")
+        self.indent += 1
+        outer_blocks, self.blocks = self.blocks, 0
+        self.emit("nonlocal budget")
+        self.emit(f"return {self.expr(node)}")
+        self.blocks = outer_blocks
+        self.indent -= 1
+        return self.assign(f"{name}()")
+
+    def open(self, line: str) -> None:
+        self.emit(line)
+        self.indent += 1
+        self.blocks += 1
+
+    def close(self) -> None:
+        self.indent -= 1
+        self.blocks -= 1
+
+    def assign(self, code: str) -> str:
+        target = self.fresh("t")
+        self.emit(f"{target} = {code}")
+        return target
+
+    def index(self, node: a.Index) -> str:
+        operand = self.expr(node.operand)
+        key = self.expr(node.index)
+        # device.attributes["domain"]: the hot path; an unknown domain is an empty map.
+        if (
+            isinstance(node.operand, a.DeviceField)
+            and node.operand.field != "driver"
+            and isinstance(node.index, a.Const)
+            and type(node.index.value) is str
+        ):
+            return self.assign(f"dict_get({operand}, {key}, EMPTY_MAP)")
+        return self.assign(f"index({operand}, {key})")
+
+    def logic(self, node: a.Logic) -> str:
+        # && is decided by a false operand, || by a true one.
+        decided, undecided = ("False", "True") if node.op == "&&" else ("True", "False")
+        test = "not " if node.op == "&&" else ""
+        result, error, flag = self.fresh("t"), self.fresh("e"), self.fresh("b")
+        self.emit(f"{result} = {undecided}")
+        self.emit(f"{error} = None")
+        self.open("while True:")
+        for operand in node.operands:
+            self.open("try:")
+            self.emit(f"{flag} = truth({self.expr(operand)})")
+            self.close()
+            self.emit("except CEL_ERRORS as exc:")
+            self.emit(f"    {error} = {error} or exc")
+            self.emit("else:")
+            self.emit(f"    if {test}{flag}:")
+            self.emit(f"        {result} = {decided}")
+            self.emit("        break")
+        self.emit(f"if {error} is not None:")
+        self.emit(f"    raise {error}")
+        self.emit("break")
+        self.close()
+        return result
+
+    def cond(self, node: a.Cond) -> str:
+        result = self.fresh("t")
+        self.emit(f"if truth({self.expr(node.cond)}):")
+        self.indent += 1
+        self.emit(f"{result} = {self.expr(node.then)}")
+        self.indent -= 1
+        self.emit("else:")
+        self.indent += 1
+        self.emit(f"{result} = {self.expr(node.other)}")
+        self.indent -= 1
+        return result
+
+    def comprehension(self, node: a.Comprehension) -> str:
+        source = self.assign(f"iterate({self.expr(node.source)})")
+        charge = 1 + sum(a.size(n) for n in (node.pred, node.xform) if n is not None)
+        result = self.fresh("t")
+        kind = node.kind
+        if kind in ("all", "exists"):
+            return self.quantifier(node, source, charge, result)
+        if kind == "exists_one":
+            self.emit(f"{result} = 0")
+        else:
+            self.emit(f"{result} = []")
+        self.open(f"for {node.slot} in {source}:")
+        self.charge(charge)
+        if node.pred is not None:
+            self.emit(f"if truth({self.expr(node.pred)}):")
+            self.indent += 1
+        if kind == "exists_one":
+            self.emit(f"{result} += 1")
+        elif kind == "filter":
+            self.emit(f"{result}.append({node.slot})")
+        else:
+            assert node.xform is not None
+            self.emit(f"{result}.append({self.expr(node.xform)})")
+        if node.pred is not None:
+            self.indent -= 1
+        self.close()
+        if kind == "exists_one":
+            return self.assign(f"{result} == 1")
+        return self.assign(f"make_list({result})")
+
+    def quantifier(self, node: a.Comprehension, source: str, charge: int, result: str) -> str:
+        assert node.pred is not None
+        decided, undecided = ("False", "True") if node.kind == "all" else ("True", "False")
+        test = "not " if node.kind == "all" else ""
+        error, flag = self.fresh("e"), self.fresh("b")
+        self.emit(f"{result} = {undecided}")
+        self.emit(f"{error} = None")
+        self.open(f"for {node.slot} in {source}:")
+        self.charge(charge)
+        self.open("try:")
+        self.emit(f"{flag} = truth({self.expr(node.pred)})")
+        self.close()
+        self.emit("except CEL_ERRORS as exc:")
+        self.emit(f"    {error} = {error} or exc")
+        self.emit("else:")
+        self.emit(f"    if {test}{flag}:")
+        self.emit(f"        {result} = {decided}")
+        self.emit("        break")
+        self.close()
+        self.emit(f"if {result} is {undecided} and {error} is not None:")
+        self.emit(f"    raise {error}")
+        return result
+
+    def charge(self, amount: int) -> None:
+        self.emit(f"budget -= {amount}")
+        self.emit("if budget < 0:")
+        self.emit("    over_budget()")
+
+
+def generate(node: a.Node) -> tuple[str, Callable[[Any], Any]]:
+    """Python source for ``node`` and the compiled function ``selector(device)``.
+
+    Raises :class:`TooComplex` when the code would nest too deeply for CPython.
+    """
+    gen = _Generator()
+    gen.emit(f"budget = {COST_LIMIT}")
+    result = gen.expr(node)
+    gen.emit(f"return {result}")
+    source = f"def selector({DEVICE_SLOT}):\n" + "\n".join(gen.lines) + "\n"
+    namespace: dict[str, Any] = dict(NAMESPACE)
+    namespace.update(gen.consts)
+    try:
+        code = compile(source, "<cel selector>", "exec")
+    except (SyntaxError, RecursionError, MemoryError) as exc:
+        raise TooComplex from exc
+    exec(code, namespace)
+    function: Callable[[Any], Any] = namespace["selector"]
+    return source, function
