@@ -27,7 +27,11 @@ class KdraProcess:
 
     def start(self, timeout: float = 60.0) -> KdraProcess:
         offset = self.log.stat().st_size if self.log.exists() else 0
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), **self.env}
+        # Admission webhooks stay off unless a test turns them on (--webhook-port): the
+        # configurations an operator leaves behind would make the shared control plane
+        # refuse pods with claims once that operator stops.
+        env = {"KDRA_WEBHOOK_PORT": "0", **os.environ, "KUBECONFIG": str(self.kubeconfig),
+               **self.env}
         with self.log.open("ab") as out:
             self.popen = subprocess.Popen(
                 [sys.executable, "-m", "kdra", *self.args,

@@ -17,16 +17,23 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
 from kdra import GROUP, VERSION
 
+log = logging.getLogger(__name__)
+
 JSON = dict[str, Any]
+Items = list[JSON]
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 
@@ -67,6 +74,14 @@ NODES = Resource("", "v1", "nodes", False, "Node")
 EVENTS = Resource("events.k8s.io", "v1", "events", True, "Event")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", True, "Lease")
 NAMESPACES = Resource("", "v1", "namespaces", False, "Namespace")
+SECRETS = Resource("", "v1", "secrets", True, "Secret")
+SERVICES = Resource("", "v1", "services", True, "Service")
+MUTATING_WEBHOOKS = Resource("admissionregistration.k8s.io", "v1",
+                             "mutatingwebhookconfigurations", False,
+                             "MutatingWebhookConfiguration")
+VALIDATING_WEBHOOKS = Resource("admissionregistration.k8s.io", "v1",
+                               "validatingwebhookconfigurations", False,
+                               "ValidatingWebhookConfiguration")
 
 
 class ApiError(Exception):
@@ -100,7 +115,28 @@ class Forbidden(ApiError):
     """403: RBAC, an admission policy or a webhook refused the request."""
 
 
-_ERRORS: dict[int, type[ApiError]] = {404: NotFound, 409: Conflict, 422: Invalid, 403: Forbidden}
+class Gone(ApiError):
+    """410: a watch's resourceVersion is too old (compacted); list again."""
+
+
+_ERRORS: dict[int, type[ApiError]] = {404: NotFound, 409: Conflict, 422: Invalid, 403: Forbidden,
+                                      410: Gone}
+
+WatchEvent = tuple[str, JSON]
+"""``("LIST", {"items": [...]})`` — the complete current state, after every (re)list — or
+``("ADDED" | "MODIFIED" | "DELETED", object)``."""
+
+
+def _error(status: int, reason: str, raw: bytes) -> ApiError:
+    try:
+        data = json.loads(raw) if raw else {}
+    except ValueError:
+        data = {}
+    if not isinstance(data, dict):
+        data = {}
+    error = _ERRORS.get(status, ApiError)
+    return error(status, str(data.get("reason", reason)), str(data.get("message", raw[:500])),
+                 data)
 
 
 class KubeClient:
@@ -134,12 +170,10 @@ class KubeClient:
             raw = await response.read()
         finally:
             response.release()
-        data: JSON = json.loads(raw) if raw else {}
         if 200 <= response.status < 300:
+            data: JSON = json.loads(raw) if raw else {}
             return data
-        error = _ERRORS.get(response.status, ApiError)
-        raise error(response.status, str(data.get("reason", response.reason)),
-                    str(data.get("message", raw[:500])), data)
+        raise _error(response.status, str(response.reason), raw)
 
     # ------------------------------------------------------------------ verbs
 
@@ -149,16 +183,93 @@ class KubeClient:
     async def list(self, res: Resource, namespace: str | None = None, *,
                    label_selector: str | None = None,
                    field_selector: str | None = None) -> list[JSON]:
-        items: list[JSON] = []
+        items, _ = await self.list_with_version(res, namespace, label_selector=label_selector,
+                                                field_selector=field_selector)
+        return items
+
+    async def list_with_version(self, res: Resource, namespace: str | None = None, *,
+                                label_selector: str | None = None,
+                                field_selector: str | None = None) -> tuple[Items, str]:
+        """Every object (all pages) and the list's resourceVersion, to watch from."""
+        items: Items = []
         token: str | None = None
+        version = ""
         while True:
             page = await self.request("GET", res.path(namespace), query={
                 "labelSelector": label_selector, "fieldSelector": field_selector,
                 "limit": 500, "continue": token})
             items.extend(page.get("items", []))
+            version = version or str(page.get("metadata", {}).get("resourceVersion", ""))
             token = page.get("metadata", {}).get("continue")
             if not token:
-                return items
+                return items, version
+
+    async def watch(self, res: Resource, namespace: str | None = None, *,
+                    label_selector: str | None = None, field_selector: str | None = None,
+                    timeout_seconds: int = 290,
+                    retry_delay: float = 1.0) -> AsyncIterator[WatchEvent]:
+        """List, then stream changes, forever (until the caller stops iterating).
+
+        Yields ``("LIST", {"items": [...]})`` first and again after every re-list — after
+        ``410 Gone`` (the version was compacted) — so the caller replaces its state there;
+        then ``("ADDED" | "MODIFIED" | "DELETED", obj)``. Bookmarks only advance the version.
+        A watch the server ends (``timeout_seconds``) resumes from the last version seen;
+        connection and server errors are retried with capped exponential backoff.
+        """
+        version: str | None = None
+        failures = 0
+        selectors = {"labelSelector": label_selector, "fieldSelector": field_selector}
+        while True:
+            try:
+                if version is None:
+                    items, version = await self.list_with_version(
+                        res, namespace, label_selector=label_selector,
+                        field_selector=field_selector)
+                    yield "LIST", {"items": items}
+                query = {**selectors, "watch": "1", "resourceVersion": version,
+                         "allowWatchBookmarks": "true", "timeoutSeconds": timeout_seconds}
+                async for event in self._stream(res.path(namespace), query, timeout_seconds):
+                    kind = str(event.get("type", ""))
+                    obj = event.get("object") or {}
+                    if kind == "ERROR":
+                        raise _error(int(obj.get("code") or 500), str(obj.get("reason", "")),
+                                     json.dumps(obj).encode())
+                    version = str(obj.get("metadata", {}).get("resourceVersion") or version)
+                    failures = 0
+                    if kind in ("ADDED", "MODIFIED", "DELETED"):
+                        yield kind, obj
+            except Gone:
+                log.info("watch of %s: version %s is gone; listing again", res.plural, version)
+                version = None
+            except (ApiError, OSError, aiohttp.ClientError, ValueError) as exc:
+                failures += 1
+                delay = min(30.0, retry_delay * 2 ** min(failures - 1, 10))
+                log.warning("watch of %s failed (%s); retrying in %.1fs", res.plural, exc, delay)
+                await asyncio.sleep(delay)
+
+    async def _stream(self, path: str, query: dict[str, Any],
+                      seconds: int) -> AsyncIterator[JSON]:
+        """The JSON lines of one watch request (lines may be of any length)."""
+        params = [(k, v) for k, v in query.items() if v is not None]
+        response = await self._api.call_api(
+            path, "GET", query_params=params, header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"], _preload_content=False,
+            _request_timeout=aiohttp.ClientTimeout(sock_connect=30, sock_read=seconds + 30),
+        )
+        try:
+            if response.status != 200:
+                raise _error(response.status, str(response.reason), await response.read())
+            buffer = b""
+            async for chunk in response.content.iter_any():
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        yield json.loads(line)
+            if buffer.strip():
+                yield json.loads(buffer)
+        finally:
+            response.release()
 
     async def create(self, res: Resource, body: JSON, namespace: str | None = None) -> JSON:
         return await self.request("POST", res.path(namespace), body=body)
@@ -209,6 +320,7 @@ async def connect(kubeconfig: str | None = None) -> KubeClient:
     except (k8s_config.ConfigException, FileNotFoundError, TypeError):
         if kubeconfig:
             raise
-        k8s_config.load_incluster_config(client_configuration=configuration)
+        k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
+            client_configuration=configuration)
     configuration.connection_pool_maxsize = 64
     return KubeClient(k8s_client.ApiClient(configuration))

@@ -1,0 +1,430 @@
+"""Admission decisions for kdra's webhooks: pure functions from an AdmissionReview request to
+an answer (allowed, denied with field-named errors, or a JSONPatch).
+
+Two webhooks use this module (``kdra.services.webhook`` serves them over TLS):
+
+* **validating** (:func:`validate`): ResourceClaims, ResourceClaimTemplates and DeviceClasses
+  must parse with kdra's models (types, one-of rules, unique and known request names, upstream's
+  limits), every CEL selector must compile (syntax, environment, cost, length), opaque
+  parameters must fit in 10 KiB and a claim may not ask for more devices than one allocation
+  can hold. Pods with the ``resource.kdra.dev/claims`` annotation must have a well-formed
+  annotation whose ``containers`` name containers of the pod.
+* **mutating** (:func:`mutate_pod`): a pod with claims gets ``schedulerName: kdra-scheduler``
+  (when unset or ``default-scheduler``) and, in every container that consumes a claim, the env
+  vars ``KDRA_DEVICES`` and ``NVIDIA_VISIBLE_DEVICES`` read through the downward API from the
+  per-container annotations the binder writes before it binds the pod.
+
+Invariants:
+- Pure: no I/O, no clock. A request is a plain dict (``AdmissionReview.request``); the answer
+  is an :class:`AdmissionResponse`, turned into the wire form by :meth:`~AdmissionResponse.
+  to_review`. A malformed *review* (not a malformed object) raises InvalidObject: the server
+  answers HTTP 400 and the API server applies the webhook's failure policy.
+- Every denial names the field in ``kubectl explain`` notation
+  (``spec.devices.requests[0].selectors[1].cel.expression: <compile error>``); all CEL
+  errors of an object are reported at once, joined by ``; ``.
+- The mutation never removes or rewrites what a user set: an env var already present in a
+  container wins, and a non-default ``schedulerName`` is kept (with a warning). Applying the
+  patch to its own output yields an empty patch (safe with ``reinvocationPolicy: IfNeeded``).
+- Only what cannot be said in the CRD schemas lives here; the schemas keep enforcing the
+  static rules even when the webhook is down.
+- Updates are ratcheted: an update that leaves ``spec`` unchanged is always allowed, and CEL
+  expressions the old object already had are not re-checked, so an object stored before a
+  rule tightened never becomes impossible to edit.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kdra import GROUP
+from kdra.domain.cel import compile_selector
+from kdra.domain.errors import CelCompileError, InvalidObject
+from kdra.domain.models import (
+    MAX_DEVICES_PER_CLAIM,
+    DeviceClaim,
+    ExactCount,
+    parse_claim,
+    parse_class,
+    parse_template,
+)
+from kdra.domain.podclaims import (
+    CLAIMS_ANNOTATION,
+    DEVICES_ANNOTATION_PREFIX,
+    DEVICES_ENV,
+    GPU_UUIDS_ANNOTATION_PREFIX,
+    GPU_UUIDS_ENV,
+    SCHEDULER_NAME,
+    PodClaim,
+    pod_claims,
+)
+
+__all__ = [
+    "ADMISSION_API_VERSION",
+    "DEFAULT_SCHEDULER",
+    "MAX_OPAQUE_PARAMETERS_BYTES",
+    "AdmissionResponse",
+    "FieldError",
+    "claim_errors",
+    "class_errors",
+    "consuming_containers",
+    "injected_env",
+    "mutate_pod",
+    "pod_errors",
+    "pod_patch",
+    "pod_warnings",
+    "review",
+    "template_errors",
+    "validate",
+]
+
+ADMISSION_API_VERSION = "admission.k8s.io/v1"
+DEFAULT_SCHEDULER = "default-scheduler"
+# Upstream's OpaqueParametersMaxLength: the raw JSON of one opaque configuration's parameters.
+MAX_OPAQUE_PARAMETERS_BYTES = 10 * 1024
+# The status the API server passes on to the client when the webhook denies a request.
+DENIED_CODE = 422
+DENIED_REASON = "Invalid"
+
+_ANNOTATION_FIELD = f"metadata.annotations[{CLAIMS_ANNOTATION}]"
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One reason for a denial: the offending field and what is wrong with it."""
+
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+@dataclass(frozen=True)
+class AdmissionResponse:
+    """The decision about one request (``AdmissionReview.response`` without the envelope)."""
+
+    uid: str
+    errors: tuple[FieldError, ...] = ()
+    patch: tuple[dict[str, Any], ...] = ()
+    warnings: tuple[str, ...] = ()
+    # The rejected object, for the status details (kubectl then prints
+    # 'The ResourceClaim "x" is invalid: <field>: <message>', like a schema error).
+    kind: str = ""
+    name: str = ""
+    group: str = ""
+
+    @property
+    def allowed(self) -> bool:
+        return not self.errors
+
+    @property
+    def message(self) -> str:
+        """All errors, ``field: message`` joined by ``; `` (empty when allowed)."""
+        return "; ".join(str(error) for error in self.errors)
+
+    def to_review(self) -> dict[str, Any]:
+        """The full ``admission.k8s.io/v1`` AdmissionReview the API server expects back."""
+        response: dict[str, Any] = {"uid": self.uid, "allowed": self.allowed}
+        if self.errors:
+            response["status"] = {
+                "status": "Failure",
+                "code": DENIED_CODE,
+                "reason": DENIED_REASON,
+                "message": self.message,
+                "details": {"causes": [
+                    {"type": "FieldValueInvalid", "field": e.field, "message": e.message}
+                    for e in self.errors
+                ]},
+            }
+            target = {"group": self.group, "kind": self.kind, "name": self.name}
+            response["status"]["details"].update({k: v for k, v in target.items() if v})
+        elif self.patch:
+            response["patchType"] = "JSONPatch"
+            response["patch"] = base64.b64encode(
+                json.dumps(list(self.patch), separators=(",", ":")).encode()
+            ).decode()
+        if self.warnings:
+            response["warnings"] = list(self.warnings)
+        return {"apiVersion": ADMISSION_API_VERSION, "kind": "AdmissionReview",
+                "response": response}
+
+
+Decide = Callable[[Mapping[str, Any]], AdmissionResponse]
+
+
+def review(body: Any, decide: Decide) -> dict[str, Any]:
+    """Unwrap an AdmissionReview, let ``decide`` answer its request, wrap the answer.
+
+    Raises InvalidObject when ``body`` is not an ``admission.k8s.io/v1`` AdmissionReview with a
+    request and a uid (the caller answers HTTP 400).
+    """
+    if not isinstance(body, Mapping):
+        raise InvalidObject("<root>", "the body must be an AdmissionReview object")
+    if body.get("apiVersion") != ADMISSION_API_VERSION or body.get("kind") != "AdmissionReview":
+        raise InvalidObject("apiVersion", f"only {ADMISSION_API_VERSION} AdmissionReview is "
+                            f"supported (got {body.get('apiVersion')!r} {body.get('kind')!r})")
+    request = body.get("request")
+    if not isinstance(request, Mapping) or not isinstance(request.get("uid"), str):
+        raise InvalidObject("request.uid", "the AdmissionReview has no request uid")
+    return decide(request).to_review()
+
+
+# --------------------------------------------------------------------------- dispatch
+
+
+def validate(request: Mapping[str, Any]) -> AdmissionResponse:
+    """The validating webhook: claims, templates, classes, and pods with the annotation.
+
+    Kinds it does not know, and operations other than CREATE and UPDATE, are allowed.
+    """
+    uid = str(request.get("uid", ""))
+    kind = request.get("kind") or {}
+    group, name = kind.get("group", ""), kind.get("kind", "")
+    operation = request.get("operation")
+    obj = request.get("object")
+    if operation not in ("CREATE", "UPDATE") or not isinstance(obj, Mapping):
+        return AdmissionResponse(uid)
+    old = request.get("oldObject") if operation == "UPDATE" else None
+    old = old if isinstance(old, Mapping) else None
+    meta = obj.get("metadata") or {}
+    target = {"kind": name, "group": group,
+              "name": str(request.get("name") or meta.get("name") or meta.get("generateName")
+                          or "")}
+    if group == "" and name == "Pod":
+        # Only creation is checked: the annotation's later edits are the claim controller's
+        # business (it reports them), and blocking pod updates would block kubelet and
+        # controllers whenever the webhook is down.
+        errors = pod_errors(obj) if operation == "CREATE" else []
+        return AdmissionResponse(uid, tuple(errors), **target)
+    if group != GROUP:
+        return AdmissionResponse(uid)
+    if old is not None and old.get("spec") == obj.get("spec"):
+        return AdmissionResponse(uid)  # metadata-only update: nothing to re-check
+    checks: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any] | None],
+                               list[FieldError]]] = {
+        "ResourceClaim": claim_errors,
+        "ResourceClaimTemplate": template_errors,
+        "DeviceClass": class_errors,
+    }
+    check = checks.get(name)
+    return AdmissionResponse(uid, tuple(check(obj, old)) if check else (), **target)
+
+
+def mutate_pod(request: Mapping[str, Any]) -> AdmissionResponse:
+    """The mutating webhook for pods: schedulerName and the device env vars, on CREATE.
+
+    A pod whose annotation does not parse is let through unchanged: the validating webhook
+    rejects it with the precise reason.
+    """
+    uid = str(request.get("uid", ""))
+    pod = request.get("object")
+    if request.get("operation") != "CREATE" or not isinstance(pod, Mapping):
+        return AdmissionResponse(uid)
+    try:
+        claims = pod_claims(pod)
+    except InvalidObject:
+        return AdmissionResponse(uid)
+    return AdmissionResponse(uid, patch=tuple(pod_patch(pod, claims)),
+                             warnings=tuple(pod_warnings(pod, claims)))
+
+
+# --------------------------------------------------------------------------- kdra objects
+
+
+def claim_errors(obj: Mapping[str, Any],
+                 old: Mapping[str, Any] | None = None) -> list[FieldError]:
+    """Why a ResourceClaim must be rejected (empty: it is fine)."""
+    try:
+        claim = parse_claim(obj)
+    except InvalidObject as exc:
+        return [FieldError(exc.field, exc.message)]
+    return _device_claim_errors(claim.spec.devices, "spec.devices", _old_expressions(old))
+
+
+def template_errors(obj: Mapping[str, Any],
+                    old: Mapping[str, Any] | None = None) -> list[FieldError]:
+    """Why a ResourceClaimTemplate must be rejected (its claim spec is ``spec.spec``)."""
+    try:
+        template = parse_template(obj)
+    except InvalidObject as exc:
+        return [FieldError(exc.field, exc.message)]
+    return _device_claim_errors(template.spec.spec.devices, "spec.spec.devices",
+                                _old_expressions(old))
+
+
+def class_errors(obj: Mapping[str, Any],
+                 old: Mapping[str, Any] | None = None) -> list[FieldError]:
+    """Why a DeviceClass must be rejected."""
+    try:
+        device_class = parse_class(obj)
+    except InvalidObject as exc:
+        return [FieldError(exc.field, exc.message)]
+    spec = device_class.spec
+    errors = _selector_errors(
+        ((f"spec.selectors[{j}].cel.expression", s.cel.expression)
+         for j, s in enumerate(spec.selectors)), _old_expressions(old))
+    errors += _parameter_errors(
+        (f"spec.config[{i}].opaque.parameters", c.opaque.parameters)
+        for i, c in enumerate(spec.config))
+    return errors
+
+
+def _device_claim_errors(devices: DeviceClaim, where: str,
+                         known_good: frozenset[str]) -> list[FieldError]:
+    errors = _selector_errors(
+        ((f"{where}.requests[{i}].selectors[{j}].cel.expression", s.cel.expression)
+         for i, request in enumerate(devices.requests)
+         for j, s in enumerate(request.selectors)), known_good)
+    errors += _parameter_errors(
+        (f"{where}.config[{i}].opaque.parameters", c.opaque.parameters)
+        for i, c in enumerate(devices.config))
+    total = sum(r.exact_count for r in devices.requests if r.allocation_mode == ExactCount)
+    if total > MAX_DEVICES_PER_CLAIM:
+        errors.append(FieldError(
+            f"{where}.requests",
+            f"the requests ask for {total} devices in total; one claim can be allocated at "
+            f"most {MAX_DEVICES_PER_CLAIM} (upstream's limit on allocation results)"))
+    return errors
+
+
+def _selector_errors(selectors: Iterable[tuple[str, str]],
+                     known_good: frozenset[str]) -> list[FieldError]:
+    errors: list[FieldError] = []
+    for field, expression in selectors:
+        if expression in known_good:
+            continue
+        try:
+            compile_selector(expression)
+        except CelCompileError as exc:
+            errors.append(FieldError(field, str(exc)))
+    return errors
+
+
+def _parameter_errors(configs: Iterable[tuple[str, Any]]) -> list[FieldError]:
+    errors: list[FieldError] = []
+    for field, parameters in configs:
+        size = len(json.dumps(parameters, separators=(",", ":"), ensure_ascii=False).encode())
+        if size > MAX_OPAQUE_PARAMETERS_BYTES:
+            errors.append(FieldError(field, f"must be at most {MAX_OPAQUE_PARAMETERS_BYTES} "
+                                            f"bytes of JSON (has {size})"))
+    return errors
+
+
+def _old_expressions(old: Mapping[str, Any] | None) -> frozenset[str]:
+    """Every CEL expression text in the old object (ratcheting), whatever its kind."""
+    if old is None:
+        return frozenset()
+    found: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, Mapping):
+            cel = node.get("cel")
+            if isinstance(cel, Mapping) and isinstance(cel.get("expression"), str):
+                found.add(cel["expression"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(old.get("spec"))
+    return frozenset(found)
+
+
+# --------------------------------------------------------------------------- pods
+
+
+def pod_errors(pod: Mapping[str, Any]) -> list[FieldError]:
+    """Why a pod with the claims annotation must be rejected (empty: it is fine)."""
+    try:
+        claims = pod_claims(pod)
+    except InvalidObject as exc:
+        return [FieldError(exc.field, exc.message)]
+    containers = _names(pod, "containers")
+    init_containers = _names(pod, "initContainers")
+    errors: list[FieldError] = []
+    for index, claim in enumerate(claims):
+        for k, name in enumerate(claim.containers or ()):
+            if name not in containers and name not in init_containers:
+                listing = f"containers: {', '.join(containers) or 'none'}"
+                if init_containers:
+                    listing += f"; init containers: {', '.join(init_containers)}"
+                errors.append(FieldError(
+                    f"{_ANNOTATION_FIELD}[{index}].containers[{k}]",
+                    f"the pod has no container named {name!r} ({listing})"))
+    return errors
+
+
+def consuming_containers(pod: Mapping[str, Any], claims: Sequence[PodClaim]) -> frozenset[str]:
+    """Names of the containers that see a claim's devices: each entry's ``containers``, or
+    every (regular) container when an entry has none. Init containers only when listed."""
+    everyone = _names(pod, "containers")
+    names: set[str] = set()
+    for claim in claims:
+        names.update(claim.containers if claim.containers is not None else everyone)
+    return frozenset(names)
+
+
+def injected_env(container: str) -> tuple[dict[str, Any], ...]:
+    """The env vars a consuming container gets: downward-API reads of the allocation
+    summaries the binder writes on the pod (empty strings until it has)."""
+    return tuple(
+        {"name": env, "valueFrom": {"fieldRef": {
+            "apiVersion": "v1", "fieldPath": f"metadata.annotations['{prefix}{container}']"}}}
+        for env, prefix in ((DEVICES_ENV, DEVICES_ANNOTATION_PREFIX),
+                            (GPU_UUIDS_ENV, GPU_UUIDS_ANNOTATION_PREFIX))
+    )
+
+
+def pod_patch(pod: Mapping[str, Any],
+              claims: Sequence[PodClaim] | None = None) -> list[dict[str, Any]]:
+    """The JSONPatch that prepares a pod for kdra (empty when it needs nothing).
+
+    ``claims`` defaults to the pod's parsed annotation (raising InvalidObject when it is bad).
+    A pod whose annotation lists no claims needs nothing.
+    """
+    claims = pod_claims(pod) if claims is None else claims
+    if not claims:
+        return []
+    spec = pod.get("spec") or {}
+    ops: list[dict[str, Any]] = []
+    scheduler = spec.get("schedulerName")
+    if not scheduler:
+        ops.append({"op": "add", "path": "/spec/schedulerName", "value": SCHEDULER_NAME})
+    elif scheduler == DEFAULT_SCHEDULER:
+        ops.append({"op": "replace", "path": "/spec/schedulerName", "value": SCHEDULER_NAME})
+    consumers = consuming_containers(pod, claims)
+    for key in ("initContainers", "containers"):
+        for index, container in enumerate(spec.get(key) or ()):
+            name = container.get("name")
+            if name not in consumers:
+                continue
+            env = container.get("env")
+            present = {e.get("name") for e in env or () if isinstance(e, Mapping)}
+            wanted = [e for e in injected_env(name) if e["name"] not in present]
+            if not wanted:
+                continue
+            if env is None:
+                ops.append({"op": "add", "path": f"/spec/{key}/{index}/env", "value": wanted})
+            else:
+                ops.extend({"op": "add", "path": f"/spec/{key}/{index}/env/-", "value": e}
+                           for e in wanted)
+    return ops
+
+
+def pod_warnings(pod: Mapping[str, Any], claims: Sequence[PodClaim]) -> list[str]:
+    """What the user should know about a pod that is admitted anyway."""
+    scheduler = (pod.get("spec") or {}).get("schedulerName")
+    if claims and scheduler and scheduler not in (SCHEDULER_NAME, DEFAULT_SCHEDULER):
+        return [f"spec.schedulerName is {scheduler!r}: kdra allocates devices only for pods "
+                f"scheduled by {SCHEDULER_NAME!r}, so this pod's claims stay unallocated"]
+    return []
+
+
+def _names(pod: Mapping[str, Any], key: str) -> list[str]:
+    return [str(c.get("name")) for c in (pod.get("spec") or {}).get(key) or ()
+            if isinstance(c, Mapping)]

@@ -1,0 +1,173 @@
+"""The admission webhook configurations kdra installs, as plain objects: names, paths, rules.
+
+The operator writes these (``kdra.services.webhook``) when it manages the configurations, with
+the CA bundle of the certificate it serves; ``manifests/webhooks/`` holds the same objects for a
+hand-made install (a unit test keeps the two identical, CA bundle aside).
+
+Failure policy — the trade-off, written down once:
+
+* ``failurePolicy: Fail`` everywhere. For kdra's own kinds, ``Ignore`` would let a selector
+  that cannot compile into the cluster, where it fails every allocation later; for pods with
+  the claims annotation, ``Ignore`` would let a pod through *without* ``schedulerName:
+  kdra-scheduler``, and the default scheduler would run it with no devices. Failing closed
+  costs little: while no operator replica serves the webhook, nothing could allocate those
+  objects anyway.
+* Ordinary pods are never affected, even while the webhook is down: the pod webhooks carry a
+  ``matchConditions`` expression (evaluated by the API server itself) so that only pods with
+  the annotation are sent, and they skip ``kube-system``.
+* For DeviceClasses, an update that leaves ``spec`` unchanged (labels, finalizers) is not sent
+  either, so metadata edits keep working during an outage.
+
+Invariants:
+- Pure data: ``clientConfig`` is a URL (out-of-cluster use, tests) or the Service
+  ``kdra-webhook`` in the operator's namespace, port 443; the CA bundle is passed in.
+- ``sideEffects: None``, ``timeoutSeconds: 5``, ``admissionReviewVersions: [v1]``.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+from kdra import GROUP, VERSION
+from kdra.domain.podclaims import CLAIMS_ANNOTATION
+
+__all__ = [
+    "HEALTHZ_PATH",
+    "LABELS",
+    "MUTATE_PODS_PATH",
+    "MUTATING_CONFIG",
+    "POD_MATCH_CONDITION",
+    "SERVICE_NAME",
+    "SERVICE_PORT",
+    "TLS_SECRET",
+    "VALIDATE_PATH",
+    "VALIDATING_CONFIG",
+    "Endpoint",
+    "mutating_configuration",
+    "service_dns_names",
+    "validating_configuration",
+]
+
+MUTATING_CONFIG = "kdra-mutating"
+VALIDATING_CONFIG = "kdra-validating"
+SERVICE_NAME = "kdra-webhook"
+SERVICE_PORT = 443
+TLS_SECRET = "kdra-webhook-tls"
+
+VALIDATE_PATH = "/validate"
+MUTATE_PODS_PATH = "/mutate-pods"
+HEALTHZ_PATH = "/healthz"
+
+MUTATE_PODS_WEBHOOK = f"mutate-pods.{GROUP}"
+VALIDATE_PODS_WEBHOOK = f"validate-pods.{GROUP}"
+VALIDATE_WEBHOOK = f"validate.{GROUP}"
+
+POD_MATCH_CONDITION = (
+    f"has(object.metadata.annotations) && '{CLAIMS_ANNOTATION}' in object.metadata.annotations"
+)
+SPEC_CHANGED_CONDITION = (
+    "request.operation != 'UPDATE' || !has(object.spec) || !has(oldObject.spec) || "
+    "object.spec != oldObject.spec"
+)
+TIMEOUT_SECONDS = 5
+LABELS = {"app.kubernetes.io/name": "kdra", "app.kubernetes.io/component": "webhook"}
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the API server calls the webhooks: ``url`` (a base URL such as
+    ``https://127.0.0.1:8443``) when set, else the Service ``name`` in ``namespace``."""
+
+    namespace: str = "kdra-system"
+    url: str | None = None
+    name: str = SERVICE_NAME
+    port: int = SERVICE_PORT
+
+    def client_config(self, path: str, ca_bundle: bytes | None) -> dict[str, Any]:
+        config: dict[str, Any]
+        if self.url:
+            config = {"url": self.url.rstrip("/") + path}
+        else:
+            config = {"service": {"namespace": self.namespace, "name": self.name,
+                                  "path": path, "port": self.port}}
+        if ca_bundle:
+            config["caBundle"] = base64.b64encode(ca_bundle).decode()
+        return config
+
+
+def service_dns_names(namespace: str, name: str = SERVICE_NAME) -> tuple[str, ...]:
+    """The names the API server may use for the Service (the serving certificate's SANs)."""
+    return (name, f"{name}.{namespace}", f"{name}.{namespace}.svc",
+            f"{name}.{namespace}.svc.cluster.local")
+
+
+def _pod_rules() -> list[dict[str, Any]]:
+    return [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+             "resources": ["pods"], "scope": "Namespaced"}]
+
+
+def _pod_webhook(name: str, endpoint: Endpoint, path: str,
+                 ca_bundle: bytes | None) -> dict[str, Any]:
+    return {
+        "name": name,
+        "admissionReviewVersions": ["v1"],
+        "clientConfig": endpoint.client_config(path, ca_bundle),
+        "failurePolicy": "Fail",
+        "matchPolicy": "Equivalent",
+        "sideEffects": "None",
+        "timeoutSeconds": TIMEOUT_SECONDS,
+        "rules": _pod_rules(),
+        "namespaceSelector": {"matchExpressions": [{
+            "key": "kubernetes.io/metadata.name", "operator": "NotIn",
+            "values": ["kube-system"]}]},
+        "objectSelector": {},
+        "matchConditions": [{"name": "has-claims-annotation",
+                             "expression": POD_MATCH_CONDITION}],
+    }
+
+
+def mutating_configuration(endpoint: Endpoint, ca_bundle: bytes | None) -> dict[str, Any]:
+    """``kdra-mutating``: pods with the claims annotation get schedulerName and env."""
+    webhook = _pod_webhook(MUTATE_PODS_WEBHOOK, endpoint, MUTATE_PODS_PATH, ca_bundle)
+    # Another webhook may add containers after kdra's ran; run again so they get env too.
+    webhook["reinvocationPolicy"] = "IfNeeded"
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": MUTATING_CONFIG, "labels": dict(LABELS)},
+        "webhooks": [webhook],
+    }
+
+
+def validating_configuration(endpoint: Endpoint, ca_bundle: bytes | None) -> dict[str, Any]:
+    """``kdra-validating``: pods with the claims annotation, and kdra's claims, templates and
+    classes (claims' and templates' specs are immutable, so only their creation is sent)."""
+    objects = {
+        "name": VALIDATE_WEBHOOK,
+        "admissionReviewVersions": ["v1"],
+        "clientConfig": endpoint.client_config(VALIDATE_PATH, ca_bundle),
+        "failurePolicy": "Fail",
+        "matchPolicy": "Equivalent",
+        "sideEffects": "None",
+        "timeoutSeconds": TIMEOUT_SECONDS,
+        "rules": [
+            {"apiGroups": [GROUP], "apiVersions": [VERSION], "operations": ["CREATE"],
+             "resources": ["resourceclaims", "resourceclaimtemplates"], "scope": "Namespaced"},
+            {"apiGroups": [GROUP], "apiVersions": [VERSION], "operations": ["CREATE", "UPDATE"],
+             "resources": ["deviceclasses"], "scope": "Cluster"},
+        ],
+        "namespaceSelector": {},
+        "objectSelector": {},
+        "matchConditions": [{"name": "spec-changed", "expression": SPEC_CHANGED_CONDITION}],
+    }
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": VALIDATING_CONFIG, "labels": dict(LABELS)},
+        "webhooks": [
+            _pod_webhook(VALIDATE_PODS_WEBHOOK, endpoint, VALIDATE_PATH, ca_bundle),
+            objects,
+        ],
+    }

@@ -1,0 +1,370 @@
+"""The admission webhooks' HTTPS server, its certificates and its webhook configurations.
+
+The operator starts one :class:`WebhookServer` (unless ``webhook_port`` is 0). It serves
+
+* ``POST /validate`` — :func:`kdra.domain.admission.validate` (claims, templates, classes, and
+  pods with the claims annotation),
+* ``POST /mutate-pods`` — :func:`kdra.domain.admission.mutate_pod`,
+* ``GET /healthz`` — ``ok``,
+
+over TLS with either a supplied certificate (``webhook_cert_dir``, re-read periodically) or a
+generated one kept in the Secret ``kdra-webhook-tls`` (shared by replicas, rotated by whichever
+replica first finds it due, see :mod:`kdra.services.certs`). With ``webhook_manage_config`` it
+creates and keeps the ``kdra-mutating`` / ``kdra-validating`` configurations
+(:mod:`kdra.domain.webhooks`) current, CA bundle included.
+
+Invariants:
+- The server listens before the configurations are written, so the API server never calls a
+  webhook nobody serves because of kdra's own start-up order; the operator starts its
+  controllers (which create claims) only after :meth:`WebhookServer.start` returned.
+- On rotation the configurations get the new CA bundle (which still trusts the previous CA)
+  *before* this replica switches to the new certificate.
+- The configurations are left in place on shutdown: failing closed is the point (see
+  :mod:`kdra.domain.webhooks` for why ordinary pods are unaffected).
+- Decisions run in a worker thread: compiling a 10 KiB CEL selector must not stall kopf's
+  event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import ssl
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from aiohttp import web
+
+from kdra.domain import admission
+from kdra.domain.errors import InvalidObject
+from kdra.domain.webhooks import (
+    HEALTHZ_PATH,
+    LABELS,
+    MUTATE_PODS_PATH,
+    SERVICE_NAME,
+    TLS_SECRET,
+    VALIDATE_PATH,
+    Endpoint,
+    mutating_configuration,
+    service_dns_names,
+    validating_configuration,
+)
+from kdra.kube.client import (
+    MUTATING_WEBHOOKS,
+    SECRETS,
+    SERVICES,
+    VALIDATING_WEBHOOKS,
+    ApiError,
+    Conflict,
+    KubeClient,
+    NotFound,
+    Resource,
+)
+from kdra.services import certs
+from kdra.services.certs import TlsBundle
+from kdra.settings import OperatorSettings
+
+__all__ = ["CHECK_INTERVAL", "WebhookServer", "start_webhooks"]
+
+log = logging.getLogger(__name__)
+
+CHECK_INTERVAL = 300.0  # seconds between certificate / configuration checks
+MAX_BODY = 8 * 1024 * 1024  # an AdmissionReview holds the object and the old object
+_UNSPECIFIED = frozenset({"", "0.0.0.0", "::", "[::]"})
+_ATTEMPTS = 3
+
+
+def _utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class WebhookError(Exception):
+    """The webhook server cannot get a usable certificate or configuration."""
+
+
+async def start_webhooks(settings: OperatorSettings,
+                         client: KubeClient) -> WebhookServer | None:
+    """Start the webhook server the settings ask for (None when ``webhook_port`` is 0)."""
+    if not settings.webhook_port:
+        log.info("admission webhooks are off (webhook_port 0)")
+        return None
+    server = WebhookServer(settings, client)
+    await server.start()
+    return server
+
+
+class WebhookServer:
+    """Serve the webhooks; :meth:`start`, then :meth:`stop`. :meth:`refresh` runs one round
+    of certificate and configuration maintenance (the server runs it every
+    ``check_interval`` seconds)."""
+
+    def __init__(self, settings: OperatorSettings, client: KubeClient | None, *,
+                 check_interval: float = CHECK_INTERVAL,
+                 clock: Callable[[], dt.datetime] = _utcnow) -> None:
+        if client is None and (settings.webhook_manage_config or not settings.webhook_cert_dir):
+            raise ValueError("an API client is needed unless certificates are supplied and "
+                             "the configurations are not managed")
+        self.settings = settings
+        self.client = client
+        self.check_interval = check_interval
+        self.clock = clock
+        self.endpoint = Endpoint(namespace=settings.namespace, url=settings.webhook_url)
+        self.bundle: TlsBundle | None = None
+        self.port = settings.webhook_port
+        self._ssl = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self._ssl.minimum_version = ssl.TLSVersion.TLSv1_2
+        self._runner: web.AppRunner | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def hosts(self) -> list[str]:
+        """The names a generated serving certificate must cover."""
+        hosts = list(service_dns_names(self.settings.namespace))
+        extra = [self.settings.webhook_host.strip("[]")]
+        if self.settings.webhook_url:
+            extra.append(urlparse(self.settings.webhook_url).hostname or "")
+        for host in extra:
+            if host not in _UNSPECIFIED and host not in hosts:
+                hosts.append(host)
+        return hosts
+
+    async def start(self) -> None:
+        bundle = await self._fetch_bundle()
+        self._load(bundle)
+        app = web.Application(client_max_size=MAX_BODY)
+        app.router.add_post(VALIDATE_PATH, self._validate)
+        app.router.add_post(MUTATE_PODS_PATH, self._mutate_pods)
+        app.router.add_get(HEALTHZ_PATH, self._healthz)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.settings.webhook_host, self.settings.webhook_port,
+                           ssl_context=self._ssl)
+        await site.start()
+        sockets = getattr(site._server, "sockets", None) or ()  # the bound port, for port 0
+        if sockets:
+            self.port = int(sockets[0].getsockname()[1])
+        if self.settings.webhook_manage_config:
+            await self._check_service()
+            await self._apply_configurations(bundle)
+        self._task = asyncio.create_task(self._maintain(), name="kdra-webhook-maintenance")
+        log.info("admission webhooks serving on %s:%d (certificate valid until %s, %s)",
+                 self.settings.webhook_host, self.port, bundle.not_after().isoformat(),
+                 "supplied" if self.settings.webhook_cert_dir else f"Secret {TLS_SECRET}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def refresh(self) -> None:
+        """Re-read (and if due, rotate) the certificate; bring the configurations up to date;
+        switch the server to a changed certificate."""
+        bundle = await self._fetch_bundle()
+        if self.settings.webhook_manage_config:
+            await self._apply_configurations(bundle)
+        if bundle != self.bundle:
+            self._load(bundle)
+            log.info("webhook certificate reloaded (valid until %s)",
+                     bundle.not_after().isoformat())
+
+    async def _maintain(self) -> None:
+        while True:
+            await asyncio.sleep(self.check_interval)
+            try:
+                await self.refresh()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("webhook certificate/configuration check failed; "
+                              "retrying in %.0fs", self.check_interval)
+
+    # ------------------------------------------------------------------ certificates
+
+    async def _fetch_bundle(self) -> TlsBundle:
+        if self.settings.webhook_cert_dir:
+            directory = Path(self.settings.webhook_cert_dir)
+            try:
+                bundle = await asyncio.to_thread(certs.from_directory, directory)
+            except (OSError, ValueError) as exc:
+                raise WebhookError(f"webhook_cert_dir {directory}: {exc}") from exc
+            # The API server needs the name it calls: the URL's host, or the Service's.
+            needed = ({urlparse(self.settings.webhook_url).hostname or ""}
+                      if self.settings.webhook_url
+                      else {service_dns_names(self.settings.namespace)[2]})
+            missing = needed - bundle.hosts
+            if missing and bundle != self.bundle:
+                log.warning("the supplied webhook certificate does not cover %s",
+                            ", ".join(sorted(missing)))
+            return bundle
+        return await self._secret_bundle()
+
+    async def _secret_bundle(self) -> TlsBundle:
+        """The generated bundle from the Secret: created when missing, rotated when due.
+        Concurrent replicas race with create / resourceVersion-checked replace; a loser
+        re-reads and uses the winner's."""
+        assert self.client is not None
+        namespace = self.settings.namespace
+        for _ in range(_ATTEMPTS):
+            now = self.clock()
+            try:
+                secret = await self.client.get(SECRETS, TLS_SECRET, namespace)
+            except NotFound:
+                bundle = certs.generate(self.hosts, now)
+                try:
+                    await self.client.create(SECRETS, self._secret(bundle), namespace)
+                except Conflict:
+                    continue  # another replica created it first
+                log.info("generated the webhook CA and certificate in Secret %s/%s",
+                         namespace, TLS_SECRET)
+                return bundle
+            current: TlsBundle | None
+            try:
+                current = certs.from_secret_data(secret.get("data") or {})
+                renewed = certs.renew(current, self.hosts, now)
+            except ValueError as exc:
+                log.warning("Secret %s/%s is unusable (%s): replacing it", namespace,
+                            TLS_SECRET, exc)
+                current, renewed = None, certs.generate(self.hosts, now)
+            if renewed is None and current is not None:
+                return current
+            assert renewed is not None
+            body = {**secret, "data": certs.to_secret_data(renewed)}
+            try:
+                await self.client.replace(SECRETS, body)
+            except Conflict:
+                continue  # another replica rotated it first
+            log.info("rotated the webhook certificate in Secret %s/%s (valid until %s)",
+                     namespace, TLS_SECRET, renewed.not_after().isoformat())
+            return renewed
+        raise WebhookError(f"Secret {namespace}/{TLS_SECRET} kept changing while being read")
+
+    def _secret(self, bundle: TlsBundle) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": {"name": TLS_SECRET, "namespace": self.settings.namespace,
+                         "labels": dict(LABELS)},
+            "data": certs.to_secret_data(bundle),
+        }
+
+    def _load(self, bundle: TlsBundle) -> None:
+        """Switch the server's TLS context to ``bundle`` (new connections use it)."""
+        with tempfile.TemporaryDirectory(prefix="kdra-webhook-") as tmp:
+            cert, key = Path(tmp) / "tls.crt", Path(tmp) / "tls.key"
+            cert.write_bytes(bundle.cert_pem)
+            key.touch(mode=0o600)
+            key.write_bytes(bundle.key_pem)
+            self._ssl.load_cert_chain(cert, key)
+        self.bundle = bundle
+
+    # ------------------------------------------------------------------ configurations
+
+    async def _apply_configurations(self, bundle: TlsBundle) -> None:
+        if not bundle.ca_pem.strip():
+            raise WebhookError("no CA bundle for the webhook configurations: put ca.crt in "
+                               "webhook_cert_dir, or turn webhook_manage_config off")
+        for resource, desired in (
+            (MUTATING_WEBHOOKS, mutating_configuration(self.endpoint, bundle.ca_pem)),
+            (VALIDATING_WEBHOOKS, validating_configuration(self.endpoint, bundle.ca_pem)),
+        ):
+            await self._apply(resource, desired)
+
+    async def _apply(self, resource: Resource, desired: dict[str, Any]) -> None:
+        assert self.client is not None
+        name = desired["metadata"]["name"]
+        for _ in range(_ATTEMPTS):
+            try:
+                live = await self.client.get(resource, name)
+            except NotFound:
+                try:
+                    await self.client.create(resource, desired)
+                except Conflict:
+                    continue
+                log.info("created %s %s", resource.kind, name)
+                return
+            if _contains(live, desired):
+                return
+            meta = live["metadata"]
+            body = {**desired, "metadata": {
+                **meta, "labels": {**(meta.get("labels") or {}), **desired["metadata"]["labels"]}
+            }}
+            try:
+                await self.client.replace(resource, body)
+            except Conflict:
+                continue
+            log.info("updated %s %s", resource.kind, name)
+            return
+        raise WebhookError(f"{resource.kind} {name} kept changing while being updated")
+
+    async def _check_service(self) -> None:
+        if self.endpoint.url:
+            return
+        assert self.client is not None
+        try:
+            await self.client.get(SERVICES, SERVICE_NAME, self.settings.namespace)
+        except NotFound:
+            log.warning(
+                "the webhook configurations name the Service %s/%s, which does not exist: the "
+                "API server will reject pods with the claims annotation and kdra objects "
+                "until it does (out of the cluster, set webhook_url; or webhook_port 0)",
+                self.settings.namespace, SERVICE_NAME)
+        except ApiError:
+            pass  # not allowed to look: nothing to warn about
+
+    # ------------------------------------------------------------------ HTTP
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _validate(self, request: web.Request) -> web.Response:
+        return await self._review(request, admission.validate)
+
+    async def _mutate_pods(self, request: web.Request) -> web.Response:
+        return await self._review(request, admission.mutate_pod)
+
+    async def _review(self, request: web.Request, decide: admission.Decide) -> web.Response:
+        try:
+            body = await request.json()
+        except ValueError:
+            return web.json_response({"error": "the body is not JSON"}, status=400)
+        loop = asyncio.get_running_loop()
+        try:
+            answer = await loop.run_in_executor(None, admission.review, body, decide)
+        except InvalidObject as exc:
+            return web.json_response({"error": str(exc)}, status=400)
+        response = answer["response"]
+        if not response["allowed"]:
+            log.info("denied %s: %s", _describe(body), response["status"]["message"])
+        return web.json_response(answer)
+
+
+def _describe(body: Mapping[str, Any]) -> str:
+    request = body.get("request") or {}
+    kind = (request.get("kind") or {}).get("kind", "?")
+    name = request.get("name") or (request.get("object") or {}).get(
+        "metadata", {}).get("generateName", "?")
+    namespace = request.get("namespace")
+    return f"{request.get('operation', '?')} {kind} {namespace + '/' if namespace else ''}{name}"
+
+
+def _contains(live: Any, desired: Any) -> bool:
+    """Whether ``live`` already holds everything ``desired`` sets (the API server adds
+    defaults, which do not count as differences)."""
+    if isinstance(desired, Mapping):
+        return isinstance(live, Mapping) and all(
+            key in live and _contains(live[key], value) for key, value in desired.items())
+    if isinstance(desired, list):
+        return (isinstance(live, list) and len(live) == len(desired)
+                and all(_contains(a, b) for a, b in zip(live, desired, strict=True)))
+    return bool(live == desired)

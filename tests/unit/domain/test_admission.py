@@ -1,0 +1,441 @@
+"""Admission decisions (kdra.domain.admission), table-driven, without a cluster."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import yaml
+
+from kdra.domain.admission import (
+    MAX_OPAQUE_PARAMETERS_BYTES,
+    AdmissionResponse,
+    FieldError,
+    claim_errors,
+    class_errors,
+    consuming_containers,
+    injected_env,
+    mutate_pod,
+    pod_errors,
+    pod_patch,
+    review,
+    template_errors,
+    validate,
+)
+from kdra.domain.errors import InvalidObject
+from kdra.domain.podclaims import CLAIMS_ANNOTATION, SCHEDULER_NAME, parse_pod_claims
+
+API = "resource.kdra.dev/v1alpha3"
+ANNOTATION = f"metadata.annotations[{CLAIMS_ANNOTATION}]"
+GOOD_CEL = 'device.driver == "gpu.kdra.dev"'
+
+
+# --------------------------------------------------------------------------- builders
+
+
+def req(name: str = "gpu", cel: tuple[str, ...] = (), **extra: Any) -> dict[str, Any]:
+    request: dict[str, Any] = {"name": name, "deviceClassName": "gpu.kdra.dev", **extra}
+    if cel:
+        request["selectors"] = [{"cel": {"expression": e}} for e in cel]
+    return request
+
+
+def claim(*requests: dict[str, Any], **devices: Any) -> dict[str, Any]:
+    return {"apiVersion": API, "kind": "ResourceClaim",
+            "metadata": {"name": "c", "namespace": "default"},
+            "spec": {"devices": {"requests": list(requests) or [req()], **devices}}}
+
+
+def template(*requests: dict[str, Any], **devices: Any) -> dict[str, Any]:
+    return {"apiVersion": API, "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "t", "namespace": "default"},
+            "spec": {"spec": claim(*requests, **devices)["spec"]}}
+
+
+def device_class(*cel: str, config: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"selectors": [{"cel": {"expression": e}} for e in cel]}
+    if config is not None:
+        spec["config"] = config
+    return {"apiVersion": API, "kind": "DeviceClass", "metadata": {"name": "gpu.kdra.dev"},
+            "spec": spec}
+
+
+def opaque(size: int) -> dict[str, Any]:
+    """An opaque config whose parameters' JSON is exactly ``size`` bytes."""
+    overhead = len(json.dumps({"x": ""}, separators=(",", ":")))
+    return {"opaque": {"driver": "gpu.kdra.dev", "parameters": {"x": "a" * (size - overhead)}}}
+
+
+def container(name: str, env: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    c: dict[str, Any] = {"name": name, "image": "busybox"}
+    if env is not None:
+        c["env"] = env
+    return c
+
+
+def pod(claims: Any, *, containers: tuple[str, ...] = ("main",),
+        init: tuple[str, ...] = (), scheduler: str | None = "default-scheduler",
+        env: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
+    env = env or {}
+    spec: dict[str, Any] = {"containers": [container(n, env.get(n)) for n in containers]}
+    if init:
+        spec["initContainers"] = [container(n, env.get(n)) for n in init]
+    if scheduler is not None:
+        spec["schedulerName"] = scheduler
+    annotations = {}
+    if claims is not None:
+        annotations[CLAIMS_ANNOTATION] = claims if isinstance(claims, str) else json.dumps(claims)
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "default", "annotations": annotations},
+            "spec": spec}
+
+
+def request_for(obj: dict[str, Any], operation: str = "CREATE",
+                old: dict[str, Any] | None = None) -> dict[str, Any]:
+    group, _, version = obj["apiVersion"].rpartition("/")
+    return {"uid": "u-1", "kind": {"group": group, "version": version, "kind": obj["kind"]},
+            "operation": operation, "name": obj["metadata"].get("name", ""),
+            "namespace": obj["metadata"].get("namespace"), "object": obj, "oldObject": old}
+
+
+def apply_patch(obj: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, Any]:
+    """A small RFC 6902 applier (add / replace) for checking patches."""
+    doc = copy.deepcopy(obj)
+    for op in patch:
+        parts = op["path"].lstrip("/").split("/")
+        parent: Any = doc
+        for part in parts[:-1]:
+            parent = parent[int(part)] if isinstance(parent, list) else parent[part]
+        last = parts[-1]
+        if isinstance(parent, list):
+            assert op["op"] == "add"
+            parent.append(op["value"]) if last == "-" else parent.insert(int(last), op["value"])
+        else:
+            assert op["op"] == "add" or last in parent, op
+            parent[last] = copy.deepcopy(op["value"])
+    return doc
+
+
+def env_names(container: dict[str, Any]) -> list[str]:
+    return [e["name"] for e in container.get("env") or ()]
+
+
+# --------------------------------------------------------------------------- kdra objects
+
+Check = Callable[..., list[FieldError]]
+
+# (id, check, object, expected field or None when valid, words in the message)
+OBJECT_CASES: list[tuple[str, Check, dict[str, Any], str | None, str]] = [
+    ("claim-valid", claim_errors, claim(req(cel=(GOOD_CEL,))), None, ""),
+    ("claim-no-selectors", claim_errors, claim(), None, ""),
+    ("claim-cel-syntax", claim_errors, claim(req(cel=("device.driver ==",))),
+     "spec.devices.requests[0].selectors[0].cel.expression", "syntax error"),
+    ("claim-cel-second-selector-of-second-request", claim_errors,
+     claim(req("a"), req("b", cel=(GOOD_CEL, "device.nope"))),
+     "spec.devices.requests[1].selectors[1].cel.expression", "undefined field 'nope'"),
+    ("claim-cel-unknown-function", claim_errors, claim(req(cel=("nosuch(1)",))),
+     "spec.devices.requests[0].selectors[0].cel.expression", "undeclared reference"),
+    ("claim-cel-names-expression", claim_errors, claim(req(cel=("device.driver ==",))),
+     "spec.devices.requests[0].selectors[0].cel.expression", "(expression: device.driver ==)"),
+    ("claim-cel-too-long", claim_errors, claim(req(cel=("true || " * 1500 + "true",))),
+     "spec.devices.requests[0].selectors[0].cel.expression", "longer than 10240 bytes"),
+    ("claim-constraint-unknown-request", claim_errors,
+     claim(req(), constraints=[{"requests": ["nope"], "matchAttribute": "gpu.kdra.dev/x"}]),
+     "spec.devices", "constraints[0].requests names unknown request(s) nope"),
+    ("claim-config-unknown-request", claim_errors,
+     claim(req(), config=[{"requests": ["nope"], **opaque(20)}]),
+     "spec.devices", "config[0].requests names unknown request(s) nope"),
+    ("claim-count-zero", claim_errors, claim(req(count=0)), "spec.devices.requests[0]",
+     "count must be greater than zero"),
+    ("claim-33-requests", claim_errors, claim(*(req(f"r{i}") for i in range(33))),
+     "spec.devices.requests", "at most 32"),
+    ("claim-too-many-devices", claim_errors, claim(req("a", count=20), req("b", count=13)),
+     "spec.devices.requests", "ask for 33 devices in total"),
+    ("claim-32-devices-is-fine", claim_errors, claim(req("a", count=20), req("b", count=12)),
+     None, ""),
+    ("claim-parameters-too-big", claim_errors,
+     claim(req(), config=[opaque(MAX_OPAQUE_PARAMETERS_BYTES + 1)]),
+     "spec.devices.config[0].opaque.parameters", "at most 10240 bytes"),
+    ("claim-parameters-at-limit", claim_errors,
+     claim(req(), config=[opaque(MAX_OPAQUE_PARAMETERS_BYTES)]), None, ""),
+    ("template-valid", template_errors, template(req(cel=(GOOD_CEL,))), None, ""),
+    ("template-cel-syntax", template_errors, template(req(cel=("(",))),
+     "spec.spec.devices.requests[0].selectors[0].cel.expression", "syntax error"),
+    ("template-duplicate-requests", template_errors, template(req("a"), req("a")),
+     "spec.spec.devices", "duplicate request names: a"),
+    ("class-valid", class_errors, device_class(GOOD_CEL), None, ""),
+    ("class-empty", class_errors, device_class(), None, ""),
+    ("class-cel-syntax", class_errors, device_class(GOOD_CEL, "device.attributes[",),
+     "spec.selectors[1].cel.expression", "syntax error"),
+    ("class-parameters-too-big", class_errors,
+     device_class(config=[opaque(MAX_OPAQUE_PARAMETERS_BYTES + 1)]),
+     "spec.config[0].opaque.parameters", "at most 10240 bytes"),
+    ("class-33-selectors", class_errors, device_class(*[GOOD_CEL] * 33), "spec.selectors",
+     "at most 32"),
+]
+
+
+@pytest.mark.parametrize(("check", "obj", "field", "words"),
+                         [c[1:] for c in OBJECT_CASES], ids=[c[0] for c in OBJECT_CASES])
+def test_object_validation(check: Check, obj: dict[str, Any], field: str | None,
+                           words: str) -> None:
+    errors = check(obj)
+    if field is None:
+        assert errors == []
+        return
+    assert errors, "expected a rejection"
+    assert errors[0].field == field, errors
+    assert words in errors[0].message, errors
+
+
+def test_every_bad_selector_is_reported_at_once() -> None:
+    errors = claim_errors(claim(req("a", cel=("(",)), req("b", cel=(GOOD_CEL, "x.y"))))
+    assert [e.field for e in errors] == [
+        "spec.devices.requests[0].selectors[0].cel.expression",
+        "spec.devices.requests[1].selectors[1].cel.expression",
+    ]
+    response = validate(request_for(claim(req("a", cel=("(",)), req("b", cel=("x.y",)))))
+    assert response.message.count("; ") == 1
+
+
+# --------------------------------------------------------------------------- dispatch
+
+
+def test_validate_denies_with_the_field_and_status() -> None:
+    response = validate(request_for(claim(req(cel=("device.driver ==",)))))
+    assert not response.allowed
+    wire = response.to_review()
+    assert wire["apiVersion"] == "admission.k8s.io/v1"
+    assert wire["kind"] == "AdmissionReview"
+    body = wire["response"]
+    assert body["uid"] == "u-1" and body["allowed"] is False
+    assert body["status"]["code"] == 422 and body["status"]["reason"] == "Invalid"
+    assert body["status"]["message"].startswith(
+        "spec.devices.requests[0].selectors[0].cel.expression: 1:15: syntax error")
+    assert body["status"]["details"]["causes"][0]["field"] == \
+        "spec.devices.requests[0].selectors[0].cel.expression"
+    assert "patch" not in body
+
+
+@pytest.mark.parametrize(("obj", "operation", "old", "allowed"), [
+    (claim(req(cel=("(",))), "DELETE", None, True),
+    (claim(req(cel=("(",))), "CONNECT", None, True),
+    ({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}}, "CREATE",
+     None, True),
+    (claim(req(cel=("(",))), "UPDATE", claim(req(cel=("(",))), True),  # spec unchanged
+    # A class stored before a rule tightened: unchanged selectors are not re-checked ...
+    (device_class("(", GOOD_CEL), "UPDATE", device_class("("), True),
+    # ... but a new bad one is.
+    (device_class("(", "x.y"), "UPDATE", device_class("("), False),
+    (device_class("("), "CREATE", None, False),
+], ids=["delete", "connect", "other-kind", "unchanged-spec", "ratchet-kept-selector",
+        "ratchet-new-selector", "class-create"])
+def test_validate_dispatch(obj: dict[str, Any], operation: str, old: dict[str, Any] | None,
+                           allowed: bool) -> None:
+    assert validate(request_for(obj, operation, old)).allowed is allowed
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ([], "<root>"),
+    ({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview",
+      "request": {"uid": "x"}}, "apiVersion"),
+    ({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}, "request.uid"),
+])
+def test_review_rejects_malformed_reviews(body: Any, field: str) -> None:
+    with pytest.raises(InvalidObject) as info:
+        review(body, validate)
+    assert info.value.field == field
+
+
+def test_review_round_trip() -> None:
+    body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": request_for(claim())}
+    assert review(body, validate) == {
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "response": {"uid": "u-1", "allowed": True}}
+
+
+# --------------------------------------------------------------------------- pods: validation
+
+POD_CASES: list[tuple[str, dict[str, Any], str | None, str]] = [
+    ("valid", pod([{"name": "gpu", "resourceClaimName": "c"}]), None, ""),
+    ("valid-yaml", pod("- name: gpu\n  resourceClaimTemplateName: t\n"), None, ""),
+    ("valid-init-container-listed",
+     pod([{"name": "gpu", "resourceClaimName": "c", "containers": ["setup"]}], init=("setup",)),
+     None, ""),
+    ("not-yaml", pod("[{"), ANNOTATION, "not valid YAML/JSON"),
+    ("not-a-list", pod('{"name": "gpu"}'), ANNOTATION, "must be a list"),
+    ("no-reference", pod([{"name": "gpu"}]), f"{ANNOTATION}[0]", "exactly one of"),
+    ("bad-name", pod([{"name": "GPU", "resourceClaimName": "c"}]), f"{ANNOTATION}[0].name",
+     "DNS label"),
+    ("unknown-container",
+     pod([{"name": "gpu", "resourceClaimName": "c", "containers": ["main", "sidecar"]}]),
+     f"{ANNOTATION}[0].containers[1]", "no container named 'sidecar' (containers: main)"),
+    ("bad-request-name", pod([{"name": "gpu", "resourceClaimName": "c", "request": "Big_1"}]),
+     f"{ANNOTATION}[0].request", "DNS label"),
+    ("unknown-key", pod([{"name": "gpu", "resourceClaimName": "c", "source": "x"}]),
+     f"{ANNOTATION}[0].source", "unknown field"),
+]
+
+
+@pytest.mark.parametrize(("obj", "field", "words"), [c[1:] for c in POD_CASES],
+                         ids=[c[0] for c in POD_CASES])
+def test_pod_validation(obj: dict[str, Any], field: str | None, words: str) -> None:
+    errors = pod_errors(obj)
+    if field is None:
+        assert errors == []
+        assert validate(request_for(obj)).allowed
+        return
+    assert errors and errors[0].field == field, errors
+    assert words in errors[0].message
+    response = validate(request_for(obj))
+    assert not response.allowed and response.message.startswith(field)
+
+
+def test_pod_updates_are_not_validated() -> None:
+    bad = pod("[{")
+    assert validate(request_for(bad, "UPDATE", bad)).allowed
+
+
+def test_unknown_container_message_lists_init_containers() -> None:
+    (error,) = pod_errors(pod([{"name": "g", "resourceClaimName": "c", "containers": ["x"]}],
+                              containers=("a", "b"), init=("i",)))
+    assert error.message == \
+        "the pod has no container named 'x' (containers: a, b; init containers: i)"
+
+
+# --------------------------------------------------------------------------- pods: mutation
+
+KDRA_DEVICES_MAIN = {"name": "KDRA_DEVICES", "valueFrom": {"fieldRef": {
+    "apiVersion": "v1", "fieldPath": "metadata.annotations['devices.resource.kdra.dev/main']"}}}
+NVIDIA_MAIN = {"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"fieldRef": {
+    "apiVersion": "v1", "fieldPath": "metadata.annotations['gpus.resource.kdra.dev/main']"}}}
+
+
+def test_injected_env_reads_the_binders_annotations() -> None:
+    assert injected_env("main") == (KDRA_DEVICES_MAIN, NVIDIA_MAIN)
+
+
+def test_seed_pod_patch() -> None:
+    """The seed's pod-with-cats: each container gets its own claim's env."""
+    seed = pod(yaml.safe_load("""
+- {name: cat-0, resourceClaimName: small-white-cat-claim, containers: [container0]}
+- {name: cat-1, resourceClaimTemplateName: large-black-cat-claim-template,
+   containers: [container1]}
+"""), containers=("container0", "container1"), scheduler=None)
+    patch = pod_patch(seed)
+    assert patch[0] == {"op": "add", "path": "/spec/schedulerName", "value": SCHEDULER_NAME}
+    assert [op["path"] for op in patch[1:]] == ["/spec/containers/0/env",
+                                                "/spec/containers/1/env"]
+    assert patch[1]["value"] == list(injected_env("container0"))
+
+
+# (id, pod, expected schedulerName after the patch, container -> env names after the patch)
+MUTATION_CASES: list[tuple[str, dict[str, Any], str | None, dict[str, list[str]]]] = [
+    ("default-scheduler-replaced", pod([{"name": "g", "resourceClaimName": "c"}]),
+     SCHEDULER_NAME, {"main": ["KDRA_DEVICES", "NVIDIA_VISIBLE_DEVICES"]}),
+    ("unset-scheduler-added", pod([{"name": "g", "resourceClaimName": "c"}], scheduler=None),
+     SCHEDULER_NAME, {"main": ["KDRA_DEVICES", "NVIDIA_VISIBLE_DEVICES"]}),
+    ("custom-scheduler-kept",
+     pod([{"name": "g", "resourceClaimName": "c"}], scheduler="volcano"),
+     "volcano", {"main": ["KDRA_DEVICES", "NVIDIA_VISIBLE_DEVICES"]}),
+    ("only-listed-containers",
+     pod([{"name": "g", "resourceClaimName": "c", "containers": ["b"]}],
+         containers=("a", "b", "c")),
+     SCHEDULER_NAME, {"a": [], "b": ["KDRA_DEVICES", "NVIDIA_VISIBLE_DEVICES"], "c": []}),
+    ("default-all-containers-not-init",
+     pod([{"name": "g", "resourceClaimName": "c"}], containers=("a", "b"), init=("setup",)),
+     SCHEDULER_NAME, {"a": ["KDRA_DEVICES", "NVIDIA_VISIBLE_DEVICES"],
+                      "b": ["KDRA_DEVICES", "NVIDIA_VISIBLE_DEVICES"], "setup": []}),
+    ("init-container-when-listed",
+     pod([{"name": "g", "resourceClaimName": "c", "containers": ["setup"]}],
+         containers=("a",), init=("setup",)),
+     SCHEDULER_NAME, {"a": [], "setup": ["KDRA_DEVICES", "NVIDIA_VISIBLE_DEVICES"]}),
+    ("union-of-entries",
+     pod([{"name": "g", "resourceClaimName": "c", "containers": ["a"]},
+          {"name": "h", "resourceClaimTemplateName": "t", "containers": ["c"]}],
+         containers=("a", "b", "c")),
+     SCHEDULER_NAME, {"a": ["KDRA_DEVICES", "NVIDIA_VISIBLE_DEVICES"], "b": [],
+                      "c": ["KDRA_DEVICES", "NVIDIA_VISIBLE_DEVICES"]}),
+    ("existing-env-appended",
+     pod([{"name": "g", "resourceClaimName": "c"}], env={"main": [{"name": "A", "value": "1"}]}),
+     SCHEDULER_NAME, {"main": ["A", "KDRA_DEVICES", "NVIDIA_VISIBLE_DEVICES"]}),
+    ("user-value-wins",
+     pod([{"name": "g", "resourceClaimName": "c"}],
+         env={"main": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}]}),
+     SCHEDULER_NAME, {"main": ["NVIDIA_VISIBLE_DEVICES", "KDRA_DEVICES"]}),
+    ("empty-containers-list",
+     pod([{"name": "g", "resourceClaimName": "c", "containers": []}]),
+     SCHEDULER_NAME, {"main": []}),
+    ("no-claims-no-change", pod([]), "default-scheduler", {"main": []}),
+    ("unknown-container-ignored",
+     pod([{"name": "g", "resourceClaimName": "c", "containers": ["ghost"]}]),
+     SCHEDULER_NAME, {"main": []}),
+]
+
+
+@pytest.mark.parametrize(("obj", "scheduler", "env"), [c[1:] for c in MUTATION_CASES],
+                         ids=[c[0] for c in MUTATION_CASES])
+def test_pod_mutation(obj: dict[str, Any], scheduler: str | None,
+                      env: dict[str, list[str]]) -> None:
+    response = mutate_pod(request_for(obj))
+    assert response.allowed
+    patched = apply_patch(obj, list(response.patch))
+    assert patched["spec"].get("schedulerName") == scheduler
+    everyone = patched["spec"]["containers"] + patched["spec"].get("initContainers", [])
+    assert {c["name"]: env_names(c) for c in everyone} == env
+    # Idempotent (reinvocationPolicy: IfNeeded): a second pass changes nothing.
+    assert mutate_pod(request_for(patched)).patch == ()
+    # A user-set value is never overwritten.
+    for c in everyone:
+        for e in obj_env(obj, c["name"]):
+            assert e in c["env"]
+
+
+def obj_env(obj: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    for c in obj["spec"]["containers"] + obj["spec"].get("initContainers", []):
+        if c["name"] == name:
+            return list(c.get("env") or [])
+    return []
+
+
+def test_mutation_wire_form_is_a_base64_json_patch() -> None:
+    wire = mutate_pod(request_for(pod([{"name": "g", "resourceClaimName": "c"}]))).to_review()
+    body = wire["response"]
+    assert body["allowed"] is True and body["patchType"] == "JSONPatch"
+    patch = json.loads(base64.b64decode(body["patch"]))
+    assert patch == [
+        {"op": "replace", "path": "/spec/schedulerName", "value": SCHEDULER_NAME},
+        {"op": "add", "path": "/spec/containers/0/env", "value": [KDRA_DEVICES_MAIN, NVIDIA_MAIN]},
+    ]
+
+
+def test_custom_scheduler_gets_a_warning() -> None:
+    response = mutate_pod(request_for(pod([{"name": "g", "resourceClaimName": "c"}],
+                                          scheduler="volcano")))
+    assert response.warnings and "'volcano'" in response.warnings[0]
+    assert response.to_review()["response"]["warnings"] == list(response.warnings)
+
+
+@pytest.mark.parametrize("obj", [pod("[{"), pod(None)], ids=["malformed", "no-annotation"])
+def test_mutation_leaves_other_pods_alone(obj: dict[str, Any]) -> None:
+    """A malformed annotation is the validating webhook's to reject; no annotation: nothing."""
+    assert mutate_pod(request_for(obj)) == AdmissionResponse("u-1")
+
+
+def test_mutation_only_on_create() -> None:
+    obj = pod([{"name": "g", "resourceClaimName": "c"}])
+    assert mutate_pod(request_for(obj, "UPDATE", obj)).patch == ()
+
+
+def test_consuming_containers() -> None:
+    obj = pod(None, containers=("a", "b"), init=("i",))
+    claims = parse_pod_claims(json.dumps([
+        {"name": "x", "resourceClaimName": "c", "containers": ["i"]},
+        {"name": "y", "resourceClaimName": "d"},
+    ]))
+    assert consuming_containers(obj, claims) == {"a", "b", "i"}

@@ -1,0 +1,66 @@
+"""The webhook configurations (kdra.domain.webhooks) and their static copies in manifests/."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kdra.domain.webhooks import (
+    POD_MATCH_CONDITION,
+    Endpoint,
+    mutating_configuration,
+    service_dns_names,
+    validating_configuration,
+)
+
+MANIFESTS = Path(__file__).resolve().parents[3] / "manifests" / "webhooks"
+PLACEHOLDER = b"\n"  # caBundle: Cg== in the static files
+
+
+@pytest.mark.parametrize(("name", "build"), [
+    ("mutating.yaml", mutating_configuration),
+    ("validating.yaml", validating_configuration),
+])
+def test_static_manifests_match_what_the_operator_writes(name: str, build: Any) -> None:
+    static = yaml.safe_load((MANIFESTS / name).read_text())
+    assert static == build(Endpoint(), PLACEHOLDER)
+
+
+def test_url_endpoint_and_ca_bundle() -> None:
+    config = validating_configuration(Endpoint(url="https://127.0.0.1:9443/"), b"PEM")
+    for webhook in config["webhooks"]:
+        assert webhook["clientConfig"] == {"url": "https://127.0.0.1:9443/validate",
+                                           "caBundle": base64.b64encode(b"PEM").decode()}
+    mutating = mutating_configuration(Endpoint(url="https://h:1"), None)
+    assert mutating["webhooks"][0]["clientConfig"] == {"url": "https://h:1/mutate-pods"}
+
+
+def test_service_endpoint_follows_the_namespace() -> None:
+    config = mutating_configuration(Endpoint(namespace="ops"), b"x")
+    assert config["webhooks"][0]["clientConfig"]["service"] == {
+        "namespace": "ops", "name": "kdra-webhook", "path": "/mutate-pods", "port": 443}
+    assert service_dns_names("ops") == ("kdra-webhook", "kdra-webhook.ops",
+                                        "kdra-webhook.ops.svc",
+                                        "kdra-webhook.ops.svc.cluster.local")
+
+
+def test_policies() -> None:
+    webhooks = (mutating_configuration(Endpoint(), None)["webhooks"]
+                + validating_configuration(Endpoint(), None)["webhooks"])
+    assert {w["name"] for w in webhooks} == {"mutate-pods.resource.kdra.dev",
+                                             "validate-pods.resource.kdra.dev",
+                                             "validate.resource.kdra.dev"}
+    for webhook in webhooks:
+        assert webhook["failurePolicy"] == "Fail"
+        assert webhook["sideEffects"] == "None"
+        assert webhook["timeoutSeconds"] == 5
+        assert webhook["admissionReviewVersions"] == ["v1"]
+        if webhook["rules"][0]["resources"] == ["pods"]:
+            # Only pods with the annotation reach the webhook: an outage never blocks others.
+            assert webhook["matchConditions"] == [{"name": "has-claims-annotation",
+                                                   "expression": POD_MATCH_CONDITION}]
+            assert webhook["rules"][0]["operations"] == ["CREATE"]
