@@ -22,6 +22,13 @@ def _operator(args: argparse.Namespace) -> int:
     return run_operator(from_args(args))
 
 
+def _agent(args: argparse.Namespace) -> int:
+    from kdra.services.agent.runner import run_agent
+    from kdra.settings import agent_from_args
+
+    return run_agent(agent_from_args(args))
+
+
 def _demo(args: argparse.Namespace) -> int:
     from kdra.demo import run_demo
 
@@ -48,10 +55,21 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run kdra's operator. Every flag also reads KDRA_<FLAG> from the "
         "environment (e.g. KDRA_METRICS_PORT).",
     )
-    from kdra.settings import add_arguments
+    from kdra.settings import AgentSettings, add_arguments
 
     add_arguments(op)
     op.set_defaults(func=_operator)
+
+    agent = sub.add_parser(
+        "agent",
+        help="run the node agent: publish a node's devices, prepare its claims",
+        description="Run kdra's node agent for NODE_NAME (or many simulated nodes): discover "
+        "devices (NVML, or --inventory FILE), publish ResourceSlices, renew a heartbeat Lease, "
+        "prepare claims allocated to the node (CDI specs, checkpoint, status.devices). Every "
+        "flag also reads KDRA_<FLAG> from the environment.",
+    )
+    add_arguments(agent, AgentSettings)
+    agent.set_defaults(func=_agent)
 
     demo = sub.add_parser(
         "demo",

@@ -1,4 +1,5 @@
-"""The operator's settings: one frozen object, built once at start-up.
+"""Settings of the operator and of the node agent: one frozen object each, built once at
+start-up.
 
 Each field comes from a command-line flag, falling back to an environment variable
 (``KDRA_<FIELD>`` upper-cased), falling back to the default documented here.
@@ -9,7 +10,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 
@@ -37,33 +38,161 @@ class OperatorSettings:
     priority: int = 0
     """This replica's peering priority: the highest live priority is the active one."""
 
+    policy: str = "binpack"
+    """Default device placement policy: binpack (fill nodes, keep others whole), spread, or
+    first-fit. A pod may override it with annotation resource.kdra.dev/placement-policy."""
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+    prepare_timeout: float = 120.0
+    """Seconds the binder waits for the node agent to report a pod's devices Ready before it
+    undoes the allocation and tries another node."""
+
+    slice_gc_grace: float = 40.0
+    """Seconds a node agent's Lease may stay expired before the slice garbage collector
+    deletes that agent's ResourceSlices (a restarting agent returns within it)."""
+
+    # Admission webhooks (kdra.services.webhook).
+
+    webhook_port: int = 8443
+    """Port of the admission webhooks' HTTPS server (paths /validate, /mutate-pods,
+    /healthz); 0 turns the webhooks off."""
+
+    webhook_host: str = "0.0.0.0"
+    """Address the webhook server binds to. A specific address (not 0.0.0.0 or ::) is also
+    written into a generated serving certificate."""
+
+    webhook_url: str | None = None
+    """Base URL the API server calls the webhooks at, for an operator outside the cluster
+    (e.g. https://127.0.0.1:8443; its host goes into a generated certificate). Unset: the
+    webhook configurations name the Service kdra-webhook (port 443) in the namespace."""
+
+    webhook_cert_dir: str | None = None
+    """Directory with tls.crt, tls.key and ca.crt (as cert-manager mounts them), re-read
+    periodically. Unset: the operator generates a CA and a serving certificate, keeps them in
+    the Secret kdra-webhook-tls in the namespace (shared by replicas) and rotates them when
+    less than a third of their validity is left."""
+
+    webhook_manage_config: bool = True
+    """Create and keep up to date the MutatingWebhookConfiguration kdra-mutating and the
+    ValidatingWebhookConfiguration kdra-validating, with the serving CA bundle. Off: install
+    them yourself (manifests/webhooks) and keep their caBundle current."""
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """Settings of ``kdra agent`` (the node agent); flags fall back to ``KDRA_<FIELD>``."""
+
+    kubeconfig: str | None = None
+    """Path of a kubeconfig; unset: ``$KUBECONFIG``, ``~/.kube/config``, then in-cluster."""
+
+    node_name: str = field(default="", metadata={"env": ("NODE_NAME",)})
+    """The node this agent serves (its pool name); falls back to ``$NODE_NAME`` (set from the
+    downward API in the DaemonSet). Ignored with ``--simulate-nodes``."""
+
+    namespace: str = "kdra-system"
+    """Namespace of the agents' heartbeat Leases."""
+
+    inventory: str = ""
+    """Fake inventory file (YAML: GPU profiles like '8 x H100-80GB' and arbitrary devices);
+    empty: discover real GPUs through NVML."""
+
+    driver: str = "gpu.kdra.dev"
+    """Driver name of the GPUs NVML discovers (and the default driver of inventory entries)."""
+
+    cdi_dir: str = "/var/run/cdi"
+    """Directory where the agent writes CDI spec files for prepared claims."""
+
+    state_dir: str = "/var/lib/kdra"
+    """Directory of the agent's checkpoints (one file per node)."""
+
+    metrics_port: int = 8082
+    """Port of the Prometheus ``/metrics`` endpoint; 0 turns it off."""
+
+    lease_duration: int = 40
+    """Seconds a heartbeat Lease stays valid without renewal."""
+
+    renew_interval: float = 10.0
+    """Seconds between heartbeat Lease renewals."""
+
+    inventory_poll: float = 5.0
+    """Seconds between checks of the inventory (file modification time, or NVML health);
+    SIGHUP re-reads at once."""
+
+    resync_period: float = 60.0
+    """Seconds between checks that the published slices still exist as published."""
+
+    simulate_nodes: str = field(default="", metadata={"multi": True})
+    """Serve many simulated nodes from one process, each with its own pool, Lease and
+    checkpoint: 'node-{0..99}' (quoted), or names separated by commas or spaces."""
+
+    create_nodes: bool = False
+    """Create the served Node objects (capacity, Ready condition) when they do not exist:
+    there is no kubelet for simulated nodes."""
+
+    identity: str = ""
+    """Holder identity written into the Leases; empty: '<hostname>-<pid>'."""
+
+    workers: int = 4
+    """Concurrent claim prepare/unprepare operations per process."""
+
+
+def add_arguments(parser: argparse.ArgumentParser,
+                  settings_class: type[OperatorSettings] | type[AgentSettings] = OperatorSettings,
+                  ) -> None:
     """Add one flag per settings field (defaults resolved later, see :func:`from_args`)."""
-    docs = _docs()
-    for field in fields(OperatorSettings):
-        flag = "--" + field.name.replace("_", "-")
-        parser.add_argument(flag, dest=field.name, default=None, help=docs.get(field.name))
+    docs = _docs(settings_class)
+    for item in fields(settings_class):
+        flag = "--" + item.name.replace("_", "-")
+        extra: dict[str, Any] = {}
+        if str(item.type) == "bool":
+            extra = {"nargs": "?", "const": "true", "metavar": "BOOL"}
+        elif item.metadata.get("multi"):
+            extra = {"nargs": "+"}
+        parser.add_argument(flag, dest=item.name, default=None, help=docs.get(item.name),
+                            **extra)
 
 
 def from_args(args: argparse.Namespace) -> OperatorSettings:
+    settings: OperatorSettings = _from_args(args, OperatorSettings)
+    return settings
+
+
+def agent_from_args(args: argparse.Namespace) -> AgentSettings:
+    settings: AgentSettings = _from_args(args, AgentSettings)
+    return settings
+
+
+def _bool(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"{raw!r} is not a boolean (true/false)")
+
+
+def _from_args(args: argparse.Namespace, settings_class: type[Any]) -> Any:
     values: dict[str, Any] = {}
-    for field in fields(OperatorSettings):
-        raw = getattr(args, field.name, None)
-        if raw is None:
-            raw = os.environ.get(f"KDRA_{field.name.upper()}")
+    converters: dict[str, Any] = {"int": int, "float": float, "bool": _bool}
+    for item in fields(settings_class):
+        raw = getattr(args, item.name, None)
+        if isinstance(raw, list):
+            raw = " ".join(raw)
+        for env in (f"KDRA_{item.name.upper()}", *item.metadata.get("env", ())):
+            if raw is None:
+                raw = os.environ.get(env)
         if raw is None:
             continue
-        values[field.name] = int(raw) if field.type in ("int", int) else raw
-    return OperatorSettings(**values)
+        convert = converters.get(str(item.type))
+        values[item.name] = convert(raw) if convert else raw
+    return settings_class(**values)
 
 
-def _docs() -> dict[str, str]:
+def _docs(settings_class: type[Any] = OperatorSettings) -> dict[str, str]:
     """Field docstrings, read from this module's source (for ``--help``)."""
     import ast
     import inspect
 
-    tree = ast.parse(inspect.getsource(OperatorSettings))
+    tree = ast.parse(inspect.getsource(settings_class))
     docs: dict[str, str] = {}
     body = tree.body[0].body if isinstance(tree.body[0], ast.ClassDef) else []
     for node, nxt in itertools.pairwise(body):

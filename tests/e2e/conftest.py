@@ -57,6 +57,10 @@ def namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) -> It
     name = name.strip("-")
     control_plane.kubectl("create", "namespace", name)
     yield name
+    # There is no kubelet to finish graceful deletion of bound pods: force it, as a kubelet
+    # would, so the namespace (and the devices its claims hold) really goes away.
+    control_plane.kubectl("delete", "pods", "--all", "-n", name, "--grace-period=0", "--force",
+                          "--wait=false", check=False)
     control_plane.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 

@@ -327,11 +327,13 @@ def _write_kubeconfig(path: Path, server: str, ca: Path, client: KeyPair, user: 
 
 
 @contextmanager
-def running(workdir: Path | None = None, **kwargs: bool) -> Iterator[ControlPlane]:
+def running(workdir: Path | None = None,
+            with_controller_manager: bool = True) -> Iterator[ControlPlane]:
     """Start a control plane for the duration of a ``with`` block."""
     owned = workdir is None
     directory = workdir or Path(tempfile.mkdtemp(prefix="kdra-cp-"))
-    plane = ControlPlane(directory, binaries(), **kwargs).start()
+    plane = ControlPlane(directory, binaries(),
+                         with_controller_manager=with_controller_manager).start()
     try:
         yield plane
     finally:

@@ -206,7 +206,9 @@ class DeviceClaim(_Model):
         if duplicates:
             raise ValueError(f"duplicate request names: {', '.join(duplicates)}")
         known = set(names)
-        for kind, entries in (("constraints", self.constraints), ("config", self.config)):
+        named: tuple[tuple[str, tuple[DeviceConstraint | DeviceClaimConfiguration, ...]], ...] = (
+            ("constraints", self.constraints), ("config", self.config))
+        for kind, entries in named:
             for index, entry in enumerate(entries):
                 unknown = [name for name in entry.requests if name not in known]
                 if unknown:

@@ -19,6 +19,8 @@ def run_operator(settings: OperatorSettings) -> int:
         os.environ["KUBECONFIG"] = settings.kubeconfig  # for kopf's own login
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # One INFO line per watch event ("Handler 'pod_event' succeeded") drowns the real logs.
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     metrics.init_series()
     metrics.serve(settings.metrics_port)
     kopf.run(

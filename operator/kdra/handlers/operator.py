@@ -2,6 +2,8 @@
 
 Only low-level ``@kopf.on.event`` handlers are used on the hot path: they add no annotations
 and no extra PATCHes per object, and they just enqueue work (see kdra.services.workqueue).
+Every handler is ``async``: kopf runs sync handlers in a thread pool, and the services' caches
+and queues belong to the event loop.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Any
 import kopf
 
 from kdra import GROUP, VERSION
-from kdra.domain.podclaims import CLAIMS_ANNOTATION
+from kdra.domain.inventory import AGENT_LEASE_LABEL
 from kdra.services.operator import Operator
 from kdra.settings import OperatorSettings
 
@@ -36,16 +38,48 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         await operator.stop()
 
 
-@kopf.on.event("v1", "pods", annotations={CLAIMS_ANNOTATION: kopf.PRESENT})
-def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    memo.operator.claim_controller.on_pod(event["type"], event["object"])
+@kopf.on.event("v1", "pods")
+async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    memo.operator.on_pod(event["type"], event["object"])
 
 
 @kopf.on.event(GROUP, VERSION, "resourceclaims")
-def claim_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    memo.operator.claim_controller.on_claim(event["type"], event["object"])
+async def claim_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    memo.operator.on_claim(event["type"], event["object"])
+
+
+@kopf.on.event(GROUP, VERSION, "resourceslices")
+async def slice_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    memo.operator.binder.on_slice(event["type"], event["object"])
+
+
+@kopf.on.event(GROUP, VERSION, "deviceclasses")
+async def class_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    memo.operator.binder.on_class(event["type"], event["object"])
+
+
+@kopf.on.event("v1", "nodes")
+async def node_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    memo.operator.binder.on_node(event["type"], event["object"])
+
+
+@kopf.on.event(GROUP, VERSION, "resourceslices")
+async def slice_gc_slice_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    memo.operator.slice_gc.on_slice(event["type"], event["object"])
+
+
+@kopf.on.event("v1", "nodes")
+async def slice_gc_node_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    memo.operator.slice_gc.on_node(event["type"], event["object"])
+
+
+@kopf.on.event("coordination.k8s.io", "v1", "leases", labels={AGENT_LEASE_LABEL: "true"})
+async def agent_lease_event(event: kopf.RawEvent, memo: kopf.Memo, namespace: str | None,
+                      **_: Any) -> None:
+    if namespace == memo.kdra_settings.namespace:  # node agents' heartbeats only
+        memo.operator.slice_gc.on_lease(event["type"], event["object"])
 
 
 @kopf.on.event(GROUP, VERSION, "resourceclaimtemplates")
-def template_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+async def template_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     memo.operator.claim_controller.on_template(event["type"], event["object"])

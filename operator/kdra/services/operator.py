@@ -13,11 +13,25 @@ from __future__ import annotations
 
 import logging
 
+from kdra.domain.inventory import AGENT_LEASE_LABEL
 from kdra.domain.podclaims import CLAIMS_ANNOTATION
-from kdra.kube.client import CLAIMS, PODS, TEMPLATES, KubeClient, connect
+from kdra.kube.client import (
+    CLAIMS,
+    CLASSES,
+    LEASES,
+    NODES,
+    PODS,
+    SLICES,
+    TEMPLATES,
+    KubeClient,
+    connect,
+)
 from kdra.kube.events import EventRecorder
+from kdra.services.binder import Binder, BinderSettings
 from kdra.services.claim_controller import ClaimController, claim_store, pod_store
-from kdra.services.store import Store
+from kdra.services.slice_gc import SliceGC
+from kdra.services.store import JSON, Store
+from kdra.services.webhook import WebhookServer, start_webhooks
 from kdra.settings import OperatorSettings
 
 log = logging.getLogger(__name__)
@@ -35,13 +49,25 @@ class Operator:
             client, self.events, pods=self.pods, claims=self.claims, templates=self.templates,
             workers=settings.workers,
         )
+        self.binder = Binder(client, EventRecorder(client, component="kdra-scheduler"),
+                             claims=self.claims, settings=BinderSettings(
+                                 policy=settings.policy,
+                                 prepare_timeout=settings.prepare_timeout))
+        self.webhook: WebhookServer | None = None  # admission webhooks (started in start())
+        self.slice_gc = SliceGC(client, namespace=settings.namespace,
+                                grace=settings.slice_gc_grace)
 
     @classmethod
     async def start(cls, settings: OperatorSettings) -> Operator:
         client = await connect(settings.kubeconfig)
         operator = cls(settings, client)
         await operator.prime()
+        # Admission webhooks: serving before the controllers run, since the claims they
+        # create go through the validating webhook (kdra.services.webhook).
+        operator.webhook = await start_webhooks(settings, client)
         operator.claim_controller.start()
+        operator.binder.start()
+        operator.slice_gc.start()
         log.info("kdra operator started: %d pods with claims, %d claims, %d templates",
                  len(operator.pods), len(operator.claims), len(operator.templates))
         return operator
@@ -49,11 +75,34 @@ class Operator:
     async def prime(self) -> None:
         self.claims.prime(await self.client.list(CLAIMS))
         self.templates.prime(await self.client.list(TEMPLATES))
+        pods = await self.client.list(PODS)
         self.pods.prime(
-            pod for pod in await self.client.list(PODS)
+            pod for pod in pods
             if CLAIMS_ANNOTATION in (pod["metadata"].get("annotations") or {})
         )
+        self.binder.prime(nodes=await self.client.list(NODES),
+                          slices=await self.client.list(SLICES),
+                          classes=await self.client.list(CLASSES), pods=pods)
+        self.slice_gc.prime(
+            slices=await self.client.list(SLICES), nodes=await self.client.list(NODES),
+            leases=await self.client.list(LEASES, self.settings.namespace,
+                                          label_selector=f"{AGENT_LEASE_LABEL}=true"))
+
+    # Watch events, fanned out to the services that keep state about each kind.
+
+    def on_pod(self, event_type: str | None, pod: JSON) -> None:
+        if CLAIMS_ANNOTATION in (pod["metadata"].get("annotations") or {}):
+            self.claim_controller.on_pod(event_type, pod)
+        self.binder.on_pod(event_type, pod)
+
+    def on_claim(self, event_type: str | None, claim: JSON) -> None:
+        self.claim_controller.on_claim(event_type, claim)  # applies it to the shared store
+        self.binder.on_claim(event_type, claim)
 
     async def stop(self) -> None:
+        await self.slice_gc.stop()
+        await self.binder.stop()
         await self.claim_controller.stop()
+        if self.webhook is not None:  # after the controllers: their last writes are admitted
+            await self.webhook.stop()
         await self.client.close()

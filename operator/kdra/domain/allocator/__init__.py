@@ -1,0 +1,40 @@
+"""The structured device allocator (upstream DRA "structured parameters", UPSTREAM.md §3).
+
+A pure library over an in-memory :class:`Snapshot` of slices, classes and devices in use:
+
+- :func:`allocate` — one node: results per claim, ``None`` (does not fit), or
+  :class:`~kdra.domain.errors.AllocationError` (bad input);
+- :func:`place` — many nodes for the binder: placements (with what a scorer needs) or a
+  :class:`Reason` per node, and :func:`summarize` to explain a pod that fits nowhere;
+- :func:`selector_matches` — core NodeSelector matching (also for pods' node selection).
+
+The caller persists: nothing here talks to the API server. Modules, one job each:
+``nodeselector`` (NodeSelector), ``pools`` (devices, slices, pools per node), ``snapshot``
+(incremental indexes), ``search`` (per-node backtracking), ``results`` (AllocationResult
+building), ``cluster`` (many nodes, reasons), ``reasons``, ``stats``.
+"""
+
+from kdra.domain.allocator.cluster import ClusterOutcome, Placement, place, summarize
+from kdra.domain.allocator.nodeselector import NodeInfo, node_name_selector, selector_matches
+from kdra.domain.allocator.pools import DeviceId
+from kdra.domain.allocator.reasons import Reason, ReasonCode
+from kdra.domain.allocator.search import allocate
+from kdra.domain.allocator.snapshot import Snapshot, devices_in_use
+from kdra.domain.allocator.stats import Stats
+
+__all__ = [
+    "ClusterOutcome",
+    "DeviceId",
+    "NodeInfo",
+    "Placement",
+    "Reason",
+    "ReasonCode",
+    "Snapshot",
+    "Stats",
+    "allocate",
+    "devices_in_use",
+    "node_name_selector",
+    "place",
+    "selector_matches",
+    "summarize",
+]

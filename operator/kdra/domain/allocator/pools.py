@@ -1,0 +1,282 @@
+"""Devices, slices and pools as the allocator sees them from one node.
+
+- :class:`DeviceEntry` wraps one device of one ResourceSlice *object*. It memoises selector
+  results per expression: a slice object never changes (models are frozen, and a device is
+  immutable within a pool generation), and a new version of the slice gets new entries, so a
+  memoised result can never be stale.
+- :func:`gather_pools` groups the slices a node can see into pools (upstream's GatherPools):
+  per (driver, pool name) only the slices of the highest ``generation`` count; a pool is
+  *incomplete* when that generation has fewer (or more) slices than ``resourceSliceCount``;
+  *invalid* when a device name repeats inside it.
+- :class:`NodePools` is the result for one node, in a stable walk order: pools by (driver,
+  name), slices by name, devices as listed. It caches, per selector set, the devices that match
+  (:meth:`NodePools.matching`); the cache dies with the object, which the snapshot replaces
+  whenever the node's slices change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from kdra.domain.allocator.nodeselector import NodeInfo, selector_matches
+from kdra.domain.allocator.stats import Stats
+from kdra.domain.cel import CelDevice, make_device
+from kdra.domain.cel import DeviceSelector as CompiledSelector
+from kdra.domain.errors import CelRuntimeError, InvalidObject
+from kdra.domain.models import ResourceSlice
+
+CACHE_LIMIT = 128
+"""Most expressions (or selector sets) one device memo / one node cache keeps; past it the
+cache starts over. Selectors are few in practice (classes are shared); this only bounds memory
+when pods carry one-off selectors (a uuid each)."""
+
+AttributeValue = tuple[str, int | bool | str]
+"""An attribute as ``(kind, value)``; kind is ``int``, ``bool``, ``string`` or ``version``."""
+
+SelectorFailure = CelRuntimeError | InvalidObject
+"""Why a selector could not be evaluated on a device (a runtime error, or device data CEL
+cannot represent, such as an invalid version)."""
+
+
+class DeviceId(NamedTuple):
+    """A device's identity across the cluster: ``driver/pool/device``."""
+
+    driver: str
+    pool: str
+    device: str
+
+    def __str__(self) -> str:
+        return f"{self.driver}/{self.pool}/{self.device}"
+
+
+@dataclass(frozen=True, slots=True)
+class Selector:
+    """A compiled CEL selector and where it came from (for messages)."""
+
+    expression: str
+    compiled: CompiledSelector
+    origin: str
+    """``class gpu.kdra.dev selector #0``, or ``selector #1`` for a request's own."""
+
+
+class DeviceEntry:
+    """One device of one slice object, with its CEL view and selector memo."""
+
+    __slots__ = ("_cel", "_memo", "attributes", "id", "index", "slice")
+
+    def __init__(self, slice_: ResourceSlice, index: int) -> None:
+        device = slice_.spec.devices[index]
+        self.slice = slice_
+        self.index = index
+        self.id = DeviceId(slice_.spec.driver, slice_.spec.pool.name, device.name)
+        basic = device.basic
+        self.attributes: dict[str, AttributeValue] = (
+            {name: (attr.kind, attr.value) for name, attr in basic.attributes.items()}
+            if basic is not None
+            else {}
+        )
+        self._cel: CelDevice | None = None
+        self._memo: dict[str, bool | SelectorFailure] = {}
+
+    def __repr__(self) -> str:
+        return f"DeviceEntry({self.id})"
+
+    def attribute(self, qualified_name: str) -> AttributeValue | None:
+        """Look up a fully qualified attribute; the bare name counts when its domain is the
+        device's driver (``gpu.kdra.dev/index`` finds ``index`` on a ``gpu.kdra.dev`` device)."""
+        value = self.attributes.get(qualified_name)
+        if value is not None:
+            return value
+        domain, _, name = qualified_name.partition("/")
+        if name and domain == self.id.driver:
+            return self.attributes.get(name)
+        return None
+
+    def cel_device(self) -> CelDevice:
+        """The device as CEL sees it, built once. Raises InvalidObject on bad data."""
+        if self._cel is None:
+            device = self.slice.spec.devices[self.index]
+            capacity = device.basic.capacity if device.basic is not None else {}
+            self._cel = make_device(self.id.driver, self.attributes, capacity)
+        return self._cel
+
+    def evaluate(self, selector: Selector, stats: Stats) -> bool:
+        """The selector's verdict on this device, memoised per expression.
+
+        Raises CelRuntimeError / InvalidObject (also memoised: evaluating again would fail
+        the same way).
+        """
+        hit = self._memo.get(selector.expression)
+        if hit is None:
+            if len(self._memo) >= CACHE_LIMIT:
+                self._memo.clear()
+            stats.cel_evaluations += 1
+            try:
+                result = selector.compiled.matches(self.cel_device(), str(self.id))
+            except (CelRuntimeError, InvalidObject) as exc:
+                self._memo[selector.expression] = exc
+                raise
+            self._memo[selector.expression] = result
+            return result
+        stats.memo_hits += 1
+        if isinstance(hit, bool):
+            return hit
+        raise hit.with_traceback(None)
+
+    def memoised(self, expression: str) -> bool | SelectorFailure | None:
+        """The memoised verdict for ``expression``, or None if never evaluated."""
+        return self._memo.get(expression)
+
+
+@dataclass(frozen=True, slots=True)
+class SliceEntry:
+    """A slice object with its device entries (built once per slice object)."""
+
+    slice: ResourceSlice
+    entries: tuple[DeviceEntry, ...]
+
+    @classmethod
+    def of(cls, slice_: ResourceSlice) -> SliceEntry:
+        return cls(slice_, tuple(DeviceEntry(slice_, i) for i in range(len(slice_.spec.devices))))
+
+    @property
+    def name(self) -> str:
+        return self.slice.metadata.name
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """One pool as seen from one node (newest generation only)."""
+
+    driver: str
+    name: str
+    generation: int
+    slices: tuple[SliceEntry, ...]
+    entries: tuple[DeviceEntry, ...]
+    incomplete: bool
+    duplicate: str | None
+    """The first repeated device name, when the pool is invalid."""
+
+    @property
+    def id(self) -> str:
+        return f"{self.driver}/{self.name}"
+
+    @property
+    def invalid(self) -> bool:
+        return self.duplicate is not None
+
+
+class MatchItem(NamedTuple):
+    """A device that matches a selector set, or whose evaluation failed."""
+
+    entry: DeviceEntry
+    pool: Pool
+    failure: tuple[Selector, SelectorFailure] | None
+
+
+class NodePools:
+    """The pools one node can see, in walk order, with per-selector-set match caches.
+
+    Invariant: the pools never change (the snapshot builds a new object instead). The match
+    cache and ``notes`` depend only on the pools and the selectors' expressions; ``counts``
+    (free-device counts kept by the cluster entry point) are valid only under the busy stamp
+    stored with them.
+    """
+
+    __slots__ = ("_matching", "counts", "node", "notes", "pools")
+
+    def __init__(self, node: NodeInfo, pools: tuple[Pool, ...]) -> None:
+        self.node = node
+        self.pools = pools
+        self._matching: dict[tuple[str, ...], tuple[MatchItem, ...]] = {}
+        self.counts: dict[tuple[str, ...], tuple[tuple[int, int], tuple[int, ...]]] = {}
+        self.notes: dict[tuple[str, ...], str] = {}
+        """Per selector set: which selectors turned this node's devices away (for reasons)."""
+
+    def matching(
+        self, selectors: tuple[Selector, ...], key: tuple[str, ...], stats: Stats
+    ) -> tuple[MatchItem, ...]:
+        """The devices (in walk order, in use or not) that pass every selector, plus those
+        on which a selector failed (``failure`` set; evaluation stops at the failing one,
+        like the search would). ``key`` is the tuple of the selectors' expressions."""
+        cached = self._matching.get(key)
+        if cached is not None:
+            return cached
+        stats.match_lists_built += 1
+        if len(self._matching) >= CACHE_LIMIT:
+            self._matching.clear()
+            self.counts.clear()
+            self.notes.clear()
+        items: list[MatchItem] = []
+        for pool in self.pools:
+            for entry in pool.entries:
+                failure = None
+                matched = True
+                for selector in selectors:
+                    try:
+                        if not entry.evaluate(selector, stats):
+                            matched = False
+                            break
+                    except (CelRuntimeError, InvalidObject) as exc:
+                        failure = (selector, exc)
+                        break
+                if matched:
+                    items.append(MatchItem(entry, pool, failure))
+        result = tuple(items)
+        self._matching[key] = result
+        return result
+
+
+def slice_targets(slice_: ResourceSlice, node: NodeInfo) -> bool:
+    """Whether ``node`` can reach the devices of ``slice_`` (nodeName, allNodes, nodeSelector)."""
+    spec = slice_.spec
+    if spec.node_name:
+        return spec.node_name == node.name
+    if spec.all_nodes:
+        return True
+    return spec.node_selector is not None and selector_matches(spec.node_selector, node)
+
+
+def gather_pools(slices: Iterable[SliceEntry]) -> tuple[Pool, ...]:
+    """Group slices (already filtered to one node) into pools, newest generation only."""
+    newest: dict[tuple[str, str], list[SliceEntry]] = {}
+    for entry in slices:
+        spec = entry.slice.spec
+        key = (spec.driver, spec.pool.name)
+        current = newest.get(key)
+        if current is None:
+            newest[key] = [entry]
+            continue
+        generation = current[0].slice.spec.pool.generation
+        if spec.pool.generation > generation:
+            newest[key] = [entry]
+        elif spec.pool.generation == generation:
+            current.append(entry)
+    pools = []
+    for (driver, name), members in sorted(newest.items()):
+        members.sort(key=lambda e: e.name)
+        pool_spec = members[0].slice.spec.pool
+        entries = tuple(d for member in members for d in member.entries)
+        pools.append(
+            Pool(
+                driver=driver,
+                name=name,
+                generation=pool_spec.generation,
+                slices=tuple(members),
+                entries=entries,
+                incomplete=len(members) != pool_spec.resource_slice_count,
+                duplicate=_first_duplicate(entries),
+            )
+        )
+    return tuple(pools)
+
+
+def _first_duplicate(entries: tuple[DeviceEntry, ...]) -> str | None:
+    seen: set[str] = set()
+    for entry in entries:
+        if entry.id.device in seen:
+            return entry.id.device
+        seen.add(entry.id.device)
+    return None

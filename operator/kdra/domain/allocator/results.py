@@ -1,0 +1,114 @@
+"""Turning the devices picked for a claim into its ``AllocationResult``.
+
+- ``devices.results``: one entry per picked device, in pick order (requests in spec order,
+  devices in walk order).
+- ``devices.config``: first the DeviceClass configs (``FromClass``) — each class's entries
+  once, in the order its requests appear, with ``requests`` naming every request of the claim
+  that uses the class; then each claim config (``FromClaim``) once, keeping its ``requests``.
+  An entry whose ``requests`` names every request of the claim is written with ``requests``
+  empty ("all"), like upstream.
+- ``nodeSelector``: if any picked device's slice has ``nodeName``, one term ``matchFields
+  metadata.name In [nodeName]``; otherwise the union (without repeats) of the requirements of
+  the picked slices' single ``nodeSelector`` terms, as one term; ``allNodes`` slices add
+  nothing; nothing at all → ``None`` (usable on every node).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal, NamedTuple
+
+from kdra.domain.allocator.nodeselector import node_name_selector
+from kdra.domain.allocator.pools import DeviceEntry
+from kdra.domain.models import (
+    AllocationResult,
+    DeviceAllocationConfiguration,
+    DeviceAllocationResult,
+    DeviceRequestAllocationResult,
+    NodeSelector,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+    OpaqueDeviceConfiguration,
+)
+
+if TYPE_CHECKING:
+    from kdra.domain.allocator.search import PreparedClaim, PreparedRequest
+
+
+class Pick(NamedTuple):
+    """One device picked for one request."""
+
+    request: PreparedRequest
+    entry: DeviceEntry
+
+
+def build_result(claim: PreparedClaim, picks: Sequence[Pick]) -> AllocationResult:
+    results = tuple(
+        DeviceRequestAllocationResult(
+            request=pick.request.name,
+            driver=pick.entry.id.driver,
+            pool=pick.entry.id.pool,
+            device=pick.entry.id.device,
+        )
+        for pick in picks
+    )
+    return AllocationResult(
+        devices=DeviceAllocationResult(results=results, config=_configs(claim)),
+        node_selector=_node_selector(picks),
+    )
+
+
+def _configs(claim: PreparedClaim) -> tuple[DeviceAllocationConfiguration, ...]:
+    entries: list[tuple[Literal["FromClass", "FromClaim"], list[str], OpaqueDeviceConfiguration]]
+    entries = []
+    by_class: dict[str, range] = {}
+    for request in claim.requests:
+        seen = by_class.get(request.class_name)
+        if seen is not None:
+            for index in seen:
+                entries[index][1].append(request.name)
+            continue
+        start = len(entries)
+        for config in request.device_class.spec.config:
+            entries.append(("FromClass", [request.name], config.opaque))
+        by_class[request.class_name] = range(start, len(entries))
+    for claim_config in claim.claim.spec.devices.config:
+        entries.append(("FromClaim", list(claim_config.requests), claim_config.opaque))
+    everything = len(claim.requests)
+    return tuple(
+        DeviceAllocationConfiguration(
+            source=source,
+            requests=() if len(requests) == everything else tuple(requests),
+            opaque=opaque,
+        )
+        for source, requests, opaque in entries
+    )
+
+
+def _node_selector(picks: Sequence[Pick]) -> NodeSelector | None:
+    fields: list[NodeSelectorRequirement] = []
+    expressions: list[NodeSelectorRequirement] = []
+    for pick in picks:
+        spec = pick.entry.slice.spec
+        if spec.node_name:
+            return node_name_selector(spec.node_name)
+        if spec.node_selector is not None:
+            term = spec.node_selector.node_selector_terms[0]
+            _merge(term.match_fields, fields)
+            _merge(term.match_expressions, expressions)
+    if not fields and not expressions:
+        return None
+    term = NodeSelectorTerm(match_expressions=tuple(expressions), match_fields=tuple(fields))
+    return NodeSelector(node_selector_terms=(term,))
+
+
+def _merge(new: Sequence[NodeSelectorRequirement], into: list[NodeSelectorRequirement]) -> None:
+    for requirement in new:
+        values = set(requirement.values)
+        if not any(
+            have.key == requirement.key
+            and have.operator == requirement.operator
+            and set(have.values) == values
+            for have in into
+        ):
+            into.append(requirement)

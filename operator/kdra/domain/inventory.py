@@ -1,0 +1,622 @@
+"""A node's devices: the fake inventory file, and how devices become ResourceSlices.
+
+The node agent discovers devices with a backend (NVML on real GPUs, or the fake inventory file
+parsed here) and publishes them; this module holds everything about that which needs no I/O:
+
+- :func:`parse_inventory` reads the inventory YAML (GPU profiles like ``8 x H100-80GB`` and
+  arbitrary devices of any driver, e.g. the seed's cats with ``color``/``size``) and returns
+  an :class:`Inventory`, or raises InvalidObject naming the file, line and field.
+- :func:`plan_publication` turns one driver's devices into the pool's slices (at most 128
+  devices each, ``resourceSliceCount`` set, deterministic names) and decides whether the pool's
+  ``generation`` must be bumped: whenever the set of published devices or any device changes,
+  health included (an unhealthy device is left out of the slices, so it is never allocated).
+
+Inventory format (every key optional, unknown keys are errors)::
+
+    driver: gpu.kdra.dev            # default driver of the entries below
+    gpus:
+    - 8 x H100-80GB                 # shorthand: count x profile (see gpu_profiles)
+    - profile: A100-40GB            # long form
+      count: 4
+      numaNodes: 2                  # GPUs are spread evenly over NUMA nodes (default 2, or 1)
+      gpusPerPcieRoot: 2            # GPUs sharing one PCIe root complex (default 2)
+      driverVersion: 550.54.15
+      cudaDriverVersion: 12.4.0
+      unhealthy: [3]                # local indexes reported unhealthy
+    devices:
+    - name: kitten-0                # a DNS label
+      driver: resource-driver.example.com
+      attributes: {color: white, size: small}    # str/int/bool, or {version: 1.2.3}
+      capacity: {memory: 1Gi}
+    - name: widget                  # with count: widget-0 ... widget-299
+      count: 300
+
+GPUs are named ``gpu-<index>`` with one index sequence across all ``gpus`` entries.
+
+Invariants:
+- Pure: parsing and planning read no files and no clocks; the same input gives the same
+  devices, slices and names (a restarted agent publishes identical content).
+- Every device this module emits passes the API's rules (DNS-label names unique per driver,
+  at most 32 attributes + capacities, strings at most 64 characters, versions strict semver,
+  capacities valid quantities), so a publication is never rejected for its content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+import yaml
+
+from kdra import API_VERSION, GROUP
+from kdra.domain.errors import InvalidObject
+from kdra.domain.gpu_profiles import (
+    DEFAULT_CUDA_DRIVER_VERSION,
+    DEFAULT_DRIVER_VERSION,
+    GPU_DEVICE_TYPE,
+    GPU_DRIVER,
+    GPU_PROFILES,
+    fake_gpu_uuid,
+    fake_pci_bus_id,
+    parse_gpu_shorthand,
+)
+from kdra.domain.models import (
+    C_IDENTIFIER,
+    DNS_LABEL,
+    DNS_SUBDOMAIN,
+    MAX_ATTRIBUTE_STRING_LENGTH,
+    MAX_ATTRIBUTES_AND_CAPACITY,
+    MAX_DEVICES_PER_SLICE,
+)
+from kdra.domain.quantity import is_valid_quantity
+from kdra.domain.semver import is_valid_version
+
+AttributeValue = Mapping[str, int | bool | str]
+"""One attribute in the API's form: exactly one of ``{"int": 1}``, ``{"bool": true}``,
+``{"string": "x"}``, ``{"version": "1.2.3"}``."""
+
+MAX_SLICE_NAME = 253
+MAX_GPUS = 4096
+
+
+# --------------------------------------------------------------------------- devices
+
+
+@dataclass(frozen=True)
+class InventoryDevice:
+    """One device a node has, as the agent knows it (published or not)."""
+
+    driver: str
+    name: str
+    attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
+    capacity: Mapping[str, str] = field(default_factory=dict)
+    healthy: bool = True
+    health_reason: str = ""
+    """Why the device is unhealthy (empty when healthy)."""
+    device_nodes: tuple[str, ...] = ()
+    """Host device nodes a container needs (``/dev/nvidia3``): set only for real GPUs."""
+
+    def attribute(self, name: str) -> int | bool | str | None:
+        value = self.attributes.get(name)
+        return next(iter(value.values())) if value else None
+
+    def to_api(self) -> dict[str, Any]:
+        """The device as it appears in ``ResourceSlice.spec.devices[]``."""
+        basic: dict[str, Any] = {}
+        if self.attributes:
+            basic["attributes"] = {k: dict(v) for k, v in sorted(self.attributes.items())}
+        if self.capacity:
+            basic["capacity"] = dict(sorted(self.capacity.items()))
+        return {"name": self.name, "basic": basic}
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """Every device of one node, in publication order."""
+
+    devices: tuple[InventoryDevice, ...] = ()
+
+    @property
+    def drivers(self) -> tuple[str, ...]:
+        """The drivers with at least one device, in order of first appearance."""
+        return tuple(dict.fromkeys(device.driver for device in self.devices))
+
+    def for_driver(self, driver: str) -> tuple[InventoryDevice, ...]:
+        return tuple(device for device in self.devices if device.driver == driver)
+
+    def device(self, driver: str, name: str) -> InventoryDevice | None:
+        return next((d for d in self.devices if d.driver == driver and d.name == name), None)
+
+    def health_counts(self) -> tuple[int, int]:
+        """(healthy, unhealthy) device counts."""
+        healthy = sum(1 for device in self.devices if device.healthy)
+        return healthy, len(self.devices) - healthy
+
+
+def string_attr(value: str) -> AttributeValue:
+    return {"string": value}
+
+
+def int_attr(value: int) -> AttributeValue:
+    return {"int": value}
+
+
+def version_attr(value: str) -> AttributeValue:
+    return {"version": value}
+
+
+def gpu_attributes(*, uuid: str, product_name: str, brand: str, architecture: str,
+                   cuda_compute_capability: str, driver_version: str,
+                   cuda_driver_version: str, pci_bus_id: str, index: int, minor: int,
+                   pcie_root: str | None = None,
+                   numa_node: int | None = None) -> dict[str, AttributeValue]:
+    """The attributes of one full GPU, named after NVIDIA's DRA driver (shared by the NVML
+    backend and the fake profiles, so both publish the same shape)."""
+    attributes: dict[str, AttributeValue] = {
+        "type": string_attr(GPU_DEVICE_TYPE),
+        "uuid": string_attr(uuid),
+        "productName": string_attr(product_name[:MAX_ATTRIBUTE_STRING_LENGTH]),
+        "brand": string_attr(brand),
+        "architecture": string_attr(architecture),
+        "cudaComputeCapability": version_attr(cuda_compute_capability),
+        "driverVersion": version_attr(driver_version),
+        "cudaDriverVersion": version_attr(cuda_driver_version),
+        "pciBusID": string_attr(pci_bus_id),
+        "index": int_attr(index),
+        "minor": int_attr(minor),
+    }
+    if pcie_root is not None:
+        attributes["pcieRoot"] = string_attr(pcie_root)
+    if numa_node is not None:
+        attributes["numaNode"] = int_attr(numa_node)
+    return attributes
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+class _Doc:
+    """The inventory's YAML with the line of every value, for error messages."""
+
+    def __init__(self, text: str, source: str) -> None:
+        self.source = source
+        self.lines: dict[str, int] = {}
+        loader = yaml.SafeLoader(text)
+        try:
+            root = loader.get_single_node()
+            self.data = self._convert(loader, root, "") if root is not None else None
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            line = mark.line + 1 if mark is not None else 0
+            raise InvalidObject("<root>", "not valid YAML: " + " ".join(str(exc).split()),
+                                obj=self.where(line)) from exc
+        finally:
+            loader.dispose()
+
+    def _convert(self, loader: yaml.SafeLoader, node: yaml.Node, path: str) -> Any:
+        self.lines.setdefault(path, node.start_mark.line + 1)
+        if isinstance(node, yaml.MappingNode):
+            result: dict[str, Any] = {}
+            for key_node, value_node in node.value:
+                key = loader.construct_object(key_node)
+                if not isinstance(key, str):
+                    self.fail(path, f"keys must be strings (got {key!r})")
+                child = f"{path}.{key}" if path else key
+                if key in result:
+                    self.lines[child] = key_node.start_mark.line + 1
+                    self.fail(child, "duplicate key")
+                self.lines[child] = key_node.start_mark.line + 1
+                result[key] = self._convert(loader, value_node, child)
+            return result
+        if isinstance(node, yaml.SequenceNode):
+            return [self._convert(loader, item, f"{path}[{index}]")
+                    for index, item in enumerate(node.value)]
+        return loader.construct_object(node)
+
+    def where(self, line: int) -> str:
+        return f"{self.source} line {line}" if line else self.source
+
+    def fail(self, path: str, message: str) -> NoReturn:
+        raise InvalidObject(path or "<root>", message, obj=self.where(self.line_of(path)))
+
+    def line_of(self, path: str) -> int:
+        """The line of ``path``, or of its nearest ancestor that has one."""
+        while path not in self.lines:
+            parent = re.sub(r"(\.[^.\[\]]+|\[\d+\])$", "", path)
+            if parent == path:
+                return self.lines.get("", 0)
+            path = parent
+        return self.lines[path]
+
+
+_TOP_KEYS = {"driver", "gpus", "devices"}
+_GPU_KEYS = {"profile", "count", "driver", "numaNodes", "gpusPerPcieRoot", "driverVersion",
+             "cudaDriverVersion", "unhealthy"}
+_DEVICE_KEYS = {"name", "driver", "attributes", "capacity", "count", "healthy"}
+_ATTRIBUTE_KINDS = ("int", "bool", "string", "version")
+
+
+def parse_inventory(text: str, node: str, *, source: str = "inventory",
+                    default_driver: str = GPU_DRIVER) -> Inventory:
+    """Parse a fake inventory for ``node`` (its name seeds the fake GPU UUIDs).
+    ``default_driver`` applies where neither the entry nor the file names a driver.
+
+    Raises InvalidObject whose ``obj`` names ``source`` and the line, and whose ``field`` is
+    the path of the offending value (``gpus[0].profile``).
+    """
+    doc = _Doc(text, source)
+    data = doc.data
+    if data is None:
+        return Inventory()
+    if not isinstance(data, dict):
+        doc.fail("", "the inventory must be a mapping with keys " + ", ".join(sorted(_TOP_KEYS)))
+    _check_keys(doc, data, "", _TOP_KEYS)
+    default_driver = _driver(doc, data.get("driver", default_driver), "driver")
+    devices = _parse_gpus(doc, data.get("gpus") or [], node, default_driver)
+    devices += _parse_devices(doc, data.get("devices") or [], default_driver)
+    seen: dict[tuple[str, str], str] = {}
+    for device, path in devices:
+        key = (device.driver, device.name)
+        if key in seen:
+            doc.fail(path, f"device {device.name!r} of driver {device.driver!r} is defined "
+                           f"twice (first at {seen[key]})")
+        seen[key] = path
+    return Inventory(tuple(device for device, _ in devices))
+
+
+def _check_keys(doc: _Doc, data: dict[str, Any], path: str, allowed: set[str]) -> None:
+    for key in data:
+        if key not in allowed:
+            where = f"{path}.{key}" if path else key
+            doc.fail(where, "unknown field; allowed: " + ", ".join(sorted(allowed)))
+
+
+def _driver(doc: _Doc, value: Any, path: str) -> str:
+    if not isinstance(value, str) or len(value) > 63 or not DNS_SUBDOMAIN.match(value):
+        doc.fail(path, f"{value!r} is not a driver name (a DNS subdomain of at most 63 "
+                       "characters, e.g. gpu.kdra.dev)")
+    return str(value)
+
+
+def _int(doc: _Doc, value: Any, path: str, *, minimum: int, maximum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        doc.fail(path, f"must be a whole number from {minimum} to {maximum} (got {value!r})")
+    return int(value)
+
+
+def _version(doc: _Doc, value: Any, path: str) -> str:
+    text = str(value) if isinstance(value, (str, int, float)) and \
+        not isinstance(value, bool) else ""
+    if not is_valid_version(text):
+        doc.fail(path, f"{value!r} is not a strict semantic version (MAJOR.MINOR.PATCH, "
+                       "e.g. 12.4.0)")
+    return text
+
+
+def _parse_gpus(doc: _Doc, entries: Any, node: str,
+                default_driver: str) -> list[tuple[InventoryDevice, str]]:
+    if not isinstance(entries, list):
+        doc.fail("gpus", "must be a list of '<count> x <profile>' strings or mappings")
+    devices: list[tuple[InventoryDevice, str]] = []
+    index = 0
+    for position, entry in enumerate(entries):
+        path = f"gpus[{position}]"
+        if isinstance(entry, str):
+            try:
+                count, profile_name = parse_gpu_shorthand(entry)
+            except ValueError as exc:
+                doc.fail(path, str(exc))
+            entry = {"profile": profile_name, "count": count}
+            profile_path: str = path
+        elif isinstance(entry, dict):
+            _check_keys(doc, entry, path, _GPU_KEYS)
+            profile_path = f"{path}.profile"
+        else:
+            doc.fail(path, "must be '<count> x <profile>' or a mapping with 'profile'")
+        wanted = entry.get("profile")
+        profile = GPU_PROFILES.get(wanted) if isinstance(wanted, str) else None
+        if profile is None:
+            doc.fail(profile_path, f"unknown GPU profile {wanted!r}; known: "
+                                   + ", ".join(sorted(GPU_PROFILES)))
+        assert profile is not None
+        count = _int(doc, entry.get("count", 1), f"{path}.count", minimum=1,
+                     maximum=MAX_GPUS - index)
+        driver = _driver(doc, entry.get("driver", default_driver), f"{path}.driver")
+        numa_nodes = _int(doc, entry.get("numaNodes", 2 if count >= 2 else 1),
+                          f"{path}.numaNodes", minimum=1, maximum=count)
+        per_root = _int(doc, entry.get("gpusPerPcieRoot", 2), f"{path}.gpusPerPcieRoot",
+                        minimum=1, maximum=MAX_GPUS)
+        driver_version = _version(doc, entry.get("driverVersion", DEFAULT_DRIVER_VERSION),
+                                  f"{path}.driverVersion")
+        cuda_version = _version(doc, entry.get("cudaDriverVersion",
+                                               DEFAULT_CUDA_DRIVER_VERSION),
+                                f"{path}.cudaDriverVersion")
+        unhealthy = entry.get("unhealthy", [])
+        if not isinstance(unhealthy, list):
+            doc.fail(f"{path}.unhealthy", "must be a list of indexes within this entry")
+        bad = {_int(doc, i, f"{path}.unhealthy[{n}]", minimum=0, maximum=count - 1)
+               for n, i in enumerate(unhealthy)}
+        for local in range(count):
+            uuid = fake_gpu_uuid(node, index)
+            devices.append((InventoryDevice(
+                driver=driver,
+                name=f"gpu-{index}",
+                attributes=gpu_attributes(
+                    uuid=uuid, product_name=profile.product_name, brand=profile.brand,
+                    architecture=profile.architecture,
+                    cuda_compute_capability=profile.cuda_compute_capability,
+                    driver_version=driver_version, cuda_driver_version=cuda_version,
+                    pci_bus_id=fake_pci_bus_id(index), index=index, minor=index,
+                    pcie_root=f"pci0000:{index // per_root:02x}",
+                    numa_node=local * numa_nodes // count,
+                ),
+                capacity={"memory": profile.memory},
+                healthy=local not in bad,
+                health_reason="marked unhealthy in the inventory" if local in bad else "",
+            ), path))
+            index += 1
+    return devices
+
+
+def _parse_devices(doc: _Doc, entries: Any,
+                   default_driver: str) -> list[tuple[InventoryDevice, str]]:
+    if not isinstance(entries, list):
+        doc.fail("devices", "must be a list of devices (mappings with a 'name')")
+    devices: list[tuple[InventoryDevice, str]] = []
+    for position, entry in enumerate(entries):
+        path = f"devices[{position}]"
+        if not isinstance(entry, dict):
+            doc.fail(path, "each device must be a mapping with a 'name'")
+        _check_keys(doc, entry, path, _DEVICE_KEYS)
+        name = entry.get("name")
+        count = entry.get("count")
+        if count is not None:
+            count = _int(doc, count, f"{path}.count", minimum=1, maximum=100_000)
+        longest = f"{name}-{count - 1}" if count else name
+        if not isinstance(name, str) or not isinstance(longest, str) or len(longest) > 63 \
+                or not DNS_LABEL.match(longest):
+            doc.fail(f"{path}.name", f"{name!r} is not a device name (a DNS label: lowercase "
+                                     "letters, digits and '-', at most 63 characters"
+                                     + (" including the '-<index>' suffix)" if count else ")"))
+        driver = _driver(doc, entry.get("driver", default_driver), f"{path}.driver")
+        attributes = _attributes(doc, entry.get("attributes") or {}, f"{path}.attributes")
+        capacity = _capacity(doc, entry.get("capacity") or {}, f"{path}.capacity")
+        if len(attributes) + len(capacity) > MAX_ATTRIBUTES_AND_CAPACITY:
+            doc.fail(path, f"a device may have at most {MAX_ATTRIBUTES_AND_CAPACITY} attributes "
+                           f"and capacities together (has {len(attributes) + len(capacity)})")
+        healthy = entry.get("healthy", True)
+        if not isinstance(healthy, bool):
+            doc.fail(f"{path}.healthy", "must be true or false")
+        names = [f"{name}-{i}" for i in range(count)] if count else [str(name)]
+        devices += [(InventoryDevice(
+            driver=driver, name=device_name, attributes=attributes, capacity=capacity,
+            healthy=healthy, health_reason="" if healthy else "marked unhealthy in the inventory",
+        ), path) for device_name in names]
+    return devices
+
+
+def _qualified_name_ok(name: str) -> bool:
+    domain, slash, ident = name.rpartition("/")
+    if slash and (len(domain) > 63 or not DNS_SUBDOMAIN.match(domain)):
+        return False
+    return len(ident) <= 32 and bool(C_IDENTIFIER.match(ident))
+
+
+def _attributes(doc: _Doc, data: Any, path: str) -> dict[str, AttributeValue]:
+    if not isinstance(data, dict):
+        doc.fail(path, "must be a mapping of attribute name to value")
+    result: dict[str, AttributeValue] = {}
+    for name, value in data.items():
+        where = f"{path}.{name}"
+        if not _qualified_name_ok(name):
+            doc.fail(where, f"{name!r} is not an attribute name (a C identifier of at most 32 "
+                            "characters, optionally prefixed by '<domain>/')")
+        if isinstance(value, dict):
+            if len(value) != 1 or next(iter(value)) not in _ATTRIBUTE_KINDS:
+                doc.fail(where, "an explicit value has exactly one of int, bool, string, "
+                                "version")
+            kind, raw = next(iter(value.items()))
+        elif isinstance(value, bool):
+            kind, raw = "bool", value
+        elif isinstance(value, int):
+            kind, raw = "int", value
+        elif isinstance(value, str):
+            kind, raw = "string", value
+        else:
+            doc.fail(where, f"unsupported value {value!r}: use a string, a whole number, "
+                            "true/false, or {version: 1.2.3}")
+        if kind == "version":
+            raw = _version(doc, raw, f"{where}.version")
+        elif kind == "string" and (not isinstance(raw, str)
+                                   or len(raw) > MAX_ATTRIBUTE_STRING_LENGTH):
+            doc.fail(where, f"a string value must be text of at most "
+                            f"{MAX_ATTRIBUTE_STRING_LENGTH} characters")
+        elif kind == "int" and (isinstance(raw, bool) or not isinstance(raw, int)
+                                or not -(2**63) <= raw < 2**63):
+            doc.fail(where, "an int value must be a whole number within int64")
+        elif kind == "bool" and not isinstance(raw, bool):
+            doc.fail(where, "a bool value must be true or false")
+        result[name] = {kind: raw}
+    return result
+
+
+def _capacity(doc: _Doc, data: Any, path: str) -> dict[str, str]:
+    if not isinstance(data, dict):
+        doc.fail(path, "must be a mapping of capacity name to quantity")
+    result: dict[str, str] = {}
+    for name, value in data.items():
+        where = f"{path}.{name}"
+        if not _qualified_name_ok(name):
+            doc.fail(where, f"{name!r} is not a capacity name (a C identifier of at most 32 "
+                            "characters, optionally prefixed by '<domain>/')")
+        text = str(value) if isinstance(value, (int, str)) and not isinstance(value, bool) \
+            else ""
+        if not is_valid_quantity(text):
+            doc.fail(where, f"{value!r} is not a quantity (e.g. 80Gi, 100, 1500m)")
+        result[name] = text
+    return result
+
+
+# --------------------------------------------------------------------------- slices
+
+
+def dashed(driver: str) -> str:
+    """``gpu.kdra.dev`` → ``gpu-kdra-dev`` (for names built from a driver)."""
+    return driver.replace(".", "-")
+
+
+def bounded_name(base: str, suffix: str = "", limit: int = MAX_SLICE_NAME) -> str:
+    """``base + suffix`` when it fits ``limit``, else ``base`` cut short plus a hash of the
+    whole, so distinct long inputs keep distinct, valid names."""
+    name = base + suffix
+    if len(name) <= limit:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:10]
+    room = limit - len(suffix) - len(digest) - 1
+    return f"{base[:room].rstrip('-.')}-{digest}{suffix}"
+
+
+def slice_name(node: str, driver: str, index: int) -> str:
+    """``<node>-<driver-with-dots-as-dashes>-<index>``: deterministic, a DNS subdomain."""
+    return bounded_name(f"{node}-{dashed(driver)}", f"-{index}")
+
+
+AGENT_LEASE_LABEL = f"{GROUP}/agent-lease"
+"""Label (value ``"true"``) on every node agent heartbeat Lease, for watching them."""
+LEASE_NODE_ANNOTATION = f"{GROUP}/node"
+LEASE_DRIVER_ANNOTATION = f"{GROUP}/driver"
+"""Annotations on a heartbeat Lease naming the pool it vouches for (node = pool name)."""
+
+
+def lease_name(node: str, driver: str) -> str:
+    """``kdra-agent-<node>-<driver-dashed>``: the heartbeat Lease of one node and driver."""
+    return bounded_name(f"kdra-agent-{node}-{dashed(driver)}")
+
+
+def chunk(devices: Sequence[InventoryDevice],
+          size: int = MAX_DEVICES_PER_SLICE) -> list[tuple[InventoryDevice, ...]]:
+    """Devices split into slices of at most ``size``; no devices still make one (empty)
+    slice, so the pool says "this node has none" instead of being absent."""
+    parts = [tuple(devices[i:i + size]) for i in range(0, len(devices), size)]
+    return parts or [()]
+
+
+def build_slices(*, node: str, driver: str, devices: Sequence[InventoryDevice], generation: int,
+                 owner: Mapping[str, str] | None = None,
+                 labels: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """The pool ``node`` of ``driver``: healthy devices only, at most 128 per slice, every
+    slice with ``nodeName``, the same ``generation`` and ``resourceSliceCount``.
+
+    ``owner`` is the Node (``{"name", "uid"}``): the slices get an owner reference to it, so
+    deleting the Node deletes them (the API server's garbage collector)."""
+    healthy = [device for device in devices if device.healthy]
+    parts = chunk(healthy)
+    slices = []
+    for index, part in enumerate(parts):
+        metadata: dict[str, Any] = {"name": slice_name(node, driver, index)}
+        if labels:
+            metadata["labels"] = dict(labels)
+        if owner:
+            metadata["ownerReferences"] = [{
+                "apiVersion": "v1", "kind": "Node", "name": owner["name"], "uid": owner["uid"],
+                "controller": True,
+            }]
+        slices.append({
+            "apiVersion": API_VERSION, "kind": "ResourceSlice",
+            "metadata": metadata,
+            "spec": {
+                "driver": driver,
+                "nodeName": node,
+                "pool": {"name": node, "generation": generation,
+                         "resourceSliceCount": len(parts)},
+                "devices": [device.to_api() for device in part],
+            },
+        })
+    return slices
+
+
+def _content(obj: Mapping[str, Any]) -> Any:
+    """What a slice says, apart from its generation (and server-set metadata)."""
+    spec = dict(obj.get("spec") or {})
+    pool = dict(spec.get("pool") or {})
+    pool.pop("generation", None)
+    spec["pool"] = pool
+    spec.setdefault("devices", [])
+    meta = obj.get("metadata") or {}
+    owners = [(ref.get("kind"), ref.get("name"), ref.get("uid"))
+              for ref in meta.get("ownerReferences") or ()]
+    return meta.get("name"), spec, owners, dict(meta.get("labels") or {})
+
+
+@dataclass(frozen=True)
+class Publication:
+    """What to write for one pool: nothing (``changed`` false), or every slice of a new
+    generation plus the names of slices that no longer belong to it."""
+
+    changed: bool
+    generation: int
+    slices: tuple[dict[str, Any], ...] = ()
+    stale: tuple[str, ...] = ()
+
+
+def plan_publication(*, node: str, driver: str, devices: Sequence[InventoryDevice],
+                     published: Iterable[Mapping[str, Any]], owner: Mapping[str, str] | None,
+                     min_generation: int = 0,
+                     labels: Mapping[str, str] | None = None) -> Publication:
+    """Compare the desired pool with the ``published`` slices of (driver, pool ``node``).
+
+    Unchanged (same slices, same content, one generation) → ``changed=False``. Otherwise the
+    new generation is one more than the highest published (and at least ``min_generation``,
+    e.g. one more than the slices wiped at start-up), and ``stale`` lists published slices
+    whose names the new generation does not use."""
+    current = sorted(published, key=lambda s: str(s.get("metadata", {}).get("name")))
+    generations = {int(s["spec"]["pool"].get("generation", 0)) for s in current}
+    top = max(generations) if generations else None
+    base = 0 if top is None else top
+    desired = build_slices(node=node, driver=driver, devices=devices, generation=base,
+                           owner=owner, labels=labels)
+    if top is not None and len(generations) == 1 and top >= min_generation and \
+            sorted(map(_content, current), key=repr) == sorted(map(_content, desired), key=repr):
+        return Publication(changed=False, generation=top)
+    generation = max(min_generation, 0 if top is None else top + 1)
+    desired = build_slices(node=node, driver=driver, devices=devices, generation=generation,
+                           owner=owner, labels=labels)
+    names = {s["metadata"]["name"] for s in desired}
+    stale = tuple(str(s["metadata"]["name"]) for s in current
+                  if s["metadata"]["name"] not in names)
+    return Publication(changed=True, generation=generation, slices=tuple(desired), stale=stale)
+
+
+# --------------------------------------------------------------------------- simulated nodes
+
+_RANGE = re.compile(r"\{(\d+)\.\.(\d+)\}")
+
+
+def expand_names(spec: str) -> list[str]:
+    """Node names for simulation: ``node-{0..99}`` (brace ranges), comma or space separated
+    lists, or both: ``a,b node-{1..3}`` → ``a, b, node-1, node-2, node-3``.
+
+    Raises ValueError for a name that is not a DNS subdomain, or for duplicates."""
+    names: list[str] = []
+    for word in re.split(r"[\s,]+", spec.strip()):
+        if not word:
+            continue
+        match = _RANGE.search(word)
+        if match:
+            low, high = int(match.group(1)), int(match.group(2))
+            width = len(match.group(1)) if match.group(1).startswith("0") else 0
+            step = 1 if high >= low else -1
+            for number in range(low, high + step, step):
+                names += expand_names(word[:match.start()] + str(number).zfill(width)
+                                      + word[match.end():])
+            continue
+        if len(word) > 253 or not DNS_SUBDOMAIN.match(word):
+            raise ValueError(f"{word!r} is not a node name (a DNS subdomain)")
+        names.append(word)
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise ValueError("duplicate node names: " + ", ".join(duplicates[:5]))
+    return names

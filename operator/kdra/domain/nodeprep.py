@@ -1,0 +1,376 @@
+"""Preparing claims on a node, without the I/O: which claims, CDI specs, the checkpoint, and
+the ``status.devices[]`` entries the node agent reports.
+
+kubelet calls a DRA driver's NodePrepareResources for a claim reserved for a pod on its node;
+kdra's agent does the same job from the claim itself (UPSTREAM.md §6). This module decides:
+
+- :func:`our_results`: the allocation results a node agent serves (its drivers, pool = node);
+  :func:`wants_prepared`: whether the claim should be prepared there now (allocated to the
+  pool and ``reservedFor`` non-empty, not being deleted).
+- :func:`build_cdi_spec`: the CDI spec (``cdiVersion 0.6.0``) of one claim and driver: one
+  CDI device per claim+device named ``<claim-uid>-<device>``, ``KDRA_DEVICE_<n>`` env, the
+  GPUs' ``NVIDIA_VISIBLE_DEVICES``, and host ``deviceNodes`` only for real (NVML) GPUs.
+- :class:`Checkpoint`: the agent's durable record of the claims it prepared, with a checksum.
+- :func:`device_statuses` / :func:`merge_device_statuses`: the ``status.devices[]`` entries
+  (condition ``Ready``) and how they replace the agent's own entries while keeping every entry
+  another driver or node wrote.
+
+Crash consistency (the order the agent follows; a restart re-runs the same decisions):
+prepare = checkpoint ``preparing`` → CDI file → checkpoint ``prepared`` → status;
+unprepare = CDI file removed → checkpoint entry removed → status entries removed. A CDI file
+therefore always has a checkpoint entry (``preparing`` or ``prepared``), and any file without
+one is an orphan the agent may delete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from kdra.domain.gpu_profiles import GPU_DRIVER
+from kdra.domain.inventory import InventoryDevice
+
+CDI_VERSION = "0.6.0"
+CDI_VENDOR = "kdra.dev"
+CDI_FILE_PREFIX = f"{CDI_VENDOR}-"
+NODE_ANNOTATION = f"{CDI_VENDOR}/node"
+CLAIM_ANNOTATION = f"{CDI_VENDOR}/claim"
+CLAIM_UID_ANNOTATION = f"{CDI_VENDOR}/claim-uid"
+DRIVER_ANNOTATION = f"{CDI_VENDOR}/driver"
+
+READY = "Ready"
+CHECKPOINT_VERSION = 1
+
+JSON = dict[str, Any]
+
+
+# --------------------------------------------------------------------------- which claims
+
+
+@dataclass(frozen=True)
+class Result:
+    """One allocated device of a claim that this node agent serves."""
+
+    request: str
+    driver: str
+    pool: str
+    device: str
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.driver, self.pool, self.device)
+
+
+def our_results(claim: Mapping[str, Any], node: str, drivers: Iterable[str]) -> list[Result]:
+    """Allocation results of ``claim`` for ``drivers`` in pool ``node``, in claim order."""
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    wanted = set(drivers)
+    results = []
+    for entry in (allocation.get("devices") or {}).get("results") or ():
+        if entry.get("driver") in wanted and entry.get("pool") == node:
+            results.append(Result(str(entry.get("request", "")), entry["driver"], node,
+                                  str(entry.get("device", ""))))
+    return results
+
+
+def pools_of(claim: Mapping[str, Any]) -> set[tuple[str, str]]:
+    """(driver, pool) of every allocation result of ``claim``."""
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    return {(str(entry.get("driver")), str(entry.get("pool")))
+            for entry in (allocation.get("devices") or {}).get("results") or ()}
+
+
+def wants_prepared(claim: Mapping[str, Any] | None, node: str, drivers: Iterable[str]) -> bool:
+    """Should the claim's devices on ``node`` be prepared now? Allocated to the pool and
+    reserved for at least one consumer; a claim that is being deleted stays prepared while it
+    is still reserved (its pods may still run)."""
+    if claim is None:
+        return False
+    status = claim.get("status") or {}
+    return bool(status.get("reservedFor")) and bool(our_results(claim, node, drivers))
+
+
+# --------------------------------------------------------------------------- CDI
+
+
+def cdi_class(driver: str) -> str:
+    """CDI class of a driver's devices: ``gpu`` for kdra's GPUs, else the driver's name with
+    every character CDI does not allow in a class turned into ``-``."""
+    return "gpu" if driver == GPU_DRIVER else re.sub(r"[^A-Za-z0-9_-]", "-", driver)
+
+
+def cdi_kind(driver: str) -> str:
+    """``kdra.dev/gpu`` (or ``kdra.dev/<driver-ish>`` for other drivers)."""
+    return f"{CDI_VENDOR}/{cdi_class(driver)}"
+
+
+def cdi_device_name(claim_uid: str, device: str) -> str:
+    return f"{claim_uid}-{device}"
+
+
+def cdi_device_id(driver: str, claim_uid: str, device: str) -> str:
+    """The fully qualified CDI device name a runtime is asked for: ``kdra.dev/gpu=<uid>-gpu-0``."""
+    return f"{cdi_kind(driver)}={cdi_device_name(claim_uid, device)}"
+
+
+def cdi_file_name(driver: str, claim_uid: str) -> str:
+    """One spec file per claim and driver (a CDI spec has exactly one kind):
+    ``kdra.dev-<claim-uid>.json`` for GPUs, ``kdra.dev-<class>-<claim-uid>.json`` otherwise."""
+    if driver == GPU_DRIVER:
+        return f"{CDI_FILE_PREFIX}{claim_uid}.json"
+    return f"{CDI_FILE_PREFIX}{cdi_class(driver)}-{claim_uid}.json"
+
+
+@dataclass(frozen=True)
+class ClaimRef:
+    uid: str
+    namespace: str
+    name: str
+
+    @classmethod
+    def of(cls, claim: Mapping[str, Any]) -> ClaimRef:
+        meta = claim.get("metadata") or {}
+        return cls(str(meta.get("uid", "")), str(meta.get("namespace", "")),
+                   str(meta.get("name", "")))
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def build_cdi_spec(*, node: str, claim: ClaimRef, driver: str,
+                   devices: Sequence[InventoryDevice]) -> JSON:
+    """The CDI spec of ``claim``'s ``devices`` of ``driver`` on ``node``.
+
+    Each device gets ``KDRA_DEVICE_<n>=<device>`` and ``KDRA_DEVICE_<n>_RESOURCE_CLAIM=<uid>``
+    (``n`` counts the claim's devices of this driver), plus ``KDRA_DEVICE_<n>_UUID`` when it
+    has a ``uuid`` attribute, and its host device nodes when it has any (real GPUs only).
+    Spec-wide edits (applied when any of the claim's devices is injected) name the node and
+    the driver, and for GPUs set ``NVIDIA_VISIBLE_DEVICES`` to the claim's GPU UUIDs: one
+    variable per device would overwrite each other."""
+    cdi_devices: list[JSON] = []
+    uuids: list[str] = []
+    for n, device in enumerate(devices):
+        env = [f"KDRA_DEVICE_{n}={device.name}", f"KDRA_DEVICE_{n}_RESOURCE_CLAIM={claim.uid}"]
+        uuid = device.attribute("uuid")
+        if isinstance(uuid, str):
+            env.append(f"KDRA_DEVICE_{n}_UUID={uuid}")
+            uuids.append(uuid)
+        edits: JSON = {"env": env}
+        if device.device_nodes:
+            edits["deviceNodes"] = [{"path": path} for path in device.device_nodes]
+        cdi_devices.append({"name": cdi_device_name(claim.uid, device.name),
+                            "containerEdits": edits})
+    common = [f"KDRA_NODE_NAME={node}", f"KDRA_DRIVER={driver}",
+              f"KDRA_RESOURCE_CLAIM={claim.key}"]
+    if driver == GPU_DRIVER and uuids:
+        common.append("NVIDIA_VISIBLE_DEVICES=" + ",".join(uuids))
+    return {
+        "cdiVersion": CDI_VERSION,
+        "kind": cdi_kind(driver),
+        "annotations": {NODE_ANNOTATION: node, CLAIM_ANNOTATION: claim.key,
+                        CLAIM_UID_ANNOTATION: claim.uid, DRIVER_ANNOTATION: driver},
+        "devices": cdi_devices,
+        "containerEdits": {"env": common},
+    }
+
+
+def encode_json(data: Any) -> bytes:
+    """Stable JSON bytes (sorted keys, trailing newline) for files the agent writes."""
+    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
+
+
+# --------------------------------------------------------------------------- checkpoint
+
+
+class CheckpointCorrupt(ValueError):
+    """The checkpoint file does not decode, or its checksum does not match its content."""
+
+
+@dataclass(frozen=True)
+class PreparedDevice:
+    request: str
+    driver: str
+    pool: str
+    device: str
+    cdi_device_ids: tuple[str, ...] = ()
+    data: Mapping[str, Any] = field(default_factory=dict)
+    """What goes into ``status.devices[].data`` (uuid, productName, cdiDeviceIDs)."""
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.driver, self.pool, self.device)
+
+    def to_json(self) -> JSON:
+        return {"request": self.request, "driver": self.driver, "pool": self.pool,
+                "device": self.device, "cdiDeviceIDs": list(self.cdi_device_ids),
+                "data": dict(self.data)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PreparedDevice:
+        return cls(str(data["request"]), str(data["driver"]), str(data["pool"]),
+                   str(data["device"]), tuple(str(i) for i in data.get("cdiDeviceIDs", ())),
+                   dict(data.get("data") or {}))
+
+
+ClaimState = Literal["preparing", "prepared"]
+
+
+@dataclass(frozen=True)
+class ClaimEntry:
+    """One claim in the checkpoint. ``preparing``: CDI files may or may not exist yet;
+    ``prepared``: CDI files are written and ``devices`` is the recorded result."""
+
+    claim: ClaimRef
+    state: ClaimState
+    devices: tuple[PreparedDevice, ...]
+    cdi_files: tuple[str, ...]
+
+    def to_json(self) -> JSON:
+        return {"namespace": self.claim.namespace, "name": self.claim.name,
+                "state": self.state, "devices": [d.to_json() for d in self.devices],
+                "cdiFiles": list(self.cdi_files)}
+
+    @classmethod
+    def from_json(cls, uid: str, data: Mapping[str, Any]) -> ClaimEntry:
+        state = data["state"]
+        if state not in ("preparing", "prepared"):
+            raise ValueError(f"unknown state {state!r}")
+        return cls(ClaimRef(uid, str(data["namespace"]), str(data["name"])), state,
+                   tuple(PreparedDevice.from_json(d) for d in data.get("devices", ())),
+                   tuple(str(f) for f in data.get("cdiFiles", ())))
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Every claim a node agent has (begun to) prepare on one node, by claim UID."""
+
+    node: str
+    claims: Mapping[str, ClaimEntry] = field(default_factory=dict)
+
+    def with_entry(self, entry: ClaimEntry) -> Checkpoint:
+        return replace(self, claims={**self.claims, entry.claim.uid: entry})
+
+    def without(self, uid: str) -> Checkpoint:
+        return replace(self, claims={k: v for k, v in self.claims.items() if k != uid})
+
+    def by_key(self, namespace: str, name: str) -> list[ClaimEntry]:
+        return [entry for entry in self.claims.values()
+                if entry.claim.namespace == namespace and entry.claim.name == name]
+
+    def _body(self) -> JSON:
+        return {"node": self.node,
+                "claims": {uid: self.claims[uid].to_json() for uid in sorted(self.claims)}}
+
+    def encode(self) -> bytes:
+        body = self._body()
+        return encode_json({"version": CHECKPOINT_VERSION, **body, "checksum": _checksum(body)})
+
+    @classmethod
+    def decode(cls, raw: bytes, node: str) -> Checkpoint:
+        """Raises CheckpointCorrupt for bytes that are not a checkpoint of ``node``."""
+        try:
+            data = json.loads(raw)
+            if data.get("version") != CHECKPOINT_VERSION:
+                raise CheckpointCorrupt(f"unsupported checkpoint version {data.get('version')!r}")
+            body = {"node": data["node"], "claims": data["claims"]}
+            if data.get("checksum") != _checksum(body):
+                raise CheckpointCorrupt("checksum mismatch: the file was modified or damaged")
+            if body["node"] != node:
+                raise CheckpointCorrupt(f"checkpoint of node {body['node']!r}, not {node!r}")
+            claims = {uid: ClaimEntry.from_json(uid, entry)
+                      for uid, entry in body["claims"].items()}
+        except CheckpointCorrupt:
+            raise
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise CheckpointCorrupt(f"not a checkpoint: {exc}") from exc
+        return cls(node, claims)
+
+
+def _checksum(body: Mapping[str, Any]) -> str:
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    return "sha256:" + hashlib.sha256(canonical).hexdigest()
+
+
+def prepared_devices(claim: ClaimRef, results: Sequence[Result],
+                     devices: Mapping[tuple[str, str], InventoryDevice],
+                     ) -> tuple[PreparedDevice, ...]:
+    """The recorded result of preparing ``results`` (every device must be in ``devices``,
+    keyed by (driver, name))."""
+    prepared = []
+    for result in results:
+        device = devices[(result.driver, result.device)]
+        ids = (cdi_device_id(result.driver, claim.uid, result.device),)
+        data: dict[str, Any] = {}
+        for name in ("uuid", "productName"):
+            value = device.attribute(name)
+            if value is not None:
+                data[name] = value
+        data["cdiDeviceIDs"] = list(ids)
+        prepared.append(PreparedDevice(result.request, result.driver, result.pool,
+                                       result.device, ids, data))
+    return tuple(prepared)
+
+
+# --------------------------------------------------------------------------- claim status
+
+
+@dataclass(frozen=True)
+class DeviceOutcome:
+    """How preparing one device went, for ``status.devices[]``."""
+
+    driver: str
+    pool: str
+    device: str
+    ready: bool
+    reason: str
+    message: str
+    data: Mapping[str, Any] | None = None
+
+
+def ready_outcomes(devices: Sequence[PreparedDevice]) -> list[DeviceOutcome]:
+    return [DeviceOutcome(d.driver, d.pool, d.device, True, "Prepared",
+                          "CDI devices: " + ", ".join(d.cdi_device_ids), d.data)
+            for d in devices]
+
+
+def device_statuses(outcomes: Sequence[DeviceOutcome], *, now: str,
+                    previous: Sequence[Mapping[str, Any]] = (),
+                    generation: int | None = None) -> list[JSON]:
+    """``status.devices[]`` entries for ``outcomes``. A condition whose status did not change
+    keeps its ``lastTransitionTime`` from ``previous`` (so re-reporting is a no-op)."""
+    before = {(e.get("driver"), e.get("pool"), e.get("device")): e for e in previous}
+    entries = []
+    for outcome in outcomes:
+        status = "True" if outcome.ready else "False"
+        old = before.get((outcome.driver, outcome.pool, outcome.device)) or {}
+        old_condition = next((c for c in old.get("conditions") or ()
+                              if c.get("type") == READY), None)
+        since = now
+        if old_condition and old_condition.get("status") == status \
+                and old_condition.get("lastTransitionTime"):
+            since = old_condition["lastTransitionTime"]
+        condition: JSON = {"type": READY, "status": status, "reason": outcome.reason,
+                           "message": outcome.message[:4096], "lastTransitionTime": since}
+        if generation is not None:
+            condition["observedGeneration"] = generation
+        entry: JSON = {"driver": outcome.driver, "pool": outcome.pool, "device": outcome.device,
+                       "conditions": [condition]}
+        if outcome.data:
+            entry["data"] = dict(outcome.data)
+        entries.append(entry)
+    return entries
+
+
+def merge_device_statuses(existing: Sequence[Mapping[str, Any]], ours: Sequence[JSON], *,
+                          node: str, drivers: Iterable[str]) -> list[JSON]:
+    """``existing`` with every entry of (our drivers, pool ``node``) replaced by ``ours``;
+    entries other drivers or nodes wrote are kept, in their order, before ours."""
+    wanted = set(drivers)
+    kept = [dict(e) for e in existing
+            if not (e.get("driver") in wanted and e.get("pool") == node)]
+    return kept + list(ours)

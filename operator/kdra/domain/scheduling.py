@@ -1,0 +1,239 @@
+"""Pure scheduling rules of kdra's binder: node filters, scores, and what a pod is told.
+
+Mirrors kube-scheduler's default filters for the parts kdra must honour itself (it binds pods
+directly): ``NodeUnschedulable``, ``TaintToleration`` (NoSchedule / NoExecute), ``NodeAffinity``
+(``nodeSelector`` and required node affinity) and ``NodeResourcesFit`` (cpu, memory, pods).
+The failure texts follow kube-scheduler's, so users recognise them.
+
+Invariants:
+- Every function is a pure function of its arguments (plain dicts from the API, kdra models).
+- :func:`node_filter` returns ``None`` when the node passes, else one short, node-independent
+  message used to group nodes in explanations ("1 node(s) had untolerated taint {...}").
+- Scores are "higher is better"; ties are broken by node name so placement is deterministic.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from kdra.domain.allocator import NodeInfo, Placement, selector_matches
+from kdra.domain.errors import InvalidObject
+from kdra.domain.models import NodeSelector
+from kdra.domain.podclaims import (
+    DEVICES_ANNOTATION_PREFIX,
+    GPU_DRIVER,
+    GPU_UUIDS_ANNOTATION_PREFIX,
+    PodClaim,
+)
+from kdra.domain.quantity import InvalidQuantity, parse_quantity
+
+JSON = Mapping[str, Any]
+POLICIES = ("binpack", "spread", "first-fit")
+POLICY_ANNOTATION = "resource.kdra.dev/placement-policy"
+
+
+# --------------------------------------------------------------------------- resources
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """CPU in millicores, memory in bytes, and a pod count."""
+
+    cpu: int = 0
+    memory: int = 0
+    pods: int = 0
+
+    def __add__(self, other: Resources) -> Resources:
+        return Resources(self.cpu + other.cpu, self.memory + other.memory,
+                         self.pods + other.pods)
+
+    def __sub__(self, other: Resources) -> Resources:
+        return Resources(self.cpu - other.cpu, self.memory - other.memory,
+                         self.pods - other.pods)
+
+
+def _quantity(text: Any, scale: int) -> int:
+    try:
+        value: Decimal = parse_quantity(str(text)).value
+    except InvalidQuantity:
+        return 0
+    return int((value * scale).to_integral_value(rounding="ROUND_CEILING"))
+
+
+def pod_requests(pod: JSON) -> Resources:
+    """What a pod asks for: the sum over containers, or the largest init container,
+    whichever is larger (kube-scheduler's effective request), plus one pod."""
+    spec = pod.get("spec", {})
+
+    def total(containers: Iterable[JSON]) -> tuple[int, int]:
+        cpu = memory = 0
+        for container in containers:
+            requests = (container.get("resources") or {}).get("requests") or {}
+            cpu += _quantity(requests.get("cpu", 0), 1000)
+            memory += _quantity(requests.get("memory", 0), 1)
+        return cpu, memory
+
+    cpu, memory = total(spec.get("containers") or [])
+    for init in spec.get("initContainers") or []:
+        init_cpu, init_memory = total([init])
+        cpu, memory = max(cpu, init_cpu), max(memory, init_memory)
+    overhead = spec.get("overhead") or {}
+    cpu += _quantity(overhead.get("cpu", 0), 1000)
+    memory += _quantity(overhead.get("memory", 0), 1)
+    return Resources(cpu, memory, 1)
+
+
+def node_allocatable(node: JSON) -> Resources:
+    status = node.get("status", {})
+    allocatable = status.get("allocatable") or status.get("capacity") or {}
+    return Resources(
+        _quantity(allocatable.get("cpu", 0), 1000),
+        _quantity(allocatable.get("memory", 0), 1),
+        _quantity(allocatable.get("pods", 110), 1),
+    )
+
+
+# --------------------------------------------------------------------------- filters
+
+
+def tolerates(tolerations: Sequence[JSON], taint: JSON) -> bool:
+    """Whether any toleration matches the taint (key, value/operator and effect)."""
+    for toleration in tolerations:
+        effect = toleration.get("effect") or ""
+        if effect and effect != taint.get("effect"):
+            continue
+        key = toleration.get("key") or ""
+        operator = toleration.get("operator") or "Equal"
+        if not key and operator == "Exists":
+            return True
+        if key != taint.get("key"):
+            continue
+        if operator == "Exists" or toleration.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
+def node_info(node: JSON) -> NodeInfo:
+    meta = node.get("metadata", {})
+    return NodeInfo(meta.get("name", ""), dict(meta.get("labels") or {}))
+
+
+def _required_affinity(pod: JSON) -> NodeSelector | None:
+    affinity = ((pod.get("spec", {}).get("affinity") or {}).get("nodeAffinity") or {})
+    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if not required:
+        return None
+    try:
+        return NodeSelector.model_validate(required)
+    except ValueError as exc:
+        raise InvalidObject("spec.affinity.nodeAffinity."
+                            "requiredDuringSchedulingIgnoredDuringExecution", str(exc)) from exc
+
+
+def node_filter(pod: JSON, node: JSON, used: Resources, requests: Resources) -> str | None:
+    """Why ``node`` cannot take ``pod`` (before devices are considered), or ``None``."""
+    spec = node.get("spec", {})
+    tolerations = pod.get("spec", {}).get("tolerations") or []
+    if spec.get("unschedulable") and not tolerates(
+            tolerations, {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}):
+        return "node(s) were unschedulable"
+    for taint in spec.get("taints") or []:
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(tolerations,
+                                                                                 taint):
+            value = f"={taint['value']}" if taint.get("value") else ""
+            return f"node(s) had untolerated taint {{{taint.get('key')}{value}}}"
+    info = node_info(node)
+    wanted = pod.get("spec", {}).get("nodeSelector") or {}
+    if any(info.labels.get(k) != v for k, v in wanted.items()):
+        return "node(s) didn't match Pod's node affinity/selector"
+    if not selector_matches(_required_affinity(pod), info):
+        return "node(s) didn't match Pod's node affinity/selector"
+    free = node_allocatable(node) - used
+    if requests.pods > free.pods:
+        return "Too many pods"
+    if requests.cpu > free.cpu:
+        return "Insufficient cpu"
+    if requests.memory > free.memory:
+        return "Insufficient memory"
+    return None
+
+
+# --------------------------------------------------------------------------- scoring
+
+
+def pod_policy(pod: JSON, default: str) -> str:
+    """The placement policy for a pod: its annotation if valid, else the default."""
+    value = (pod.get("metadata", {}).get("annotations") or {}).get(POLICY_ANNOTATION)
+    return value if value in POLICIES else default
+
+
+def score(placement: Placement, policy: str) -> float:
+    """Higher is better. ``binpack``: fewest matching devices left free on the node (fill
+    nodes up, keep others whole); ``spread``: most left free; ``first-fit``: all equal."""
+    free = sum(placement.free_after.values())
+    if policy == "binpack":
+        return -free
+    if policy == "spread":
+        return free
+    return 0
+
+
+def best(placements: Mapping[str, Placement], policy: str,
+         order: Sequence[str]) -> Placement | None:
+    """The winning placement; ties go to the earliest node in ``order``."""
+    rank = {name: index for index, name in enumerate(order)}
+    candidates = sorted(placements.values(),
+                        key=lambda p: (-score(p, policy), rank.get(p.node, 0), p.node))
+    return candidates[0] if candidates else None
+
+
+# --------------------------------------------------------------------------- explanations
+
+
+def explain(messages: Counter[str], total: int, available: int = 0) -> str:
+    """``"0/12 nodes available: 7 <why>, 4 <why>"`` — most frequent reason first."""
+    head = f"{available}/{total} nodes available"
+    if not messages:
+        return head + ": no nodes" if total == 0 else head
+    groups = sorted(messages.items(), key=lambda kv: (-kv[1], kv[0]))
+    return head + ": " + ", ".join(f"{n} {message}" for message, n in groups)
+
+
+# --------------------------------------------------------------------------- pod annotations
+
+
+def container_devices(
+    pod: JSON,
+    pod_claims: Sequence[PodClaim],
+    results: Mapping[str, Sequence[tuple[str, str, str, str]]],
+    uuids: Mapping[tuple[str, str, str], str],
+) -> dict[str, str]:
+    """The per-container allocation annotations the injected env vars read.
+
+    ``results[pod_claim_name]`` lists ``(request, driver, pool, device)`` of that claim's
+    allocation; ``uuids`` maps GPU devices to their ``uuid`` attribute. A pod claim applies
+    to the containers it lists (default: all regular containers) and, with ``request`` set,
+    only that request's devices. Returns annotation key → value.
+    """
+    spec = pod.get("spec", {})
+    regular = [c["name"] for c in spec.get("containers") or []]
+    every = regular + [c["name"] for c in spec.get("initContainers") or []]
+    devices: dict[str, list[str]] = {}
+    gpus: dict[str, list[str]] = {}
+    for claim in pod_claims:
+        targets = [c for c in (claim.containers or regular) if c in every]
+        for request, driver, pool, device in results.get(claim.name, ()):
+            if claim.request and request.split("/", 1)[0] != claim.request:
+                continue
+            for container in targets:
+                devices.setdefault(container, []).append(f"{driver}/{pool}/{device}")
+                uuid = uuids.get((driver, pool, device))
+                if driver == GPU_DRIVER and uuid:
+                    gpus.setdefault(container, []).append(uuid)
+    annotations = {DEVICES_ANNOTATION_PREFIX + c: ",".join(v) for c, v in devices.items()}
+    annotations.update({GPU_UUIDS_ANNOTATION_PREFIX + c: ",".join(v) for c, v in gpus.items()})
+    return annotations

@@ -1,0 +1,15 @@
+"""The node agent (``kdra agent``): kdra's kubelet plugin, one concern per module.
+
+::
+
+    runner.py      the process: one node or many simulated ones, start-up order, loops
+    discovery.py   devices from NVML (real GPUs) or a fake inventory file
+    publisher.py   ResourceSlices of the node's pools (wipe at start, generation bumps)
+    heartbeat.py   one Lease per node and driver, read by the operator's slice GC
+    prepare.py     prepare/unprepare claims: CDI specs, checkpoint, status.devices
+    cdi.py         the CDI spec directory
+    checkpoint.py  atomic, durable files; the checkpoint file
+
+The pure rules (inventory format, slices, CDI spec content, checkpoint model) live in
+:mod:`kdra.domain.inventory`, :mod:`kdra.domain.gpu_profiles` and :mod:`kdra.domain.nodeprep`.
+"""

@@ -1,0 +1,273 @@
+"""Preparing and unpreparing claims on one node (kdra's NodePrepareResources).
+
+For a claim allocated to this node's pool (one of its drivers) and reserved for a consumer,
+:meth:`Preparer.sync` writes a CDI spec per driver, records the claim in the checkpoint and
+reports ``status.devices[]`` with ``Ready=True``; once the claim is deallocated, no longer
+reserved, or deleted, it removes the CDI files, the checkpoint entry and its status entries.
+
+Crash consistency — every step is idempotent and the order makes any prefix recoverable:
+
+    prepare:   checkpoint "preparing" → CDI file(s) → checkpoint "prepared" → status Ready
+    unprepare: CDI file(s) removed → checkpoint entry removed → status entries removed
+
+A CDI file thus always has a checkpoint entry. After a kill -9 anywhere, the restarted agent
+loads the checkpoint, deletes CDI files of its node that no entry names (:meth:`Preparer.load`),
+and syncs every claim the checkpoint or the API names: a claim still wanted is prepared again
+(rewriting the same files), any other entry is unprepared.
+
+Invariants:
+- Prepare of a prepared claim returns the recorded result (and only re-reports status);
+  unprepare of an unknown claim succeeds.
+- The status write is a PUT of the whole claim with its resourceVersion; on Conflict the claim
+  is read again and the entries recomputed. Entries of other drivers or nodes are kept.
+- A device the node does not have (or that is unhealthy) is reported ``Ready=False`` with a
+  reason, and nothing is written to disk for that claim.
+- ``KDRA_AGENT_PAUSE_AFTER=<point>`` (tests only) makes the agent sleep at that point
+  (``checkpoint-preparing``, ``cdi-written``, ``checkpoint-prepared``, ``cdi-removed``) so a
+  test can kill it there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import datetime as dt
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from kdra import metrics
+from kdra.domain.inventory import Inventory, InventoryDevice
+from kdra.domain.nodeprep import (
+    Checkpoint,
+    ClaimEntry,
+    ClaimRef,
+    DeviceOutcome,
+    Result,
+    build_cdi_spec,
+    cdi_file_name,
+    device_statuses,
+    merge_device_statuses,
+    our_results,
+    prepared_devices,
+    ready_outcomes,
+    wants_prepared,
+)
+from kdra.kube.client import CLAIMS, ApiError, Conflict, KubeClient, NotFound
+from kdra.services.agent.cdi import CdiDir
+from kdra.services.agent.checkpoint import CheckpointFile
+from kdra.services.store import JSON
+from kdra.services.workqueue import Retry
+
+log = logging.getLogger(__name__)
+
+PAUSE_ENV = "KDRA_AGENT_PAUSE_AFTER"
+PAUSE_POINTS = ("checkpoint-preparing", "cdi-written", "checkpoint-prepared", "cdi-removed")
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Preparer:
+    """Prepares claims for one node. ``inventory`` gives the node's current devices."""
+
+    def __init__(self, client: KubeClient, node: str, *, cdi: CdiDir,
+                 checkpoint_file: CheckpointFile, inventory: Callable[[], Inventory],
+                 drivers: Callable[[], Sequence[str]]) -> None:
+        self.client = client
+        self.node = node
+        self.cdi = cdi
+        self.file = checkpoint_file
+        self.inventory = inventory
+        self.drivers = drivers
+        self.checkpoint = Checkpoint(node)
+        self.pause_after = os.environ.get(PAUSE_ENV, "")
+
+    # ------------------------------------------------------------------ start-up
+
+    def load(self) -> list[tuple[str, str]]:
+        """Load the checkpoint and delete orphaned CDI files of this node. Returns the
+        (namespace, name) of every checkpointed claim, to be synced."""
+        self.checkpoint = self.file.load()
+        named = {f for entry in self.checkpoint.claims.values() for f in entry.cdi_files}
+        for file, uid in self.cdi.owned(self.node).items():
+            if file not in named:
+                self.cdi.remove(file)
+                log.warning("node %s: removed orphaned CDI spec %s (claim %s is not in the "
+                            "checkpoint)", self.node, file, uid or "?")
+        states = [entry.state for entry in self.checkpoint.claims.values()]
+        if states:
+            log.info("node %s: checkpoint has %d claim(s) (%d prepared, %d preparing)",
+                     self.node, len(states), states.count("prepared"), states.count("preparing"))
+        return [(e.claim.namespace, e.claim.name) for e in self.checkpoint.claims.values()]
+
+    @property
+    def prepared_count(self) -> int:
+        return sum(1 for e in self.checkpoint.claims.values() if e.state == "prepared")
+
+    def holds(self, namespace: str, name: str) -> bool:
+        return bool(self.checkpoint.by_key(namespace, name))
+
+    # ------------------------------------------------------------------ sync
+
+    async def sync(self, namespace: str, name: str, claim: JSON | None) -> None:
+        """Converge the claim ``namespace/name`` (``claim``: its current object, or None when
+        it is gone) on this node."""
+        drivers = list(self.drivers())
+        wanted = wants_prepared(claim, self.node, drivers)
+        uid = (claim or {}).get("metadata", {}).get("uid")
+        results = our_results(claim, self.node, drivers) if claim else []
+        for entry in self.checkpoint.by_key(namespace, name):
+            same = (wanted and entry.claim.uid == uid and
+                    {d.key for d in entry.devices} == {r.key for r in results})
+            if not same:
+                await self.unprepare(entry, claim if entry.claim.uid == uid else None)
+        if wanted and claim is not None:
+            await self.prepare(claim, results)
+        elif claim is not None:
+            await self._report(claim, [])
+
+    async def prepare(self, claim: JSON, results: list[Result]) -> None:
+        started = time.monotonic()
+        ok = False
+        try:
+            ok = await self._prepare(claim, results)
+        finally:
+            metrics.observe_prepare(time.monotonic() - started, ok)
+
+    async def _prepare(self, claim: JSON, results: list[Result]) -> bool:
+        ref = ClaimRef.of(claim)
+        entry = self.checkpoint.claims.get(ref.uid)
+        inventory = self.inventory()
+        if entry is not None and entry.state == "prepared":
+            self._restore_missing_files(entry, inventory)
+            await self._report(claim, ready_outcomes(entry.devices))
+            return True
+        devices: dict[tuple[str, str], InventoryDevice] = {}
+        problems: dict[tuple[str, str, str], tuple[str, str]] = {}
+        for result in results:
+            device = inventory.device(result.driver, result.device)
+            if device is None:
+                problems[result.key] = ("DeviceNotFound", f"node {self.node} has no device "
+                                        f"{result.device!r} of driver {result.driver}")
+            elif not device.healthy:
+                problems[result.key] = ("DeviceUnhealthy", f"device {result.device} is "
+                                        f"unhealthy: {device.health_reason}")
+            else:
+                devices[(result.driver, result.device)] = device
+        if problems:
+            outcomes = []
+            for result in results:
+                reason, message = problems.get(result.key) or (
+                    "ClaimNotPrepared", "another device of this claim cannot be prepared: "
+                    + "; ".join(m for _, m in problems.values()))
+                outcomes.append(DeviceOutcome(result.driver, result.pool, result.device,
+                                              False, reason, message))
+            log.warning("node %s: cannot prepare claim %s: %s", self.node, ref.key,
+                        "; ".join(m for _, m in problems.values()))
+            await self._report(claim, outcomes)
+            return False
+        prepared = prepared_devices(ref, results, devices)
+        by_driver: dict[str, list[InventoryDevice]] = {}
+        for result in results:
+            by_driver.setdefault(result.driver, []).append(devices[(result.driver,
+                                                                    result.device)])
+        files = {driver: cdi_file_name(driver, ref.uid) for driver in by_driver}
+        entry = ClaimEntry(ref, "preparing", prepared, tuple(sorted(files.values())))
+        self._save(self.checkpoint.with_entry(entry))
+        await self._pause("checkpoint-preparing", ref)
+        for driver, file in files.items():
+            self.cdi.write(file, build_cdi_spec(node=self.node, claim=ref, driver=driver,
+                                                devices=by_driver[driver]))
+        await self._pause("cdi-written", ref)
+        entry = replace(entry, state="prepared")
+        self._save(self.checkpoint.with_entry(entry))
+        await self._pause("checkpoint-prepared", ref)
+        log.info("node %s: prepared claim %s (%s): %s", self.node, ref.key, ref.uid,
+                 ", ".join(f"{d.driver}/{d.device}" for d in prepared))
+        await self._report(claim, ready_outcomes(prepared))
+        return True
+
+    def _restore_missing_files(self, entry: ClaimEntry, inventory: Inventory) -> None:
+        """A prepared claim's CDI file vanished (someone deleted it): write it again."""
+        for file in entry.cdi_files:
+            if self.cdi.read(file) is not None:
+                continue
+            driver = next((d.driver for d in entry.devices
+                           if cdi_file_name(d.driver, entry.claim.uid) == file), None)
+            devices = [inventory.device(d.driver, d.device) for d in entry.devices
+                       if d.driver == driver]
+            if driver is None or any(device is None for device in devices):
+                log.error("node %s: CDI spec %s of prepared claim %s is missing and cannot be "
+                          "rebuilt", self.node, file, entry.claim.key)
+                continue
+            self.cdi.write(file, build_cdi_spec(node=self.node, claim=entry.claim,
+                                                driver=driver,
+                                                devices=[d for d in devices if d is not None]))
+            log.warning("node %s: rewrote missing CDI spec %s", self.node, file)
+
+    async def unprepare(self, entry: ClaimEntry, claim: JSON | None) -> None:
+        """Remove what preparing ``entry`` created; ``claim`` (same UID) gets its status
+        entries removed too."""
+        try:
+            for file in entry.cdi_files:
+                self.cdi.remove(file)
+            await self._pause("cdi-removed", entry.claim)
+            self._save(self.checkpoint.without(entry.claim.uid))
+            log.info("node %s: unprepared claim %s (%s)", self.node, entry.claim.key,
+                     entry.claim.uid)
+            if claim is not None:
+                await self._report(claim, [])
+        except Exception:
+            metrics.record_unprepare_error()
+            raise
+
+    # ------------------------------------------------------------------ helpers
+
+    def _save(self, checkpoint: Checkpoint) -> None:
+        self.file.save(checkpoint)
+        self.checkpoint = checkpoint
+
+    async def _pause(self, point: str, ref: ClaimRef) -> None:
+        if self.pause_after == point:
+            log.warning("node %s: paused after %s for claim %s (%s=%s)", self.node, point,
+                        ref.key, PAUSE_ENV, point)
+            await asyncio.sleep(24 * 3600)
+
+    async def _report(self, claim: JSON, outcomes: Sequence[DeviceOutcome]) -> None:
+        """Make the claim's ``status.devices`` entries of this node say ``outcomes`` (no
+        outcomes: remove them). PUT with resourceVersion; re-read on Conflict."""
+        drivers = list(self.drivers())
+        for _ in range(8):
+            status = claim.get("status") or {}
+            existing = status.get("devices") or []
+            ours = device_statuses(outcomes, now=_now(), previous=existing,
+                                   generation=claim["metadata"].get("generation"))
+            merged = merge_device_statuses(existing, ours, node=self.node, drivers=drivers)
+            if merged == existing:
+                return
+            body = copy.deepcopy(claim)
+            body.setdefault("status", {})["devices"] = merged
+            if not merged:
+                body["status"].pop("devices")
+            try:
+                await self.client.replace_status(CLAIMS, body)
+                return
+            except NotFound:
+                return
+            except Conflict:
+                meta = claim["metadata"]
+                try:
+                    claim = await self.client.get(CLAIMS, meta["name"], meta["namespace"])
+                except NotFound:
+                    return
+                if claim["metadata"].get("uid") != meta.get("uid"):
+                    return
+                if outcomes and not wants_prepared(claim, self.node, drivers):
+                    raise Retry("claim changed while reporting status") from None
+            except ApiError as exc:
+                raise Retry(f"status write failed: {exc}") from exc
+        raise Retry("claim keeps changing while reporting device status")

@@ -1,0 +1,158 @@
+"""Publishing a node's ResourceSlices: one pool per driver, named after the node.
+
+Invariants:
+- At start-up :meth:`SlicePublisher.wipe` deletes every slice of this node for the agent's
+  drivers (``spec.nodeName=<node>``), as kubelet does when a plugin registers, and remembers
+  their highest generation: the next publication is one newer, so no consumer can mistake
+  fresh slices for stale ones.
+- A publication writes nothing when the pool is unchanged; otherwise every slice of the pool
+  is written with the new generation and slices the new generation does not use are deleted
+  (the allocator ignores an incomplete newest generation meanwhile).
+- Nothing is published while the Node object does not exist: slices carry an owner reference
+  to the Node, and a node that was deleted must not get its slices back.
+- The agent writes only slices with its own deterministic names and node; other slices of the
+  same node (other drivers) are never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterable
+
+from kdra import metrics
+from kdra.domain.inventory import InventoryDevice, plan_publication
+from kdra.kube.client import NODES, SLICES, Conflict, KubeClient, NotFound
+from kdra.services.store import JSON
+
+log = logging.getLogger(__name__)
+
+
+class SlicePublisher:
+    def __init__(self, client: KubeClient, node: str) -> None:
+        self.client = client
+        self.node = node
+        self._published: dict[str, list[JSON]] = {}
+        self._min_generation: dict[str, int] = {}
+        self._node_missing_logged = False
+
+    @property
+    def drivers(self) -> list[str]:
+        return sorted(self._published)
+
+    def generation(self, driver: str) -> int | None:
+        slices = self._published.get(driver) or []
+        return max((int(s["spec"]["pool"]["generation"]) for s in slices), default=None)
+
+    async def _list(self) -> list[JSON]:
+        return await self.client.list(SLICES, field_selector=f"spec.nodeName={self.node}")
+
+    async def wipe(self, drivers: Iterable[str]) -> int:
+        """Delete this node's slices of ``drivers``; returns how many were deleted."""
+        wanted = set(drivers)
+        deleted = 0
+        for obj in await self._list():
+            driver = obj["spec"].get("driver")
+            if driver not in wanted or obj["spec"].get("nodeName") != self.node:
+                continue
+            generation = int(obj["spec"].get("pool", {}).get("generation", 0))
+            self._min_generation[driver] = max(self._min_generation.get(driver, 0),
+                                               generation + 1)
+            meta = obj["metadata"]
+            try:
+                await self.client.delete(SLICES, meta["name"], uid=meta.get("uid"))
+                deleted += 1
+            except (NotFound, Conflict):
+                pass
+        for driver in wanted:
+            self._published[driver] = []
+        if deleted:
+            log.info("node %s: deleted %d stale slice(s) of %s at start-up", self.node, deleted,
+                     ", ".join(sorted(wanted)))
+        return deleted
+
+    async def _owner(self) -> dict[str, str] | None:
+        try:
+            node = await self.client.get(NODES, self.node)
+        except NotFound:
+            if not self._node_missing_logged:
+                log.warning("node %s: the Node object does not exist; not publishing slices "
+                            "until it does", self.node)
+                self._node_missing_logged = True
+            return None
+        self._node_missing_logged = False
+        return {"name": self.node, "uid": node["metadata"]["uid"]}
+
+    async def publish(self, devices: dict[str, tuple[InventoryDevice, ...]]) -> int:
+        """Make the node's pools match ``devices`` (driver → devices); drivers no longer in
+        ``devices`` lose their slices. Returns the number of slices written."""
+        owner = await self._owner()
+        if owner is None:
+            return 0
+        written = 0
+        for driver in sorted(set(self._published) - set(devices)):
+            for obj in self._published.pop(driver):
+                await self._delete(obj["metadata"]["name"])
+            log.info("node %s: driver %s has no devices any more; its slices are deleted",
+                     self.node, driver)
+        for driver, items in sorted(devices.items()):
+            written += await self._publish_pool(driver, items, owner)
+        return written
+
+    async def _publish_pool(self, driver: str, devices: tuple[InventoryDevice, ...],
+                            owner: dict[str, str]) -> int:
+        current = self._published.get(driver, [])
+        plan = plan_publication(node=self.node, driver=driver, devices=devices,
+                                published=current, owner=owner,
+                                min_generation=self._min_generation.get(driver, 0))
+        if not plan.changed:
+            return 0
+        by_name = {obj["metadata"]["name"]: obj for obj in current}
+        result: list[JSON] = []
+        for body in plan.slices:
+            result.append(await self._write(body, by_name.get(body["metadata"]["name"])))
+        for name in plan.stale:
+            await self._delete(name)
+        self._published[driver] = result
+        self._min_generation[driver] = plan.generation
+        metrics.record_slice_publish(len(result))
+        healthy = sum(1 for device in devices if device.healthy)
+        log.info("node %s: published %d slice(s) of %s, generation %d (%d device(s), %d "
+                 "unhealthy left out)", self.node, len(result), driver, plan.generation,
+                 healthy, len(devices) - healthy)
+        return len(result)
+
+    async def _write(self, body: JSON, existing: JSON | None) -> JSON:
+        name = body["metadata"]["name"]
+        for _ in range(5):
+            if existing is None:
+                try:
+                    return await self.client.create(SLICES, body)
+                except Conflict as exc:
+                    if not exc.already_exists:
+                        raise
+                    existing = await self.client.get(SLICES, name)
+            body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
+            try:
+                return await self.client.replace(SLICES, body)
+            except NotFound:
+                existing = None
+                body["metadata"].pop("resourceVersion", None)
+            except Conflict:
+                existing = await self.client.get(SLICES, name)
+        raise RuntimeError(f"slice {name} keeps changing under the agent")
+
+    async def _delete(self, name: str) -> None:
+        with contextlib.suppress(NotFound):
+            await self.client.delete(SLICES, name)
+
+    async def resync(self, devices: dict[str, tuple[InventoryDevice, ...]]) -> int:
+        """Re-read what is published (someone may have deleted or edited a slice) and repair
+        it. Returns the number of slices written."""
+        actual: dict[str, list[JSON]] = {driver: [] for driver in self._published}
+        for obj in await self._list():
+            driver = obj["spec"].get("driver")
+            if driver in actual and obj["spec"].get("pool", {}).get("name") == self.node:
+                actual[driver].append(obj)
+        self._published = actual
+        return await self.publish(devices)

@@ -1,0 +1,474 @@
+"""The node agent process: one node (a DaemonSet pod) or many simulated nodes.
+
+Start-up, per node (kubelet's order, UPSTREAM.md §6): discover devices (a malformed inventory
+stops the agent with a message naming the line and field) → create the Node if asked
+(simulation) → load the checkpoint and delete orphaned CDI files → acquire the heartbeat
+Leases (before any slice appears, so the slice GC sees the agent alive first) → delete the
+node's stale slices of its drivers → publish. Then one claim watch for the
+whole process feeds a work queue keyed by (node, namespace, name); the inventory is polled
+(and re-read at once on SIGHUP); published slices are re-checked every resync period.
+SIGTERM/SIGINT stop the loops and release the Leases (the slices stay: the operator's slice
+GC removes them only if the agent does not come back within its grace period).
+
+Why a plain asyncio watch rather than kopf: an agent serves the claims of *its* pools only,
+with an explicit start-up order (checkpoint before the first prepare, wipe before publish)
+and, in simulation, hundreds of nodes behind one watch stream. kopf would cache and dispatch
+every claim of the cluster per handler with its own lifecycle around it; the agent needs
+neither, so it keeps a cache of just the claims that concern its nodes.
+
+Invariants:
+- A claim is synced by at most one worker at a time (the work queue), and every node's
+  checkpoint is written only by that node's Preparer.
+- After every (re)list of claims, every claim a node holds in its checkpoint or that names
+  one of its pools is synced, so missed events and restarts converge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import os
+import signal
+import socket
+from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
+from typing import TypeVar
+
+import aiohttp
+
+from kdra import metrics
+from kdra.domain.errors import InvalidObject
+from kdra.domain.inventory import Inventory, InventoryDevice, expand_names
+from kdra.domain.nodeprep import pools_of
+from kdra.kube.client import CLAIMS, NODES, ApiError, Conflict, KubeClient, NotFound, connect
+from kdra.services.agent.cdi import CdiDir
+from kdra.services.agent.checkpoint import CheckpointFile
+from kdra.services.agent.discovery import (
+    Discovery,
+    DiscoveryError,
+    FakeDiscovery,
+    NvmlDiscovery,
+)
+from kdra.services.agent.heartbeat import Heartbeat
+from kdra.services.agent.prepare import Preparer
+from kdra.services.agent.publisher import SlicePublisher
+from kdra.services.store import JSON, Key, key_of
+from kdra.services.workqueue import WorkQueue
+from kdra.settings import AgentSettings
+
+log = logging.getLogger(__name__)
+
+ClaimKey = tuple[str, str, str]  # (node, namespace, name)
+T = TypeVar("T")
+
+
+class AgentError(Exception):
+    """The agent cannot start: bad settings, inventory or NVML."""
+
+
+class NodeAgent:
+    """Everything the agent does for one node."""
+
+    def __init__(self, client: KubeClient, settings: AgentSettings, node: str,
+                 discovery: Discovery, identity: str) -> None:
+        self.client = client
+        self.settings = settings
+        self.node = node
+        self.discovery = discovery
+        self.identity = identity
+        self.inventory = Inventory()
+        self.publisher = SlicePublisher(client, node)
+        self.heartbeats: dict[str, Heartbeat] = {}
+        self._stopping: set[asyncio.Task[None]] = set()
+        self.preparer = Preparer(
+            client, node, cdi=CdiDir(Path(settings.cdi_dir)),
+            checkpoint_file=CheckpointFile(Path(settings.state_dir), node),
+            inventory=lambda: self.inventory, drivers=lambda: self.claim_drivers)
+
+    @property
+    def drivers(self) -> tuple[str, ...]:
+        drivers = self.inventory.drivers
+        if isinstance(self.discovery, NvmlDiscovery) and self.discovery.driver not in drivers:
+            drivers = (self.discovery.driver, *drivers)  # publish an empty GPU pool too
+        return drivers
+
+    @property
+    def claim_drivers(self) -> tuple[str, ...]:
+        """Drivers whose claims this node serves: the published ones, plus any a prepared
+        claim still uses (a driver gone from the inventory does not unprepare running
+        claims; they are unprepared when deallocated)."""
+        held = {d.driver for entry in self.preparer.checkpoint.claims.values()
+                for d in entry.devices}
+        return (*self.drivers, *sorted(held - set(self.drivers)))
+
+    def pools(self) -> dict[str, tuple[InventoryDevice, ...]]:
+        return {driver: self.inventory.for_driver(driver) for driver in self.drivers}
+
+    async def discover(self) -> bool:
+        """Read the devices again; returns whether anything changed."""
+        inventory = await asyncio.to_thread(self.discovery.discover, self.node)
+        changed = inventory != self.inventory
+        self.inventory = inventory
+        return changed
+
+    async def start(self) -> list[tuple[str, str]]:
+        """Checkpoint, heartbeat, wipe, publish. Returns checkpointed claims to sync.
+
+        The Leases are renewed *before* anything is published: the slice GC must see this
+        agent alive before it sees its new slices, or it could take them for a dead agent's."""
+        held = self.preparer.load()
+        await self.start_heartbeats()
+        await retrying(f"node {self.node}: deleting stale slices",
+                       lambda: self.publisher.wipe(self.drivers))
+        await retrying(f"node {self.node}: publishing slices",
+                       lambda: self.publisher.publish(self.pools()))
+        return held
+
+    async def start_heartbeats(self) -> None:
+        for driver in self.drivers:
+            beat = self._heartbeat(driver)
+            acquired = False
+            try:
+                await retrying(f"node {self.node}: acquiring Lease {beat.name}", beat.acquire)
+                acquired = True
+            except ApiError as exc:  # e.g. no namespace yet: keep trying in the background
+                log.warning("node %s: cannot acquire Lease %s/%s yet: %s", self.node,
+                            beat.namespace, beat.name, exc)
+            beat.start(acquired=acquired)
+            self.heartbeats[driver] = beat
+
+    def _heartbeat(self, driver: str) -> Heartbeat:
+        return Heartbeat(self.client, namespace=self.settings.namespace, node=self.node,
+                         driver=driver, identity=self.identity,
+                         duration=self.settings.lease_duration,
+                         interval=self.settings.renew_interval)
+
+    def sync_heartbeats(self) -> None:
+        for driver in self.drivers:
+            if driver not in self.heartbeats:
+                beat = self._heartbeat(driver)
+                beat.start()
+                self.heartbeats[driver] = beat
+        for driver in set(self.heartbeats) - set(self.drivers):
+            beat = self.heartbeats.pop(driver)
+            task = asyncio.create_task(beat.stop(release=True))
+            self._stopping.add(task)
+            task.add_done_callback(self._stopping.discard)
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(beat.stop(release=True) for beat in self.heartbeats.values()))
+        self.heartbeats.clear()
+
+
+class AgentRunner:
+    """One agent process: its nodes, the shared claim watch and the work queue."""
+
+    def __init__(self, client: KubeClient, settings: AgentSettings, nodes: list[str],
+                 discovery: Discovery) -> None:
+        self.client = client
+        self.settings = settings
+        self.discovery = discovery
+        identity = settings.identity or f"{socket.gethostname()}-{os.getpid()}"
+        self.nodes = {node: NodeAgent(client, settings, node, discovery, identity)
+                      for node in nodes}
+        self.claims: dict[Key, JSON] = {}
+        self.queue: WorkQueue[ClaimKey] = WorkQueue("agent-claims", self._sync,
+                                                    workers=settings.workers)
+        self.synced = asyncio.Event()
+        self.reread = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._signature: object | None = None
+
+    # ------------------------------------------------------------------ start-up
+
+    async def start(self) -> None:
+        self._signature = self.discovery.signature()
+        await self._each(self._discover_first)
+        if self.settings.create_nodes:
+            await self._each(lambda agent: retrying(
+                f"creating Node {agent.node}", lambda: ensure_node(self.client, agent.node)))
+        await self._each(lambda agent: agent.start())
+        self.update_gauges()
+        # Claims are synced only once the first LIST is cached: before that, "not cached"
+        # would read as "gone" and unprepare claims that are still in use.
+        self._tasks = [asyncio.create_task(self._watch_claims(), name="agent-claim-watch")]
+        await self.synced.wait()
+        self.queue.start()
+        self._tasks += [asyncio.create_task(self._poll(), name="agent-inventory-poll"),
+                        asyncio.create_task(self._resync(), name="agent-resync")]
+        devices = sum(len(agent.inventory.devices) for agent in self.nodes.values())
+        log.info("kdra agent started: %d node(s), %d device(s), drivers %s", len(self.nodes),
+                 devices, ", ".join(sorted({d for a in self.nodes.values() for d in a.drivers})))
+
+    async def _discover_first(self, agent: NodeAgent) -> None:
+        try:
+            await agent.discover()
+        except InvalidObject as exc:
+            raise AgentError(f"malformed inventory: {exc}") from exc
+        except DiscoveryError as exc:
+            raise AgentError(str(exc)) from exc
+
+    async def _each(self, action: Callable[[NodeAgent], Awaitable[T]]) -> list[T]:
+        """Run ``action(agent)`` for every node, at most 16 at a time; results in node order."""
+        limit = asyncio.Semaphore(16)
+
+        async def one(agent: NodeAgent) -> T:
+            async with limit:
+                return await action(agent)
+
+        return list(await asyncio.gather(*(one(agent) for agent in self.nodes.values())))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.queue.stop()
+        await asyncio.gather(*(agent.stop() for agent in self.nodes.values()),
+                             return_exceptions=True)
+        if isinstance(self.discovery, NvmlDiscovery):
+            self.discovery.close()
+
+    # ------------------------------------------------------------------ claims
+
+    def _interested(self, claim: JSON | None) -> set[str]:
+        """Nodes of this process whose pools the claim names (allocation or status)."""
+        if not claim:
+            return set()
+        nodes = set()
+        pools = set(pools_of(claim))
+        for entry in (claim.get("status") or {}).get("devices") or ():
+            pools.add((str(entry.get("driver")), str(entry.get("pool"))))
+        for driver, pool in pools:
+            agent = self.nodes.get(pool)
+            if agent is not None and driver in agent.claim_drivers:
+                nodes.add(pool)
+        return nodes
+
+    def _holders(self, key: Key) -> set[str]:
+        """Nodes whose checkpoint holds a claim of this namespace/name."""
+        return {node for node, agent in self.nodes.items() if agent.preparer.holds(*key)}
+
+    def _on_claim(self, event: str, claim: JSON) -> None:
+        key = key_of(claim)
+        old = self.claims.get(key)
+        nodes = self._interested(claim) | self._interested(old) | self._holders(key)
+        if event != "DELETED" and nodes:
+            self.claims[key] = claim  # cached: it concerns one of our nodes
+        else:
+            self.claims.pop(key, None)
+        for node in nodes:
+            self.queue.add((node, key[0], key[1]))
+
+    def _on_list(self, items: Iterable[JSON]) -> None:
+        """A (re)list: the complete truth. Sync every claim that names our pools now or did
+        before, and every claim a checkpoint holds."""
+        before = self.claims
+        self.claims = {key_of(c): c for c in items
+                       if self._interested(c) or self._holders(key_of(c))}
+        for key, claim in [*self.claims.items(), *before.items()]:
+            for node in self._interested(claim):
+                self.queue.add((node, key[0], key[1]))
+        for node, agent in self.nodes.items():
+            for entry in agent.preparer.checkpoint.claims.values():
+                self.queue.add((node, entry.claim.namespace, entry.claim.name))
+        self.synced.set()
+
+    async def _watch_claims(self) -> None:
+        async for event, obj in self.client.watch(CLAIMS):
+            if event == "LIST":
+                self._on_list(obj["items"])
+            else:
+                self._on_claim(event, obj)
+
+    async def _sync(self, key: ClaimKey) -> None:
+        node, namespace, name = key
+        agent = self.nodes[node]
+        try:
+            await agent.preparer.sync(namespace, name, self.claims.get((namespace, name)))
+        finally:
+            self.update_gauges()
+
+    def update_gauges(self) -> None:
+        healthy = unhealthy = 0
+        for agent in self.nodes.values():
+            good, bad = agent.inventory.health_counts()
+            healthy, unhealthy = healthy + good, unhealthy + bad
+        metrics.set_agent_devices(healthy, unhealthy)
+        metrics.set_prepared_claims(sum(a.preparer.prepared_count for a in self.nodes.values()))
+
+    # ------------------------------------------------------------------ devices
+
+    async def _poll(self) -> None:
+        while True:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.reread.wait(), self.settings.inventory_poll)
+            forced = self.reread.is_set()
+            self.reread.clear()
+            signature = self.discovery.signature()
+            if not forced and signature is not None and signature == self._signature:
+                continue
+            self._signature = signature
+            await self._each(self._rediscover)
+            self.update_gauges()
+
+    async def _rediscover(self, agent: NodeAgent) -> None:
+        try:
+            changed = await agent.discover()
+        except (InvalidObject, DiscoveryError) as exc:
+            log.error("node %s: keeping the previous devices: %s", agent.node, exc)
+            return
+        if not changed:
+            return
+        log.info("node %s: devices changed; publishing", agent.node)
+        agent.sync_heartbeats()
+        try:
+            await agent.publisher.publish(agent.pools())
+        except (ApiError, OSError) as exc:
+            log.warning("node %s: publishing failed (%s); retried at the next resync",
+                        agent.node, exc)
+        for key, claim in self.claims.items():  # a device may have become (un)available
+            if agent.node in self._interested(claim):
+                self.queue.add((agent.node, key[0], key[1]))
+
+    async def _resync(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.resync_period)
+            await self._each(self._resync_node)
+
+    async def _resync_node(self, agent: NodeAgent) -> None:
+        try:
+            await agent.publisher.resync(agent.pools())
+        except (ApiError, OSError) as exc:
+            log.warning("node %s: slice resync failed: %s", agent.node, exc)
+
+
+async def retrying(what: str, action: Callable[[], Awaitable[T]],
+                   first_delay: float = 0.5) -> T:
+    """``action()``, retried with capped backoff while the API server is unavailable or
+    overloaded (connection errors, 429, 5xx); other errors are raised."""
+    delay = first_delay
+    while True:
+        try:
+            return await action()
+        except ApiError as exc:
+            if exc.status != 429 and exc.status < 500:
+                raise
+            problem: Exception = exc
+        except (OSError, aiohttp.ClientError) as exc:
+            problem = exc
+        log.warning("%s failed (%s); retrying in %.1fs", what, problem, delay)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 15.0)
+
+
+async def ensure_node(client: KubeClient, node: str) -> None:
+    """Create a Node object with capacity and a Ready condition (simulation: no kubelet)."""
+    try:
+        await client.get(NODES, node)
+        return
+    except NotFound:
+        pass
+    body = {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": node, "labels": {
+                "kubernetes.io/hostname": node, "kubernetes.io/os": "linux",
+                "kdra.dev/simulated": "true"}}}
+    try:
+        await client.create(NODES, body)
+    except Conflict:
+        return
+    capacity = {"cpu": "64", "memory": "512Gi", "pods": "110"}
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    await client.patch(NODES, node, {"status": {
+        "capacity": capacity, "allocatable": capacity,
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KdraSimulatedNode",
+                        "message": "simulated by kdra agent", "lastHeartbeatTime": now,
+                        "lastTransitionTime": now}],
+    }}, subresource="status")
+    # The API server taints every new Node not-ready (TaintNodesByCondition); on a real cluster
+    # the node lifecycle controller lifts it once the kubelet reports Ready. The agent is the
+    # simulated node's kubelet, so it lifts it itself.
+    created = await client.get(NODES, node)
+    taints = [t for t in created.get("spec", {}).get("taints") or []
+              if t.get("key") != "node.kubernetes.io/not-ready"]
+    await client.patch(NODES, node, {"metadata": {
+        "resourceVersion": created["metadata"]["resourceVersion"]},
+        "spec": {"taints": taints or None}})
+    log.info("created simulated Node %s", node)
+
+
+def served_nodes(settings: AgentSettings) -> list[str]:
+    if settings.simulate_nodes:
+        try:
+            names = expand_names(settings.simulate_nodes)
+        except ValueError as exc:
+            raise AgentError(f"--simulate-nodes: {exc}") from exc
+        if not names:
+            raise AgentError("--simulate-nodes names no node")
+        return names
+    if not settings.node_name:
+        raise AgentError("no node name: set NODE_NAME (or --node-name), or --simulate-nodes")
+    return [settings.node_name]
+
+
+def make_discovery(settings: AgentSettings, nodes: list[str]) -> Discovery:
+    if settings.inventory:
+        return FakeDiscovery(Path(settings.inventory), default_driver=settings.driver)
+    if len(nodes) > 1:
+        raise AgentError("--simulate-nodes needs --inventory (NVML sees one machine's GPUs)")
+    return NvmlDiscovery(driver=settings.driver)
+
+
+async def _main(settings: AgentSettings, nodes: list[str], discovery: Discovery) -> int:
+    try:
+        client = await connect(settings.kubeconfig)
+    except Exception as exc:  # any kubeconfig / in-cluster config problem
+        log.error("kdra agent cannot connect to the API server: %s", exc)
+        return 1
+    runner = AgentRunner(client, settings, nodes, discovery)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, runner.reread.set)
+    try:
+        starting = asyncio.create_task(runner.start())
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if starting.done():
+            starting.result()  # raises AgentError
+            await stopping
+        else:
+            starting.cancel()
+            await asyncio.gather(starting, return_exceptions=True)
+        log.info("kdra agent stopping: releasing Leases")
+        return 0
+    finally:
+        await runner.stop()
+        await client.close()
+
+
+def run_agent(settings: AgentSettings) -> int:
+    """Run the agent until SIGTERM/SIGINT. Returns the process exit code."""
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    metrics.init_agent_series()
+    try:
+        nodes = served_nodes(settings)
+        discovery = make_discovery(settings, nodes)
+        discovery.discover(nodes[0])  # a bad inventory or broken NVML stops us here
+    except (InvalidObject, DiscoveryError) as exc:
+        log.error("kdra agent cannot start: %s: %s",
+                  "malformed inventory" if isinstance(exc, InvalidObject) else "discovery",
+                  exc)
+        return 2
+    except AgentError as exc:
+        log.error("kdra agent cannot start: %s", exc)
+        return 2
+    metrics.serve(settings.metrics_port)
+    try:
+        return asyncio.run(_main(settings, nodes, discovery))
+    except AgentError as exc:
+        log.error("kdra agent cannot start: %s", exc)
+        return 2

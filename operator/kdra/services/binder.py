@@ -1,0 +1,653 @@
+"""The binder: kdra's scheduler for pods with ``schedulerName: kdra-scheduler``.
+
+One scheduling loop — the only writer of ``status.allocation`` — takes pending pods in
+priority order and, for each: resolves its claims, filters nodes (unschedulable, taints,
+node selector / required affinity, cpu / memory / pod count), runs the allocator over the
+candidates, picks a node by policy (binpack, spread, first-fit) and writes each claim's
+allocation and reservation. A separate task per pod then waits for the node agent to report
+every allocated device Ready (**prepare before bind**), writes the per-container allocation
+annotations the pod's env reads, and binds the pod through ``pods/binding``.
+
+Invariants:
+- Every claim write carries the cached object's resourceVersion: a concurrent change fails
+  with Conflict, the attempt is rolled back (claims this attempt allocated are deallocated)
+  and the pod is retried from fresh state ("allocated elsewhere in the meantime").
+- An allocation is *assumed* in the allocator's snapshot before it is written, so the next pod
+  never gets the same device while the write is in flight; the assumption is dropped once the
+  written claim is in the cache, or when the write fails.
+- A pod that fits nowhere gets a ``FailedScheduling`` event and a ``PodScheduled=False``
+  condition saying why, node group by node group, and waits until slices, claims, classes or
+  nodes change (or a periodic flush) — never a busy retry loop.
+- A prepare that fails or times out deallocates what this attempt allocated, emits an event,
+  keeps the node out of that pod's candidates for a while, and retries elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import heapq
+import itertools
+import logging
+import time
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from kdra import metrics
+from kdra.domain.allocator import Placement, Snapshot, place, selector_matches
+from kdra.domain.errors import InvalidObject
+from kdra.domain.models import (
+    AllocationResult,
+    ResourceClaim,
+    dump,
+    parse_claim,
+    parse_class,
+    parse_slice,
+)
+from kdra.domain.podclaims import (
+    FINALIZER,
+    SCHEDULER_NAME,
+    PodClaim,
+    claim_statuses,
+    pod_claims,
+    pod_ref,
+)
+from kdra.domain.scheduling import (
+    Resources,
+    best,
+    container_devices,
+    explain,
+    node_filter,
+    node_info,
+    pod_policy,
+    pod_requests,
+)
+from kdra.kube.client import CLAIMS, PODS, ApiError, Conflict, KubeClient, NotFound
+from kdra.kube.events import EventRecorder
+from kdra.services.store import JSON, Key, Store, key_of
+
+log = logging.getLogger(__name__)
+
+STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+
+
+@dataclass(frozen=True)
+class BinderSettings:
+    policy: str = "binpack"
+    """Default placement policy: binpack, spread or first-fit (per pod: annotation
+    ``resource.kdra.dev/placement-policy``)."""
+    prepare_timeout: float = 120.0
+    """Seconds to wait for the node agent to report allocated devices Ready before the
+    allocation is undone and the pod retried elsewhere."""
+    exclude_after_failure: float = 300.0
+    """Seconds a node stays out of a pod's candidates after preparing on it failed."""
+    flush_interval: float = 30.0
+    """Unschedulable pods are retried at least this often, even without a cluster change."""
+
+
+class _PodQueue:
+    """Pending pods, highest priority first, then oldest; each key at most once."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, str, int, Key]] = []
+        self._queued: set[Key] = set()
+        self._counter = itertools.count()
+        self._ready = asyncio.Event()
+
+    def __len__(self) -> int:
+        return len(self._queued)
+
+    def add(self, key: Key, pod: JSON) -> None:
+        if key in self._queued:
+            return
+        self._queued.add(key)
+        priority = int(pod.get("spec", {}).get("priority") or 0)
+        created = pod.get("metadata", {}).get("creationTimestamp") or ""
+        heapq.heappush(self._heap, (-priority, created, next(self._counter), key))
+        self._ready.set()
+
+    async def pop(self) -> Key:
+        while not self._heap:
+            self._ready.clear()
+            await self._ready.wait()
+        *_, key = heapq.heappop(self._heap)
+        self._queued.discard(key)
+        return key
+
+
+@dataclass
+class _Attempt:
+    """One pod's allocation, written and waiting for prepare + bind."""
+
+    pod: JSON
+    node: str
+    claims: list[tuple[PodClaim, str]]  # pod claim entry, claim name
+    allocated_here: list[str] = field(default_factory=list)  # claim names this attempt allocated
+    started: float = field(default_factory=time.monotonic)
+
+
+class Binder:
+    def __init__(self, client: KubeClient, events: EventRecorder, *, claims: Store,
+                 settings: BinderSettings | None = None) -> None:
+        self.client = client
+        self.events = events
+        self.settings = settings or BinderSettings()
+        self.claims = claims  # shared with the claim controller (raw dicts)
+        self.nodes = Store("Node")
+        self.slices = Store("ResourceSlice", {"pool": lambda s: [
+            f"{s['spec'].get('driver')}/{s['spec'].get('pool', {}).get('name')}"]})
+        self.snapshot = Snapshot()
+        self.pending: dict[Key, JSON] = {}
+        self.usage: dict[str, dict[str, Resources]] = defaultdict(dict)  # node → pod uid → req
+        self.queue = _PodQueue()
+        self.parked: set[Key] = set()
+        self.waiting_for_claim: dict[Key, set[Key]] = defaultdict(set)
+        self.binding: dict[Key, _Attempt] = {}
+        self.excluded: dict[Key, dict[str, float]] = defaultdict(dict)
+        self._claim_changed: dict[Key, asyncio.Event] = {}
+        self._wake_handle: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._flush_task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def prime(self, *, nodes: list[JSON], slices: list[JSON], classes: list[JSON],
+              pods: list[JSON]) -> None:
+        for node in nodes:
+            self.on_node(None, node)
+        for slice_ in slices:
+            self.on_slice(None, slice_)
+        for device_class in classes:
+            self.on_class(None, device_class)
+        for claim in self.claims:
+            self._snapshot_claim(claim)
+        for pod in pods:
+            self.on_pod(None, pod)
+
+    def start(self) -> None:
+        self._loop_task = asyncio.create_task(self._run(), name="binder")
+        self._flush_task = asyncio.create_task(self._flush(), name="binder-flush")
+
+    async def stop(self) -> None:
+        for task in [self._loop_task, self._flush_task, *self._tasks]:
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(*[t for t in [self._loop_task, self._flush_task, *self._tasks]
+                               if t is not None], return_exceptions=True)
+
+    # ------------------------------------------------------------------ events in
+
+    def on_pod(self, event_type: str | None, pod: JSON) -> None:
+        key = key_of(pod)
+        uid = pod["metadata"].get("uid", "")
+        node = pod.get("spec", {}).get("nodeName")
+        phase = pod.get("status", {}).get("phase")
+        gone = event_type == "DELETED" or phase in ("Succeeded", "Failed")
+        # Resource usage of every pod on a node (kdra's or not) for the fit filter.
+        for used in self.usage.values():
+            if uid in used and (gone or not node):
+                del used[uid]
+        if node and not gone:
+            self.usage[node][uid] = pod_requests(pod)
+        if gone and self.usage.get(node or "") == {}:
+            self.usage.pop(node or "", None)
+        ours = pod.get("spec", {}).get("schedulerName") == SCHEDULER_NAME
+        if not ours:
+            return
+        if gone or node or pod["metadata"].get("deletionTimestamp"):
+            if self.pending.pop(key, None) is not None:
+                self.parked.discard(key)
+                self.excluded.pop(key, None)
+            metrics.set_pending_pods(len(self.pending))
+            if gone:
+                self._wake()  # its devices may be released soon
+            return
+        self.pending[key] = pod
+        metrics.set_pending_pods(len(self.pending))
+        if key not in self.binding:
+            self.parked.discard(key)
+            self.queue.add(key, pod)
+
+    def on_claim(self, event_type: str | None, claim: JSON) -> None:
+        """Called after the shared claim store applied the event."""
+        key = key_of(claim)
+        before = self.snapshot.devices_in_use
+        had = len(before)
+        if event_type == "DELETED":
+            self.snapshot.remove_claim(f"{key[0]}/{key[1]}")
+        else:
+            self._snapshot_claim(claim)
+        for pod_key in self.waiting_for_claim.pop(key, set()):
+            pod = self.pending.get(pod_key)
+            if pod is not None:
+                self.queue.add(pod_key, pod)
+        event = self._claim_changed.pop(key, None)
+        if event is not None:
+            event.set()
+        if len(self.snapshot.devices_in_use) < had or event_type == "DELETED":
+            self._wake()  # devices were freed
+
+    def on_node(self, event_type: str | None, node: JSON) -> None:
+        self.nodes.apply(event_type, node)
+        self._wake()
+
+    def on_slice(self, event_type: str | None, slice_: JSON) -> None:
+        self.slices.apply(event_type, slice_)
+        name = slice_["metadata"]["name"]
+        if event_type == "DELETED":
+            self.snapshot.remove_slice(name)
+        else:
+            try:
+                self.snapshot.upsert_slice(parse_slice(slice_))
+            except InvalidObject as exc:
+                log.warning("ignoring invalid slice: %s", exc)
+                self.snapshot.remove_slice(name)
+        self._wake()
+
+    def on_class(self, event_type: str | None, device_class: JSON) -> None:
+        name = device_class["metadata"]["name"]
+        if event_type == "DELETED":
+            self.snapshot.remove_class(name)
+        else:
+            try:
+                self.snapshot.upsert_class(parse_class(device_class))
+            except InvalidObject as exc:
+                log.warning("ignoring invalid device class: %s", exc)
+                self.snapshot.remove_class(name)
+        self._wake()
+
+    def _snapshot_claim(self, claim: JSON) -> None:
+        try:
+            self.snapshot.upsert_claim(parse_claim(claim))
+        except InvalidObject as exc:
+            log.warning("claim %s/%s not usable: %s", *key_of(claim), exc)
+
+    def _wake(self) -> None:
+        """Retry parked (unschedulable) pods soon; changes arriving together wake them once."""
+        if self._wake_handle is not None or not self.parked:
+            return
+        loop = asyncio.get_running_loop()
+        self._wake_handle = loop.call_later(0.2, self._wake_now)
+
+    def _wake_now(self) -> None:
+        self._wake_handle = None
+        parked, self.parked = self.parked, set()
+        for key in parked:
+            pod = self.pending.get(key)
+            if pod is not None:
+                self.queue.add(key, pod)
+
+    async def _flush(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.flush_interval)
+            self._wake_now()
+
+    # ------------------------------------------------------------------ the loop
+
+    async def _run(self) -> None:
+        while True:
+            key = await self.queue.pop()
+            pod = self.pending.get(key)
+            if pod is None or key in self.binding:
+                continue
+            started = time.perf_counter()
+            try:
+                result = await self._schedule(key, pod)
+            except Exception:
+                log.exception("scheduling %s/%s failed; retrying", *key)
+                result = "error"
+                self._retry_later(key, 1.0)
+            metrics.record_schedule_attempt(result, time.perf_counter() - started)
+
+    def _retry_later(self, key: Key, delay: float) -> None:
+        def again() -> None:
+            pod = self.pending.get(key)
+            if pod is not None and key not in self.binding:
+                self.queue.add(key, pod)
+
+        asyncio.get_running_loop().call_later(delay, again)
+
+    async def _schedule(self, key: Key, pod: JSON) -> str:
+        namespace = key[0]
+        try:
+            entries = pod_claims(pod)
+        except InvalidObject:
+            self.parked.add(key)  # the claim controller reports the bad annotation
+            return "invalid"
+        recorded = claim_statuses(pod)
+        resolved: list[tuple[PodClaim, str, JSON]] = []
+        for entry in entries:
+            name = entry.resource_claim_name or recorded.get(entry.name)
+            raw = self.claims.get((namespace, name)) if name else None
+            if name is None or raw is None:
+                if name:
+                    self.waiting_for_claim[(namespace, name)].add(key)
+                log.debug("pod %s/%s waits for claim %s", *key, name or entry.name)
+                return "waiting"  # the pod or claim event re-enqueues it
+            if raw["metadata"].get("deletionTimestamp"):
+                await self._unschedulable(pod, f"claim {name!r} is being deleted")
+                return "unschedulable"
+            resolved.append((entry, name, raw))
+        try:
+            parsed = [parse_claim(raw) for _, _, raw in resolved]
+        except InvalidObject as exc:
+            await self._unschedulable(pod, f"invalid claim: {exc}")
+            return "unschedulable"
+        uid = pod["metadata"]["uid"]
+        for claim in parsed:
+            reserved = claim.status.reserved_for
+            if claim.allocated and not any(r.uid == uid for r in reserved) \
+                    and len(reserved) >= 32:
+                await self._unschedulable(pod, f"claim {claim.metadata.name!r} is already "
+                                          "reserved for 32 consumers")
+                return "unschedulable"
+
+        requests = pod_requests(pod)
+        reasons: Counter[str] = Counter()
+        candidates = []
+        excluded = self.excluded.get(key, {})
+        now = time.monotonic()
+        nodes = sorted(self.nodes, key=lambda n: n["metadata"]["name"])
+        for node in nodes:
+            name = node["metadata"]["name"]
+            if excluded.get(name, 0) > now:
+                reasons["node(s) failed to prepare this pod's devices recently"] += 1
+                continue
+            used = sum(self.usage.get(name, {}).values(), Resources())
+            why = node_filter(pod, node, used, requests)
+            if why is None:
+                info = node_info(node)
+                for claim in parsed:
+                    if claim.allocated and claim.status.allocation is not None and \
+                            not selector_matches(claim.status.allocation.node_selector, info):
+                        why = (f"node(s) didn't match the node selector of allocated claim "
+                               f"{claim.metadata.name!r}")
+                        break
+            if why is not None:
+                reasons[why] += 1
+                continue
+            candidates.append(node_info(node))
+
+        unallocated = [c for c in parsed if not c.allocated]
+        placements: dict[str, Placement] = {}
+        if unallocated and candidates:
+            started = time.perf_counter()
+            outcome = place(self.snapshot, unallocated, candidates)
+            metrics.observe_allocator(time.perf_counter() - started)
+            if outcome.fatal is not None:
+                message = outcome.summary(len(nodes))
+                metrics.record_unschedulable(outcome.fatal.code.value)
+                await self._unschedulable(pod, message)
+                return "unschedulable"
+            for reason in outcome.reasons.values():
+                reasons[reason.message] += 1
+                metrics.record_unschedulable(reason.code.value)
+            placements = outcome.placements
+        elif candidates:
+            placements = {n.name: Placement(n.name, (), [], {}) for n in candidates}
+        choice = best(placements, pod_policy(pod, self.settings.policy),
+                      [n.name for n in candidates])
+        if choice is None:
+            for message in reasons:
+                metrics.record_unschedulable(_reason_label(message))
+            await self._unschedulable(pod, explain(reasons, len(nodes)))
+            return "unschedulable"
+        return await self._reserve(key, pod, resolved, parsed, unallocated, choice)
+
+    # ------------------------------------------------------------------ writes
+
+    async def _reserve(self, key: Key, pod: JSON, resolved: list[tuple[PodClaim, str, JSON]],
+                       parsed: Sequence[ResourceClaim], unallocated: Sequence[ResourceClaim],
+                       choice: Placement) -> str:
+        results = dict(zip([c.key for c in unallocated], choice.results, strict=True))
+        attempt = _Attempt(pod, choice.node, [(entry, name) for entry, name, _ in resolved])
+        for claim in unallocated:
+            self.snapshot.assume(claim, results[claim.key])
+        try:
+            for (_, name, raw), claim in zip(resolved, parsed, strict=True):
+                result = results.get(claim.key)
+                if result is None and any(r.uid == pod["metadata"]["uid"]
+                                          for r in claim.status.reserved_for):
+                    continue
+                await self._write_claim(raw, pod, result)
+                if result is not None:
+                    attempt.allocated_here.append(name)
+        except (Conflict, NotFound) as exc:
+            log.info("pod %s/%s: claim changed while allocating (%s); retrying", *key, exc)
+            await self._roll_back(attempt)
+            self.queue.add(key, pod)
+            return "conflict"
+        except ApiError as exc:
+            await self._roll_back(attempt)
+            await self.events.warn(pod, "FailedScheduling", f"writing the allocation failed: "
+                                   f"{exc.message}")
+            self._retry_later(key, 2.0)
+            return "error"
+        finally:
+            for claim in unallocated:
+                self.snapshot.forget(claim.key)
+        self.binding[key] = attempt
+        task = asyncio.create_task(self._prepare_and_bind(key, attempt),
+                                   name=f"bind-{key[0]}/{key[1]}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return "allocated"
+
+    async def _write_claim(self, raw: JSON, pod: JSON, result: AllocationResult | None) -> None:
+        """Add the finalizer (if missing), then allocation (if new) + reservation."""
+        meta = raw["metadata"]
+        body = raw
+        if FINALIZER not in (meta.get("finalizers") or []):
+            body = await self.client.patch(CLAIMS, meta["name"], {"metadata": {
+                "resourceVersion": meta["resourceVersion"],
+                "finalizers": [*(meta.get("finalizers") or []), FINALIZER],
+            }}, meta["namespace"])
+            if result is not None and (body.get("status") or {}).get("allocation"):
+                raise Conflict(409, "Conflict", "allocated elsewhere in the meantime")
+        body = copy.deepcopy(body)
+        status = body.setdefault("status", {})
+        if result is not None:
+            status["allocation"] = dump(result)
+        status["reservedFor"] = [*(status.get("reservedFor") or []), pod_ref(pod)]
+        updated = await self.client.replace_status(CLAIMS, body)
+        self.claims.upsert(updated)
+        self._snapshot_claim(updated)
+
+    async def _roll_back(self, attempt: _Attempt) -> None:
+        """Undo this attempt's reservations; deallocate claims it allocated (if no one else
+        uses them meanwhile). Best effort: the claim controller also releases leftovers."""
+        namespace = attempt.pod["metadata"]["namespace"]
+        uid = attempt.pod["metadata"]["uid"]
+        for _, name in attempt.claims:
+            for _ in range(5):
+                raw = self.claims.get((namespace, name))
+                if raw is None:
+                    break
+                status = raw.get("status") or {}
+                reserved = status.get("reservedFor") or []
+                keep = [r for r in reserved if r.get("uid") != uid]
+                if len(keep) == len(reserved):
+                    break
+                body = copy.deepcopy(raw)
+                body["status"]["reservedFor"] = keep
+                if not keep and name in attempt.allocated_here:
+                    body["status"].pop("allocation", None)
+                    body["status"].pop("devices", None)
+                try:
+                    updated = await self.client.replace_status(CLAIMS, body)
+                except Conflict:
+                    try:
+                        fresh = await self.client.get(CLAIMS, name, namespace)
+                    except NotFound:
+                        break
+                    self.claims.upsert(fresh)
+                    continue
+                except NotFound:
+                    break
+                self.claims.upsert(updated)
+                self._snapshot_claim(updated)
+                break
+
+    # ------------------------------------------------------------------ prepare + bind
+
+    async def _prepare_and_bind(self, key: Key, attempt: _Attempt) -> None:
+        pod, node = attempt.pod, attempt.node
+        namespace = pod["metadata"]["namespace"]
+        try:
+            failure = await self._wait_prepared(namespace, attempt)
+            if failure is not None:
+                await self._roll_back(attempt)
+                self.excluded[key][node] = time.monotonic() + self.settings.exclude_after_failure
+                await self.events.warn(pod, "FailedPrepare", f"devices on node {node!r} were "
+                                       f"not prepared: {failure}; trying another node")
+                metrics.record_schedule_attempt("prepare-failed", 0.0)
+                return
+            await self._annotate(pod, attempt)
+            try:
+                await self.client.bind(namespace, pod["metadata"]["name"],
+                                       pod["metadata"]["uid"], node)
+            except NotFound:
+                await self._roll_back(attempt)
+                return
+            except Conflict:
+                pass  # already bound (e.g. a previous attempt's bind went through)
+            metrics.observe_scheduled(pod, time.monotonic() - attempt.started)
+            await self.events.normal(pod, "Scheduled", f"Successfully assigned {namespace}/"
+                                     f"{pod['metadata']['name']} to {node} with devices "
+                                     f"{', '.join(self._devices(namespace, attempt)) or 'none'}")
+        except asyncio.CancelledError:
+            raise
+        except ApiError as exc:  # e.g. the namespace is being deleted
+            log.warning("binding %s/%s to %s failed: %s", *key, node, exc)
+            await self._roll_back(attempt)
+        except Exception:
+            log.exception("binding %s/%s to %s failed", *key, node)
+            await self._roll_back(attempt)
+        finally:
+            self.binding.pop(key, None)
+            current = self.pending.get(key)
+            if current is not None and not current.get("spec", {}).get("nodeName"):
+                self.queue.add(key, current)
+
+    async def _wait_prepared(self, namespace: str, attempt: _Attempt) -> str | None:
+        """None once every allocated device is Ready; else why not (failure or timeout)."""
+        deadline = attempt.started + self.settings.prepare_timeout
+        for _, name in attempt.claims:
+            key = (namespace, name)
+            while True:
+                raw = self.claims.get(key)
+                if raw is None:
+                    return f"claim {name!r} was deleted"
+                state = _prepared(raw)
+                if state is True:
+                    break
+                if isinstance(state, str):
+                    return state
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return (f"timed out after {self.settings.prepare_timeout:.0f}s waiting for "
+                            f"the node agent to report the devices of claim {name!r} Ready")
+                event = self._claim_changed.setdefault(key, asyncio.Event())
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), timeout=min(remaining, 5.0))
+        return None
+
+    async def _annotate(self, pod: JSON, attempt: _Attempt) -> None:
+        namespace = pod["metadata"]["namespace"]
+        results: dict[str, list[tuple[str, str, str, str]]] = {}
+        uuids: dict[tuple[str, str, str], str] = {}
+        for entry, name in attempt.claims:
+            raw = self.claims.get((namespace, name)) or {}
+            allocation = (raw.get("status") or {}).get("allocation") or {}
+            rows = [(r["request"], r["driver"], r["pool"], r["device"])
+                    for r in (allocation.get("devices") or {}).get("results") or []]
+            results[entry.name] = rows
+            for _, driver, pool, device in rows:
+                uuid = self._attribute(driver, pool, device, "uuid")
+                if uuid:
+                    uuids[(driver, pool, device)] = uuid
+        annotations = container_devices(pod, [e for e, _ in attempt.claims], results, uuids)
+        if annotations:
+            await self.client.patch(PODS, pod["metadata"]["name"],
+                                    {"metadata": {"annotations": annotations}}, namespace)
+
+    def _attribute(self, driver: str, pool: str, device: str, name: str) -> str | None:
+        for slice_ in self.slices.index("pool", f"{driver}/{pool}"):
+            for dev in slice_["spec"].get("devices") or []:
+                if dev.get("name") == device:
+                    attrs = (dev.get("basic") or {}).get("attributes") or {}
+                    value = attrs.get(name) or attrs.get(f"{driver}/{name}") or {}
+                    string = value.get("string")
+                    return str(string) if string is not None else None
+        return None
+
+    def _devices(self, namespace: str, attempt: _Attempt) -> list[str]:
+        out = []
+        for _, name in attempt.claims:
+            raw = self.claims.get((namespace, name)) or {}
+            allocation = (raw.get("status") or {}).get("allocation") or {}
+            for r in (allocation.get("devices") or {}).get("results") or []:
+                out.append(f"{r['pool']}/{r['device']}")
+        return out
+
+    # ------------------------------------------------------------------ reporting
+
+    async def _unschedulable(self, pod: JSON, message: str) -> None:
+        key = key_of(pod)
+        self.parked.add(key)
+        log.info("pod %s/%s is unschedulable: %s", *key, message)
+        condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                     "message": message}
+        current = next((c for c in pod.get("status", {}).get("conditions") or []
+                        if c.get("type") == "PodScheduled"), None)
+        if current is None or current.get("message") != message:
+            try:
+                updated = await self.client.patch(
+                    PODS, pod["metadata"]["name"], {"status": {"conditions": [condition]}},
+                    pod["metadata"]["namespace"], subresource="status",
+                    content_type=STRATEGIC_MERGE)
+                if key in self.pending:
+                    self.pending[key] = updated
+            except ApiError as exc:
+                log.debug("condition on %s/%s not written: %s", *key, exc)
+        await self.events.warn(pod, "FailedScheduling", message)
+
+
+def _prepared(raw: JSON) -> bool | str | None:
+    """True: every allocated device has Ready=True; a string: a device reported failure;
+    None: still waiting."""
+    status = raw.get("status") or {}
+    allocation = status.get("allocation")
+    if not allocation:
+        return "the claim was deallocated"
+    devices = {(d.get("driver"), d.get("pool"), d.get("device")): d
+               for d in status.get("devices") or []}
+    for result in (allocation.get("devices") or {}).get("results") or []:
+        entry = devices.get((result["driver"], result["pool"], result["device"]))
+        if entry is None:
+            return None
+        ready = next((c for c in entry.get("conditions") or [] if c.get("type") == "Ready"),
+                     None)
+        if ready is None:
+            return None
+        if ready.get("status") == "False":
+            return (f"device {result['pool']}/{result['device']}: {ready.get('reason', '')} "
+                    f"{ready.get('message', '')}").strip()
+        if ready.get("status") != "True":
+            return None
+    return True
+
+
+def _reason_label(message: str) -> str:
+    """A fixed metric label for a node-filter message."""
+    for label, words in (("taint", "taint"), ("unschedulable", "unschedulable"),
+                         ("affinity", "affinity"), ("resources", "Insufficient"),
+                         ("resources", "Too many pods"), ("prepare-failed", "prepare"),
+                         ("claim-node-selector", "node selector")):
+        if words in message:
+            return label
+    return "other"
+

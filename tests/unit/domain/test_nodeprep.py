@@ -1,0 +1,175 @@
+"""Which claims a node prepares, CDI spec content, the checkpoint model, status entries."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from kdra.domain.inventory import InventoryDevice, parse_inventory
+from kdra.domain.nodeprep import (
+    Checkpoint,
+    CheckpointCorrupt,
+    ClaimEntry,
+    ClaimRef,
+    DeviceOutcome,
+    Result,
+    build_cdi_spec,
+    cdi_device_id,
+    cdi_file_name,
+    cdi_kind,
+    device_statuses,
+    merge_device_statuses,
+    our_results,
+    prepared_devices,
+    ready_outcomes,
+    wants_prepared,
+)
+
+GPU = "gpu.kdra.dev"
+CATS = "resource-driver.example.com"
+UID = "0f6c3a52-5d0e-4d5b-9d7e-0123456789ab"
+
+
+def claim(results: list[tuple[str, str, str]], reserved: bool = True,
+          devices: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    status: dict[str, Any] = {}
+    if results:
+        status["allocation"] = {"devices": {"results": [
+            {"request": f"req-{i}", "driver": d, "pool": p, "device": dev}
+            for i, (d, p, dev) in enumerate(results)]}}
+    if reserved and results:
+        status["reservedFor"] = [{"resource": "pods", "name": "p", "uid": "pod-uid"}]
+    if devices is not None:
+        status["devices"] = devices
+    return {"metadata": {"name": "c", "namespace": "ns", "uid": UID, "generation": 1},
+            "status": status}
+
+
+def test_our_results_filter_driver_and_pool() -> None:
+    obj = claim([(GPU, "node-1", "gpu-0"), (GPU, "node-2", "gpu-0"), (CATS, "node-1", "kitten-1"),
+                 ("other.example.com", "node-1", "x")])
+    assert our_results(obj, "node-1", [GPU, CATS]) == [
+        Result("req-0", GPU, "node-1", "gpu-0"), Result("req-2", CATS, "node-1", "kitten-1")]
+    assert wants_prepared(obj, "node-1", [GPU])
+    assert not wants_prepared(obj, "node-3", [GPU])
+    assert not wants_prepared(claim([(GPU, "node-1", "gpu-0")], reserved=False), "node-1", [GPU])
+    assert not wants_prepared(claim([]), "node-1", [GPU])
+    assert not wants_prepared(None, "node-1", [GPU])
+
+
+def gpus(node: str = "node-1") -> dict[tuple[str, str], InventoryDevice]:
+    inventory = parse_inventory("gpus: ['4 x H100-80GB']", node)
+    return {(d.driver, d.name): d for d in inventory.devices}
+
+
+def test_gpu_cdi_spec() -> None:
+    ref = ClaimRef(UID, "ns", "c")
+    devices = gpus()
+    chosen = [devices[(GPU, "gpu-1")], devices[(GPU, "gpu-3")]]
+    spec = build_cdi_spec(node="node-1", claim=ref, driver=GPU, devices=chosen)
+    uuids = [d.attribute("uuid") for d in chosen]
+    assert spec == {
+        "cdiVersion": "0.6.0",
+        "kind": "kdra.dev/gpu",
+        "annotations": {"kdra.dev/node": "node-1", "kdra.dev/claim": "ns/c",
+                        "kdra.dev/claim-uid": UID, "kdra.dev/driver": GPU},
+        "devices": [
+            {"name": f"{UID}-gpu-1", "containerEdits": {"env": [
+                "KDRA_DEVICE_0=gpu-1", f"KDRA_DEVICE_0_RESOURCE_CLAIM={UID}",
+                f"KDRA_DEVICE_0_UUID={uuids[0]}"]}},
+            {"name": f"{UID}-gpu-3", "containerEdits": {"env": [
+                "KDRA_DEVICE_1=gpu-3", f"KDRA_DEVICE_1_RESOURCE_CLAIM={UID}",
+                f"KDRA_DEVICE_1_UUID={uuids[1]}"]}},
+        ],
+        "containerEdits": {"env": [
+            "KDRA_NODE_NAME=node-1", f"KDRA_DRIVER={GPU}", "KDRA_RESOURCE_CLAIM=ns/c",
+            f"NVIDIA_VISIBLE_DEVICES={uuids[0]},{uuids[1]}"]},
+    }
+    assert cdi_file_name(GPU, UID) == f"kdra.dev-{UID}.json"
+    assert cdi_device_id(GPU, UID, "gpu-1") == f"kdra.dev/gpu={UID}-gpu-1"
+
+
+def test_real_gpus_get_device_nodes_and_other_drivers_their_own_kind() -> None:
+    real = InventoryDevice(GPU, "gpu-0", {"uuid": {"string": "GPU-x"}},
+                           device_nodes=("/dev/nvidia0",))
+    spec = build_cdi_spec(node="n", claim=ClaimRef(UID, "ns", "c"), driver=GPU, devices=[real])
+    assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [{"path": "/dev/nvidia0"}]
+    cat = InventoryDevice(CATS, "kitten-1", {"color": {"string": "black"}})
+    spec = build_cdi_spec(node="n", claim=ClaimRef(UID, "ns", "c"), driver=CATS, devices=[cat])
+    assert spec["kind"] == cdi_kind(CATS) == "kdra.dev/resource-driver-example-com"
+    assert "deviceNodes" not in spec["devices"][0]["containerEdits"]
+    assert not any(e.startswith("NVIDIA_VISIBLE_DEVICES")
+                   for e in spec["containerEdits"]["env"])
+    assert cdi_file_name(CATS, UID) == f"kdra.dev-resource-driver-example-com-{UID}.json"
+
+
+def entry(state: str = "prepared") -> ClaimEntry:
+    ref = ClaimRef(UID, "ns", "c")
+    devices = prepared_devices(ref, [Result("req-0", GPU, "node-1", "gpu-2")], gpus())
+    return ClaimEntry(ref, state, devices, (cdi_file_name(GPU, UID),))  # type: ignore[arg-type]
+
+
+def test_checkpoint_round_trip() -> None:
+    checkpoint = Checkpoint("node-1").with_entry(entry()).with_entry(
+        ClaimEntry(ClaimRef("uid-2", "ns", "d"), "preparing", (), ()))
+    raw = checkpoint.encode()
+    assert Checkpoint.decode(raw, "node-1") == checkpoint
+    data = json.loads(raw)
+    assert data["version"] == 1 and data["checksum"].startswith("sha256:")
+    assert data["claims"][UID]["state"] == "prepared"
+    assert data["claims"][UID]["devices"][0]["data"]["cdiDeviceIDs"] == [
+        f"kdra.dev/gpu={UID}-gpu-2"]
+    assert checkpoint.without(UID).by_key("ns", "c") == []
+    assert checkpoint.by_key("ns", "d")[0].state == "preparing"
+
+
+@pytest.mark.parametrize("damage", ["edited", "truncated", "other node", "not json", "version"])
+def test_damaged_checkpoint_is_detected(damage: str) -> None:
+    raw = Checkpoint("node-1").with_entry(entry()).encode()
+    node = "node-1"
+    if damage == "edited":
+        raw = raw.replace(b'"prepared"', b'"preparing"')
+    elif damage == "truncated":
+        raw = raw[: len(raw) // 2]
+    elif damage == "other node":
+        node = "node-2"
+    elif damage == "not json":
+        raw = b"\x00\x01"
+    else:
+        raw = raw.replace(b'"version": 1', b'"version": 9')
+    with pytest.raises(CheckpointCorrupt):
+        Checkpoint.decode(raw, node)
+
+
+def test_ready_status_entries() -> None:
+    prepared = entry().devices
+    entries = device_statuses(ready_outcomes(prepared), now="2024-01-01T00:00:00Z",
+                              generation=1)
+    assert entries == [{
+        "driver": GPU, "pool": "node-1", "device": "gpu-2",
+        "conditions": [{"type": "Ready", "status": "True", "reason": "Prepared",
+                        "message": f"CDI devices: kdra.dev/gpu={UID}-gpu-2",
+                        "lastTransitionTime": "2024-01-01T00:00:00Z", "observedGeneration": 1}],
+        "data": {"uuid": gpus()[(GPU, "gpu-2")].attribute("uuid"),
+                 "productName": "NVIDIA H100 80GB HBM3",
+                 "cdiDeviceIDs": [f"kdra.dev/gpu={UID}-gpu-2"]},
+    }]
+    again = device_statuses(ready_outcomes(prepared), now="2024-02-02T00:00:00Z",
+                            previous=entries, generation=1)
+    assert again == entries  # no transition: same time, so re-reporting writes nothing
+    failed = device_statuses([DeviceOutcome(GPU, "node-1", "gpu-2", False, "DeviceUnhealthy",
+                                            "x")], now="2024-02-02T00:00:00Z", previous=entries)
+    assert failed[0]["conditions"][0]["lastTransitionTime"] == "2024-02-02T00:00:00Z"
+
+
+def test_merge_keeps_entries_of_other_drivers_and_nodes() -> None:
+    existing = [{"driver": "net.example.com", "pool": "node-1", "device": "nic-0"},
+                {"driver": GPU, "pool": "node-1", "device": "gpu-9"},
+                {"driver": GPU, "pool": "node-2", "device": "gpu-0"}]
+    ours = [{"driver": GPU, "pool": "node-1", "device": "gpu-2"}]
+    assert merge_device_statuses(existing, ours, node="node-1", drivers=[GPU]) == [
+        existing[0], existing[2], ours[0]]
+    assert merge_device_statuses(existing, [], node="node-1", drivers=[GPU]) == [
+        existing[0], existing[2]]

@@ -1,0 +1,289 @@
+"""Prepare/unprepare on one node against an in-memory API, including crashes at every step."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kdra.domain.inventory import Inventory, parse_inventory
+from kdra.domain.nodeprep import ClaimRef
+from kdra.kube.client import CLAIMS, Conflict, NotFound, Resource
+from kdra.services.agent.cdi import CdiDir
+from kdra.services.agent.checkpoint import CheckpointFile
+from kdra.services.agent.prepare import PAUSE_POINTS, Preparer
+from kdra.services.workqueue import Retry
+
+NODE = "node-1"
+GPU = "gpu.kdra.dev"
+UID = "3d9f7a10-1111-2222-3333-444455556666"
+
+
+class FakeClient:
+    """Claims only: GET and PUT status with resourceVersion preconditions."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self.version = 100
+        self.status_writes = 0
+        self.conflict_next = 0
+
+    def put(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self.version += 1
+        stored = copy.deepcopy(obj)
+        stored["metadata"]["resourceVersion"] = str(self.version)
+        meta = stored["metadata"]
+        self.objects[(meta["namespace"], meta["name"])] = stored
+        return copy.deepcopy(stored)
+
+    async def get(self, res: Resource, name: str, namespace: str | None = None) -> Any:
+        assert res is CLAIMS
+        try:
+            return copy.deepcopy(self.objects[(namespace or "", name)])
+        except KeyError:
+            raise NotFound(404, "NotFound", name) from None
+
+    async def replace_status(self, res: Resource, body: dict[str, Any]) -> Any:
+        meta = body["metadata"]
+        current = self.objects.get((meta["namespace"], meta["name"]))
+        if current is None:
+            raise NotFound(404, "NotFound", meta["name"])
+        if self.conflict_next:
+            self.conflict_next -= 1
+            self.put(current)  # someone else wrote meanwhile
+            current = self.objects[(meta["namespace"], meta["name"])]
+        if current["metadata"]["resourceVersion"] != meta.get("resourceVersion"):
+            raise Conflict(409, "Conflict", "the object has been modified")
+        self.status_writes += 1
+        updated = copy.deepcopy(current)
+        updated["status"] = copy.deepcopy(body.get("status") or {})
+        return self.put(updated)
+
+
+def claim_obj(devices: list[str], *, reserved: bool = True, driver: str = GPU,
+              extra_status: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    status: dict[str, Any] = {}
+    if devices:
+        status["allocation"] = {"devices": {"results": [
+            {"request": "gpu", "driver": driver, "pool": NODE, "device": d} for d in devices]}}
+        if reserved:
+            status["reservedFor"] = [{"resource": "pods", "name": "p", "uid": "pod-1"}]
+    if extra_status:
+        status["devices"] = extra_status
+    return {"apiVersion": "resource.kdra.dev/v1alpha3", "kind": "ResourceClaim",
+            "metadata": {"name": "c", "namespace": "ns", "uid": UID, "generation": 1},
+            "spec": {}, "status": status}
+
+
+class Crash(Exception):
+    """Stands for kill -9 at a pause point."""
+
+
+class CrashingPreparer(Preparer):
+    crash_at = ""
+
+    async def _pause(self, point: str, ref: ClaimRef) -> None:
+        if point == self.crash_at:
+            raise Crash(point)
+
+
+class Node:
+    """One node's agent state on disk (survives 'restarts') and in the fake API."""
+
+    def __init__(self, tmp: Path, inventory: str = "gpus: ['4 x H100-80GB']") -> None:
+        self.tmp = tmp
+        self.client = FakeClient()
+        self.inventory: Inventory = parse_inventory(inventory, NODE)
+
+    def preparer(self, crash_at: str = "") -> CrashingPreparer:
+        preparer = CrashingPreparer(
+            self.client, NODE, cdi=CdiDir(self.tmp / "cdi"),  # type: ignore[arg-type]
+            checkpoint_file=CheckpointFile(self.tmp / "state", NODE),
+            inventory=lambda: self.inventory, drivers=lambda: self.inventory.drivers)
+        preparer.crash_at = crash_at
+        preparer.load()
+        return preparer
+
+    def cdi_files(self) -> list[str]:
+        directory = self.tmp / "cdi"
+        return sorted(p.name for p in directory.iterdir()) if directory.exists() else []
+
+    def claim(self) -> dict[str, Any] | None:
+        return self.client.objects.get(("ns", "c"))
+
+    def checkpoint(self) -> dict[str, Any]:
+        path = self.tmp / "state" / f"checkpoint-{NODE}.json"
+        return json.loads(path.read_text())["claims"] if path.exists() else {}
+
+
+def sync(preparer: Preparer, node: Node) -> None:
+    asyncio.run(preparer.sync("ns", "c", node.claim()))
+
+
+def ready(node: Node) -> list[tuple[str, str]]:
+    claim = node.claim() or {}
+    return [(e["device"], e["conditions"][0]["status"])
+            for e in (claim.get("status") or {}).get("devices") or ()]
+
+
+def test_prepare_then_unprepare(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    node.client.put(claim_obj(["gpu-1", "gpu-2"]))
+    preparer = node.preparer()
+    sync(preparer, node)
+    assert node.cdi_files() == [f"kdra.dev-{UID}.json"]
+    spec = json.loads((tmp_path / "cdi" / f"kdra.dev-{UID}.json").read_text())
+    assert [d["name"] for d in spec["devices"]] == [f"{UID}-gpu-1", f"{UID}-gpu-2"]
+    assert node.checkpoint()[UID]["state"] == "prepared"
+    assert ready(node) == [("gpu-1", "True"), ("gpu-2", "True")]
+    data = node.claim()["status"]["devices"][0]["data"]  # type: ignore[index]
+    assert data["cdiDeviceIDs"] == [f"kdra.dev/gpu={UID}-gpu-1"]
+    assert data["productName"] == "NVIDIA H100 80GB HBM3" and data["uuid"].startswith("GPU-")
+    assert preparer.prepared_count == 1
+
+    writes = node.client.status_writes
+    sync(preparer, node)  # prepared already: the recorded result, no new write
+    assert node.client.status_writes == writes
+
+    deallocated = claim_obj([])
+    deallocated["status"]["devices"] = node.claim()["status"]["devices"]  # type: ignore[index]
+    node.client.put(deallocated)
+    sync(preparer, node)
+    assert node.cdi_files() == [] and node.checkpoint() == {}
+    assert ready(node) == []
+    assert preparer.prepared_count == 0
+
+
+def test_unreserved_or_deleted_claims_are_unprepared(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    node.client.put(claim_obj(["gpu-0"]))
+    preparer = node.preparer()
+    sync(preparer, node)
+    node.client.put({**node.claim(), "status": {  # type: ignore[dict-item]
+        **node.claim()["status"], "reservedFor": []}})  # type: ignore[index]
+    sync(preparer, node)
+    assert node.cdi_files() == [] and ready(node) == []
+    sync(preparer, node)
+    node.client.put(claim_obj(["gpu-0"]))
+    sync(preparer, node)
+    assert node.cdi_files() == [f"kdra.dev-{UID}.json"]
+    del node.client.objects[("ns", "c")]
+    asyncio.run(preparer.sync("ns", "c", None))
+    assert node.cdi_files() == [] and node.checkpoint() == {}
+
+
+def test_unprepare_of_unknown_claim_succeeds(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    asyncio.run(node.preparer().sync("ns", "nothing", None))
+    assert node.cdi_files() == []
+
+
+def test_unknown_and_unhealthy_devices_are_reported_not_prepared(tmp_path: Path) -> None:
+    node = Node(tmp_path, "gpus: [{profile: H100-80GB, count: 2, unhealthy: [1]}]")
+    node.client.put(claim_obj(["gpu-0", "gpu-7"]))
+    preparer = node.preparer()
+    sync(preparer, node)
+    assert node.cdi_files() == [] and node.checkpoint() == {}
+    entries = {e["device"]: e["conditions"][0]
+               for e in node.claim()["status"]["devices"]}  # type: ignore[index]
+    assert entries["gpu-7"]["status"] == "False"
+    assert entries["gpu-7"]["reason"] == "DeviceNotFound"
+    assert entries["gpu-0"]["reason"] == "ClaimNotPrepared"
+    node.client.put(claim_obj(["gpu-1"]))
+    sync(preparer, node)
+    assert ready(node) == [("gpu-1", "False")]
+    assert node.claim()["status"]["devices"][0]["conditions"][0]["reason"] == \
+        "DeviceUnhealthy"  # type: ignore[index]
+
+
+def test_other_drivers_entries_are_kept_and_conflicts_retried(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    theirs = {"driver": "net.example.com", "pool": NODE, "device": "nic-0",
+              "conditions": []}
+    node.client.put(claim_obj(["gpu-0"], extra_status=[theirs]))
+    node.client.conflict_next = 2
+    sync(node.preparer(), node)
+    devices = node.claim()["status"]["devices"]  # type: ignore[index]
+    assert devices[0] == theirs and devices[1]["device"] == "gpu-0"
+
+
+def test_conflict_forever_is_retried_later(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    node.client.put(claim_obj(["gpu-0"]))
+    node.client.conflict_next = 100
+    with pytest.raises(Retry):
+        sync(node.preparer(), node)
+    node.client.conflict_next = 0
+    sync(node.preparer(), node)  # a restart (or retry) finishes the job
+    assert ready(node) == [("gpu-0", "True")]
+
+
+@pytest.mark.parametrize("point", [p for p in PAUSE_POINTS if p != "cdi-removed"])
+@pytest.mark.parametrize("then", ["still allocated", "deallocated meanwhile"])
+def test_crash_during_prepare_converges(tmp_path: Path, point: str, then: str) -> None:
+    node = Node(tmp_path)
+    node.client.put(claim_obj(["gpu-1"]))
+    with pytest.raises(Crash):
+        sync(node.preparer(crash_at=point), node)
+    if then == "deallocated meanwhile":
+        node.client.put(claim_obj([]))
+    restarted = node.preparer()
+    sync(restarted, node)
+    if then == "still allocated":
+        assert node.cdi_files() == [f"kdra.dev-{UID}.json"]
+        assert node.checkpoint()[UID]["state"] == "prepared"
+        assert ready(node) == [("gpu-1", "True")]
+    else:
+        assert node.cdi_files() == [] and node.checkpoint() == {} and ready(node) == []
+
+
+def test_crash_during_unprepare_converges(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    node.client.put(claim_obj(["gpu-1"]))
+    sync(node.preparer(), node)
+    entries = node.claim()["status"]["devices"]  # type: ignore[index]
+    node.client.put(claim_obj([], extra_status=entries))
+    with pytest.raises(Crash):
+        sync(node.preparer(crash_at="cdi-removed"), node)
+    assert node.cdi_files() == [] and UID in node.checkpoint()
+    sync(node.preparer(), node)
+    assert node.checkpoint() == {} and ready(node) == []
+
+
+def test_orphaned_cdi_files_are_removed_at_load(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    node.client.put(claim_obj(["gpu-1"]))
+    sync(node.preparer(), node)
+    (tmp_path / "state" / f"checkpoint-{NODE}.json").unlink()  # lost checkpoint
+    preparer = node.preparer()
+    assert node.cdi_files() == []  # no entry names it: an orphan
+    sync(preparer, node)  # still allocated: prepared again, one file
+    assert node.cdi_files() == [f"kdra.dev-{UID}.json"]
+
+
+def test_missing_cdi_file_of_prepared_claim_is_rewritten(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    node.client.put(claim_obj(["gpu-1"]))
+    preparer = node.preparer()
+    sync(preparer, node)
+    before = (tmp_path / "cdi" / f"kdra.dev-{UID}.json").read_text()
+    (tmp_path / "cdi" / f"kdra.dev-{UID}.json").unlink()
+    sync(preparer, node)
+    assert (tmp_path / "cdi" / f"kdra.dev-{UID}.json").read_text() == before
+
+
+def test_two_drivers_two_spec_files(tmp_path: Path) -> None:
+    node = Node(tmp_path, "gpus: ['1 x T4-16GB']\n"
+                          "devices: [{name: kitten-0, driver: cats.example.com}]\n")
+    obj = claim_obj(["gpu-0"])
+    obj["status"]["allocation"]["devices"]["results"].append(
+        {"request": "cat", "driver": "cats.example.com", "pool": NODE, "device": "kitten-0"})
+    node.client.put(obj)
+    sync(node.preparer(), node)
+    assert node.cdi_files() == sorted([f"kdra.dev-cats-example-com-{UID}.json",
+                                       f"kdra.dev-{UID}.json"])
+    assert ready(node) == [("gpu-0", "True"), ("kitten-0", "True")]
