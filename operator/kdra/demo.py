@@ -1,28 +1,125 @@
-"""``kdra demo``: the seed article's example on a local control plane of real binaries.
+"""``kdra demo``: the seed article's example, and GPUs, on a local control plane of real binaries.
 
-Starts etcd + kube-apiserver + kube-controller-manager on loopback, installs kdra's CRDs,
-applies ``manifests/examples/seed`` (the cats) and prints what the API server now holds.
-With ``interactive`` it keeps running until Ctrl-C and prints a KUBECONFIG to explore with;
-otherwise it stops after printing (what CI runs).
+Starts etcd + kube-apiserver + kube-controller-manager on loopback, installs kdra's CRDs, runs
+``kdra operator`` (claim controller, binder, webhooks, slice GC) and two ``kdra agent``
+processes — one simulating three GPU nodes with two GPU models, one serving the seed's cats on
+``worker-1`` — applies the seed's cats example plus a few GPU pods, waits until the pods are
+bound, and prints ``pod → node → devices``. With ``interactive`` it keeps everything running
+until Ctrl-C and prints a KUBECONFIG and the metrics URL; otherwise it stops (what CI runs).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
-from kdra.devenv.controlplane import ControlPlane, ControlPlaneError, binaries, repo_root
+import yaml
+
+from kdra.devenv.controlplane import ControlPlane, ControlPlaneError, binaries, free_port, repo_root
+
+GPU_NODES = "gpu-node-{0..2}"
+CATS_NODE = "worker-1"
+
+GPU_OBJECTS = """
+apiVersion: resource.kdra.dev/v1alpha3
+kind: DeviceClass
+metadata: {name: gpu.kdra.dev}
+spec:
+  selectors:
+  - cel: {expression: 'device.driver == "gpu.kdra.dev"'}
+---
+apiVersion: resource.kdra.dev/v1alpha3
+kind: ResourceClaimTemplate
+metadata: {name: one-h100, namespace: default}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        deviceClassName: gpu.kdra.dev
+        selectors:
+        - cel: {expression: 'device.attributes["gpu.kdra.dev"].productName.contains("H100")'}
+---
+apiVersion: resource.kdra.dev/v1alpha3
+kind: ResourceClaimTemplate
+metadata: {name: a100-pair, namespace: default}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpus
+        deviceClassName: gpu.kdra.dev
+        count: 2
+        selectors:
+        - cel: {expression: 'device.attributes["gpu.kdra.dev"].productName.contains("A100")'}
+      constraints:
+      - matchAttribute: gpu.kdra.dev/pcieRoot
+"""
 
 
-def run_demo(interactive: bool = True, workdir: str | None = None) -> int:
+def _gpu_pod(name: str, template: str) -> dict[str, Any]:
+    claims = yaml.safe_dump([{"name": "gpu", "resourceClaimTemplateName": template}])
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default",
+                         "annotations": {"resource.kdra.dev/claims": claims}},
+            "spec": {"containers": [{"name": "cuda", "image": "nvidia/cuda:12.4.0-base-ubuntu22.04",
+                                     "command": ["nvidia-smi", "-L"]}]}}
+
+
+DEMO_PODS = [("pod-with-cats", None)] + [(f"train-{i}", "one-h100") for i in range(3)] + [
+    ("pair-0", "a100-pair")]
+
+
+class _Procs:
+    """kdra processes started by the demo; all stopped on exit."""
+
+    def __init__(self, directory: Path, kubeconfig: Path) -> None:
+        self.directory = directory
+        self.env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+        self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+
+    def start(self, name: str, *args: str, ready: str, timeout: float = 90) -> None:
+        log = self.directory / f"{name}.log"
+        with log.open("ab") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "kdra", *args], stdout=out,
+                                    stderr=subprocess.STDOUT, env=self.env,
+                                    start_new_session=True)
+        self.procs.append((name, proc))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise ControlPlaneError(f"{name} exited: {log.read_text()[-2000:]}")
+            if ready in log.read_text(errors="replace"):
+                return
+            time.sleep(0.2)
+        raise ControlPlaneError(f"{name} not ready after {timeout:.0f}s; see {log}")
+
+    def stop(self) -> None:
+        for _, proc in reversed(self.procs):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for _, proc in self.procs:
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+def run_demo(interactive: bool = True, workdir: str | None = None, timeout: float = 180) -> int:
     root = repo_root()
-    crds, examples = root / "crds", root / "manifests" / "examples" / "seed"
-    if not crds.is_dir() or not examples.is_dir():
-        print(f"kdra demo: run from a source checkout ({crds} / {examples} missing)",
+    crds, seed = root / "crds", root / "manifests" / "examples" / "seed"
+    inventories = root / "manifests" / "examples" / "inventory"
+    if not crds.is_dir() or not seed.is_dir():
+        print(f"kdra demo: run from a source checkout ({crds} / {seed} missing)",
               file=sys.stderr)
         return 2
     owned = workdir is None
@@ -33,34 +130,98 @@ def run_demo(interactive: bool = True, workdir: str | None = None) -> int:
     except ControlPlaneError as exc:
         print(f"kdra demo: {exc}", file=sys.stderr)
         return 1
+    procs = _Procs(directory, plane.kubeconfig)
+    metrics_port = free_port()
     try:
         _step("installing CRDs")
         plane.kubectl("apply", "--server-side", "-k", str(crds))
         plane.kubectl("wait", "--for", "condition=Established", "--timeout", "60s",
                       "-f", str(crds))
-        _step("applying the seed's example (manifests/examples/seed)")
-        print(plane.kubectl("apply", "-k", str(examples)).stdout, end="")
-        _step("kubectl get kdra -A")
-        print(plane.kubectl("get", "kdra", "-A").stdout, end="")
-        _step("the cats on offer (ResourceSlice devices)")
-        print(plane.kubectl(
-            "get", "resourceslices.resource.kdra.dev", "-o",
-            "custom-columns=SLICE:.metadata.name,NODE:.spec.nodeName,"
-            "DEVICES:.spec.devices[*].name",
-        ).stdout, end="")
+        plane.kubectl("create", "namespace", "kdra-system")
+        _step(f"starting kdra agents: simulated GPU nodes {GPU_NODES} (H100 + A100), "
+              f"cats on {CATS_NODE}")
+        procs.start("agent-gpus", "agent", "--simulate-nodes", GPU_NODES, "--create-nodes",
+                    "--inventory", str(inventories / "mixed-gpus.yaml"),
+                    "--cdi-dir", str(directory / "cdi"), "--state-dir",
+                    str(directory / "state"), "--metrics-port", "0",
+                    ready="kdra agent started")
+        procs.start("agent-cats", "agent", "--node-name", CATS_NODE, "--create-nodes",
+                    "--inventory", str(inventories / "cats.yaml"),
+                    "--cdi-dir", str(directory / "cdi"), "--state-dir",
+                    str(directory / "state"), "--metrics-port", "0",
+                    ready="kdra agent started")
+        webhook_port = free_port()
+        _step("starting kdra operator (claim controller, binder, webhooks, slice GC)")
+        procs.start("operator", "operator", "--metrics-port", str(metrics_port),
+                    "--health-port", "0", "--webhook-port", str(webhook_port),
+                    "--webhook-host", "127.0.0.1",
+                    "--webhook-url", f"https://127.0.0.1:{webhook_port}",
+                    ready="kdra operator started")
+        _step("applying the seed's cats (class, shared claim, template, pod-with-cats) and "
+              "GPU pods")
+        for name in ("deviceclass.yaml", "resourceclaim.yaml", "resourceclaimtemplate.yaml",
+                     "pod.yaml"):
+            print(plane.kubectl("apply", "-f", str(seed / name)).stdout, end="")
+        print(plane.kubectl("apply", "-f", "-", input=GPU_OBJECTS).stdout, end="")
+        pods = [_gpu_pod(name, template) for name, template in DEMO_PODS if template]
+        print(plane.kubectl("apply", "-f", "-",
+                            input="\n---\n".join(json.dumps(p) for p in pods)).stdout, end="")
+        _step("waiting for the pods to be bound")
+        table = _wait_table(plane, [name for name, _ in DEMO_PODS], timeout)
+        print(_format(table))
+        print(f"\nmetrics: http://127.0.0.1:{metrics_port}/metrics")
+        if any(node == "-" for _, node, _ in table):
+            print("kdra demo: not every pod was bound in time; see "
+                  f"{directory}/operator.log", file=sys.stderr)
+            return 1
         if interactive:
-            print(f"\nexport KUBECONFIG={plane.kubeconfig}\nCtrl-C stops everything.",
-                  flush=True)
+            print(f"export KUBECONFIG={plane.kubeconfig}\n"
+                  "try: kubectl get kdra -A; kubectl describe pod pod-with-cats\n"
+                  "Ctrl-C stops everything.", flush=True)
             with contextlib.suppress(KeyboardInterrupt):
                 signal.pause()
     except ControlPlaneError as exc:
         print(f"kdra demo: {exc}", file=sys.stderr)
         return 1
     finally:
+        procs.stop()
         plane.stop()
         if owned:
             shutil.rmtree(directory, ignore_errors=True)
     return 0
+
+
+def _wait_table(plane: ControlPlane, names: list[str],
+                timeout: float) -> list[tuple[str, str, str]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        pods = {p["metadata"]["name"]: p for p in json.loads(
+            plane.kubectl("get", "pods", "-n", "default", "-o", "json").stdout)["items"]}
+        claims = {c["metadata"]["name"]: c for c in json.loads(
+            plane.kubectl("get", "resourceclaims.resource.kdra.dev", "-n", "default", "-o",
+                          "json").stdout)["items"]}
+        table = []
+        for name in names:
+            pod = pods.get(name, {})
+            node = pod.get("spec", {}).get("nodeName") or "-"
+            statuses = json.loads(pod.get("metadata", {}).get("annotations", {}).get(
+                "resource.kdra.dev/claim-statuses", "{}"))
+            devices = []
+            for claim_name in statuses.values():
+                allocation = (claims.get(claim_name, {}).get("status") or {}).get(
+                    "allocation") or {}
+                devices += [r["device"] for r in allocation.get("devices", {}).get("results", [])]
+            table.append((name, node, ",".join(devices) or "-"))
+        if all(node != "-" for _, node, _ in table) or time.monotonic() > deadline:
+            return table
+        time.sleep(0.5)
+
+
+def _format(table: list[tuple[str, str, str]]) -> str:
+    rows = [("POD", "NODE", "DEVICES"), *table]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))
+                     .rstrip() for row in rows)
 
 
 def _step(text: str) -> None:

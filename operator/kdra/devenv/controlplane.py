@@ -110,6 +110,11 @@ class ControlPlane:
     workdir: Path
     bin_dir: Path
     with_controller_manager: bool = True
+    #: Controllers kube-controller-manager runs (the default set above unless given, e.g.
+    #: ``(*CONTROLLERS, "resourceclaim-controller")`` for native DRA in the benchmarks).
+    controllers: tuple[str, ...] = CONTROLLERS
+    #: Extra kube-controller-manager flags, e.g. ``("--kube-api-qps", "5000")``.
+    controller_manager_args: tuple[str, ...] = ()
     api_port: int = 0
     etcd_port: int = 0
     processes: list[_Process] = field(default_factory=list)
@@ -219,13 +224,14 @@ class ControlPlane:
                 "--kubeconfig", str(kcm_config),
                 "--authentication-kubeconfig", str(kcm_config),
                 "--authorization-kubeconfig", str(kcm_config),
-                "--controllers", ",".join(CONTROLLERS),
+                "--controllers", ",".join(self.controllers),
                 "--root-ca-file", str(ca.cert_path),
                 "--service-account-private-key-file", str(sa_key),
                 "--leader-elect=false", "--use-service-account-credentials=true",
                 "--bind-address", "127.0.0.1", "--secure-port", str(free_port()),
                 "--concurrent-gc-syncs", "10",
                 "--v=1",
+                *self.controller_manager_args,
             ])
             self._wait(self._default_service_account_exists, "kube-controller-manager", timeout)
 
