@@ -201,6 +201,9 @@ def generated_claim(template: Mapping[str, Any], pod: Mapping[str, Any],
                 "apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"],
                 "controller": True, "blockOwnerDeletion": True,
             }],
+            # Set at birth, so the binder needs no extra write before allocating it; the
+            # claim controller removes it once the claim is deallocated or deleted unused.
+            "finalizers": [FINALIZER],
         },
         "spec": template.get("spec", {}).get("spec", {}) or {},
     }

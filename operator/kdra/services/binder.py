@@ -145,6 +145,7 @@ class Binder:
         self.parked: set[Key] = set()
         self.waiting_for_claim: dict[Key, set[Key]] = defaultdict(set)
         self.binding: dict[Key, _Attempt] = {}
+        self.in_flight: dict[Key, Key] = {}  # claim being written → the pod it is written for
         self.excluded: dict[Key, dict[str, float]] = defaultdict(dict)
         self._claim_changed: dict[Key, asyncio.Event] = {}
         self._wake_handle: asyncio.TimerHandle | None = None
@@ -327,6 +328,12 @@ class Binder:
                     self.waiting_for_claim[(namespace, name)].add(key)
                 log.debug("pod %s/%s waits for claim %s", *key, name or entry.name)
                 return "waiting"  # the pod or claim event re-enqueues it
+            owner = self.in_flight.get((namespace, name))
+            if owner is not None and owner != key:
+                # Another pod's allocation of this (shared) claim is being written: wait for
+                # it, then build on what it wrote (upstream: "claim in flight").
+                self.waiting_for_claim[(namespace, name)].add(key)
+                return "waiting"
             if raw["metadata"].get("deletionTimestamp"):
                 await self._unschedulable(pod, f"claim {name!r} is being deleted")
                 return "unschedulable"
@@ -395,17 +402,35 @@ class Binder:
                 metrics.record_unschedulable(_reason_label(message))
             await self._unschedulable(pod, explain(reasons, len(nodes)))
             return "unschedulable"
-        return await self._reserve(key, pod, resolved, parsed, unallocated, choice)
+        return self._reserve(key, pod, resolved, parsed, unallocated, choice)
 
     # ------------------------------------------------------------------ writes
 
-    async def _reserve(self, key: Key, pod: JSON, resolved: list[tuple[PodClaim, str, JSON]],
-                       parsed: Sequence[ResourceClaim], unallocated: Sequence[ResourceClaim],
-                       choice: Placement) -> str:
+    def _reserve(self, key: Key, pod: JSON, resolved: list[tuple[PodClaim, str, JSON]],
+                 parsed: Sequence[ResourceClaim], unallocated: Sequence[ResourceClaim],
+                 choice: Placement) -> str:
+        """Assume the placement in the snapshot and hand the writes, the prepare wait and the
+        binding to a task of the pod's own, so the loop goes on with the next pod at once."""
         results = dict(zip([c.key for c in unallocated], choice.results, strict=True))
         attempt = _Attempt(pod, choice.node, [(entry, name) for entry, name, _ in resolved])
         for claim in unallocated:
             self.snapshot.assume(claim, results[claim.key])
+        for _, name, _ in resolved:
+            self.in_flight[(key[0], name)] = key
+        self.binding[key] = attempt
+        task = asyncio.create_task(self._allocate_and_bind(key, attempt, resolved, parsed,
+                                                           results),
+                                   name=f"bind-{key[0]}/{key[1]}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return "allocated"
+
+    async def _allocate_and_bind(self, key: Key, attempt: _Attempt,
+                                 resolved: list[tuple[PodClaim, str, JSON]],
+                                 parsed: Sequence[ResourceClaim],
+                                 results: dict[str, AllocationResult]) -> None:
+        pod = attempt.pod
+        written = False
         try:
             for (_, name, raw), claim in zip(resolved, parsed, strict=True):
                 result = results.get(claim.key)
@@ -415,26 +440,41 @@ class Binder:
                 await self._write_claim(raw, pod, result)
                 if result is not None:
                     attempt.allocated_here.append(name)
+            written = True
         except (Conflict, NotFound) as exc:
             log.info("pod %s/%s: claim changed while allocating (%s); retrying", *key, exc)
+            metrics.record_schedule_attempt("conflict", 0.0)
             await self._roll_back(attempt)
-            self.queue.add(key, pod)
-            return "conflict"
         except ApiError as exc:
+            metrics.record_schedule_attempt("error", 0.0)
             await self._roll_back(attempt)
             await self.events.warn(pod, "FailedScheduling", f"writing the allocation failed: "
                                    f"{exc.message}")
-            self._retry_later(key, 2.0)
-            return "error"
+            await asyncio.sleep(2.0)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("allocating for %s/%s failed", *key)
+            await self._roll_back(attempt)
+            await asyncio.sleep(1.0)
         finally:
-            for claim in unallocated:
-                self.snapshot.forget(claim.key)
-        self.binding[key] = attempt
-        task = asyncio.create_task(self._prepare_and_bind(key, attempt),
-                                   name=f"bind-{key[0]}/{key[1]}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return "allocated"
+            for key_ in results:
+                self.snapshot.forget(key_)
+            for _, name, _ in resolved:
+                claim_key = (key[0], name)
+                if self.in_flight.get(claim_key) == key:
+                    del self.in_flight[claim_key]
+                for waiting in self.waiting_for_claim.pop(claim_key, set()):
+                    waiting_pod = self.pending.get(waiting)
+                    if waiting_pod is not None:
+                        self.queue.add(waiting, waiting_pod)
+        if not written:
+            self.binding.pop(key, None)
+            current = self.pending.get(key)
+            if current is not None:
+                self.queue.add(key, current)
+            return
+        await self._prepare_and_bind(key, attempt)
 
     async def _write_claim(self, raw: JSON, pod: JSON, result: AllocationResult | None) -> None:
         """Add the finalizer (if missing), then allocation (if new) + reservation."""

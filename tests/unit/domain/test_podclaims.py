@@ -11,6 +11,7 @@ from kdra.domain.errors import InvalidObject
 from kdra.domain.podclaims import (
     CLAIM_STATUSES_ANNOTATION,
     CLAIMS_ANNOTATION,
+    FINALIZER,
     POD_CLAIM_NAME_ANNOTATION,
     POD_UID_LABEL,
     PodClaim,
@@ -136,5 +137,6 @@ def test_generated_claim_copies_template() -> None:
     assert meta["ownerReferences"] == [{"apiVersion": "v1", "kind": "Pod",
                                         "name": "pod-with-cats", "uid": "u1",
                                         "controller": True, "blockOwnerDeletion": True}]
+    assert meta["finalizers"] == [FINALIZER]
     assert claim["spec"] == template["spec"]["spec"]
     assert owned_by(claim, "u1") and not owned_by(claim, "u2")
