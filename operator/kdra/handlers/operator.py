@@ -50,7 +50,7 @@ async def claim_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
 
 @kopf.on.event(GROUP, VERSION, "resourceslices")
 async def slice_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    memo.operator.binder.on_slice(event["type"], event["object"])
+    memo.operator.on_slice(event["type"], event["object"])
 
 
 @kopf.on.event(GROUP, VERSION, "deviceclasses")
@@ -60,22 +60,12 @@ async def class_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
 
 @kopf.on.event("v1", "nodes")
 async def node_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    memo.operator.binder.on_node(event["type"], event["object"])
-
-
-@kopf.on.event(GROUP, VERSION, "resourceslices")
-async def slice_gc_slice_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    memo.operator.slice_gc.on_slice(event["type"], event["object"])
-
-
-@kopf.on.event("v1", "nodes")
-async def slice_gc_node_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    memo.operator.slice_gc.on_node(event["type"], event["object"])
+    memo.operator.on_node(event["type"], event["object"])
 
 
 @kopf.on.event("coordination.k8s.io", "v1", "leases", labels={AGENT_LEASE_LABEL: "true"})
 async def agent_lease_event(event: kopf.RawEvent, memo: kopf.Memo, namespace: str | None,
-                      **_: Any) -> None:
+                            **_: Any) -> None:
     if namespace == memo.kdra_settings.namespace:  # node agents' heartbeats only
         memo.operator.slice_gc.on_lease(event["type"], event["object"])
 

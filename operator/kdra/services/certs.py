@@ -13,23 +13,23 @@ Invariants:
 - A renewed CA does not invalidate the one it replaces: ``ca.crt`` is a *trust bundle*, the
   current CA first, followed by earlier CAs until they expire, so API servers that still hold
   the previous bundle, and replicas still serving the previous certificate, keep working.
-- Keys are EC P-256, as in ``kdra.devenv.pki`` (fast to generate, accepted everywhere).
+- Keys are EC P-256; certificates are built by :mod:`kdra.pki` (shared with kdra.devenv).
 """
 
 from __future__ import annotations
 
 import base64
 import datetime as dt
-import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from kdra import pki
 
 __all__ = [
     "CA_VALIDITY",
@@ -45,7 +45,6 @@ __all__ = [
 
 CA_VALIDITY = dt.timedelta(days=365)
 SERVING_VALIDITY = dt.timedelta(days=90)
-_BACKDATE = dt.timedelta(minutes=5)  # tolerate clock skew between replicas and API servers
 
 
 @dataclass(frozen=True)
@@ -169,79 +168,18 @@ def check(bundle: TlsBundle) -> None:
 
 
 def _new_ca(now: dt.datetime) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    key = ec.generate_private_key(ec.SECP256R1())
     # A distinct subject per generation keeps old and new CA apart in a trust bundle.
-    name = x509.Name([
-        x509.NameAttribute(NameOID.COMMON_NAME, f"kdra-webhook-ca@{int(now.timestamp())}"),
-        x509.NameAttribute(NameOID.ORGANIZATION_NAME, "kdra"),
-    ])
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - _BACKDATE)
-        .not_valid_after(now + CA_VALIDITY)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True, key_cert_sign=True, crl_sign=True,
-                content_commitment=False, key_encipherment=False, data_encipherment=False,
-                key_agreement=False, encipher_only=False, decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
-                       critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    return cert, key
+    subject = pki.name(f"kdra-webhook-ca@{int(now.timestamp())}", "kdra")
+    return pki.new_ca(subject, now, CA_VALIDITY, path_length=0)
 
 
 def _issue(ca_cert: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey,
            trusted: list[x509.Certificate], hosts: list[str], now: dt.datetime) -> TlsBundle:
     if not hosts:
         raise ValueError("a serving certificate needs at least one host name")
-    key = ec.generate_private_key(ec.SECP256R1())
-    alt: list[x509.GeneralName] = []
-    for host in hosts:
-        try:
-            alt.append(x509.IPAddress(ipaddress.ip_address(host)))
-        except ValueError:
-            alt.append(x509.DNSName(host))
-    not_after = min(now + SERVING_VALIDITY, ca_cert.not_valid_after_utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - _BACKDATE)
-        .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True, key_encipherment=False, key_cert_sign=False,
-                crl_sign=False, content_commitment=False, data_encipherment=False,
-                key_agreement=False, encipher_only=False, decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(alt), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-            critical=False,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    return TlsBundle(
-        cert.public_bytes(serialization.Encoding.PEM),
-        _key_pem(key),
-        _pem(trusted),
-        _key_pem(ca_key),
-    )
+    cert, key = pki.issue(ca_cert, ca_key, pki.name(hosts[0]), now, SERVING_VALIDITY,
+                          hosts=hosts)
+    return TlsBundle(pki.cert_pem(cert), _key_pem(key), _pem(trusted), _key_pem(ca_key))
 
 
 def _hosts(cert: x509.Certificate) -> frozenset[str]:
@@ -283,10 +221,8 @@ def _load_key(pem: bytes) -> ec.EllipticCurvePrivateKey:
 
 
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM,
-                             serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    return pki.key_pem(key)
 
 
 def _pem(certs: list[x509.Certificate]) -> bytes:
-    return b"".join(c.public_bytes(serialization.Encoding.PEM) for c in certs)
+    return pki.cert_pem(*certs)

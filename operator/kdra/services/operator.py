@@ -95,6 +95,14 @@ class Operator:
             self.claim_controller.on_pod(event_type, pod)
         self.binder.on_pod(event_type, pod)
 
+    def on_slice(self, event_type: str | None, slice_: JSON) -> None:
+        self.binder.on_slice(event_type, slice_)
+        self.slice_gc.on_slice(event_type, slice_)
+
+    def on_node(self, event_type: str | None, node: JSON) -> None:
+        self.binder.on_node(event_type, node)
+        self.slice_gc.on_node(event_type, node)
+
     def on_claim(self, event_type: str | None, claim: JSON) -> None:
         self.claim_controller.on_claim(event_type, claim)  # applies it to the shared store
         self.binder.on_claim(event_type, claim)
