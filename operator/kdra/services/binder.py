@@ -141,6 +141,7 @@ class Binder:
         self.snapshot = Snapshot()
         self.pending: dict[Key, JSON] = {}
         self.usage: dict[str, dict[str, Resources]] = defaultdict(dict)  # node → pod uid → req
+        self._pod_node: dict[str, str] = {}  # pod uid → the node its usage is counted on
         self.queue = _PodQueue()
         self.parked: set[Key] = set()
         self.waiting_for_claim: dict[Key, set[Key]] = defaultdict(set)
@@ -188,13 +189,15 @@ class Binder:
         phase = pod.get("status", {}).get("phase")
         gone = event_type == "DELETED" or phase in ("Succeeded", "Failed")
         # Resource usage of every pod on a node (kdra's or not) for the fit filter.
-        for used in self.usage.values():
-            if uid in used and (gone or not node):
-                del used[uid]
+        previous = self._pod_node.pop(uid, None)
+        if previous is not None:
+            used = self.usage.get(previous, {})
+            used.pop(uid, None)
+            if not used:
+                self.usage.pop(previous, None)
         if node and not gone:
             self.usage[node][uid] = pod_requests(pod)
-        if gone and self.usage.get(node or "") == {}:
-            self.usage.pop(node or "", None)
+            self._pod_node[uid] = node
         ours = pod.get("spec", {}).get("schedulerName") == SCHEDULER_NAME
         if not ours:
             return
