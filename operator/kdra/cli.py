@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from kdra import __version__
 
@@ -39,6 +40,82 @@ def _controlplane(args: argparse.Namespace) -> int:
     from kdra.devenv import controlplane
 
     return controlplane.main(["--dir", str(args.dir)] if args.dir else [])
+
+
+def _describe(args: argparse.Namespace) -> int:
+    """Read slices and claims with the official (synchronous) client; the view is built by
+    kdra.domain.describe."""
+    import json
+
+    import kubernetes
+
+    from kdra import GROUP, VERSION
+    from kdra.domain.describe import describe, render
+
+    try:
+        api = _sync_api_client(args.kubeconfig)
+    except Exception as exc:  # any kubeconfig / in-cluster configuration problem
+        print(f"kdra describe: no cluster configuration: {exc}", file=sys.stderr)
+        return 1
+    custom = kubernetes.client.CustomObjectsApi(api)
+    try:
+        slices = _list_all(custom.list_cluster_custom_object, GROUP, VERSION, "resourceslices")
+        if args.namespace:
+            claims = _list_all(custom.list_namespaced_custom_object, GROUP, VERSION,
+                               args.namespace, "resourceclaims")
+        else:
+            claims = _list_all(custom.list_cluster_custom_object, GROUP, VERSION,
+                               "resourceclaims")
+    except kubernetes.client.exceptions.ApiException as exc:
+        print(f"kdra describe: the API server answered {exc.status} {exc.reason}: "
+              f"{(exc.body or '').strip()[:500]}", file=sys.stderr)
+        return 1
+    finally:
+        api.close()
+    view = describe(slices, claims, node=args.node, driver=args.driver)
+    if args.output == "json":
+        print(json.dumps(view.to_json(), indent=2))
+    else:
+        sys.stdout.write(render(view, devices=not args.summary))
+    return 0
+
+
+def _sync_api_client(kubeconfig: str | None) -> Any:
+    """The official client from ``kubeconfig``, else ``$KUBECONFIG``/``~/.kube/config``, else
+    the in-cluster service account (as the operator and the agent choose)."""
+    import kubernetes
+
+    try:
+        return kubernetes.config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=kubeconfig)
+    except (kubernetes.config.ConfigException, FileNotFoundError, TypeError):
+        if kubeconfig:
+            raise
+    configuration = kubernetes.client.Configuration()
+    kubernetes.config.load_incluster_config(  # type: ignore[no-untyped-call]
+        client_configuration=configuration)
+    return kubernetes.client.ApiClient(configuration)
+
+
+def _list_all(call: Callable[..., Any], *args: str) -> list[dict[str, Any]]:
+    """Every item of a list call, page by page (500 a page)."""
+    items: list[dict[str, Any]] = []
+    token: str | None = None
+    while True:
+        page = call(*args, limit=500, _continue=token) if token else call(*args, limit=500)
+        items.extend(page.get("items") or [])
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return items
+
+
+def _check(args: argparse.Namespace) -> int:
+    from kdra.handlers.check import run_check
+
+    return run_check(kubeconfig=args.kubeconfig, cdi_dirs=args.cdi_dir or [],
+                     state_dirs=args.state_dir or [], nodes=args.node or [],
+                     namespace=args.namespace, lease_grace=args.lease_grace,
+                     output=args.output)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,6 +158,58 @@ def build_parser() -> argparse.ArgumentParser:
                       help="print the objects and stop (default: keep running until Ctrl-C)")
     demo.add_argument("--dir", default=None, help="work directory (default: a temp dir)")
     demo.set_defaults(func=_demo)
+
+    desc = sub.add_parser(
+        "describe",
+        help="show devices per node and pool: free, or allocated to which claim and pod",
+        description="Print, per node and pool, how many devices are free and allocated, each "
+        "device with the claim, request and pods holding it (and whether the node agent "
+        "reported it Ready), and every claim with its devices. Reads ResourceSlices and "
+        "ResourceClaims (resource.kdra.dev) with the current kubeconfig.",
+    )
+    desc.add_argument("--kubeconfig", default=None,
+                      help="kubeconfig path (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+    desc.add_argument("-o", "--output", choices=("table", "json"), default="table",
+                      help="table (default) or json")
+    desc.add_argument("-n", "--namespace", default=None,
+                      help="only claims of this namespace (devices of all pools still show "
+                      "which claims hold them)")
+    desc.add_argument("--node", default=None, help="only pools on this node (and its claims)")
+    desc.add_argument("--driver", default=None, help="only pools of this driver")
+    desc.add_argument("--summary", action="store_true",
+                      help="one line per pool and per claim, no per-device lines")
+    desc.set_defaults(func=_describe)
+
+    chk = sub.add_parser(
+        "check",
+        help="check kdra's invariants on the cluster (and a node agent's disk); exit 1 if any "
+        "is violated",
+        description="Read pods, ResourceClaims, ResourceSlices, Nodes and agent Leases and "
+        "report every broken invariant: a device allocated twice, a bound pod whose claims are "
+        "not allocated / reserved for it / admitting its node / Ready, a claim reserved for a "
+        "pod that is gone, an allocated claim reserved for no one, a slice of a deleted node. "
+        "With --cdi-dir/--state-dir also the node-local state: every prepared claim has its "
+        "CDI spec and checkpoint entry, and nothing else does. Exit code 0: all hold; 1: "
+        "violations; 2: the cluster could not be read.",
+    )
+    chk.add_argument("--kubeconfig", default=None,
+                     help="kubeconfig path (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+    chk.add_argument("--cdi-dir", action="append", default=None,
+                     help="a node agent's CDI spec directory (repeatable)")
+    chk.add_argument("--state-dir", action="append", default=None,
+                     help="a node agent's state directory with checkpoint-<node>.json files "
+                     "(repeatable)")
+    chk.add_argument("--node", action="append", default=None,
+                     help="a node served from these directories even if it has no checkpoint "
+                     "yet (repeatable; nodes with a checkpoint or CDI spec are always checked)")
+    chk.add_argument("--namespace", default="kdra-system",
+                     help="namespace of the agents' heartbeat Leases (default: kdra-system)")
+    chk.add_argument("--lease-grace", type=float, default=None,
+                     help="also report slices whose agent Lease expired more than this many "
+                     "seconds ago (the operator's --slice-gc-grace; default: not checked)")
+    chk.add_argument("-o", "--output", choices=("text", "json"), default="text",
+                     help="text (default) or json")
+    chk.set_defaults(func=_check)
 
     cp = sub.add_parser(
         "controlplane",

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# kdra on a local kind cluster, with fake GPUs, in one command:
+#
+#   hack/kind-up.sh            # then: kubectl --context kind-kdra get pods -o wide
+#   kind delete cluster --name kdra
+#
+# Needs docker, kind (>= 0.20) and kubectl (>= 1.28, for `-k` and ValidatingAdmissionPolicy).
+# It
+#   1. creates the kind cluster `kdra` (one control plane, three workers: kdra-worker,
+#      kdra-worker2, kdra-worker3 — manifests/overlays/kind/inventory/ has a fake inventory
+#      for each: H100s, H100s + A100s, the seed article's cats) unless it exists,
+#   2. builds the image kdra:dev (Dockerfile) and loads it into the cluster's nodes,
+#   3. installs the CRDs, then manifests/overlays/kind (operator, agents, RBAC, policies),
+#   4. waits for the operator (its webhook must answer before pods with claims can be
+#      created) and the agents' slices,
+#   5. applies manifests/examples/gpu and the seed's cats (manifests/examples/seed, without its
+#      hand-written slice: the agent on kdra-worker3 publishes the cats),
+#   6. prints what got allocated (`kdra describe`, run in the operator's pod) and the pods.
+#
+# Re-running it is safe: every step is an apply or a wait. (It cannot run on kdra's CI
+# machine, which has no Docker; the manifests it applies are checked there against a real
+# API server by tests/e2e/test_manifests.py.)
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+CLUSTER=kdra          # the inventory files are named after this cluster's nodes
+IMAGE=kdra:dev        # what manifests/overlays/kind deploys
+KUBECTL=(kubectl --context "kind-${CLUSTER}")
+
+for tool in docker kind kubectl; do
+  command -v "$tool" >/dev/null || { echo "kind-up: $tool is not installed" >&2; exit 1; }
+done
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "kind cluster ${CLUSTER}"
+if kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
+  echo "exists"
+else
+  kind create cluster --name "$CLUSTER" --wait 120s --config - <<'KIND'
+kind: Cluster
+apiVersion: kind.x-k8s.io/v1alpha4
+nodes:
+- role: control-plane
+- role: worker
+- role: worker
+- role: worker
+KIND
+fi
+
+step "image ${IMAGE}"
+docker build -t "$IMAGE" .
+kind load docker-image "$IMAGE" --name "$CLUSTER"
+
+step "CRDs"
+"${KUBECTL[@]}" apply --server-side -k manifests/base/crds
+"${KUBECTL[@]}" wait --for condition=Established --timeout 60s crd \
+  -l app.kubernetes.io/part-of=kdra
+
+step "kdra (manifests/overlays/kind)"
+"${KUBECTL[@]}" apply --server-side -k manifests/overlays/kind
+# A changed image under the same tag is not picked up by running pods: restart them.
+"${KUBECTL[@]}" -n kdra-system rollout restart deployment/kdra-operator daemonset/kdra-agent
+"${KUBECTL[@]}" -n kdra-system rollout status deployment/kdra-operator --timeout 300s
+"${KUBECTL[@]}" -n kdra-system rollout status daemonset/kdra-agent --timeout 300s
+
+step "waiting for the agents' ResourceSlices"
+for _ in $(seq 1 60); do
+  pools=$("${KUBECTL[@]}" get resourceslices.resource.kdra.dev --no-headers 2>/dev/null | wc -l)
+  [[ "$pools" -ge 3 ]] && break
+  sleep 2
+done
+"${KUBECTL[@]}" get resourceslices.resource.kdra.dev
+
+step "examples: GPUs (manifests/examples/gpu) and the seed's cats"
+"${KUBECTL[@]}" apply -k manifests/examples/gpu
+for file in deviceclass resourceclaim resourceclaimtemplate pod; do
+  "${KUBECTL[@]}" apply -f "manifests/examples/seed/${file}.yaml"
+done
+
+step "waiting for the example pods (images are pulled from the internet)"
+"${KUBECTL[@]}" wait --for condition=Ready --timeout 300s pod \
+  single-gpu-pod shared-gpu-pod-a shared-gpu-pod-b gpu-pair-pod all-a100-pod pod-with-cats \
+  || echo "(not all pods are ready yet: see kdra describe and kubectl describe pod)"
+
+step "what got allocated"
+"${KUBECTL[@]}" -n kdra-system exec deployment/kdra-operator -- kdra describe
+"${KUBECTL[@]}" get pods -o wide
+echo
+echo "A pod's devices:  ${KUBECTL[*]} logs gpu-pair-pod"
+echo "Tear down:        kind delete cluster --name ${CLUSTER}"

@@ -1,0 +1,387 @@
+"""What is free and what is taken: the view behind ``kdra describe`` (pure, no I/O).
+
+Upstream DRA shows neither free vs allocated devices per node or pool nor, in ``kubectl get
+resourceclaims``, which devices a claim holds (ANCHORS.md, pain point 3). :func:`describe`
+builds that view from the raw API objects (ResourceSlices and ResourceClaims as JSON dicts,
+read by the CLI); :func:`render` prints it as tables, :meth:`Description.to_json` as data.
+
+Rules:
+
+- Per pool (driver, pool name) only the slices of the highest ``pool.generation`` count, as for
+  the allocator. A pool whose newest generation has fewer (or more) slices than
+  ``resourceSliceCount`` is shown but marked incomplete: the allocator does not use it yet.
+- A device is *allocated* while any claim's ``status.allocation`` names it (several claims may
+  hold one device with adminAccess); *free* otherwise. Holders list the claim, its request, the
+  pods in its ``reservedFor`` and whether the node agent reported the device Ready in
+  ``status.devices[]`` (None: not reported yet).
+- A claim can hold a device that no current slice publishes (the node or its agent went away):
+  it is listed with the claim as not published, and counted in no pool.
+- A claim's node is the one its allocation's node selector names (``matchFields metadata.name
+  In [node]``, what the allocator writes for node-local devices); empty otherwise.
+- Malformed or partial objects never make describing fail: a missing field reads as empty.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "ClaimDevice",
+    "ClaimRow",
+    "Description",
+    "DeviceRow",
+    "Holder",
+    "PoolRow",
+    "describe",
+    "render",
+]
+
+JSON = Mapping[str, Any]
+
+DETAIL_ATTRIBUTES = ("productName", "model")
+"""Attributes that name what a device is (GPU drivers publish one of them); without them the
+details column shows the device's first few string attributes as ``name=value``."""
+MAX_DETAIL_ATTRIBUTES = 3
+
+
+@dataclass(frozen=True)
+class Holder:
+    """One claim holding one device."""
+
+    claim: str
+    """``namespace/name``."""
+    request: str
+    pods: tuple[str, ...]
+    """``namespace/name`` of the pods the claim is reserved for."""
+    ready: bool | None
+    """The node agent's Ready condition for the device; None while it reported nothing."""
+
+
+@dataclass(frozen=True)
+class DeviceRow:
+    name: str
+    details: str
+    holders: tuple[Holder, ...] = ()
+
+    @property
+    def state(self) -> str:
+        return "allocated" if self.holders else "free"
+
+
+@dataclass(frozen=True)
+class PoolRow:
+    node: str
+    """The slices' ``nodeName``; ``<selector>`` or ``<all nodes>`` for pools not on one node."""
+    driver: str
+    pool: str
+    generation: int
+    complete: bool
+    devices: tuple[DeviceRow, ...]
+
+    @property
+    def total(self) -> int:
+        return len(self.devices)
+
+    @property
+    def allocated(self) -> int:
+        return sum(1 for device in self.devices if device.holders)
+
+    @property
+    def free(self) -> int:
+        return self.total - self.allocated
+
+
+@dataclass(frozen=True)
+class ClaimDevice:
+    request: str
+    driver: str
+    pool: str
+    device: str
+    ready: bool | None
+    published: bool
+    """Whether a current slice publishes the device."""
+
+    def __str__(self) -> str:
+        return f"{self.driver}/{self.pool}/{self.device}"
+
+
+@dataclass(frozen=True)
+class ClaimRow:
+    namespace: str
+    name: str
+    state: str
+    """``pending`` (not allocated), ``allocated`` (no consumer), ``reserved`` (in use by pods),
+    or ``deleting``."""
+    node: str
+    devices: tuple[ClaimDevice, ...]
+    pods: tuple[str, ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def ready(self) -> int:
+        return sum(1 for device in self.devices if device.ready)
+
+
+@dataclass(frozen=True)
+class Description:
+    pools: tuple[PoolRow, ...]
+    claims: tuple[ClaimRow, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data for ``--output json`` (stable keys; counts precomputed)."""
+        return {
+            "pools": [{
+                "node": pool.node, "driver": pool.driver, "pool": pool.pool,
+                "generation": pool.generation, "complete": pool.complete,
+                "total": pool.total, "allocated": pool.allocated, "free": pool.free,
+                "devices": [{
+                    "name": device.name, "details": device.details, "state": device.state,
+                    "claims": [{"claim": h.claim, "request": h.request, "pods": list(h.pods),
+                                "ready": h.ready} for h in device.holders],
+                } for device in pool.devices],
+            } for pool in self.pools],
+            "claims": [{
+                "namespace": claim.namespace, "name": claim.name, "state": claim.state,
+                "node": claim.node, "pods": list(claim.pods),
+                "devices": [{"request": d.request, "driver": d.driver, "pool": d.pool,
+                             "device": d.device, "ready": d.ready, "published": d.published}
+                            for d in claim.devices],
+            } for claim in self.claims],
+        }
+
+
+# --------------------------------------------------------------------------- building
+
+
+def describe(slices: Iterable[JSON], claims: Iterable[JSON], *, node: str | None = None,
+             driver: str | None = None) -> Description:
+    """The pools of ``slices`` with each device's holders among ``claims``, and the claims.
+
+    ``node`` / ``driver`` keep only the pools on that node / of that driver, and only the
+    claims holding a device of a kept pool or allocated on that node (pending claims are
+    kept unless a filter is given).
+    """
+    claim_rows = [_claim_row(claim) for claim in claims]
+    holders: dict[tuple[str, str, str], list[Holder]] = {}
+    for row in claim_rows:
+        for device in row.devices:
+            holders.setdefault((device.driver, device.pool, device.device), []).append(
+                Holder(claim=row.key, request=device.request, pods=row.pods,
+                       ready=device.ready))
+    every_pool = [_pool_row(key, members, holders)
+                  for key, members in _newest_pools(slices).items()]
+    published = {(pool.driver, pool.pool, device.name) for pool in every_pool
+                 for device in pool.devices}
+    pools = [pool for pool in every_pool
+             if (node is None or pool.node == node) and (driver is None or pool.driver == driver)]
+    kept_pools = {(pool.driver, pool.pool) for pool in pools}
+    final_claims = []
+    for row in claim_rows:
+        devices = tuple(
+            ClaimDevice(d.request, d.driver, d.pool, d.device, d.ready,
+                        published=(d.driver, d.pool, d.device) in published)
+            for d in row.devices)
+        row = ClaimRow(row.namespace, row.name, row.state, row.node, devices, row.pods)
+        unfiltered = node is None and driver is None
+        on_kept_pool = any((d.driver, d.pool) in kept_pools for d in devices)
+        on_node = node is not None and driver is None and row.node == node
+        if unfiltered or on_kept_pool or on_node:
+            final_claims.append(row)
+    pools.sort(key=lambda p: (_natural(p.node), p.driver, _natural(p.pool)))
+    final_claims.sort(key=lambda c: (c.namespace, _natural(c.name)))
+    return Description(pools=tuple(pools), claims=tuple(final_claims))
+
+
+def _newest_pools(slices: Iterable[JSON]) -> dict[tuple[str, str], list[JSON]]:
+    """(driver, pool) → the slices of its highest generation."""
+    pools: dict[tuple[str, str], list[JSON]] = {}
+    for obj in slices:
+        spec = _map(obj.get("spec"))
+        pool = _map(spec.get("pool"))
+        key = (str(spec.get("driver") or ""), str(pool.get("name") or ""))
+        current = pools.get(key)
+        generation = _int(pool.get("generation"))
+        if current is None or generation > _generation(current[0]):
+            pools[key] = [obj]
+        elif generation == _generation(current[0]):
+            current.append(obj)
+    return pools
+
+
+def _pool_row(key: tuple[str, str], members: list[JSON],
+              holders: Mapping[tuple[str, str, str], list[Holder]]) -> PoolRow:
+    driver, name = key
+    members = sorted(members, key=lambda s: str(_map(s.get("metadata")).get("name") or ""))
+    first = _map(members[0].get("spec"))
+    expected = _int(_map(first.get("pool")).get("resourceSliceCount")) or 1
+    devices: list[DeviceRow] = []
+    seen: set[str] = set()
+    for obj in members:
+        for device in _list(_map(obj.get("spec")).get("devices")):
+            device_name = str(_map(device).get("name") or "")
+            if device_name in seen:
+                continue
+            seen.add(device_name)
+            devices.append(DeviceRow(
+                name=device_name, details=_details(_map(device), driver),
+                holders=tuple(holders.get((driver, name, device_name), ()))))
+    devices.sort(key=lambda d: _natural(d.name))
+    return PoolRow(node=_slice_node(first), driver=driver, pool=name,
+                   generation=_generation(members[0]), complete=len(members) == expected,
+                   devices=tuple(devices))
+
+
+def _slice_node(spec: JSON) -> str:
+    if spec.get("nodeName"):
+        return str(spec["nodeName"])
+    if spec.get("allNodes"):
+        return "<all nodes>"
+    return "<selector>"
+
+
+def _details(device: JSON, driver: str) -> str:
+    attributes = _map(_map(device.get("basic")).get("attributes"))
+    values: dict[str, str] = {}
+    for raw_name, raw_value in attributes.items():
+        name = str(raw_name)
+        if name.startswith(f"{driver}/"):
+            name = name[len(driver) + 1:]
+        value = _map(raw_value)
+        for kind in ("string", "version", "int", "bool"):
+            if kind in value:
+                values[name] = str(value[kind]).lower() if kind == "bool" else str(value[kind])
+                break
+    for name in DETAIL_ATTRIBUTES:
+        if name in values:
+            return values[name]
+    strings = sorted((name, value) for name, value in values.items() if "/" not in name)
+    return ",".join(f"{name}={value}" for name, value in strings[:MAX_DETAIL_ATTRIBUTES])
+
+
+def _claim_row(claim: JSON) -> ClaimRow:
+    meta = _map(claim.get("metadata"))
+    status = _map(claim.get("status"))
+    allocation = status.get("allocation")
+    namespace = str(meta.get("namespace") or "")
+    pods = tuple(f"{namespace}/{ref.get('name')}" for ref in map(_map, _list(
+        status.get("reservedFor"))) if ref.get("resource", "pods") == "pods" and ref.get("name"))
+    ready: dict[tuple[str, str, str], bool] = {}
+    for entry in map(_map, _list(status.get("devices"))):
+        key = (str(entry.get("driver")), str(entry.get("pool")), str(entry.get("device")))
+        condition = next((c for c in map(_map, _list(entry.get("conditions")))
+                          if c.get("type") == "Ready"), None)
+        if condition is not None:
+            ready[key] = condition.get("status") == "True"
+    devices = []
+    for result in map(_map, _list(_map(_map(allocation).get("devices")).get("results"))):
+        key = (str(result.get("driver") or ""), str(result.get("pool") or ""),
+               str(result.get("device") or ""))
+        devices.append(ClaimDevice(request=str(result.get("request") or ""), driver=key[0],
+                                   pool=key[1], device=key[2], ready=ready.get(key),
+                                   published=False))
+    if meta.get("deletionTimestamp"):
+        state = "deleting"
+    elif not allocation:
+        state = "pending"
+    elif pods:
+        state = "reserved"
+    else:
+        state = "allocated"
+    return ClaimRow(namespace=namespace, name=str(meta.get("name") or ""), state=state,
+                    node=_allocated_node(_map(allocation)), devices=tuple(devices), pods=pods)
+
+
+def _allocated_node(allocation: JSON) -> str:
+    for term in map(_map, _list(_map(allocation.get("nodeSelector")).get("nodeSelectorTerms"))):
+        for field in map(_map, _list(term.get("matchFields"))):
+            values = _list(field.get("values"))
+            if (field.get("key") == "metadata.name" and field.get("operator") == "In"
+                    and len(values) == 1):
+                return str(values[0])
+    return ""
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list | tuple) else []
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _generation(obj: JSON) -> int:
+    return _int(_map(_map(obj.get("spec")).get("pool")).get("generation"))
+
+
+def _natural(text: str) -> tuple[tuple[int, int | str], ...]:
+    """Sort key that puts gpu-2 before gpu-10."""
+    return tuple((0, int(part)) if part.isdigit() else (1, part)
+                 for part in re.split(r"(\d+)", text) if part)
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def render(description: Description, *, devices: bool = True) -> str:
+    """Tables as kubectl prints them: pools, then (with ``devices``) every device with its
+    holders (one line per holder; POOL is ``driver/pool``), then claims. Empty sections say
+    so in one line."""
+    out: list[str] = []
+    if description.pools:
+        out.append(_table(
+            ("NODE", "DRIVER", "POOL", "GENERATION", "DEVICES", "ALLOCATED", "FREE"),
+            [(p.node, p.driver, p.pool, str(p.generation) + ("" if p.complete else " (incomplete)"),
+              str(p.total), str(p.allocated), str(p.free)) for p in description.pools]))
+        if devices:
+            rows = [_device_row(pool, device, holder) for pool in description.pools
+                    for device in pool.devices for holder in (device.holders or (None,))]
+            out.append(_table(("NODE", "POOL", "DEVICE", "DETAILS", "STATE", "CLAIM", "REQUEST",
+                               "PODS", "READY"), rows))
+    else:
+        out.append("No ResourceSlices: no node agent publishes devices (yet).")
+    if description.claims:
+        out.append(_table(
+            ("NAMESPACE", "CLAIM", "STATE", "NODE", "DEVICES", "READY", "PODS"),
+            [(c.namespace, c.name, c.state, c.node or "-",
+              ",".join(str(d) + ("" if d.published else " (not published)")
+                       for d in c.devices) or "-",
+              f"{c.ready}/{len(c.devices)}" if c.devices else "-",
+              ",".join(pod.split("/", 1)[1] for pod in c.pods) or "-")
+             for c in description.claims]))
+    else:
+        out.append("No ResourceClaims.")
+    return "\n\n".join(out) + "\n"
+
+
+def _device_row(pool: PoolRow, device: DeviceRow, holder: Holder | None) -> tuple[str, ...]:
+    if holder is None:
+        taken = ("-", "-", "-", "-")
+    else:
+        taken = (holder.claim, holder.request, ",".join(holder.pods) or "-",
+                 _ready(holder.ready))
+    return (pool.node, f"{pool.driver}/{pool.pool}", device.name, device.details or "-",
+            device.state, *taken)
+
+
+def _ready(ready: bool | None) -> str:
+    return "-" if ready is None else ("True" if ready else "False")
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(str(row[i])) for row in [headers, *rows]) for i in range(len(headers))]
+    lines = ["   ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+             .rstrip() for row in [headers, *rows]]
+    return "\n".join(lines)
