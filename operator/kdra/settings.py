@@ -20,7 +20,7 @@ class OperatorSettings:
     """Path of a kubeconfig; unset: ``$KUBECONFIG``, ``~/.kube/config``, then in-cluster."""
 
     namespace: str = "kdra-system"
-    """Namespace of kdra's own objects (Leases, peering, webhook Secret)."""
+    """Namespace of kdra's own objects (leader Lease, agents' Leases, webhook Secret)."""
 
     metrics_port: int = 8080
     """Port of the Prometheus ``/metrics`` endpoint; 0 turns it off."""
@@ -31,12 +31,16 @@ class OperatorSettings:
     workers: int = 4
     """Concurrent reconciles per controller queue."""
 
-    peering: str = ""
-    """kopf peering name for running several replicas with exactly one active; empty:
-    standalone (one replica)."""
+    leader_elect: bool = False
+    """Run several replicas with exactly one active: replicas elect a leader on the Lease
+    ``kdra-operator`` in ``namespace``; standbys serve the admission webhooks only and take
+    over when the leader's Lease expires."""
 
-    priority: int = 0
-    """This replica's peering priority: the highest live priority is the active one."""
+    leader_lease_duration: float = 15.0
+    """Seconds a leader's Lease stays valid without renewal (renewed every third of it)."""
+
+    identity: str = ""
+    """This replica's identity in the leader Lease; empty: '<hostname>-<pid>'."""
 
     policy: str = "binpack"
     """Default device placement policy: binpack (fill nodes, keep others whole), spread, or

@@ -25,9 +25,7 @@ def run_operator(settings: OperatorSettings) -> int:
     metrics.serve(settings.metrics_port)
     kopf.run(
         clusterwide=True,
-        standalone=not settings.peering,
-        peering_name=settings.peering or None,
-        priority=settings.priority,
+        standalone=True,  # one active replica is kdra's own Lease election (services.leader)
         liveness_endpoint=(f"http://0.0.0.0:{settings.health_port}/healthz"
                            if settings.health_port else None),
         memo=kopf.Memo(kdra_settings=settings),

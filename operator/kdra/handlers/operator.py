@@ -25,9 +25,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60
-    settings.peering.name = ours.peering or "kdra"
-    settings.peering.standalone = not ours.peering
-    settings.peering.priority = ours.priority
+    settings.peering.standalone = True  # see kdra.services.leader
     memo.operator = await Operator.start(ours)
 
 

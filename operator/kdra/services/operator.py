@@ -11,7 +11,11 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import signal
+import socket
 
 from kdra.domain.inventory import AGENT_LEASE_LABEL
 from kdra.domain.podclaims import CLAIMS_ANNOTATION
@@ -29,6 +33,7 @@ from kdra.kube.client import (
 from kdra.kube.events import EventRecorder
 from kdra.services.binder import Binder, BinderSettings
 from kdra.services.claim_controller import ClaimController, claim_store, pod_store
+from kdra.services.leader import LeaderElector
 from kdra.services.slice_gc import SliceGC
 from kdra.services.store import JSON, Store
 from kdra.services.webhook import WebhookServer, start_webhooks
@@ -37,10 +42,18 @@ from kdra.settings import OperatorSettings
 log = logging.getLogger(__name__)
 
 
+def _leadership_lost(reason: str) -> None:
+    """Stop acting at once: kopf handles SIGTERM by running the cleanup (services stop)."""
+    log.error("leader election: leadership lost (%s); stopping", reason)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 class Operator:
     def __init__(self, settings: OperatorSettings, client: KubeClient) -> None:
         self.settings = settings
         self.client = client
+        self.elector: LeaderElector | None = None
+        self.leadership: asyncio.Task[None] | None = None
         self.events = EventRecorder(client, component="kdra-operator")
         self.pods = pod_store()
         self.claims = claim_store()
@@ -61,10 +74,20 @@ class Operator:
     async def start(cls, settings: OperatorSettings) -> Operator:
         client = await connect(settings.kubeconfig)
         operator = cls(settings, client)
-        await operator.prime()
-        # Admission webhooks: serving before the controllers run, since the claims they
-        # create go through the validating webhook (kdra.services.webhook).
+        # Admission webhooks: stateless, so every replica serves them (standbys too), and
+        # before the controllers run, since the claims they create go through the validating
+        # webhook (kdra.services.webhook).
         operator.webhook = await start_webhooks(settings, client)
+        if settings.leader_elect:
+            operator.elector = LeaderElector(
+                client, namespace=settings.namespace, name="kdra-operator",
+                identity=settings.identity or f"{socket.gethostname()}-{os.getpid()}",
+                lease_duration=settings.leader_lease_duration,
+                renew_interval=settings.leader_lease_duration / 3)
+            await operator.elector.acquire()  # a standby waits here
+            operator.leadership = asyncio.create_task(
+                operator.elector.keep(_leadership_lost), name="leader-lease")
+        await operator.prime()
         operator.claim_controller.start()
         operator.binder.start()
         operator.slice_gc.start()
@@ -108,9 +131,14 @@ class Operator:
         self.binder.on_claim(event_type, claim)
 
     async def stop(self) -> None:
+        leading = self.leadership is not None and not self.leadership.done()
+        if self.leadership is not None:
+            self.leadership.cancel()
         await self.slice_gc.stop()
         await self.binder.stop()
         await self.claim_controller.stop()
         if self.webhook is not None:  # after the controllers: their last writes are admitted
             await self.webhook.stop()
+        if self.elector is not None and leading:
+            await self.elector.release()  # a standby takes over without waiting for expiry
         await self.client.close()

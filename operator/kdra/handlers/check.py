@@ -1,0 +1,144 @@
+"""``kdra check``: read the cluster (and optionally a node agent's directories) and report
+every broken invariant (:mod:`kdra.domain.invariants`).
+
+A one-shot command, so it uses the official ``kubernetes`` client synchronously (no event
+loop, no caches): LIST pods, ResourceClaims, ResourceSlices, Nodes and the agents' Leases,
+page by page, as plain dicts. The node-local part reads CDI spec files (``kdra.dev-*.json``)
+and checkpoints (``checkpoint-<node>.json``) from the directories given.
+
+Exit code: 0 when every invariant holds, 1 when any is violated, 2 when the cluster could not
+be read.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from kdra import GROUP, VERSION
+from kdra.domain.invariants import NodeLocal, Violation, check
+from kdra.domain.nodeprep import CDI_FILE_PREFIX, NODE_ANNOTATION
+
+JSON = dict[str, Any]
+CHECKPOINT_PREFIX = "checkpoint-"
+
+
+def api_client(kubeconfig: str | None) -> Any:
+    """The official client from ``kubeconfig`` (else ``$KUBECONFIG``/``~/.kube/config``),
+    falling back to the in-cluster service account."""
+    import kubernetes
+
+    try:
+        return kubernetes.config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=kubeconfig)
+    except (kubernetes.config.ConfigException, FileNotFoundError, TypeError):
+        if kubeconfig:
+            raise
+    configuration = kubernetes.client.Configuration()
+    kubernetes.config.load_incluster_config(  # type: ignore[no-untyped-call]
+        client_configuration=configuration)
+    return kubernetes.client.ApiClient(configuration)
+
+
+def _list(call: Callable[..., Any], *args: str, **kwargs: Any) -> list[JSON]:
+    """Every item of a LIST, 500 a page, as plain dicts."""
+    items: list[JSON] = []
+    token: str | None = None
+    while True:
+        page_args: dict[str, Any] = {"limit": 500, "_preload_content": False, **kwargs}
+        if token:
+            page_args["_continue"] = token
+        page = json.loads(call(*args, **page_args).data)
+        items.extend(page.get("items") or [])
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return items
+
+
+def read_cluster(api: Any, namespace: str = "kdra-system") -> dict[str, list[JSON]]:
+    """Pods, claims, slices, nodes and agent Leases, as :func:`check` takes them."""
+    import kubernetes
+
+    from kdra.domain.inventory import AGENT_LEASE_LABEL
+
+    core = kubernetes.client.CoreV1Api(api)
+    custom = kubernetes.client.CustomObjectsApi(api)
+    coordination = kubernetes.client.CoordinationV1Api(api)
+    return {
+        "pods": _list(core.list_pod_for_all_namespaces),
+        "claims": _list(custom.list_cluster_custom_object, GROUP, VERSION, "resourceclaims"),
+        "slices": _list(custom.list_cluster_custom_object, GROUP, VERSION, "resourceslices"),
+        "nodes": _list(core.list_node),
+        "leases": _list(coordination.list_namespaced_lease, namespace,
+                        label_selector=f"{AGENT_LEASE_LABEL}=true"),
+    }
+
+
+def read_local(cdi_dirs: Iterable[Path], state_dirs: Iterable[Path],
+               nodes: Iterable[str] = ()) -> NodeLocal:
+    """CDI specs and checkpoints found in the directories. The nodes checked are ``nodes``
+    plus every node with a checkpoint file or a CDI spec there."""
+    specs: dict[str, JSON] = {}
+    for directory in cdi_dirs:
+        for path in sorted(Path(directory).glob(f"{CDI_FILE_PREFIX}*.json")):
+            try:
+                data = json.loads(path.read_bytes())
+            except (OSError, ValueError):
+                data = {"annotations": {}}
+            specs[path.name] = data if isinstance(data, dict) else {"annotations": {}}
+    checkpoints: dict[str, dict[str, JSON]] = {}
+    for directory in state_dirs:
+        for path in sorted(Path(directory).glob(f"{CHECKPOINT_PREFIX}*.json")):
+            node = path.name.removeprefix(CHECKPOINT_PREFIX).removesuffix(".json")
+            try:
+                data = json.loads(path.read_bytes())
+            except (OSError, ValueError):
+                data = {}
+            claims = data.get("claims") if isinstance(data, dict) else None
+            checkpoints[node] = dict(claims) if isinstance(claims, dict) else {}
+    named = {str((spec.get("annotations") or {}).get(NODE_ANNOTATION))
+             for spec in specs.values() if (spec.get("annotations") or {}).get(NODE_ANNOTATION)}
+    return NodeLocal(frozenset({*nodes, *checkpoints, *named}), specs, checkpoints)
+
+
+def violations(api: Any, *, local: NodeLocal | None = None, namespace: str = "kdra-system",
+               lease_grace: float | None = None) -> list[Violation]:
+    """Read the cluster through ``api`` and check it."""
+    state = read_cluster(api, namespace)
+    now = dt.datetime.now(dt.UTC) if lease_grace is not None else None
+    return check(**state, local=local, now=now, lease_grace=lease_grace or 0.0)
+
+
+def run_check(*, kubeconfig: str | None, cdi_dirs: list[str], state_dirs: list[str],
+              nodes: list[str], namespace: str, lease_grace: float | None,
+              output: str) -> int:
+    import kubernetes
+
+    try:
+        api = api_client(kubeconfig)
+    except Exception as exc:  # any kubeconfig / in-cluster configuration problem
+        print(f"kdra check: no cluster configuration: {exc}", file=sys.stderr)
+        return 2
+    local = None
+    if cdi_dirs or state_dirs:
+        local = read_local([Path(d) for d in cdi_dirs], [Path(d) for d in state_dirs], nodes)
+    try:
+        found = violations(api, local=local, namespace=namespace, lease_grace=lease_grace)
+    except kubernetes.client.exceptions.ApiException as exc:
+        print(f"kdra check: the API server answered {exc.status} {exc.reason}",
+              file=sys.stderr)
+        return 2
+    finally:
+        api.close()
+    if output == "json":
+        print(json.dumps([{"rule": v.rule, "message": v.message} for v in found], indent=2))
+    else:
+        for violation in found:
+            print(violation)
+        checked = "cluster" + (f" and {len(local.nodes)} node(s) on disk" if local else "")
+        print(f"{len(found)} violation(s) in the {checked}", file=sys.stderr)
+    return 1 if found else 0

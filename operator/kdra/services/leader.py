@@ -1,0 +1,164 @@
+"""Leader election for operator replicas, on a ``coordination.k8s.io/v1`` Lease.
+
+Only the leader runs kdra's controllers (claim controller, binder, slice GC); a standby replica
+blocks in :meth:`LeaderElector.acquire` — inside kopf's startup activity, so kopf starts no
+watches either — until the leader's Lease expires. The scheme is client-go's: the holder renews
+``renewTime`` every ``renew_interval``; anyone may take a Lease whose ``renewTime`` is older
+than ``leaseDurationSeconds``.
+
+Invariants:
+- Every take-over and renewal is an update with the Lease's resourceVersion: of two replicas
+  racing for an expired Lease exactly one wins (the other gets Conflict and stays standby).
+- A leader that cannot renew for a whole lease duration calls ``on_lost`` (the operator then
+  stops itself) before anyone else may take over; a leader that finds another holder in the
+  Lease calls ``on_lost`` at once.
+- Releasing (graceful shutdown) empties ``holderIdentity`` so a standby takes over without
+  waiting for the lease to expire.
+- Whatever kdra does, allocations stay safe without this (resourceVersion preconditions);
+  election avoids duplicate work and conflicting retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+from collections.abc import Callable
+
+import aiohttp
+
+from kdra.kube.client import LEASES, ApiError, Conflict, KubeClient, NotFound
+
+log = logging.getLogger(__name__)
+
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _stamp(when: dt.datetime) -> str:
+    return when.strftime(TIME_FORMAT)
+
+
+def _parse(text: str | None) -> dt.datetime | None:
+    if not text:
+        return None
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+class LeaderElector:
+    def __init__(self, client: KubeClient, *, namespace: str, name: str, identity: str,
+                 lease_duration: float = 15.0, renew_interval: float = 5.0) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.name = name
+        self.identity = identity
+        self.lease_duration = lease_duration
+        self.renew_interval = renew_interval
+        self._lease: dict[str, object] | None = None
+        self._renewed = _now()
+
+    def _spec(self, acquire: bool, transitions: int) -> dict[str, object]:
+        now = _stamp(_now())
+        spec: dict[str, object] = {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": int(self.lease_duration),
+            "renewTime": now,
+            "leaseTransitions": transitions,
+        }
+        if acquire:
+            spec["acquireTime"] = now
+        return spec
+
+    async def try_acquire(self) -> bool:
+        """One attempt: True when this replica holds the Lease afterwards."""
+        try:
+            lease = await self.client.get(LEASES, self.name, self.namespace)
+        except NotFound:
+            try:
+                self._lease = await self.client.create(LEASES, {
+                    "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": self.name, "namespace": self.namespace},
+                    "spec": self._spec(acquire=True, transitions=0),
+                }, self.namespace)
+            except Conflict:
+                return False
+            self._renewed = _now()
+            return True
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity") or ""
+        renewed = _parse(spec.get("renewTime")) or dt.datetime.min.replace(tzinfo=dt.UTC)
+        duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
+        expired = _now() - renewed > dt.timedelta(seconds=duration)
+        if holder and holder != self.identity and not expired:
+            return False
+        transitions = int(spec.get("leaseTransitions") or 0) + (holder != self.identity)
+        lease["spec"] = self._spec(acquire=holder != self.identity, transitions=transitions)
+        try:
+            self._lease = await self.client.replace(LEASES, lease)
+        except Conflict:
+            return False
+        self._renewed = _now()
+        return True
+
+    async def acquire(self) -> None:
+        """Block until this replica is the leader."""
+        announced = False
+        while True:
+            try:
+                if await self.try_acquire():
+                    log.info("leader election: %s leads (Lease %s/%s)", self.identity,
+                             self.namespace, self.name)
+                    return
+            except (ApiError, OSError, aiohttp.ClientError) as exc:
+                log.warning("leader election: %s", exc)
+            if not announced:
+                log.info("leader election: standing by; another replica holds Lease %s/%s",
+                         self.namespace, self.name)
+                announced = True
+            await asyncio.sleep(self.renew_interval)
+
+    async def keep(self, on_lost: Callable[[str], None]) -> None:
+        """Renew the Lease until cancelled; call ``on_lost(reason)`` once leadership is gone."""
+        while True:
+            await asyncio.sleep(self.renew_interval)
+            lease = self._lease
+            try:
+                if lease is None:
+                    raise NotFound(404, "NotFound", "lease not held")
+                lease["spec"] = {**lease.get("spec", {}),  # type: ignore[dict-item]
+                                 "renewTime": _stamp(_now())}
+                self._lease = await self.client.replace(LEASES, lease)
+                self._renewed = _now()
+                continue
+            except (Conflict, NotFound):
+                # Someone changed the Lease: look whether it is still ours.
+                try:
+                    if await self.try_acquire():
+                        continue
+                except (ApiError, OSError, aiohttp.ClientError):
+                    pass
+                on_lost(f"Lease {self.namespace}/{self.name} is held by another replica")
+                return
+            except (ApiError, OSError, aiohttp.ClientError) as exc:
+                log.warning("leader election: renewing failed: %s", exc)
+            if _now() - self._renewed > dt.timedelta(seconds=self.lease_duration):
+                on_lost(f"could not renew Lease {self.namespace}/{self.name} for "
+                        f"{self.lease_duration:.0f}s")
+                return
+
+    async def release(self) -> None:
+        lease = self._lease
+        if lease is None:
+            return
+        lease["spec"] = {**lease.get("spec", {}), "holderIdentity": ""}  # type: ignore[dict-item]
+        try:
+            await self.client.replace(LEASES, lease)
+        except (ApiError, OSError, aiohttp.ClientError) as exc:
+            log.info("leader election: release failed (the Lease will expire): %s", exc)
+        self._lease = None
