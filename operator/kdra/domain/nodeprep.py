@@ -29,6 +29,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, Literal
 
 from kdra.domain.gpu_profiles import GPU_DRIVER
@@ -259,8 +260,16 @@ class Checkpoint:
         return replace(self, claims={k: v for k, v in self.claims.items() if k != uid})
 
     def by_key(self, namespace: str, name: str) -> list[ClaimEntry]:
-        return [entry for entry in self.claims.values()
-                if entry.claim.namespace == namespace and entry.claim.name == name]
+        return self._index.get((namespace, name), [])
+
+    @cached_property
+    def _index(self) -> dict[tuple[str, str], list[ClaimEntry]]:
+        """Entries by claim namespace/name, built once per (immutable) checkpoint: the agent
+        asks on every claim event of the cluster (a linear scan was ~8% of its CPU)."""
+        index: dict[tuple[str, str], list[ClaimEntry]] = {}
+        for entry in self.claims.values():
+            index.setdefault((entry.claim.namespace, entry.claim.name), []).append(entry)
+        return index
 
     def _body(self) -> JSON:
         return {"node": self.node,

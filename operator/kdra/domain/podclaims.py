@@ -14,6 +14,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -64,8 +65,12 @@ class PodClaim:
 _KNOWN_KEYS = {"name", "resourceClaimName", "resourceClaimTemplateName", "containers", "request"}
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_pod_claims(text: str) -> tuple[PodClaim, ...]:
-    """Parse the annotation's value (YAML or JSON list). Raises InvalidObject."""
+    """Parse the annotation's value (YAML or JSON list). Raises InvalidObject.
+
+    Memoised by text: every watch event of a pod reads it, and YAML parsing was ~7% of the
+    operator's CPU in the scale bench. The result is immutable."""
     field = f"metadata.annotations[{CLAIMS_ANNOTATION}]"
     try:
         data = yaml.safe_load(text)

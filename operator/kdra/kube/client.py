@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -323,4 +324,11 @@ async def connect(kubeconfig: str | None = None) -> KubeClient:
         k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
             client_configuration=configuration)
     configuration.connection_pool_maxsize = 64
-    return KubeClient(k8s_client.ApiClient(configuration))
+    api = k8s_client.ApiClient(configuration)
+    if not any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "NETRC")):
+        # kubernetes_asyncio opens its aiohttp session with trust_env=True, which makes every
+        # request look up ~/.netrc and proxy variables in a worker thread (two thread hops
+        # per API call, measured at ~5% of the operator's CPU). Without proxies there is
+        # nothing to find.
+        api.rest_client.pool_manager._trust_env = False
+    return KubeClient(api)

@@ -142,6 +142,7 @@ class Binder:
         self.pending: dict[Key, JSON] = {}
         self.usage: dict[str, dict[str, Resources]] = defaultdict(dict)  # node → pod uid → req
         self._pod_node: dict[str, str] = {}  # pod uid → the node its usage is counted on
+        self.node_used: dict[str, Resources] = {}  # node → sum of its pods' requests
         self.queue = _PodQueue()
         self.parked: set[Key] = set()
         self.waiting_for_claim: dict[Key, set[Key]] = defaultdict(set)
@@ -191,12 +192,16 @@ class Binder:
         # Resource usage of every pod on a node (kdra's or not) for the fit filter.
         previous = self._pod_node.pop(uid, None)
         if previous is not None:
-            used = self.usage.get(previous, {})
-            used.pop(uid, None)
-            if not used:
+            released = self.usage.get(previous, {}).pop(uid, None)
+            if released is not None:
+                self.node_used[previous] = self.node_used[previous] - released
+            if not self.usage.get(previous):
                 self.usage.pop(previous, None)
+                self.node_used.pop(previous, None)
         if node and not gone:
-            self.usage[node][uid] = pod_requests(pod)
+            requests = pod_requests(pod)
+            self.usage[node][uid] = requests
+            self.node_used[node] = self.node_used.get(node, Resources()) + requests
             self._pod_node[uid] = node
         ours = pod.get("spec", {}).get("schedulerName") == SCHEDULER_NAME
         if not ours:
@@ -366,7 +371,7 @@ class Binder:
             if excluded.get(name, 0) > now:
                 reasons["node(s) failed to prepare this pod's devices recently"] += 1
                 continue
-            used = sum(self.usage.get(name, {}).values(), Resources())
+            used = self.node_used.get(name, Resources())
             why = node_filter(pod, node, used, requests)
             if why is None:
                 info = node_info(node)
@@ -490,8 +495,9 @@ class Binder:
             }}, meta["namespace"])
             if result is not None and (body.get("status") or {}).get("allocation"):
                 raise Conflict(409, "Conflict", "allocated elsewhere in the meantime")
-        body = copy.deepcopy(body)
-        status = body.setdefault("status", {})
+        # Shallow copies: only top-level status keys are replaced, nothing nested is mutated.
+        status = dict(body.get("status") or {})
+        body = {**body, "status": status}
         if result is not None:
             status["allocation"] = dump(result)
         status["reservedFor"] = [*(status.get("reservedFor") or []), pod_ref(pod)]

@@ -1,0 +1,941 @@
+"""Scale benchmark: kdra vs the real kube-scheduler on scheduler_perf's DRA workloads.
+
+    .venv/bin/python bench/scale.py --workloads all            # ~30 min on 2 cores
+    .venv/bin/python bench/scale.py --quick                     # smoke run, ~8 min
+    .venv/bin/python bench/scale.py --quick --workloads template --profile
+
+Workloads (test/integration/scheduler_perf/dra/performance-config.yaml, re-created here):
+- ``template``: SchedulingWithResourceClaimTemplate — N nodes x 10 devices (one driver, one
+  DeviceClass ``device.driver == ...``, a template asking for 1 device); init pods are created
+  and scheduled first, then the measured pods (2,500 + 2,500 on 500 nodes).
+- ``steady-empty`` / ``steady-half`` / ``steady-full``: SteadyStateClusterResourceClaimTemplate —
+  0 / N*5 / N*10-10 claims pre-allocated, then 10 pods kept in flight for a fixed duration: each
+  bound pod is force-deleted and replaced.
+- ``ceiling``: no scheduler at all; a minimal async client issues per pod the writes a DRA
+  scheduler needs (pod create, claim create, claim status, pod status, binding) with 16
+  workers: what this API server allows.
+
+Contenders, each on a fresh control plane (same binaries) per workload:
+- ``kdra``: ``python -m kdra operator`` + one ``python -m kdra agent --simulate-nodes``
+  serving every node (publishes the ResourceSlices, creates the Nodes);
+- ``upstream``: kube-scheduler + kube-controller-manager's resourceclaim-controller with native
+  resource.k8s.io/v1 objects; the harness creates Nodes and ResourceSlices, as scheduler_perf.
+Both the scheduler and the controller-manager get client QPS/burst 5000 (scheduler_perf runs
+them unthrottled too; the defaults, 50 and 20 QPS, would cap upstream far below the API server).
+
+Measured: pods/s over the measured phase (pods bound / (last binding - first create)),
+create->bound latency from client-side timestamps (create call returned; first watch event
+with spec.nodeName), CPU seconds of the contender's processes during the measured phase
+(/proc utime+stime) and their peak RSS (VmHWM). Prints tables; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kapi import (
+    JSON,
+    Api,
+    PodTracker,
+    bounded,
+    cpu_seconds,
+    group_pids,
+    percentile,
+    rss_mib,
+)
+from kdra.devenv.controlplane import CONTROLLERS, ControlPlane, binaries, free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+DRIVER = "test-driver.cdi.k8s.io"
+CLASS = "test-class"
+TEMPLATE = "test-claim-template"
+DEVICES_PER_NODE = 10
+KDRA_GROUP = "resource.kdra.dev"
+KDRA_VERSION = "v1alpha3"
+CLAIMS_ANNOTATION = f"{KDRA_GROUP}/claims"
+PAUSE = "registry.k8s.io/pause:3.10.1"
+QPS = "5000"
+CREATE_CONCURRENCY = 20
+STEADY_IN_FLIGHT = 10
+CEILING_WORKERS = 16
+
+
+def node_name(i: int) -> str:
+    return f"scheduler-perf-dra-{i}"
+
+
+def device_attrs(index: int) -> JSON:
+    return {"model": {"string": "A100"}, "family": {"string": "GPU"},
+            "driverVersion": {"version": "1.2.3"}, "pciRoot": {"string": str(index)}}
+
+
+# ------------------------------------------------------------------ processes
+
+
+@dataclass
+class Proc:
+    """A process started in its own session (so its process group is its pid)."""
+
+    name: str
+    args: list[str]
+    log: Path
+    env: dict[str, str] = field(default_factory=dict)
+    popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Proc:
+        with self.log.open("ab") as out:
+            self.popen = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, start_new_session=True,
+                                          env={**os.environ, **self.env})
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.popen is not None
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def pids(self) -> list[int]:
+        return group_pids(self.pid) if self.alive() else []
+
+    def stop(self, grace: float = 15.0) -> None:
+        if not self.alive():
+            return
+        assert self.popen is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGTERM)
+        try:
+            self.popen.wait(grace)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait()
+
+    def tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "<no log>"
+
+    def log_contains(self, text: str) -> bool:
+        try:
+            return text.encode() in self.log.read_bytes()
+        except FileNotFoundError:
+            return False
+
+
+async def wait_until(what: str, check: Callable[[], Any], limit: float,
+                     procs: tuple[Proc, ...] | list[Proc] = ()) -> None:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        for proc in procs:
+            if not proc.alive():
+                raise RuntimeError(f"{proc.name} exited:\n{proc.tail()}")
+        result = check()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return
+        await asyncio.sleep(0.5)
+    raise RuntimeError(f"timed out after {limit:.0f}s waiting for {what}")
+
+
+class Usage:
+    """CPU seconds over a phase and peak RSS of a set of process groups."""
+
+    def __init__(self, procs: list[Proc]) -> None:
+        self.procs = procs
+        self.start = self._cpu()
+
+    def _cpu(self) -> dict[int, float]:
+        return {pid: cpu_seconds(pid) for p in self.procs for pid in p.pids()}
+
+    def finish(self) -> tuple[float, float]:
+        end = self._cpu()
+        cpu = sum(end[pid] - self.start.get(pid, 0.0) for pid in end)
+        peak = sum(rss_mib(pid)[1] for p in self.procs for pid in p.pids())
+        return cpu, peak
+
+
+# ------------------------------------------------------------------ contenders
+
+
+class Contender:
+    name = ""
+
+    def __init__(self, plane: ControlPlane, work: Path, nodes: int) -> None:
+        self.plane = plane
+        self.work = work
+        self.nodes = nodes
+        self.measured: list[Proc] = []  # processes whose CPU/RSS are the contender's
+        self.metrics_port = 0
+
+    # objects
+    def claims_path(self, ns: str) -> str:
+        raise NotImplementedError
+
+    def template(self, ns: str) -> JSON:
+        raise NotImplementedError
+
+    def pod(self, ns: str, name: str) -> JSON:
+        raise NotImplementedError
+
+    def claim(self, ns: str, name: str) -> JSON:
+        raise NotImplementedError
+
+    def allocation(self, node: str, device: str) -> JSON:
+        raise NotImplementedError
+
+    # lifecycle
+    async def setup(self, api: Api) -> None:
+        """Nodes, devices, DeviceClass: everything before claims exist."""
+
+    async def start_scheduler(self, api: Api) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        for proc in reversed(self.measured):
+            proc.stop()
+
+    def logs(self) -> str:
+        return "\n".join(f"===== {p.name} =====\n{p.tail(60)}" for p in self.measured)
+
+
+class Kdra(Contender):
+    name = "kdra"
+
+    def claims_path(self, ns: str) -> str:
+        return f"/apis/{KDRA_GROUP}/{KDRA_VERSION}/namespaces/{ns}/resourceclaims"
+
+    def template(self, ns: str) -> JSON:
+        return {"apiVersion": f"{KDRA_GROUP}/{KDRA_VERSION}", "kind": "ResourceClaimTemplate",
+                "metadata": {"name": TEMPLATE, "namespace": ns},
+                "spec": {"spec": {"devices": {"requests": [
+                    {"name": "req-0", "deviceClassName": CLASS}]}}}}
+
+    def pod(self, ns: str, name: str) -> JSON:
+        claims = [{"name": "resource", "resourceClaimTemplateName": TEMPLATE}]
+        return {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": ns,
+                             "annotations": {CLAIMS_ANNOTATION: yaml.safe_dump(claims)}},
+                "spec": {"schedulerName": "kdra-scheduler",
+                         "containers": [{"name": "pause", "image": PAUSE}]}}
+
+    def claim(self, ns: str, name: str) -> JSON:
+        return {"apiVersion": f"{KDRA_GROUP}/{KDRA_VERSION}", "kind": "ResourceClaim",
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {"devices": {"requests": [{"name": "req-0", "deviceClassName": CLASS}]}}}
+
+    def allocation(self, node: str, device: str) -> JSON:
+        return {"devices": {"results": [{"request": "req-0", "driver": DRIVER, "pool": node,
+                                         "device": device}]}}
+
+    def _python(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "kdra", *args]
+
+    async def setup(self, api: Api) -> None:
+        crds = str(ROOT / "crds")
+        self.plane.kubectl("apply", "--server-side", "-k", crds)
+        self.plane.kubectl("wait", "--for", "condition=Established", "--timeout", "60s",
+                           "-f", crds)
+        await api.create("/api/v1/namespaces", {"metadata": {"name": "kdra-system"}},
+                         ok_conflict=True)
+        await api.create(f"/apis/{KDRA_GROUP}/{KDRA_VERSION}/deviceclasses", {
+            "apiVersion": f"{KDRA_GROUP}/{KDRA_VERSION}", "kind": "DeviceClass",
+            "metadata": {"name": CLASS},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}})
+        inventory = self.work / "inventory.yaml"
+        inventory.write_text(yaml.safe_dump({"driver": DRIVER, "devices": [
+            {"name": f"basic-device-{i}", "attributes": {
+                "model": "A100", "family": "GPU", "driverVersion": {"version": "1.2.3"},
+                "pciRoot": str(i)}, "capacity": {"memory": "1Gi"}}
+            for i in range(DEVICES_PER_NODE)]}))
+        env = {"KUBECONFIG": str(self.plane.kubeconfig), "KDRA_WEBHOOK_PORT": "0"}
+        agent = Proc("kdra-agent", self._python(
+            "agent", "--simulate-nodes", f"scheduler-perf-dra-{{0..{self.nodes - 1}}}",
+            "--inventory", str(inventory), "--create-nodes",
+            "--cdi-dir", str(self.work / "cdi"), "--state-dir", str(self.work / "state"),
+            "--metrics-port", "0"), self.work / "kdra-agent.log", env).start()
+        self.measured.append(agent)
+        slices = f"/apis/{KDRA_GROUP}/{KDRA_VERSION}/resourceslices"
+        await wait_until("kdra agent started", lambda: agent.log_contains("kdra agent started"),
+                         300, [agent])
+        await wait_until(f"{self.nodes} kdra ResourceSlices",
+                         lambda: self._at_least(api, slices, self.nodes), 300, [agent])
+        await wait_until(f"{self.nodes} Nodes",
+                         lambda: self._at_least(api, "/api/v1/nodes", self.nodes), 300, [agent])
+
+    @staticmethod
+    async def _at_least(api: Api, path: str, n: int) -> bool:
+        return await api.count(path) >= n
+
+    async def start_scheduler(self, api: Api) -> None:
+        self.metrics_port = free_port()
+        env = {"KUBECONFIG": str(self.plane.kubeconfig), "KDRA_WEBHOOK_PORT": "0"}
+        operator = Proc("kdra-operator", self._python(
+            "operator", "--webhook-port", "0", "--metrics-port", str(self.metrics_port),
+            "--health-port", "0"), self.work / "kdra-operator.log", env).start()
+        self.measured.append(operator)
+        await wait_until("kdra operator started",
+                         lambda: operator.log_contains("kdra operator started"), 120, [operator])
+
+    def allocator_seconds(self) -> tuple[float, int]:
+        """(sum, count) of kdra_allocator_duration_seconds, all series."""
+        if not self.metrics_port:
+            return 0.0, 0
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
+                                        timeout=5) as resp:
+                text = resp.read().decode()
+        except OSError:
+            return 0.0, 0
+        total, count = 0.0, 0
+        for line in text.splitlines():
+            if line.startswith("kdra_allocator_duration_seconds_sum"):
+                total += float(line.split()[-1])
+            elif line.startswith("kdra_allocator_duration_seconds_count"):
+                count += int(float(line.split()[-1]))
+        return total, count
+
+
+class Upstream(Contender):
+    name = "upstream"
+
+    def claims_path(self, ns: str) -> str:
+        return f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
+
+    def template(self, ns: str) -> JSON:
+        return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                "metadata": {"name": TEMPLATE, "namespace": ns},
+                "spec": {"spec": {"devices": {"requests": [
+                    {"name": "req-0", "exactly": {"deviceClassName": CLASS}}]}}}}
+
+    def pod(self, ns: str, name: str) -> JSON:
+        return native_pod(ns, name)
+
+    def claim(self, ns: str, name: str) -> JSON:
+        return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {"devices": {"requests": [
+                    {"name": "req-0", "exactly": {"deviceClassName": CLASS}}]}}}
+
+    def allocation(self, node: str, device: str) -> JSON:
+        return native_allocation(node, device)
+
+    async def setup(self, api: Api) -> None:
+        await create_native_nodes(api, self.nodes, slices=True)
+        await api.create("/apis/resource.k8s.io/v1/deviceclasses", {
+            "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+            "metadata": {"name": CLASS},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}})
+        # kube-controller-manager (resourceclaim-controller) runs with the control plane.
+        self.measured.append(_kcm_proc(self.plane))
+
+    async def start_scheduler(self, api: Api) -> None:
+        port = free_port()
+        config = self.work / "scheduler.yaml"
+        kubeconfig = str(self.plane.kubeconfig)
+        config.write_text(yaml.safe_dump({
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": kubeconfig, "qps": float(QPS),
+                                 "burst": int(QPS)},
+            "leaderElection": {"leaderElect": False}}))
+        sched = Proc("kube-scheduler", [
+            str(self.plane.bin_dir / "kube-scheduler"), "--config", str(config),
+            "--authentication-kubeconfig", kubeconfig, "--authorization-kubeconfig", kubeconfig,
+            "--bind-address", "127.0.0.1", "--secure-port", str(port), "--v=1",
+        ], self.work / "kube-scheduler.log").start()
+        self.measured.insert(0, sched)
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+
+        def healthy() -> bool:
+            try:
+                with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", timeout=2,
+                                            context=ctx) as resp:
+                    return bool(resp.status == 200)
+            except OSError:
+                return False
+
+        await wait_until("kube-scheduler healthy", healthy, 120, [sched])
+
+    def stop(self) -> None:
+        for proc in self.measured:
+            if proc.name == "kube-scheduler":
+                proc.stop()  # the controller-manager belongs to the control plane
+
+
+def _kcm_proc(plane: ControlPlane) -> Proc:
+    """A view of the control plane's kube-controller-manager as a measured process."""
+    (kcm,) = [p for p in plane.processes if p.name == "kube-controller-manager"]
+    proc = Proc("kube-controller-manager", [], kcm.log)
+    proc.popen = kcm.popen
+    return proc
+
+
+def native_pod(ns: str, name: str, scheduler: str | None = None) -> JSON:
+    spec: JSON = {"containers": [{"name": "pause", "image": PAUSE,
+                                  "resources": {"claims": [{"name": "resource"}]}}],
+                  "resourceClaims": [{"name": "resource", "resourceClaimTemplateName": TEMPLATE}]}
+    if scheduler:
+        spec["schedulerName"] = scheduler
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
+            "spec": spec}
+
+
+def native_allocation(node: str, device: str) -> JSON:
+    return {"devices": {"results": [{"request": "req-0", "driver": DRIVER, "pool": node,
+                                     "device": device}]},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}
+
+
+async def create_native_nodes(api: Api, count: int, slices: bool) -> None:
+    """Nodes as scheduler_perf's template (capacity, Ready), schedulable (the API server's
+    not-ready taint removed), and one native ResourceSlice per node."""
+
+    async def one(i: int) -> None:
+        name = node_name(i)
+        await api.create("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {
+            "name": name, "labels": {"kubernetes.io/hostname": name}}}, ok_conflict=True)
+        await api.call("PATCH", f"/api/v1/nodes/{name}", {"spec": {"taints": None}},
+                       ctype="application/merge-patch+json")
+        resources = {"pods": "110", "cpu": "4", "memory": "32Gi"}
+        await api.patch_status(f"/api/v1/nodes/{name}", {"status": {
+            "capacity": resources, "allocatable": resources, "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "message": "simulated",
+                            "lastHeartbeatTime": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                               time.gmtime())}]}})
+        if slices:
+            await api.create("/apis/resource.k8s.io/v1/resourceslices", {
+                "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                "metadata": {"name": f"resourceslice-{i}"},
+                "spec": {"pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+                         "driver": DRIVER, "nodeName": name,
+                         "devices": [{"name": f"basic-device-{d}",
+                                      "attributes": {**device_attrs(d)},
+                                      "capacity": {"memory": {"value": "1Gi"}}}
+                                     for d in range(DEVICES_PER_NODE)]}})
+
+    await bounded(CREATE_CONCURRENCY, [lambda i=i: one(i) for i in range(count)])
+
+
+# ------------------------------------------------------------------ profiling
+
+
+class Profiler:
+    """py-spy attached to the kdra processes during a measured phase (``--profile``)."""
+
+    def __init__(self, enabled: bool, out: Path) -> None:
+        self.enabled = enabled and shutil.which("py-spy", path=str(Path(sys.executable)
+                                                                   .parent)) is not None
+        self.out = out
+        self.running: list[tuple[str, subprocess.Popen[bytes], Path]] = []
+
+    def start(self, tag: str, procs: list[Proc]) -> None:
+        if not self.enabled:
+            return
+        spy = str(Path(sys.executable).parent / "py-spy")
+        for proc in procs:
+            if not proc.name.startswith("kdra") or not proc.alive():
+                continue
+            path = self.out / f"{tag}-{proc.name}.txt"
+            popen = subprocess.Popen(
+                [spy, "record", "--pid", str(proc.pid), "--format", "raw", "--rate", "50",
+                 "--nonblocking", "-o", str(path)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            self.running.append((proc.name, popen, path))
+
+    def stop(self) -> list[tuple[str, Path]]:
+        done = []
+        for name, popen, path in self.running:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(popen.pid, signal.SIGINT)
+            try:
+                popen.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(popen.pid, signal.SIGKILL)
+                popen.wait()
+            done.append((name, path))
+        self.running.clear()
+        return done
+
+
+def summarize_profile(path: Path, top: int = 15) -> str:
+    """Top functions of a py-spy raw (collapsed) profile: self and inclusive share."""
+    if not path.exists():
+        return f"(no profile at {path})"
+    own: Counter[str] = Counter()
+    incl: Counter[str] = Counter()
+    total = 0
+    for line in path.read_text(errors="replace").splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = [f for f in stack.split(";") if f]
+        # py-spy raw frames: "function (file:line)"; drop line numbers to aggregate
+        names = [f.rsplit(":", 1)[0] + ")" if ":" in f else f for f in frames]
+        names = [n_.replace("/work/main/operator/", "").replace(str(Path(sys.prefix)), "venv")
+                 for n_ in names]
+        if names:
+            own[names[-1]] += n
+        for name in set(names):
+            incl[name] += n
+    if not total:
+        return f"(empty profile {path})"
+    lines = [f"{path.name}: {total} samples"]
+    lines.append("  self%   function")
+    lines += [f"  {100 * c / total:5.1f}  {name}" for name, c in own.most_common(top)]
+    lines.append("  incl%   function")
+    lines += [f"  {100 * c / total:5.1f}  {name}" for name, c in incl.most_common(top + 10)]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ workloads
+
+
+@dataclass
+class Result:
+    workload: str
+    contender: str
+    pods: int = 0
+    seconds: float = 0.0
+    p50: float = float("nan")
+    p99: float = float("nan")
+    cpu: float = 0.0
+    rss: float = 0.0
+    complete: bool = True
+    note: str = ""
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        return self.pods / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class Params:
+    nodes: int
+    init_pods: int
+    measure_pods: int
+    duration: float
+    stall: float
+
+
+async def create_pods(api: Api, contender: Contender, tracker: PodTracker, ns: str,
+                      names: list[str]) -> None:
+    async def one(name: str) -> None:
+        await api.create(f"/api/v1/namespaces/{ns}/pods", contender.pod(ns, name))
+        tracker.created[f"{ns}/{name}"] = time.monotonic()
+
+    await bounded(CREATE_CONCURRENCY, [lambda n=n: one(n) for n in names])
+
+
+async def preallocate(api: Api, contender: Contender, count: int) -> None:
+    """scheduler_perf's createAny resourceclaim + allocResourceClaims: claims in ``init``
+    allocated node by node, device by device (not reserved)."""
+
+    async def one(i: int) -> None:
+        name = f"claim-{i}"
+        path = contender.claims_path("init")
+        await api.create(path, contender.claim("init", name))
+        node, device = node_name(i // DEVICES_PER_NODE), f"basic-device-{i % DEVICES_PER_NODE}"
+        await api.patch_status(f"{path}/{name}",
+                               {"status": {"allocation": contender.allocation(node, device)}})
+
+    await bounded(CREATE_CONCURRENCY, [lambda i=i: one(i) for i in range(count)])
+
+
+async def template_workload(api: Api, contender: Contender, params: Params,
+                            profiler: Profiler, tag: str) -> Result:
+    tracker = PodTracker()
+    rv = await api.resource_version("/api/v1/pods")
+    watcher = asyncio.create_task(api.watch("/api/v1/pods", rv, tracker.handle))
+    result = Result(tag, contender.name)
+    try:
+        init = [f"init-{i}" for i in range(params.init_pods)]
+        await create_pods(api, contender, tracker, "init", init)
+        if not await tracker.wait_bound("init", len(init), params.stall):
+            result.note = f"init stalled at {tracker.bound_in('init')}/{len(init)}"
+        alloc0 = contender.allocator_seconds() if isinstance(contender, Kdra) else (0.0, 0)
+        usage = Usage(contender.measured)
+        profiler.start(tag, contender.measured)
+        start = time.monotonic()
+        names = [f"test-{i}" for i in range(params.measure_pods)]
+        creator = asyncio.create_task(create_pods(api, contender, tracker, "test", names))
+        done = await tracker.wait_bound("test", len(names), params.stall)
+        await creator
+        result.extra["create_s"] = max(
+            (tracker.created[f"test/{n}"] for n in names if f"test/{n}" in tracker.created),
+            default=start) - start
+        keys = [f"test/{n}" for n in names]
+        last = max((tracker.bound[k] for k in keys if k in tracker.bound), default=start)
+        result.cpu, result.rss = usage.finish()
+        profiler.stop()
+        result.pods = sum(1 for k in keys if k in tracker.bound)
+        result.seconds = last - start
+        lat = tracker.latencies(keys)
+        result.p50, result.p99 = percentile(lat, 0.5), percentile(lat, 0.99)
+        result.complete = done
+        if not done:
+            result.note = (result.note + f" measured stalled at {result.pods}/{len(names)}"
+                           ).strip()
+        if isinstance(contender, Kdra):
+            alloc1 = contender.allocator_seconds()
+            if alloc1[1] > alloc0[1]:
+                result.extra["alloc_ms_per_call"] = (
+                    1000 * (alloc1[0] - alloc0[0]) / (alloc1[1] - alloc0[1]))
+                result.extra["alloc_calls"] = alloc1[1] - alloc0[1]
+        per_node = Counter(tracker.nodes.values())
+        result.extra["max_pods_per_node"] = max(per_node.values(), default=0)
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        dump_timeline(tracker, contender.work / "pods-timeline.json")
+    return result
+
+
+def dump_timeline(tracker: PodTracker, path: Path) -> None:
+    """Per pod: wall-clock time the create returned and the binding was seen (to line up
+    with the contenders' logs)."""
+    offset = time.time() - time.monotonic()
+    path.write_text(json.dumps({
+        key: {"created": created + offset, "bound": tracker.bound.get(key, 0.0) + offset,
+              "node": tracker.nodes.get(key, "")}
+        for key, created in tracker.created.items()}, indent=0))
+
+
+async def steady_workload(api: Api, contender: Contender, params: Params,
+                          profiler: Profiler, tag: str) -> Result:
+    tracker = PodTracker()
+    rv = await api.resource_version("/api/v1/pods")
+    result = Result(tag, contender.name)
+    counter = iter(range(10**9))
+    deadline = 0.0
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def replace(key: str) -> None:
+        ns, name = key.split("/")
+        await api.force_delete(f"/api/v1/namespaces/{ns}/pods/{name}")
+        if time.monotonic() < deadline:
+            await create_pods(api, contender, tracker, "test", [f"test-{next(counter)}"])
+
+    def on_bound(key: str) -> None:
+        if key.startswith("test/"):
+            task = asyncio.create_task(replace(key))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+    tracker.on_bound = on_bound
+    watcher = asyncio.create_task(api.watch("/api/v1/pods", rv, tracker.handle))
+    try:
+        usage = Usage(contender.measured)
+        profiler.start(tag, contender.measured)
+        start = time.monotonic()
+        deadline = start + params.duration
+        await create_pods(api, contender, tracker, "test",
+                          [f"test-{next(counter)}" for _ in range(STEADY_IN_FLIGHT)])
+        await asyncio.sleep(max(0.0, deadline - time.monotonic()))
+        result.cpu, result.rss = usage.finish()
+        profiler.stop()
+        keys = [k for k, t in tracker.bound.items() if k.startswith("test/") and t <= deadline]
+        result.pods = len(keys)
+        result.seconds = params.duration
+        lat = tracker.latencies(keys)
+        result.p50, result.p99 = percentile(lat, 0.5), percentile(lat, 0.99)
+        if result.pods == 0:
+            result.complete = False
+            result.note = "nothing bound"
+    finally:
+        watcher.cancel()
+        for task in list(tasks):
+            task.cancel()
+        await asyncio.gather(watcher, *tasks, return_exceptions=True)
+        dump_timeline(tracker, contender.work / "pods-timeline.json")
+    return result
+
+
+async def ceiling_workload(api: Api, params: Params, workers: int) -> Result:
+    """The API writes a DRA scheduler + claim controller issue per pod, no decisions."""
+    await create_native_nodes(api, params.nodes, slices=False)
+    tracker = PodTracker()
+    rv = await api.resource_version("/api/v1/pods")
+    watcher = asyncio.create_task(api.watch("/api/v1/pods", rv, tracker.handle))
+    ns = "test"
+    claims = f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
+    result = Result(f"ceiling ({workers} workers)", "api-writes")
+
+    async def one(i: int) -> None:
+        name = f"test-{i}"
+        pod = await api.create(f"/api/v1/namespaces/{ns}/pods", native_pod(ns, name, "none"))
+        tracker.created[f"{ns}/{name}"] = time.monotonic()
+        uid = pod["metadata"]["uid"]
+        claim_name = f"{name}-resource"
+        node = node_name(i % params.nodes)
+        device = f"basic-device-{(i // params.nodes) % DEVICES_PER_NODE}"
+        claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                 "metadata": {"name": claim_name, "namespace": ns, "ownerReferences": [
+                     {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid,
+                      "controller": True, "blockOwnerDeletion": True}]},
+                 "spec": {"devices": {"requests": [
+                     {"name": "req-0", "exactly": {"deviceClassName": CLASS}}]}}}
+        await api.create(claims, claim)
+        await api.patch_status(f"{claims}/{claim_name}", {"status": {
+            "allocation": native_allocation(node, device),
+            "reservedFor": [{"resource": "pods", "name": name, "uid": uid}]}})
+        await api.patch_status(f"/api/v1/namespaces/{ns}/pods/{name}", {"status": {
+            "resourceClaimStatuses": [{"name": "resource", "resourceClaimName": claim_name}]}})
+        await api.create(f"/api/v1/namespaces/{ns}/pods/{name}/binding", {
+            "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
+
+    try:
+        start = time.monotonic()
+        await bounded(workers, [lambda i=i: one(i) for i in range(params.measure_pods)])
+        await tracker.wait_bound(ns, params.measure_pods, 30)
+        keys = [f"{ns}/test-{i}" for i in range(params.measure_pods)]
+        last = max((tracker.bound[k] for k in keys if k in tracker.bound), default=start)
+        result.pods = sum(1 for k in keys if k in tracker.bound)
+        result.seconds = last - start
+        lat = tracker.latencies(keys)
+        result.p50, result.p99 = percentile(lat, 0.5), percentile(lat, 0.99)
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+    return result
+
+
+# ------------------------------------------------------------------ driver
+
+WORKLOADS = ("template", "steady-empty", "steady-half", "steady-full", "ceiling")
+
+
+def control_plane(work: Path, native_dra: bool) -> ControlPlane:
+    controllers = (*CONTROLLERS, "resourceclaim-controller") if native_dra else CONTROLLERS
+    return ControlPlane(work, binaries(), controllers=controllers,
+                        controller_manager_args=("--kube-api-qps", QPS,
+                                                 "--kube-api-burst", QPS)).start()
+
+
+async def run_one(kind: type[Contender], workload: str, params: Params, base: Path,
+                  profiler: Profiler) -> Result:
+    work = base / f"{kind.name}-{workload}"
+    work.mkdir(parents=True)
+    plane = control_plane(work, native_dra=kind is Upstream)
+    contender = kind(plane, work, params.nodes)
+    try:
+        async with Api(plane.kubeconfig) as api:
+            for ns in ("init", "test"):
+                await api.create("/api/v1/namespaces", {"metadata": {"name": ns}})
+            t = time.monotonic()
+            await contender.setup(api)
+            for ns in ("init", "test"):
+                await api.create(contender.claims_path(ns).replace(
+                    "resourceclaims", "resourceclaimtemplates"), contender.template(ns))
+            if workload.startswith("steady-"):
+                level = workload.removeprefix("steady-")
+                count = {"empty": 0, "half": params.nodes * DEVICES_PER_NODE // 2,
+                         "full": params.nodes * DEVICES_PER_NODE - STEADY_IN_FLIGHT}[level]
+                await preallocate(api, contender, count)
+            await contender.start_scheduler(api)
+            print(f"  [{contender.name} {workload}] ready in {time.monotonic() - t:.0f}s",
+                  flush=True)
+            if workload == "template":
+                result = await template_workload(api, contender, params, profiler, workload)
+            else:
+                result = await steady_workload(api, contender, params, profiler, workload)
+            dead = [p.name for p in contender.measured if not p.alive()]
+            if dead:
+                result.note = (result.note + f" exited: {', '.join(dead)}").strip()
+            if not result.complete or dead:
+                tail = contender.logs()
+                (base / f"{contender.name}-{workload}-logs.txt").write_text(tail)
+                print(f"  [{contender.name} {workload}] INCOMPLETE ({result.note}); "
+                      f"log tails:\n{tail[-3000:]}", flush=True)
+            return result
+    except Exception as exc:  # report and move on: the benchmark asserts nothing
+        print(f"  [{contender.name} {workload}] FAILED: {exc!r}\n{contender.logs()[-3000:]}",
+              flush=True)
+        return Result(workload, contender.name, complete=False, note=f"failed: {exc}"[:200])
+    finally:
+        profiler.stop()
+        contender.stop()
+        plane.stop()
+        shutil.rmtree(work / "etcd-data", ignore_errors=True)
+
+
+async def run_ceiling(params: Params, base: Path) -> list[Result]:
+    work = base / "ceiling"
+    work.mkdir(parents=True)
+    plane = control_plane(work, native_dra=False)
+    try:
+        async with Api(plane.kubeconfig) as api:
+            await api.create("/api/v1/namespaces", {"metadata": {"name": "test"}})
+            return [await ceiling_workload(api, params, CEILING_WORKERS)]
+    finally:
+        plane.stop()
+        shutil.rmtree(work / "etcd-data", ignore_errors=True)
+
+
+def fmt(value: float, digits: int = 1) -> str:
+    return "-" if value != value else f"{value:.{digits}f}"  # NaN -> "-"
+
+
+def table(results: list[Result], ceiling: Result | None) -> str:
+    rows = ["| workload | contender | pods bound | s | pods/s | p50 ms | p99 ms | CPU s "
+            "| CPU ms/pod | peak RSS MiB | note |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    by: dict[str, dict[str, Result]] = {}
+    for r in results:
+        by.setdefault(r.workload, {})[r.contender] = r
+        per_pod = 1000 * r.cpu / r.pods if r.pods else float("nan")
+        extra = ", ".join(f"{k}={v:.2f}" for k, v in r.extra.items())
+        note = "; ".join(x for x in (r.note, extra) if x)
+        rows.append(f"| {r.workload} | {r.contender} | {r.pods} | {fmt(r.seconds)} | "
+                    f"{fmt(r.rate)} | {fmt(1000 * r.p50, 0)} | {fmt(1000 * r.p99, 0)} | "
+                    f"{fmt(r.cpu)} | {fmt(per_pod)} | {fmt(r.rss, 0)} | {note} |")
+    if ceiling:
+        rows.append(f"| {ceiling.workload} | {ceiling.contender} | {ceiling.pods} | "
+                    f"{fmt(ceiling.seconds)} | {fmt(ceiling.rate)} | "
+                    f"{fmt(1000 * ceiling.p50, 0)} | {fmt(1000 * ceiling.p99, 0)} | - | - | - | "
+                    f"per pod: pod create, claim create, claim status, pod status, binding |")
+    rows += ["", "| workload | kdra/upstream pods/s | kdra/upstream p99 | kdra/upstream CPU s "
+             "| kdra/upstream peak RSS | kdra % of ceiling | upstream % of ceiling |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for workload, pair in by.items():
+        k, u = pair.get("kdra"), pair.get("upstream")
+        if not k or not u:
+            continue
+
+        def ratio(a: float, b: float) -> str:
+            return f"{a / b:.2f}x" if b and a == a and b == b else "-"
+
+        ceil = ceiling.rate if ceiling and ceiling.rate else float("nan")
+        rows.append(f"| {workload} | {ratio(k.rate, u.rate)} | {ratio(k.p99, u.p99)} | "
+                    f"{ratio(k.cpu, u.cpu)} | {ratio(k.rss, u.rss)} | "
+                    f"{fmt(100 * k.rate / ceil, 0)}% | {fmt(100 * u.rate / ceil, 0)}% |")
+    return "\n".join(rows)
+
+
+def targets(results: list[Result], ceiling: Result | None) -> list[str]:
+    lines = []
+    by: dict[str, dict[str, Result]] = {}
+    for r in results:
+        by.setdefault(r.workload, {})[r.contender] = r
+    for workload, pair in by.items():
+        k, u = pair.get("kdra"), pair.get("upstream")
+        if not k or not u or not u.rate:
+            continue
+        lines.append(f"{workload}: pods/s {k.rate / u.rate:.2f}x (target >= 1.0) "
+                     f"{'MET' if k.rate >= u.rate else 'MISSED'}; p99 "
+                     f"{k.p99 / u.p99 if u.p99 else float('nan'):.2f}x (target <= 2.0) "
+                     f"{'MET' if k.p99 <= 2 * u.p99 else 'MISSED'}")
+        if ceiling and ceiling.rate and workload == "template":
+            share = k.rate / ceiling.rate
+            lines.append(f"{workload}: kdra at {100 * share:.0f}% of the ceiling (target >= 60%) "
+                         f"{'MET' if share >= 0.6 else 'MISSED'}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workloads", default="all",
+                        help=f"comma-separated from {', '.join(WORKLOADS)}, or all")
+    parser.add_argument("--contenders", default="kdra,upstream")
+    parser.add_argument("--quick", action="store_true",
+                        help="100 nodes, 500+500 pods, 20 s steady state")
+    parser.add_argument("--nodes", type=int, default=0, help="override the node count")
+    parser.add_argument("--duration", type=float, default=0, help="steady-state seconds")
+    parser.add_argument("--profile", action="store_true",
+                        help="attach py-spy (from the venv) to kdra's processes during "
+                             "measured phases; summaries printed and kept in --out")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="directory for logs, profiles and results.json")
+    args = parser.parse_args(argv)
+
+    nodes = args.nodes or (100 if args.quick else 500)
+    pods = nodes * DEVICES_PER_NODE // 2
+    params = Params(nodes=nodes, init_pods=pods, measure_pods=pods,
+                    duration=args.duration or (20.0 if args.quick else 60.0),
+                    stall=45.0 if args.quick else 90.0)
+    workloads = list(WORKLOADS) if args.workloads == "all" else args.workloads.split(",")
+    kinds = {"kdra": Kdra, "upstream": Upstream}
+    contenders = [kinds[c] for c in args.contenders.split(",")]
+    base = args.out or Path(tempfile.mkdtemp(prefix="kdra-scale-"))
+    base.mkdir(parents=True, exist_ok=True)
+    profiler = Profiler(args.profile, base)
+    if args.profile and not profiler.enabled:
+        print("py-spy not found in the venv: pip install py-spy; profiling off")
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                            capture_output=True, text=True).stdout.strip()
+    print(f"kdra scale benchmark: {nodes} nodes x {DEVICES_PER_NODE} devices, "
+          f"{params.init_pods}+{params.measure_pods} pods, steady {params.duration:.0f}s, "
+          f"commit {commit}, {os.cpu_count()} cores; work dir {base}", flush=True)
+
+    results: list[Result] = []
+    ceiling: Result | None = None
+    started = time.monotonic()
+    for workload in workloads:
+        if workload == "ceiling":
+            print("ceiling ...", flush=True)
+            (ceiling,) = asyncio.run(run_ceiling(params, base))
+            print(f"  ceiling: {ceiling.rate:.1f} pods/s", flush=True)
+            continue
+        for kind in contenders:
+            print(f"{workload} / {kind.name} ...", flush=True)
+            result = asyncio.run(run_one(kind, workload, params, base, profiler))
+            results.append(result)
+            print(f"  {result.pods} pods in {result.seconds:.1f}s = {result.rate:.1f} pods/s, "
+                  f"p50 {1000 * result.p50:.0f} ms, p99 {1000 * result.p99:.0f} ms, "
+                  f"CPU {result.cpu:.1f}s, peak RSS {result.rss:.0f} MiB {result.note}",
+                  flush=True)
+    print(f"\ntotal {time.monotonic() - started:.0f}s\n")
+    print(table(results, ceiling))
+    print()
+    for line in targets(results, ceiling):
+        print(line)
+    profiles = sorted(base.glob("*-kdra-*.txt"))
+    for path in profiles:
+        print()
+        print(summarize_profile(path))
+    (base / "results.json").write_text(json.dumps({
+        "commit": commit, "nodes": nodes, "params": params.__dict__,
+        "results": [r.__dict__ | {"rate": r.rate} for r in results],
+        "ceiling": ceiling.__dict__ | {"rate": ceiling.rate} if ceiling else None,
+    }, indent=2, default=str))
+    print(f"\nresults: {base / 'results.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
