@@ -84,6 +84,7 @@ class Preparer:
         self.inventory = inventory
         self.drivers = drivers
         self.checkpoint = Checkpoint(node)
+        self._write_lock = asyncio.Lock()
         self.pause_after = os.environ.get(PAUSE_ENV, "")
 
     # ------------------------------------------------------------------ start-up
@@ -177,14 +178,14 @@ class Preparer:
                                                                     result.device)])
         files = {driver: cdi_file_name(driver, ref.uid) for driver in by_driver}
         entry = ClaimEntry(ref, "preparing", prepared, tuple(sorted(files.values())))
-        self._save(self.checkpoint.with_entry(entry))
+        await self._save(self.checkpoint.with_entry(entry))
         await self._pause("checkpoint-preparing", ref)
         for driver, file in files.items():
-            self.cdi.write(file, build_cdi_spec(node=self.node, claim=ref, driver=driver,
-                                                devices=by_driver[driver]))
+            await asyncio.to_thread(self.cdi.write, file, build_cdi_spec(
+                node=self.node, claim=ref, driver=driver, devices=by_driver[driver]))
         await self._pause("cdi-written", ref)
         entry = replace(entry, state="prepared")
-        self._save(self.checkpoint.with_entry(entry))
+        await self._save(self.checkpoint.with_entry(entry))
         await self._pause("checkpoint-prepared", ref)
         log.info("node %s: prepared claim %s (%s): %s", self.node, ref.key, ref.uid,
                  ", ".join(f"{d.driver}/{d.device}" for d in prepared))
@@ -214,9 +215,9 @@ class Preparer:
         entries removed too."""
         try:
             for file in entry.cdi_files:
-                self.cdi.remove(file)
+                await asyncio.to_thread(self.cdi.remove, file)
             await self._pause("cdi-removed", entry.claim)
-            self._save(self.checkpoint.without(entry.claim.uid))
+            await self._save(self.checkpoint.without(entry.claim.uid))
             log.info("node %s: unprepared claim %s (%s)", self.node, entry.claim.key,
                      entry.claim.uid)
             if claim is not None:
@@ -227,9 +228,14 @@ class Preparer:
 
     # ------------------------------------------------------------------ helpers
 
-    def _save(self, checkpoint: Checkpoint) -> None:
-        self.file.save(checkpoint)
+    async def _save(self, checkpoint: Checkpoint) -> None:
+        """Make ``checkpoint`` the state, then persist it off the event loop (file writes with
+        fsync take milliseconds). The in-memory state changes before the first ``await``, so
+        concurrent prepares on one node never lose each other's entries; the lock keeps the
+        file writes in order, and each writes the newest state."""
         self.checkpoint = checkpoint
+        async with self._write_lock:
+            await asyncio.to_thread(self.file.save, self.checkpoint)
 
     async def _pause(self, point: str, ref: ClaimRef) -> None:
         if self.pause_after == point:
