@@ -66,6 +66,19 @@ class Result:
         return (self.driver, self.pool, self.device)
 
 
+def admin_requests(claim: Mapping[str, Any]) -> frozenset[str]:
+    """Names of the claim's requests with ``adminAccess: true``."""
+    requests = ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []
+    return frozenset(r.get("name", "") for r in requests if r.get("adminAccess"))
+
+
+def busy_devices(checkpoint: Checkpoint, uid: str) -> dict[tuple[str, str, str], ClaimRef]:
+    """Devices the checkpoint holds for claims other than ``uid`` (admin access aside): a
+    device is prepared for at most one claim at a time, whatever the allocations say."""
+    return {device.key: entry.claim for entry in checkpoint.claims.values()
+            if entry.claim.uid != uid for device in entry.devices if not device.admin_access}
+
+
 def our_results(claim: Mapping[str, Any], node: str, drivers: Iterable[str]) -> list[Result]:
     """Allocation results of ``claim`` for ``drivers`` in pool ``node``, in claim order."""
     allocation = (claim.get("status") or {}).get("allocation") or {}
@@ -201,21 +214,26 @@ class PreparedDevice:
     cdi_device_ids: tuple[str, ...] = ()
     data: Mapping[str, Any] = field(default_factory=dict)
     """What goes into ``status.devices[].data`` (uuid, productName, cdiDeviceIDs)."""
+    admin_access: bool = False
+    """Prepared for an adminAccess request: it does not make the device busy for others."""
 
     @property
     def key(self) -> tuple[str, str, str]:
         return (self.driver, self.pool, self.device)
 
     def to_json(self) -> JSON:
-        return {"request": self.request, "driver": self.driver, "pool": self.pool,
-                "device": self.device, "cdiDeviceIDs": list(self.cdi_device_ids),
-                "data": dict(self.data)}
+        out: JSON = {"request": self.request, "driver": self.driver, "pool": self.pool,
+                     "device": self.device, "cdiDeviceIDs": list(self.cdi_device_ids),
+                     "data": dict(self.data)}
+        if self.admin_access:
+            out["adminAccess"] = True
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> PreparedDevice:
         return cls(str(data["request"]), str(data["driver"]), str(data["pool"]),
                    str(data["device"]), tuple(str(i) for i in data.get("cdiDeviceIDs", ())),
-                   dict(data.get("data") or {}))
+                   dict(data.get("data") or {}), bool(data.get("adminAccess", False)))
 
 
 ClaimState = Literal["preparing", "prepared"]
@@ -307,9 +325,10 @@ def _checksum(body: Mapping[str, Any]) -> str:
 
 def prepared_devices(claim: ClaimRef, results: Sequence[Result],
                      devices: Mapping[tuple[str, str], InventoryDevice],
+                     admin_requests: frozenset[str] = frozenset(),
                      ) -> tuple[PreparedDevice, ...]:
     """The recorded result of preparing ``results`` (every device must be in ``devices``,
-    keyed by (driver, name))."""
+    keyed by (driver, name)); results of ``admin_requests`` are marked admin access."""
     prepared = []
     for result in results:
         device = devices[(result.driver, result.device)]
@@ -320,8 +339,9 @@ def prepared_devices(claim: ClaimRef, results: Sequence[Result],
             if value is not None:
                 data[name] = value
         data["cdiDeviceIDs"] = list(ids)
+        admin = result.request.split("/", 1)[0] in admin_requests
         prepared.append(PreparedDevice(result.request, result.driver, result.pool,
-                                       result.device, ids, data))
+                                       result.device, ids, data, admin))
     return tuple(prepared)
 
 

@@ -125,6 +125,7 @@ class _Attempt:
     node: str
     claims: list[tuple[PodClaim, str]]  # pod claim entry, claim name
     allocated_here: list[str] = field(default_factory=list)  # claim names this attempt allocated
+    reserved_here: list[str] = field(default_factory=list)  # claims this attempt reserved
     started: float = field(default_factory=time.monotonic)
 
 
@@ -446,6 +447,7 @@ class Binder:
                                           for r in claim.status.reserved_for):
                     continue
                 await self._write_claim(raw, pod, result)
+                attempt.reserved_here.append(name)
                 if result is not None:
                     attempt.allocated_here.append(name)
             written = True
@@ -506,11 +508,12 @@ class Binder:
         self._snapshot_claim(updated)
 
     async def _roll_back(self, attempt: _Attempt) -> None:
-        """Undo this attempt's reservations; deallocate claims it allocated (if no one else
-        uses them meanwhile). Best effort: the claim controller also releases leftovers."""
+        """Undo the reservations this attempt wrote (never one another binder wrote for the same
+        pod); deallocate claims it allocated, if no one else uses them meanwhile. Best effort:
+        the claim controller also releases leftovers."""
         namespace = attempt.pod["metadata"]["namespace"]
         uid = attempt.pod["metadata"]["uid"]
-        for _, name in attempt.claims:
+        for name in attempt.reserved_here:
             for _ in range(5):
                 raw = self.claims.get((namespace, name))
                 if raw is None:
@@ -549,7 +552,10 @@ class Binder:
             failure = await self._wait_prepared(namespace, attempt)
             if failure is not None:
                 await self._roll_back(attempt)
-                self.excluded[key][node] = time.monotonic() + self.settings.exclude_after_failure
+                # DeviceBusy: another claim got the device first (e.g. a second binder); the
+                # node itself is fine, so avoid it only briefly.
+                hold = 5.0 if "DeviceBusy" in failure else self.settings.exclude_after_failure
+                self.excluded[key][node] = time.monotonic() + hold
                 await self.events.warn(pod, "FailedPrepare", f"devices on node {node!r} were "
                                        f"not prepared: {failure}; trying another node")
                 metrics.record_schedule_attempt("prepare-failed", 0.0)

@@ -289,7 +289,10 @@ class ClaimController:
         deleting = bool(claim["metadata"].get("deletionTimestamp"))
         allocated = bool(status.get("allocation"))
         deallocated = False
-        if len(valid) != len(reserved) or (deleting and allocated and not valid):
+        # Also an allocation nobody reserves (a binder died between its writes, or rolled back
+        # part of them): the binder writes allocation and reservation in one update, so an
+        # unreserved allocation is never in use.
+        if len(valid) != len(reserved) or (allocated and not valid):
             body = copy.deepcopy(claim)
             body.setdefault("status", {})["reservedFor"] = valid
             if not valid:

@@ -46,7 +46,9 @@ from kdra.domain.nodeprep import (
     ClaimRef,
     DeviceOutcome,
     Result,
+    admin_requests,
     build_cdi_spec,
+    busy_devices,
     cdi_file_name,
     device_statuses,
     merge_device_statuses,
@@ -149,9 +151,17 @@ class Preparer:
             return True
         devices: dict[tuple[str, str], InventoryDevice] = {}
         problems: dict[tuple[str, str, str], tuple[str, str]] = {}
+        admin = admin_requests(claim)
+        # Checked and recorded with no await in between (the "preparing" entry below), so two
+        # claims allocated the same device (e.g. by two active binders) never both get it.
+        busy = busy_devices(self.checkpoint, ref.uid)
         for result in results:
             device = inventory.device(result.driver, result.device)
-            if device is None:
+            holder = busy.get(result.key)
+            if holder is not None and result.request.split("/", 1)[0] not in admin:
+                problems[result.key] = ("DeviceBusy", f"device {result.device} is already "
+                                        f"prepared for claim {holder.key}")
+            elif device is None:
                 problems[result.key] = ("DeviceNotFound", f"node {self.node} has no device "
                                         f"{result.device!r} of driver {result.driver}")
             elif not device.healthy:
@@ -171,7 +181,7 @@ class Preparer:
                         "; ".join(m for _, m in problems.values()))
             await self._report(claim, outcomes)
             return False
-        prepared = prepared_devices(ref, results, devices)
+        prepared = prepared_devices(ref, results, devices, admin)
         by_driver: dict[str, list[InventoryDevice]] = {}
         for result in results:
             by_driver.setdefault(result.driver, []).append(devices[(result.driver,

@@ -1,0 +1,301 @@
+"""The invariant checker over hand-built objects: each rule held, then violated."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import json
+from typing import Any
+
+import pytest
+
+from kdra.domain.invariants import NodeLocal, Violation, check
+from kdra.domain.nodeprep import CLAIM_UID_ANNOTATION, NODE_ANNOTATION, cdi_file_name
+from kdra.domain.podclaims import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION
+
+GPU = "gpu.kdra.dev"
+NS = "ns"
+
+
+def node(name: str, **labels: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **labels}}}
+
+
+def pod(name: str, node_name: str | None = "n1", claims: dict[str, str] | None = None,
+        uid: str | None = None, **extra: Any) -> dict[str, Any]:
+    claims = {"gpu": f"{name}-gpu"} if claims is None else claims
+    entries = [{"name": k, "resourceClaimTemplateName": "one"} for k in claims]
+    spec: dict[str, Any] = {"schedulerName": "kdra-scheduler", "containers": [{"name": "c"}]}
+    if node_name:
+        spec["nodeName"] = node_name
+    return {"metadata": {"name": name, "namespace": NS, "uid": uid or f"uid-{name}",
+                         "annotations": {CLAIMS_ANNOTATION: json.dumps(entries),
+                                         CLAIM_STATUSES_ANNOTATION: json.dumps(claims)}},
+            "spec": spec, **extra}
+
+
+def claim(name: str, devices: list[str] | None = None, *, node_name: str = "n1",
+          reserved: list[str] | None = None, ready: bool = True, admin: bool = False,
+          uid: str | None = None, selector: bool = True) -> dict[str, Any]:
+    request: dict[str, Any] = {"name": "gpu", "deviceClassName": GPU}
+    if admin:
+        request["adminAccess"] = True
+    body: dict[str, Any] = {"metadata": {"name": name, "namespace": NS,
+                                         "uid": uid or f"uid-{name}"},
+                            "spec": {"devices": {"requests": [request]}}, "status": {}}
+    if devices is not None:
+        allocation: dict[str, Any] = {"devices": {"results": [
+            {"request": "gpu", "driver": GPU, "pool": node_name, "device": d} for d in devices]}}
+        if selector:
+            allocation["nodeSelector"] = {"nodeSelectorTerms": [{"matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": [node_name]}]}]}
+        body["status"]["allocation"] = allocation
+        body["status"]["reservedFor"] = [{"resource": "pods", "name": p, "uid": f"uid-{p}"}
+                                         for p in (reserved or [])]
+        body["status"]["devices"] = [
+            {"driver": GPU, "pool": node_name, "device": d,
+             "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+            for d in devices]
+    return body
+
+
+def slice_(name: str, node_name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"driver": GPU, "nodeName": node_name,
+                                                 "pool": {"name": node_name, "generation": 0,
+                                                          "resourceSliceCount": 1}}}
+
+
+def rules(found: list[Violation]) -> list[str]:
+    return [v.rule for v in found]
+
+
+def healthy() -> dict[str, Any]:
+    """One pod bound to n1 with one prepared GPU: every invariant holds."""
+    return {"pods": [pod("p1")], "claims": [claim("p1-gpu", ["gpu-0"], reserved=["p1"])],
+            "slices": [slice_("n1-gpu", "n1")], "nodes": [node("n1"), node("n2")]}
+
+
+def test_a_healthy_cluster_has_no_violations() -> None:
+    assert check(**healthy()) == []
+    assert check() == []
+
+
+# --------------------------------------------------------------------------- double allocation
+
+
+@pytest.mark.parametrize("claims, expected", [
+    ([claim("a", ["gpu-0"], reserved=["p"]), claim("b", ["gpu-1"], reserved=["q"])], []),
+    ([claim("a", ["gpu-0"], reserved=["p"]), claim("b", ["gpu-0"], reserved=["q"])],
+     ["double-allocation"]),
+    ([claim("a", ["gpu-0", "gpu-0"], reserved=["p"])], ["double-allocation"]),
+    # the same device name on another node is another device
+    ([claim("a", ["gpu-0"], reserved=["p"]),
+      claim("b", ["gpu-0"], node_name="n2", reserved=["q"])], []),
+    # admin access may share a device ...
+    ([claim("a", ["gpu-0"], reserved=["p"], admin=True),
+      claim("b", ["gpu-0"], reserved=["q"], admin=True)], []),
+    # ... but not with a normal allocation of it
+    ([claim("a", ["gpu-0"], reserved=["p"], admin=True),
+      claim("b", ["gpu-0"], reserved=["q"])], ["double-allocation"]),
+], ids=["distinct", "two-claims", "twice-in-one", "other-node", "admin", "admin-and-normal"])
+def test_double_allocation(claims: list[dict[str, Any]], expected: list[str]) -> None:
+    pods = [pod("p", claims={}), pod("q", claims={})]
+    found = check(claims=claims, pods=pods, nodes=[node("n1"), node("n2")])
+    assert rules(found) == expected
+    if expected:
+        assert "gpu.kdra.dev/n1/gpu-0" in found[0].message
+        assert "ns/a" in found[0].message
+
+
+# --------------------------------------------------------------------------- bound pods
+
+
+def broken(change: str) -> dict[str, Any]:
+    state = healthy()
+    the_claim = state["claims"][0]
+    if change == "claim-missing":
+        state["claims"] = []
+    elif change == "not-allocated":
+        state["claims"] = [claim("p1-gpu")]
+    elif change == "not-reserved":
+        the_claim["status"]["reservedFor"] = [{"resource": "pods", "name": "p1",
+                                               "uid": "other"}]
+    elif change == "wrong-node":
+        state["pods"] = [pod("p1", node_name="n2")]
+    elif change == "not-ready":
+        state["claims"] = [claim("p1-gpu", ["gpu-0"], reserved=["p1"], ready=False)]
+    elif change == "no-recorded-name":
+        state["pods"][0]["metadata"]["annotations"][CLAIM_STATUSES_ANNOTATION] = "{}"
+    elif change == "malformed-annotation":
+        state["pods"][0]["metadata"]["annotations"][CLAIMS_ANNOTATION] = "{oops"
+    return state
+
+
+@pytest.mark.parametrize("change, words", [
+    ("claim-missing", "does not exist"),
+    ("not-allocated", "is not allocated"),
+    ("not-reserved", "is not reserved for the pod"),
+    ("wrong-node", "does not admit node n2"),
+    ("not-ready", "not reported Ready: gpu.kdra.dev/n1/gpu-0"),
+    ("no-recorded-name", "names no claim"),
+    ("malformed-annotation", "malformed claims annotation"),
+])
+def test_bound_pod_claims(change: str, words: str) -> None:
+    found = [v for v in check(**broken(change)) if v.rule == "pod-claims"]
+    assert len(found) == 1, found
+    assert words in found[0].message
+    assert "pod ns/p1" in found[0].message
+
+
+def test_bound_pod_rule_ignores_pending_finished_and_foreign_pods() -> None:
+    pending = pod("p1", node_name=None)
+    finished = pod("p1", status={"phase": "Succeeded"})
+    foreign = pod("p1")
+    foreign["spec"]["schedulerName"] = "default-scheduler"
+    for the_pod in (pending, finished, foreign):
+        assert check(pods=[the_pod], nodes=[node("n1")]) == []
+
+
+def test_node_selector_by_label() -> None:
+    state = healthy()
+    state["claims"][0]["status"]["allocation"]["nodeSelector"] = {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}
+    assert rules(check(**state)) == ["pod-claims"]
+    state["nodes"] = [node("n1", zone="a")]
+    assert check(**state) == []
+
+
+# --------------------------------------------------------------------------- reservations
+
+
+def test_stale_reservation_for_a_gone_or_replaced_pod() -> None:
+    state = healthy()
+    state["claims"].append(claim("x", ["gpu-1"], reserved=["gone"]))
+    found = check(**state)
+    assert rules(found) == ["stale-reservation"]
+    assert "ns/gone" in found[0].message and "ns/x" in found[0].message
+    state = healthy()
+    state["pods"] = [pod("p1", uid="new-uid")]
+    found = check(**state)
+    assert "stale-reservation" in rules(found)
+    assert "replaced by uid new-uid" in str(found)
+
+
+def test_unreserved_allocation() -> None:
+    state = healthy()
+    state["claims"].append(claim("leak", ["gpu-1"], reserved=[]))
+    found = check(**state)
+    assert rules(found) == ["unreserved-allocation"]
+    assert "ns/leak" in found[0].message
+
+
+# --------------------------------------------------------------------------- slices
+
+
+def test_orphan_slice() -> None:
+    state = healthy()
+    state["slices"].append(slice_("ghost-gpu", "ghost"))
+    found = check(**state)
+    assert rules(found) == ["orphan-slice"]
+    assert "ghost-gpu" in found[0].message and "node ghost" in found[0].message
+
+
+def test_stale_slice_needs_now_and_an_expired_lease() -> None:
+    state = healthy()
+    renewed = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
+    lease = {"metadata": {"name": "kdra-agent-n1", "annotations": {
+        "resource.kdra.dev/node": "n1", "resource.kdra.dev/driver": GPU}},
+        "spec": {"renewTime": "2025-01-01T00:00:00.000000Z", "leaseDurationSeconds": 10}}
+    state["leases"] = [lease]
+    assert check(**state) == []  # no clock: not checked
+    assert check(**state, now=renewed + dt.timedelta(seconds=30), lease_grace=40) == []
+    found = check(**state, now=renewed + dt.timedelta(seconds=60), lease_grace=40)
+    assert rules(found) == ["stale-slice"]
+    assert "n1-gpu" in found[0].message
+
+
+# --------------------------------------------------------------------------- node-local state
+
+
+def local_state(uid: str = "uid-p1-gpu", state: str = "prepared") -> NodeLocal:
+    file = cdi_file_name(GPU, uid)
+    return NodeLocal(
+        frozenset({"n1"}),
+        {file: {"annotations": {NODE_ANNOTATION: "n1", CLAIM_UID_ANNOTATION: uid}}},
+        {"n1": {uid: {"namespace": NS, "name": "p1-gpu", "state": state, "cdiFiles": [file],
+                      "devices": [{"driver": GPU, "pool": "n1", "device": "gpu-0"}]}}})
+
+
+def test_node_local_state_that_matches() -> None:
+    assert check(**healthy(), local=local_state()) == []
+    # a node outside the local state is not judged
+    assert check(**healthy(), local=NodeLocal(frozenset({"n2"}))) == []
+
+
+def test_prepared_claim_without_checkpoint_or_cdi_file() -> None:
+    found = check(**healthy(), local=NodeLocal(frozenset({"n1"})))
+    assert rules(found) == ["not-prepared", "not-prepared"]
+    assert "no checkpoint entry" in found[0].message or "no checkpoint entry" in found[1].message
+    assert any("no CDI spec file kdra.dev-uid-p1-gpu.json" in v.message for v in found)
+
+
+def test_checkpoint_entry_with_other_devices() -> None:
+    local = local_state()
+    entry = copy.deepcopy(dict(local.checkpoints["n1"]["uid-p1-gpu"]))
+    entry["devices"] = [{"driver": GPU, "pool": "n1", "device": "gpu-7"}]
+    local = NodeLocal(local.nodes, local.cdi_specs, {"n1": {"uid-p1-gpu": entry}})
+    found = check(**healthy(), local=local)
+    assert rules(found) == ["not-prepared"]
+    assert "gpu-7" in found[0].message
+
+
+def test_leftovers_of_a_released_claim() -> None:
+    state = healthy()
+    state["pods"], state["claims"] = [], [claim("p1-gpu")]  # deallocated, still exists
+    found = check(**state, local=local_state())
+    assert rules(found) == ["orphan-cdi", "stale-checkpoint"]
+    assert "not allocated to the node" in str(found)
+    state["claims"] = []  # deleted
+    found = check(**state, local=local_state())
+    assert rules(found) == ["orphan-cdi", "stale-checkpoint"]
+    assert "which is gone" in str(found)
+
+
+def test_unfinished_prepare() -> None:
+    found = check(**healthy(), local=local_state(state="preparing"))
+    assert "unfinished-prepare" in rules(found)
+    assert "not-prepared" in rules(found)
+
+
+def test_cdi_file_without_checkpoint_entry() -> None:
+    local = local_state()
+    extra = cdi_file_name(GPU, "uid-nobody")
+    specs = {**local.cdi_specs,
+             extra: {"annotations": {NODE_ANNOTATION: "n1", CLAIM_UID_ANNOTATION: "uid-nobody"}},
+             "kdra.dev-other-node.json": {"annotations": {NODE_ANNOTATION: "n9"}}}
+    found = check(**healthy(), local=NodeLocal(local.nodes, specs, local.checkpoints))
+    assert rules(found) == ["orphan-cdi"]
+    assert extra in found[0].message
+
+
+# --------------------------------------------------------------------------- robustness
+
+
+@pytest.mark.parametrize("garbage", [
+    {}, {"metadata": None}, {"metadata": {"name": "x"}, "status": None},
+    {"metadata": {"name": "x"}, "status": {"allocation": "nope", "reservedFor": [1, None]}},
+    {"metadata": {"name": "x"}, "spec": None, "status": {"allocation": {"devices": None}}},
+])
+def test_malformed_objects_never_raise(garbage: dict[str, Any]) -> None:
+    check(pods=[garbage], claims=[garbage], slices=[garbage], nodes=[garbage],
+          leases=[garbage], local=NodeLocal(frozenset({"n1"}), {"f": garbage},
+                                            {"n1": {"u": garbage}}),
+          now=dt.datetime.now(dt.UTC))
+
+
+def test_violations_are_sorted_and_unique() -> None:
+    state = healthy()
+    state["slices"] += [slice_("z", "ghost"), slice_("a", "ghost")]
+    found = check(**state)
+    assert found == sorted(found)
+    assert str(found[0]).startswith("orphan-slice: slice a")
