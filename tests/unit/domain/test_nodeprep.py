@@ -173,3 +173,21 @@ def test_merge_keeps_entries_of_other_drivers_and_nodes() -> None:
         existing[0], existing[2], ours[0]]
     assert merge_device_statuses(existing, [], node="node-1", drivers=[GPU]) == [
         existing[0], existing[2]]
+
+
+def test_busy_devices_and_admin_access() -> None:
+    """A device prepared for one claim is busy for every other claim, unless prepared for an
+    adminAccess request; the claim's own devices are never busy for itself."""
+    from kdra.domain.nodeprep import Checkpoint, PreparedDevice, admin_requests, busy_devices
+
+    held = PreparedDevice("gpu", GPU, "n", "gpu-0")
+    watched = PreparedDevice("mon", GPU, "n", "gpu-1", admin_access=True)
+    checkpoint = Checkpoint("n").with_entry(
+        ClaimEntry(ClaimRef("uid-1", "ns", "a"), "prepared", (held, watched), ()))
+    assert busy_devices(checkpoint, "uid-2") == {(GPU, "n", "gpu-0"): ClaimRef("uid-1", "ns", "a")}
+    assert busy_devices(checkpoint, "uid-1") == {}
+    assert PreparedDevice.from_json(watched.to_json()).admin_access
+    assert "adminAccess" not in held.to_json()
+    claim = {"spec": {"devices": {"requests": [{"name": "gpu"},
+                                              {"name": "mon", "adminAccess": True}]}}}
+    assert admin_requests(claim) == frozenset({"mon"})
