@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from kdra import __version__
 
@@ -51,20 +50,21 @@ def _describe(args: argparse.Namespace) -> int:
 
     from kdra import GROUP, VERSION
     from kdra.domain.describe import describe, render
+    from kdra.handlers.readers import api_client, list_all
 
     try:
-        api = _sync_api_client(args.kubeconfig)
+        api = api_client(args.kubeconfig)
     except Exception as exc:  # any kubeconfig / in-cluster configuration problem
         print(f"kdra describe: no cluster configuration: {exc}", file=sys.stderr)
         return 1
     custom = kubernetes.client.CustomObjectsApi(api)
     try:
-        slices = _list_all(custom.list_cluster_custom_object, GROUP, VERSION, "resourceslices")
+        slices = list_all(custom.list_cluster_custom_object, GROUP, VERSION, "resourceslices")
         if args.namespace:
-            claims = _list_all(custom.list_namespaced_custom_object, GROUP, VERSION,
+            claims = list_all(custom.list_namespaced_custom_object, GROUP, VERSION,
                                args.namespace, "resourceclaims")
         else:
-            claims = _list_all(custom.list_cluster_custom_object, GROUP, VERSION,
+            claims = list_all(custom.list_cluster_custom_object, GROUP, VERSION,
                                "resourceclaims")
     except kubernetes.client.exceptions.ApiException as exc:
         print(f"kdra describe: the API server answered {exc.status} {exc.reason}: "
@@ -78,35 +78,6 @@ def _describe(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render(view, devices=not args.summary))
     return 0
-
-
-def _sync_api_client(kubeconfig: str | None) -> Any:
-    """The official client from ``kubeconfig``, else ``$KUBECONFIG``/``~/.kube/config``, else
-    the in-cluster service account (as the operator and the agent choose)."""
-    import kubernetes
-
-    try:
-        return kubernetes.config.new_client_from_config(  # type: ignore[no-untyped-call]
-            config_file=kubeconfig)
-    except (kubernetes.config.ConfigException, FileNotFoundError, TypeError):
-        if kubeconfig:
-            raise
-    configuration = kubernetes.client.Configuration()
-    kubernetes.config.load_incluster_config(  # type: ignore[no-untyped-call]
-        client_configuration=configuration)
-    return kubernetes.client.ApiClient(configuration)
-
-
-def _list_all(call: Callable[..., Any], *args: str) -> list[dict[str, Any]]:
-    """Every item of a list call, page by page (500 a page)."""
-    items: list[dict[str, Any]] = []
-    token: str | None = None
-    while True:
-        page = call(*args, limit=500, _continue=token) if token else call(*args, limit=500)
-        items.extend(page.get("items") or [])
-        token = (page.get("metadata") or {}).get("continue")
-        if not token:
-            return items
 
 
 def _check(args: argparse.Namespace) -> int:

@@ -15,48 +15,17 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from kdra import GROUP, VERSION
 from kdra.domain.invariants import NodeLocal, Violation, check
 from kdra.domain.nodeprep import CDI_FILE_PREFIX, NODE_ANNOTATION
+from kdra.handlers.readers import api_client, list_all
 
 JSON = dict[str, Any]
 CHECKPOINT_PREFIX = "checkpoint-"
-
-
-def api_client(kubeconfig: str | None) -> Any:
-    """The official client from ``kubeconfig`` (else ``$KUBECONFIG``/``~/.kube/config``),
-    falling back to the in-cluster service account."""
-    import kubernetes
-
-    try:
-        return kubernetes.config.new_client_from_config(  # type: ignore[no-untyped-call]
-            config_file=kubeconfig)
-    except (kubernetes.config.ConfigException, FileNotFoundError, TypeError):
-        if kubeconfig:
-            raise
-    configuration = kubernetes.client.Configuration()
-    kubernetes.config.load_incluster_config(  # type: ignore[no-untyped-call]
-        client_configuration=configuration)
-    return kubernetes.client.ApiClient(configuration)
-
-
-def _list(call: Callable[..., Any], *args: str, **kwargs: Any) -> list[JSON]:
-    """Every item of a LIST, 500 a page, as plain dicts."""
-    items: list[JSON] = []
-    token: str | None = None
-    while True:
-        page_args: dict[str, Any] = {"limit": 500, "_preload_content": False, **kwargs}
-        if token:
-            page_args["_continue"] = token
-        page = json.loads(call(*args, **page_args).data)
-        items.extend(page.get("items") or [])
-        token = (page.get("metadata") or {}).get("continue")
-        if not token:
-            return items
 
 
 def read_cluster(api: Any, namespace: str = "kdra-system") -> dict[str, list[JSON]]:
@@ -69,11 +38,11 @@ def read_cluster(api: Any, namespace: str = "kdra-system") -> dict[str, list[JSO
     custom = kubernetes.client.CustomObjectsApi(api)
     coordination = kubernetes.client.CoordinationV1Api(api)
     return {
-        "pods": _list(core.list_pod_for_all_namespaces),
-        "claims": _list(custom.list_cluster_custom_object, GROUP, VERSION, "resourceclaims"),
-        "slices": _list(custom.list_cluster_custom_object, GROUP, VERSION, "resourceslices"),
-        "nodes": _list(core.list_node),
-        "leases": _list(coordination.list_namespaced_lease, namespace,
+        "pods": list_all(core.list_pod_for_all_namespaces),
+        "claims": list_all(custom.list_cluster_custom_object, GROUP, VERSION, "resourceclaims"),
+        "slices": list_all(custom.list_cluster_custom_object, GROUP, VERSION, "resourceslices"),
+        "nodes": list_all(core.list_node),
+        "leases": list_all(coordination.list_namespaced_lease, namespace,
                         label_selector=f"{AGENT_LEASE_LABEL}=true"),
     }
 
