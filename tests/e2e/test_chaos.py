@@ -309,26 +309,29 @@ def test_agent_killed_in_the_middle_of_prepares(world: Callable[..., World],
     w.settle_and_release("agent kill -9 mid-prepare")
 
 
-def test_apiserver_restarted_during_a_burst(control_plane: ControlPlane,
-                                            world: Callable[..., World],
-                                            operators: Callable[..., KdraProcess]) -> None:
-    """Restart kube-apiserver while 40 pods compete for 32 GPUs; the operator and the agent
-    reconnect on their own."""
+@pytest.mark.parametrize("component", ["kube-apiserver", "etcd"])
+def test_control_plane_restarted_during_a_burst(control_plane: ControlPlane,
+                                                world: Callable[..., World],
+                                                operators: Callable[..., KdraProcess],
+                                                component: str) -> None:
+    """Restart kube-apiserver (or etcd under it) while 40 pods compete for 32 GPUs; the
+    operator and the agent reconnect on their own."""
     w = world(4)
     operator = operators()
     w.burst(40 * SCALE, wait=False)
     w.wait_bound(w.capacity // 4, timeout=120)
     at = f"{w.allocated()} allocated / {w.bound()} bound"
     try:
-        control_plane.restart("kube-apiserver")
+        control_plane.restart(component)
     finally:
         wait_for(lambda: control_plane.kubectl("get", "--raw", "/readyz",
                                                check=False).returncode == 0,
-                 timeout=120, interval=1, what="kube-apiserver /readyz after the restart")
-    w.faults.append(f"kube-apiserver restart at {at}")
+                 timeout=120, interval=1, what=f"kube-apiserver /readyz after the {component} "
+                 "restart")
+    w.faults.append(f"{component} restart at {at}")
     w.restarts += 1
     assert operator.alive and w.agent.proc.alive
-    w.settle_and_release("kube-apiserver restart")
+    w.settle_and_release(f"{component} restart")
 
 
 def test_two_operator_replicas_at_once(world: Callable[..., World],
