@@ -217,15 +217,9 @@ def record_unschedulable(reason: str) -> None:
 
 def observe_scheduled(pod: dict[str, object], fallback_seconds: float) -> None:
     """Created → bound, from the pod's creationTimestamp (else ``fallback_seconds``)."""
-    import datetime as dt
+    from kdra.domain.timestamps import now, parse_time
 
     meta = pod.get("metadata")
-    created = meta.get("creationTimestamp") if isinstance(meta, dict) else None
-    seconds = fallback_seconds
-    if isinstance(created, str):
-        try:
-            when = dt.datetime.fromisoformat(created.replace("Z", "+00:00"))
-            seconds = max(0.0, (dt.datetime.now(dt.UTC) - when).total_seconds())
-        except ValueError:
-            pass
+    created = parse_time(meta.get("creationTimestamp") if isinstance(meta, dict) else None)
+    seconds = fallback_seconds if created is None else max(0.0, (now() - created).total_seconds())
     scheduling_duration.observe(seconds)

@@ -65,6 +65,7 @@ from kdra.domain.podclaims import (
     claim_statuses,
     pod_claims,
 )
+from kdra.domain.timestamps import parse_time
 
 JSON = Mapping[str, Any]
 DeviceKey = tuple[str, str, str]
@@ -208,16 +209,6 @@ def _finished(pod: JSON) -> bool:
     return _status(pod).get("phase") in ("Succeeded", "Failed")
 
 
-def _parse_time(text: Any) -> dt.datetime | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
-
-
 # --------------------------------------------------------------------------- rules
 
 
@@ -338,7 +329,7 @@ def _stale_slices(slices: Sequence[JSON], leases: Sequence[JSON], now: dt.dateti
         node, driver = annotations.get(LEASE_NODE_ANNOTATION), \
             annotations.get(LEASE_DRIVER_ANNOTATION)
         spec = _spec(lease)
-        renewed = _parse_time(spec.get("renewTime"))
+        renewed = parse_time(spec.get("renewTime"))
         if not node or not driver or renewed is None:
             continue
         until = renewed + dt.timedelta(seconds=float(spec.get("leaseDurationSeconds") or 0))

@@ -9,20 +9,16 @@ Invariants:
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import logging
 import time
 from typing import Any
 
+from kdra.domain.timestamps import api_time
 from kdra.kube.client import ApiError, KubeClient, Resource
 
 log = logging.getLogger(__name__)
 CORE_EVENTS = Resource("", "v1", "events", True, "Event")
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class EventRecorder:
@@ -52,7 +48,7 @@ class EventRecorder:
             if count and now - first < self._window:
                 self._seen[name] = (first, count + 1)
                 await self._client.patch(CORE_EVENTS, name, {
-                    "count": count + 1, "lastTimestamp": _now()}, namespace)
+                    "count": count + 1, "lastTimestamp": api_time()}, namespace)
                 return
             self._seen[name] = (now, 1)
             if len(self._seen) > 10_000:
@@ -68,7 +64,7 @@ class EventRecorder:
                 "type": type_, "reason": reason, "message": message[:1024],
                 "source": {"component": self._component},
                 "reportingComponent": self._component, "reportingInstance": self._component,
-                "firstTimestamp": _now(), "lastTimestamp": _now(), "count": 1,
+                "firstTimestamp": api_time(), "lastTimestamp": api_time(), "count": 1,
             }, namespace)
         except ApiError as exc:
             if exc.status in (404, 409):  # gone, or recreated concurrently: start over

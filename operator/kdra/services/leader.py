@@ -27,29 +27,10 @@ from collections.abc import Callable
 
 import aiohttp
 
+from kdra.domain.timestamps import micro_time, now, parse_time
 from kdra.kube.client import LEASES, ApiError, Conflict, KubeClient, NotFound
 
 log = logging.getLogger(__name__)
-
-TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
-
-
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
-
-
-def _stamp(when: dt.datetime) -> str:
-    return when.strftime(TIME_FORMAT)
-
-
-def _parse(text: str | None) -> dt.datetime | None:
-    if not text:
-        return None
-    try:
-        return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
 
 class LeaderElector:
     def __init__(self, client: KubeClient, *, namespace: str, name: str, identity: str,
@@ -61,10 +42,10 @@ class LeaderElector:
         self.lease_duration = lease_duration
         self.renew_interval = renew_interval
         self._lease: dict[str, object] | None = None
-        self._renewed = _now()
+        self._renewed = now()
 
     def _spec(self, acquire: bool, transitions: int) -> dict[str, object]:
-        now = _stamp(_now())
+        now = micro_time()
         spec: dict[str, object] = {
             "holderIdentity": self.identity,
             "leaseDurationSeconds": int(self.lease_duration),
@@ -88,13 +69,13 @@ class LeaderElector:
                 }, self.namespace)
             except Conflict:
                 return False
-            self._renewed = _now()
+            self._renewed = now()
             return True
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
-        renewed = _parse(spec.get("renewTime")) or dt.datetime.min.replace(tzinfo=dt.UTC)
+        renewed = parse_time(spec.get("renewTime")) or dt.datetime.min.replace(tzinfo=dt.UTC)
         duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
-        expired = _now() - renewed > dt.timedelta(seconds=duration)
+        expired = now() - renewed > dt.timedelta(seconds=duration)
         if holder and holder != self.identity and not expired:
             return False
         transitions = int(spec.get("leaseTransitions") or 0) + (holder != self.identity)
@@ -103,7 +84,7 @@ class LeaderElector:
             self._lease = await self.client.replace(LEASES, lease)
         except Conflict:
             return False
-        self._renewed = _now()
+        self._renewed = now()
         return True
 
     async def acquire(self) -> None:
@@ -132,9 +113,9 @@ class LeaderElector:
                 if lease is None:
                     raise NotFound(404, "NotFound", "lease not held")
                 lease["spec"] = {**lease.get("spec", {}),  # type: ignore[dict-item]
-                                 "renewTime": _stamp(_now())}
+                                 "renewTime": micro_time()}
                 self._lease = await self.client.replace(LEASES, lease)
-                self._renewed = _now()
+                self._renewed = now()
                 continue
             except (Conflict, NotFound):
                 # Someone changed the Lease: look whether it is still ours.
@@ -147,7 +128,7 @@ class LeaderElector:
                 return
             except (ApiError, OSError, aiohttp.ClientError) as exc:
                 log.warning("leader election: renewing failed: %s", exc)
-            if _now() - self._renewed > dt.timedelta(seconds=self.lease_duration):
+            if now() - self._renewed > dt.timedelta(seconds=self.lease_duration):
                 on_lost(f"could not renew Lease {self.namespace}/{self.name} for "
                         f"{self.lease_duration:.0f}s")
                 return

@@ -39,6 +39,7 @@ from typing import Literal
 
 from kdra import metrics
 from kdra.domain.inventory import AGENT_LEASE_LABEL, LEASE_DRIVER_ANNOTATION, LEASE_NODE_ANNOTATION
+from kdra.domain.timestamps import parse_time
 from kdra.kube.client import LEASES, NODES, SLICES, Conflict, KubeClient, NotFound
 from kdra.services.store import JSON, Store
 from kdra.services.workqueue import Retry, WorkQueue
@@ -65,15 +66,6 @@ def slice_store() -> Store:
         "pool": lambda s: ["/".join(pool_key(s))],
         "node": lambda s: [n] if (n := (s.get("spec") or {}).get("nodeName")) else [],
     })
-
-
-def parse_time(text: str | None) -> dt.datetime | None:
-    if not text:
-        return None
-    try:
-        return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 @dataclass

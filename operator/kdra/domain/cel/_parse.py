@@ -231,15 +231,17 @@ class _Lowering:
 
     # -- members -------------------------------------------------------------------
 
+    def _check_device_field(self, name: Any, field: str) -> None:
+        """``device`` has exactly three fields; anything else is a compile error."""
+        if field not in DEVICE_FIELDS:
+            self.fail(name, f"undefined field {field!r} (device has driver, attributes, capacity)")
+
     def lower_member_dot(self, tree: Tree, pos: a.Pos, kids: list[Any]) -> a.Node:
         operand_tree, name = kids
         operand = self.lower(operand_tree)
         field = str(name)
         if isinstance(operand, a.Var) and operand.slot == DEVICE_SLOT:
-            if field not in DEVICE_FIELDS:
-                self.fail(
-                    name, f"undefined field {field!r} (device has driver, attributes, capacity)"
-                )
+            self._check_device_field(name, field)
             return a.DeviceField(pos, field)
         return a.Select(pos, operand, field)
 
@@ -371,10 +373,7 @@ class _Lowering:
         operand = self.lower(operand_tree)
         field = str(name)
         if isinstance(operand, a.Var) and operand.slot == DEVICE_SLOT:
-            if field not in DEVICE_FIELDS:
-                self.fail(
-                    name, f"undefined field {field!r} (device has driver, attributes, capacity)"
-                )
+            self._check_device_field(name, field)
             return a.Const(pos, True)
         return a.Has(pos, operand, field)
 

@@ -26,16 +26,11 @@ from kdra.domain.inventory import (
     LEASE_NODE_ANNOTATION,
     lease_name,
 )
+from kdra.domain.timestamps import micro_time
 from kdra.kube.client import LEASES, ApiError, Conflict, KubeClient, NotFound
 from kdra.services.store import JSON
 
 log = logging.getLogger(__name__)
-
-
-def micro_time(moment: dt.datetime | None = None) -> str:
-    """A Lease ``MicroTime``: ``2024-05-01T12:00:00.000000Z``."""
-    moment = moment or dt.datetime.now(dt.UTC)
-    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class Heartbeat:

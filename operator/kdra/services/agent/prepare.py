@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import datetime as dt
 import logging
 import os
 import time
@@ -57,6 +56,7 @@ from kdra.domain.nodeprep import (
     ready_outcomes,
     wants_prepared,
 )
+from kdra.domain.timestamps import api_time
 from kdra.kube.client import CLAIMS, ApiError, Conflict, KubeClient, NotFound
 from kdra.services.agent.cdi import CdiDir
 from kdra.services.agent.checkpoint import CheckpointFile
@@ -67,10 +67,6 @@ log = logging.getLogger(__name__)
 
 PAUSE_ENV = "KDRA_AGENT_PAUSE_AFTER"
 PAUSE_POINTS = ("checkpoint-preparing", "cdi-written", "checkpoint-prepared", "cdi-removed")
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Preparer:
@@ -260,7 +256,7 @@ class Preparer:
         for _ in range(8):
             status = claim.get("status") or {}
             existing = status.get("devices") or []
-            ours = device_statuses(outcomes, now=_now(), previous=existing,
+            ours = device_statuses(outcomes, now=api_time(), previous=existing,
                                    generation=claim["metadata"].get("generation"))
             merged = merge_device_statuses(existing, ours, node=self.node, drivers=drivers)
             if merged == existing:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import logging
 import os
 import signal
@@ -42,6 +41,7 @@ from kdra import metrics
 from kdra.domain.errors import InvalidObject
 from kdra.domain.inventory import Inventory, InventoryDevice, expand_names
 from kdra.domain.nodeprep import pools_of
+from kdra.domain.timestamps import api_time
 from kdra.kube.client import CLAIMS, NODES, ApiError, Conflict, KubeClient, NotFound, connect
 from kdra.services.agent.cdi import CdiDir
 from kdra.services.agent.checkpoint import CheckpointFile
@@ -379,7 +379,7 @@ async def ensure_node(client: KubeClient, node: str) -> None:
     except Conflict:
         return
     capacity = {"cpu": "64", "memory": "512Gi", "pods": "110"}
-    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = api_time()
     await client.patch(NODES, node, {"status": {
         "capacity": capacity, "allocatable": capacity,
         "conditions": [{"type": "Ready", "status": "True", "reason": "KdraSimulatedNode",
