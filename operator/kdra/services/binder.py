@@ -507,13 +507,17 @@ class Binder:
         self.claims.upsert(updated)
         self._snapshot_claim(updated)
 
-    async def _roll_back(self, attempt: _Attempt) -> None:
+    async def _roll_back(self, attempt: _Attempt, *, every_claim: bool = False) -> None:
         """Undo the reservations this attempt wrote (never one another binder wrote for the same
         pod); deallocate claims it allocated, if no one else uses them meanwhile. Best effort:
         the claim controller also releases leftovers."""
         namespace = attempt.pod["metadata"]["namespace"]
         uid = attempt.pod["metadata"]["uid"]
-        for name in attempt.reserved_here:
+        # A failed write undoes only what this attempt wrote (another binder may have reserved
+        # the same pod meanwhile); a failed prepare moves the pod, so it drops the pod from
+        # every claim of the attempt, including reservations an earlier attempt left behind.
+        names = [name for _, name in attempt.claims] if every_claim else attempt.reserved_here
+        for name in names:
             for _ in range(5):
                 raw = self.claims.get((namespace, name))
                 if raw is None:
@@ -551,7 +555,7 @@ class Binder:
         try:
             failure = await self._wait_prepared(namespace, attempt)
             if failure is not None:
-                await self._roll_back(attempt)
+                await self._roll_back(attempt, every_claim=True)
                 # DeviceBusy: another claim got the device first (e.g. a second binder); the
                 # node itself is fine, so avoid it only briefly.
                 hold = 5.0 if "DeviceBusy" in failure else self.settings.exclude_after_failure
