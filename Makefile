@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test unit e2e lint binaries bench clean
+.PHONY: demo test unit e2e lint binaries bench soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,10 @@ test: $(STAMP) binaries lint
 
 bench: $(STAMP)
 	$(PY) bench/allocator.py
+
+## soak: operator + agent under a steady stream of pods for 30 min; RSS/CPU samples, invariants
+soak: $(STAMP) binaries
+	$(PY) bench/soak.py $(SOAK_FLAGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import ssl
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +23,7 @@ import aiohttp
 
 JSON = dict[str, Any]
 MERGE = "application/merge-patch+json"
+WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE", "APPLY", "CREATE", "UPDATE"}
 
 
 class ApiFailure(RuntimeError):
@@ -80,6 +83,25 @@ class Api:
                     raise
                 await asyncio.sleep(0.2 * (attempt + 1))
         raise AssertionError("unreachable")
+
+    async def write_requests(self) -> Counter[str]:
+        """kube-apiserver's count of write requests so far, by "VERB resource[/subresource]"
+        (``apiserver_request_total`` from its /metrics; excludes reads and watches)."""
+        assert self.session is not None
+        async with self.session.get("/metrics") as resp:
+            text = await resp.text()
+        counts: Counter[str] = Counter()
+        for line in text.splitlines():
+            if not line.startswith("apiserver_request_total{"):
+                continue
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}", 1)[0]))
+            if labels.get("verb") not in WRITE_VERBS:
+                continue
+            what = labels.get("resource", "")
+            if labels.get("subresource"):
+                what += "/" + labels["subresource"]
+            counts[f"{labels['verb']} {what}"] += int(float(line.rsplit(" ", 1)[1]))
+        return counts
 
     async def create(self, path: str, body: JSON, **kw: Any) -> JSON:
         return await self.call("POST", path, body, **kw)

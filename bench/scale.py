@@ -168,6 +168,7 @@ class Usage:
     def __init__(self, procs: list[Proc]) -> None:
         self.procs = procs
         self.start = self._cpu()
+        self.by_proc: dict[str, float] = {}  # CPU seconds per process (after finish())
 
     def _cpu(self) -> dict[int, float]:
         return {pid: cpu_seconds(pid) for p in self.procs for pid in p.pids()}
@@ -176,6 +177,8 @@ class Usage:
         end = self._cpu()
         cpu = sum(end[pid] - self.start.get(pid, 0.0) for pid in end)
         peak = sum(rss_mib(pid)[1] for p in self.procs for pid in p.pids())
+        self.by_proc = {p.name: round(sum(end.get(pid, 0.0) - self.start.get(pid, 0.0)
+                                          for pid in p.pids()), 2) for p in self.procs}
         return cpu, peak
 
 
@@ -534,6 +537,7 @@ class Result:
     complete: bool = True
     note: str = ""
     extra: dict[str, float] = field(default_factory=dict)
+    writes: dict[str, int] = field(default_factory=dict)  # API writes in the measured phase
 
     @property
     def rate(self) -> float:
@@ -585,6 +589,7 @@ async def template_workload(api: Api, contender: Contender, params: Params,
         if not await tracker.wait_bound("init", len(init), params.stall):
             result.note = f"init stalled at {tracker.bound_in('init')}/{len(init)}"
         alloc0 = contender.allocator_seconds() if isinstance(contender, Kdra) else (0.0, 0)
+        writes0 = await api.write_requests()
         usage = Usage(contender.measured)
         profiler.start(tag, contender.measured)
         start = time.monotonic()
@@ -598,6 +603,8 @@ async def template_workload(api: Api, contender: Contender, params: Params,
         keys = [f"test/{n}" for n in names]
         last = max((tracker.bound[k] for k in keys if k in tracker.bound), default=start)
         result.cpu, result.rss = usage.finish()
+        result.extra.update({f"cpu_{name}": cpu for name, cpu in usage.by_proc.items()})
+        result.writes = dict(await api.write_requests() - writes0)
         profiler.stop()
         result.pods = sum(1 for k in keys if k in tracker.bound)
         result.seconds = last - start
@@ -657,6 +664,7 @@ async def steady_workload(api: Api, contender: Contender, params: Params,
     tracker.on_bound = on_bound
     watcher = asyncio.create_task(api.watch("/api/v1/pods", rv, tracker.handle))
     try:
+        writes0 = await api.write_requests()
         usage = Usage(contender.measured)
         profiler.start(tag, contender.measured)
         start = time.monotonic()
@@ -665,6 +673,8 @@ async def steady_workload(api: Api, contender: Contender, params: Params,
                           [f"test-{next(counter)}" for _ in range(STEADY_IN_FLIGHT)])
         await asyncio.sleep(max(0.0, deadline - time.monotonic()))
         result.cpu, result.rss = usage.finish()
+        result.extra.update({f"cpu_{name}": cpu for name, cpu in usage.by_proc.items()})
+        result.writes = dict(await api.write_requests() - writes0)
         profiler.stop()
         keys = [k for k, t in tracker.bound.items() if k.startswith("test/") and t <= deadline]
         result.pods = len(keys)
@@ -846,6 +856,23 @@ def table(results: list[Result], ceiling: Result | None) -> str:
     return "\n".join(rows)
 
 
+def writes_table(results: list[Result]) -> str:
+    """API writes per bound pod in the measured phase, by verb and resource (the harness's
+    own pod creates and, in steady state, force-deletes included — the same for both)."""
+    kinds = sorted({k for r in results for k in r.writes})
+    if not kinds:
+        return ""
+    rows = ["| workload | contender | writes/pod | " + " | ".join(kinds) + " |",
+            "|---|---|---:|" + "---:|" * len(kinds)]
+    for r in results:
+        if not r.pods:
+            continue
+        cells = " | ".join(fmt(r.writes.get(k, 0) / r.pods, 2) for k in kinds)
+        rows.append(f"| {r.workload} | {r.contender} | "
+                    f"{fmt(sum(r.writes.values()) / r.pods, 2)} | {cells} |")
+    return "\n".join(rows)
+
+
 def targets(results: list[Result], ceiling: Result | None) -> list[str]:
     lines = []
     by: dict[str, dict[str, Result]] = {}
@@ -922,6 +949,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\ntotal {time.monotonic() - started:.0f}s\n")
     print(table(results, ceiling))
     print()
+    writes = writes_table(results)
+    if writes:
+        print("API writes per bound pod (kube-apiserver's apiserver_request_total):")
+        print(writes)
+        print()
     for line in targets(results, ceiling):
         print(line)
     profiles = sorted(base.glob("*-kdra-*.txt"))

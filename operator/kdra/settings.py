@@ -28,8 +28,9 @@ class OperatorSettings:
     health_port: int = 8081
     """Port of the liveness endpoint (``/healthz``) kopf serves; 0 turns it off."""
 
-    workers: int = 4
-    """Concurrent reconciles per controller queue."""
+    workers: int = 10
+    """Concurrent reconciles per controller queue (10, as kube-controller-manager's
+    resourceclaim controller)."""
 
     leader_elect: bool = False
     """Run several replicas with exactly one active: replicas elect a leader on the Lease

@@ -1,6 +1,6 @@
 """Fault injection end to end: bursts of GPU pods while the operator, a node agent or the
-kube-apiserver is killed or restarted, two operators run at once, or pods and claims are
-deleted at random. Real processes against the real API server.
+kube-apiserver is killed or restarted, the leading replica is stopped (SIGTERM), two operators
+run at once, or pods and claims are deleted at random. Real processes against the real API server.
 
 Every scenario ends the same way (:meth:`World.settle_and_release`):
 
@@ -19,6 +19,7 @@ Sizes are kept so that a scenario runs in about a minute on a small CI machine;
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import random
@@ -45,6 +46,7 @@ agents = agent_helpers.agents  # the node-agent fixture
 GPU = "gpu.kdra.dev"
 CLAIMS = "resourceclaims.resource.kdra.dev"
 GPUS_PER_NODE = 8
+LEASE = 6.0  # seconds: --leader-lease-duration of the leader-election scenario
 SCALE = max(1, int(os.environ.get("KDRA_CHAOS_SCALE", "1")))
 
 
@@ -52,14 +54,15 @@ SCALE = max(1, int(os.environ.get("KDRA_CHAOS_SCALE", "1")))
 def operators(control_plane: ControlPlane, tmp_path: Path,
               request: pytest.FixtureRequest) -> Iterator[Callable[..., KdraProcess]]:
     """Start kdra operators (no webhooks, no peering) as real processes; stopped afterwards,
-    their logs printed when the test failed."""
+    their logs printed when the test failed. ``ready_line``: what the log says once the
+    process is up (a standby replica says "standing by")."""
     control_plane.kubectl("create", "namespace", SYSTEM_NAMESPACE, check=False)
     started: list[KdraProcess] = []
 
-    def start(*extra: str) -> KdraProcess:
+    def start(*extra: str, ready_line: str = "kdra operator started") -> KdraProcess:
         proc = KdraProcess(["operator", "--health-port", "0", "--prepare-timeout", "60",
                             *extra], tmp_path / f"operator-{len(started)}.log",
-                           control_plane.kubeconfig, ready_line="kdra operator started")
+                           control_plane.kubeconfig, ready_line=ready_line)
         started.append(proc)
         return proc.start(timeout=120)
 
@@ -260,6 +263,22 @@ def world(control_plane: ControlPlane, api: Any, agents: AgentFactory,
     return make
 
 
+def lease_holder(plane: ControlPlane) -> str:
+    """The holderIdentity of the operator's leader-election Lease ("" when released)."""
+    result = plane.kubectl("get", "lease", "kdra-operator", "-n", SYSTEM_NAMESPACE, "-o",
+                           "jsonpath={.spec.holderIdentity}", check=False)
+    return result.stdout.strip()
+
+
+def logged_at(log: Path, text: str) -> float:
+    """When the first line of ``log`` containing ``text`` was logged (epoch seconds; kdra's
+    text log lines start with ``2026-01-02 03:04:05,678``)."""
+    for line in log.read_text(errors="replace").splitlines():
+        if text in line:
+            return dt.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    raise AssertionError(f"{text!r} not in {log}")
+
+
 def restart_agent(world: World, env: dict[str, str] | None = None) -> None:
     world.agent.proc.env = env or {}
     world.agent.proc.start(timeout=120)
@@ -332,6 +351,50 @@ def test_control_plane_restarted_during_a_burst(control_plane: ControlPlane,
     w.restarts += 1
     assert operator.alive and w.agent.proc.alive
     w.settle_and_release(f"{component} restart")
+
+
+def test_leader_stopped_during_a_burst(control_plane: ControlPlane,
+                                       world: Callable[..., World],
+                                       operators: Callable[..., KdraProcess]) -> None:
+    """SIGTERM the leading replica (leader election, 6 s Lease) while 40 pods compete for 32
+    GPUs and claims are being allocated: it exits at once and cleanly (code 0, no traceback),
+    releasing its Lease, and the standby leads well before the Lease would have expired."""
+    w = world(4)
+    suffix = w.nodes[0].split("-")[1]
+    leader_id, standby_id = f"chaos-leader-{suffix}", f"chaos-standby-{suffix}"
+    election = ("--leader-elect", "true", "--leader-lease-duration", str(int(LEASE)))
+    leader = operators(*election, "--identity", leader_id)
+    standby = operators(*election, "--identity", standby_id, ready_line="standing by")
+    assert lease_holder(control_plane) == leader_id
+    w.burst(40 * SCALE, wait=False)
+    # Mid-burst: the first claims allocated, most pods still to be scheduled and bound (the
+    # whole burst takes about 3 s on 2 CPUs: poll the cheap claim list only).
+    allocated = wait_for(lambda: (n := w.allocated()) >= 2 and n,  # type: ignore[misc]
+                         timeout=120, interval=0.02, what="claims allocated")
+    sigterm = time.time()
+    code = leader.stop(timeout=30)
+    exit_s = time.time() - sigterm
+    holder = lease_holder(control_plane)  # right after the exit, before the standby's next try
+    wait_for(lambda: "kdra operator started" in standby.tail(400), timeout=60, interval=0.2,
+             what="the standby taking over")
+    lease_s = logged_at(standby.log, f"{standby_id} leads") - sigterm
+    started_s = logged_at(standby.log, "kdra operator started") - sigterm
+    w.faults.append(f"leader SIGTERM at {allocated} allocated ({w.bound()} bound once it had "
+                    f"exited): exit {code} after {exit_s:.1f}s, Lease holder then {holder!r}; "
+                    f"standby led after {lease_s:.1f}s, its controllers ran after "
+                    f"{started_s:.1f}s (lease {LEASE:.0f}s)")
+    print(w.faults[-1])
+    log = leader.log.read_text(errors="replace")
+    assert code == 0, leader.tail(80)
+    assert exit_s < 15, exit_s
+    assert "Traceback" not in log, leader.tail(120)
+    assert "leader election: release failed" not in log, leader.tail(80)
+    assert holder in ("", standby_id), holder  # released, not left to expire
+    # Without the release, the standby would wait for the Lease to expire, 6 s after the
+    # leader's last renewal (every 2 s): at least 4 s after the SIGTERM.
+    assert lease_s < LEASE * 2 / 3, lease_s
+    assert allocated < w.capacity, "the leader was stopped after the burst, not during it"
+    w.settle_and_release("leader SIGTERM mid-burst")
 
 
 def test_two_operator_replicas_at_once(world: Callable[..., World],

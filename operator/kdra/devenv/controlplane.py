@@ -118,6 +118,8 @@ class ControlPlane:
     api_port: int = 0
     etcd_port: int = 0
     processes: list[_Process] = field(default_factory=list)
+    #: Components stopped by :meth:`stop_component`: their arguments, to start them again.
+    stopped: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def server(self) -> str:
@@ -269,12 +271,22 @@ class ControlPlane:
 
     def restart(self, name: str, timeout: float = 120.0) -> None:
         """Stop and start one component again with the same arguments (fault tests)."""
+        self.stop_component(name)
+        self.start_component(name)
+
+    def stop_component(self, name: str) -> None:
+        """Stop one component (SIGTERM, then SIGKILL after 10 s); :meth:`start_component`
+        starts it again with the same arguments (fault tests: an outage of some length)."""
         proc = next(p for p in self.processes if p.name == name)
         args = proc.popen.args
         assert isinstance(args, list)
         _terminate(proc.popen)
         self.processes.remove(proc)
-        self._spawn(name, [str(a) for a in args[1:]])
+        self.stopped[name] = [str(a) for a in args[1:]]
+
+    def start_component(self, name: str) -> None:
+        """Start a component :meth:`stop_component` stopped (without waiting for it)."""
+        self._spawn(name, self.stopped.pop(name))
 
     def stop(self) -> None:
         for proc in reversed(self.processes):

@@ -7,13 +7,15 @@ The failure texts follow kube-scheduler's, so users recognise them.
 
 Invariants:
 - Every function is a pure function of its arguments (plain dicts from the API, kdra models).
-- :func:`node_filter` returns ``None`` when the node passes, else one short, node-independent
-  message used to group nodes in explanations ("1 node(s) had untolerated taint {...}").
+- :meth:`PodFit.why_not` (and :func:`node_filter`) returns ``None`` when the node passes,
+  else one short, node-independent message used to group nodes in explanations ("1 node(s)
+  had untolerated taint {...}").
 - Scores are "higher is better"; ties are broken by node name so placement is deterministic.
 """
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -56,12 +58,19 @@ class Resources:
                          self.pods - other.pods)
 
 
-def _quantity(text: Any, scale: int) -> int:
+@functools.lru_cache(maxsize=4096)
+def _scaled(text: str, scale: int) -> int:
     try:
-        value: Decimal = parse_quantity(str(text)).value
+        value: Decimal = parse_quantity(text).value
     except InvalidQuantity:
         return 0
     return int((value * scale).to_integral_value(rounding="ROUND_CEILING"))
+
+
+def _quantity(text: Any, scale: int) -> int:
+    """A quantity in units of 1/``scale``, rounded up; 0 when invalid. Memoised: clusters use
+    few distinct quantity strings, and this runs for every pod and node."""
+    return _scaled(str(text), scale)
 
 
 def pod_requests(pod: JSON) -> Resources:
@@ -134,32 +143,78 @@ def _required_affinity(pod: JSON) -> NodeSelector | None:
                             "requiredDuringSchedulingIgnoredDuringExecution", str(exc)) from exc
 
 
-def node_filter(pod: JSON, node: JSON, used: Resources, requests: Resources) -> str | None:
-    """Why ``node`` cannot take ``pod`` (before devices are considered), or ``None``."""
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """What the filters need of a Node, parsed once per node version (not once per pod)."""
+
+    name: str
+    info: NodeInfo
+    allocatable: Resources
+    unschedulable: bool
+    taints: tuple[JSON, ...]  # NoSchedule and NoExecute taints only
+
+
+def node_view(node: JSON) -> NodeView:
     spec = node.get("spec", {})
-    tolerations = pod.get("spec", {}).get("tolerations") or []
-    if spec.get("unschedulable") and not tolerates(
-            tolerations, {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}):
-        return "node(s) were unschedulable"
-    for taint in spec.get("taints") or []:
-        if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(tolerations,
-                                                                                 taint):
-            value = f"={taint['value']}" if taint.get("value") else ""
-            return f"node(s) had untolerated taint {{{taint.get('key')}{value}}}"
-    info = node_info(node)
-    wanted = pod.get("spec", {}).get("nodeSelector") or {}
-    if any(info.labels.get(k) != v for k, v in wanted.items()):
-        return "node(s) didn't match Pod's node affinity/selector"
-    if not selector_matches(_required_affinity(pod), info):
-        return "node(s) didn't match Pod's node affinity/selector"
-    free = node_allocatable(node) - used
-    if requests.pods > free.pods:
-        return "Too many pods"
-    if requests.cpu > free.cpu:
-        return "Insufficient cpu"
-    if requests.memory > free.memory:
-        return "Insufficient memory"
-    return None
+    return NodeView(
+        name=node.get("metadata", {}).get("name", ""),
+        info=node_info(node),
+        allocatable=node_allocatable(node),
+        unschedulable=bool(spec.get("unschedulable")),
+        taints=tuple(t for t in spec.get("taints") or []
+                     if t.get("effect") in ("NoSchedule", "NoExecute")),
+    )
+
+
+_UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+
+
+@dataclass(frozen=True, slots=True)
+class PodFit:
+    """What the filters need of a pod, parsed once per scheduling attempt.
+
+    Build with :meth:`of`, which raises :class:`InvalidObject` for an invalid required node
+    affinity; :meth:`why_not` is then a cheap check per node.
+    """
+
+    tolerations: tuple[JSON, ...]
+    node_selector: Mapping[str, str]
+    affinity: NodeSelector | None
+    requests: Resources
+
+    @classmethod
+    def of(cls, pod: JSON, requests: Resources | None = None) -> PodFit:
+        spec = pod.get("spec", {})
+        return cls(tuple(spec.get("tolerations") or []), dict(spec.get("nodeSelector") or {}),
+                   _required_affinity(pod), requests or pod_requests(pod))
+
+    def why_not(self, node: NodeView, used: Resources) -> str | None:
+        """Why the node cannot take the pod (before devices are considered), or ``None``."""
+        if node.unschedulable and not tolerates(self.tolerations, _UNSCHEDULABLE_TAINT):
+            return "node(s) were unschedulable"
+        for taint in node.taints:
+            if not tolerates(self.tolerations, taint):
+                value = f"={taint['value']}" if taint.get("value") else ""
+                return f"node(s) had untolerated taint {{{taint.get('key')}{value}}}"
+        labels = node.info.labels
+        if any(labels.get(k) != v for k, v in self.node_selector.items()):
+            return "node(s) didn't match Pod's node affinity/selector"
+        if not selector_matches(self.affinity, node.info):
+            return "node(s) didn't match Pod's node affinity/selector"
+        free = node.allocatable - used
+        if self.requests.pods > free.pods:
+            return "Too many pods"
+        if self.requests.cpu > free.cpu:
+            return "Insufficient cpu"
+        if self.requests.memory > free.memory:
+            return "Insufficient memory"
+        return None
+
+
+def node_filter(pod: JSON, node: JSON, used: Resources, requests: Resources) -> str | None:
+    """Why ``node`` cannot take ``pod`` (before devices are considered), or ``None``.
+    (One-off form of ``PodFit.of(pod).why_not(node_view(node), used)``.)"""
+    return PodFit.of(pod, requests).why_not(node_view(node), used)
 
 
 # --------------------------------------------------------------------------- scoring

@@ -1,19 +1,23 @@
-"""kopf wiring of the operator: thin handlers that hand watch events to the services.
+"""kopf wiring of the operator: its lifecycle and the rare kinds' events.
 
-Only low-level ``@kopf.on.event`` handlers are used on the hot path: they add no annotations
-and no extra PATCHes per object, and they just enqueue work (see kdra.services.workqueue).
+kopf starts and stops the operator (kdra.services.operator) and watches the kinds that change
+rarely — DeviceClasses and ResourceClaimTemplates — with low-level ``@kopf.on.event`` handlers
+(no annotations, no extra PATCHes per object) that hand events to the services. The hot kinds
+(pods, claims, slices, nodes, and the node agents' heartbeat Leases) are watched by the
+operator's own informers (kdra.services.informer), which skip kopf's per-event machinery.
 Every handler is ``async``: kopf runs sync handlers in a thread pool, and the services' caches
 and queues belong to the event loop.
 """
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import kopf
 
 from kdra import GROUP, VERSION
-from kdra.domain.inventory import AGENT_LEASE_LABEL
+from kdra.domain.backoff import Backoffs
 from kdra.services.operator import Operator
 from kdra.settings import OperatorSettings
 
@@ -25,6 +29,10 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60
+    # kopf's own API retries (its rare-kind watches): capped, jittered, like kdra's own loops.
+    settings.networking.error_backoffs = Backoffs(base=1.0, cap=16.0, attempts=8,
+                                                  rand=random.random)
+    settings.watching.reconnect_backoff = 1.0  # pause between kopf's watch streams
     settings.peering.standalone = True  # see kdra.services.leader
     memo.operator = await Operator.start(ours)
 
@@ -36,36 +44,9 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         await operator.stop()
 
 
-@kopf.on.event("v1", "pods")
-async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    memo.operator.on_pod(event["type"], event["object"])
-
-
-@kopf.on.event(GROUP, VERSION, "resourceclaims")
-async def claim_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    memo.operator.on_claim(event["type"], event["object"])
-
-
-@kopf.on.event(GROUP, VERSION, "resourceslices")
-async def slice_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    memo.operator.on_slice(event["type"], event["object"])
-
-
 @kopf.on.event(GROUP, VERSION, "deviceclasses")
 async def class_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     memo.operator.binder.on_class(event["type"], event["object"])
-
-
-@kopf.on.event("v1", "nodes")
-async def node_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    memo.operator.on_node(event["type"], event["object"])
-
-
-@kopf.on.event("coordination.k8s.io", "v1", "leases", labels={AGENT_LEASE_LABEL: "true"})
-async def agent_lease_event(event: kopf.RawEvent, memo: kopf.Memo, namespace: str | None,
-                            **_: Any) -> None:
-    if namespace == memo.kdra_settings.namespace:  # node agents' heartbeats only
-        memo.operator.slice_gc.on_lease(event["type"], event["object"])
 
 
 @kopf.on.event(GROUP, VERSION, "resourceclaimtemplates")

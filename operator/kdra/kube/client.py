@@ -21,6 +21,7 @@ import asyncio
 import json
 import logging
 import os
+import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,7 @@ from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
 from kdra import GROUP, VERSION
+from kdra.domain.backoff import backoff_delay
 
 log = logging.getLogger(__name__)
 
@@ -207,15 +209,18 @@ class KubeClient:
 
     async def watch(self, res: Resource, namespace: str | None = None, *,
                     label_selector: str | None = None, field_selector: str | None = None,
-                    timeout_seconds: int = 290,
-                    retry_delay: float = 1.0) -> AsyncIterator[WatchEvent]:
+                    timeout_seconds: int = 290, retry_delay: float = 1.0,
+                    max_retry_delay: float = 30.0) -> AsyncIterator[WatchEvent]:
         """List, then stream changes, forever (until the caller stops iterating).
 
         Yields ``("LIST", {"items": [...]})`` first and again after every re-list — after
         ``410 Gone`` (the version was compacted) — so the caller replaces its state there;
         then ``("ADDED" | "MODIFIED" | "DELETED", obj)``. Bookmarks only advance the version.
         A watch the server ends (``timeout_seconds``) resumes from the last version seen;
-        connection and server errors are retried with capped exponential backoff.
+        connection and server errors are retried with jittered exponential backoff
+        (:func:`kdra.domain.backoff.backoff_delay`: between ``retry_delay / 2`` and
+        ``retry_delay`` after the first failure, doubling, at most ``max_retry_delay``);
+        any event from the server resets it.
         """
         version: str | None = None
         failures = 0
@@ -244,8 +249,10 @@ class KubeClient:
                 version = None
             except (ApiError, OSError, aiohttp.ClientError, ValueError) as exc:
                 failures += 1
-                delay = min(30.0, retry_delay * 2 ** min(failures - 1, 10))
-                log.warning("watch of %s failed (%s); retrying in %.1fs", res.plural, exc, delay)
+                delay = backoff_delay(failures, base=retry_delay, cap=max_retry_delay,
+                                      rand=random.random)
+                log.warning("watch of %s failed (%s; %d in a row); retrying in %.2fs",
+                            res.plural, exc, failures, delay)
                 await asyncio.sleep(delay)
 
     async def _stream(self, path: str, query: dict[str, Any],
@@ -302,11 +309,15 @@ class KubeClient:
             options["propagationPolicy"] = propagation
         return await self.request("DELETE", res.path(namespace, name), body=options)
 
-    async def bind(self, namespace: str, pod: str, uid: str, node: str) -> JSON:
-        """Bind a pod to a node through the ``pods/binding`` subresource."""
+    async def bind(self, namespace: str, pod: str, uid: str, node: str, *,
+                   annotations: dict[str, str] | None = None) -> JSON:
+        """Bind a pod to a node through the ``pods/binding`` subresource. ``annotations`` are
+        set on the pod by the API server in the same update as ``spec.nodeName``."""
+        meta: JSON = {"name": pod, "namespace": namespace, "uid": uid}
+        if annotations:
+            meta["annotations"] = annotations
         return await self.request("POST", PODS.path(namespace, pod, "binding"), body={
-            "apiVersion": "v1", "kind": "Binding",
-            "metadata": {"name": pod, "namespace": namespace, "uid": uid},
+            "apiVersion": "v1", "kind": "Binding", "metadata": meta,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         })
 

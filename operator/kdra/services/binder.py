@@ -20,6 +20,11 @@ Invariants:
   nodes change (or a periodic flush) — never a busy retry loop.
 - A prepare that fails or times out deallocates what this attempt allocated, emits an event,
   keeps the node out of that pod's candidates for a while, and retries elsewhere.
+- A pod whose writes fail (API errors, the API server unreachable) is retried after a per-pod
+  jittered backoff (:func:`kdra.domain.backoff.backoff_delay`), reset once its claims are
+  written. Rolling back is best effort: a reservation it cannot undo is built upon by the
+  pod's next attempt (or released by the claim controller once the pod is gone), so a failed
+  roll-back never leaves the pod out of the queue.
 """
 
 from __future__ import annotations
@@ -30,13 +35,17 @@ import copy
 import heapq
 import itertools
 import logging
+import random
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import aiohttp
+
 from kdra import metrics
 from kdra.domain.allocator import Placement, Snapshot, place, selector_matches
+from kdra.domain.backoff import backoff_delay
 from kdra.domain.errors import InvalidObject
 from kdra.domain.models import (
     AllocationResult,
@@ -55,12 +64,13 @@ from kdra.domain.podclaims import (
     pod_ref,
 )
 from kdra.domain.scheduling import (
+    NodeView,
+    PodFit,
     Resources,
     best,
     container_devices,
     explain,
-    node_filter,
-    node_info,
+    node_view,
     pod_policy,
     pod_requests,
 )
@@ -69,6 +79,7 @@ from kdra.kube.events import EventRecorder
 from kdra.services.store import JSON, Key, Store, key_of
 
 log = logging.getLogger(__name__)
+NO_RESOURCES = Resources()
 
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 
@@ -85,6 +96,11 @@ class BinderSettings:
     """Seconds a node stays out of a pod's candidates after preparing on it failed."""
     flush_interval: float = 30.0
     """Unschedulable pods are retried at least this often, even without a cluster change."""
+    retry_delay: float = 1.0
+    """Seconds before a pod whose writes failed is retried (jittered, doubling per failure
+    of that pod, at most ``max_retry_delay``)."""
+    max_retry_delay: float = 30.0
+    """The longest wait before retrying a pod whose writes keep failing."""
 
 
 class _PodQueue:
@@ -137,6 +153,7 @@ class Binder:
         self.settings = settings or BinderSettings()
         self.claims = claims  # shared with the claim controller (raw dicts)
         self.nodes = Store("Node")
+        self._views: list[NodeView] | None = None  # the nodes parsed for the filters, by name
         self.slices = Store("ResourceSlice", {"pool": lambda s: [
             f"{s['spec'].get('driver')}/{s['spec'].get('pool', {}).get('name')}"]})
         self.snapshot = Snapshot()
@@ -150,6 +167,7 @@ class Binder:
         self.binding: dict[Key, _Attempt] = {}
         self.in_flight: dict[Key, Key] = {}  # claim being written → the pod it is written for
         self.excluded: dict[Key, dict[str, float]] = defaultdict(dict)
+        self.failures: dict[Key, int] = {}  # pod → consecutive failed attempts (backoff)
         self._claim_changed: dict[Key, asyncio.Event] = {}
         self._wake_handle: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -211,6 +229,7 @@ class Binder:
             if self.pending.pop(key, None) is not None:
                 self.parked.discard(key)
                 self.excluded.pop(key, None)
+            self.failures.pop(key, None)
             metrics.set_pending_pods(len(self.pending))
             if gone:
                 self._wake()  # its devices may be released soon
@@ -242,7 +261,14 @@ class Binder:
 
     def on_node(self, event_type: str | None, node: JSON) -> None:
         self.nodes.apply(event_type, node)
+        self._views = None
         self._wake()
+
+    def _node_views(self) -> list[NodeView]:
+        """The nodes, parsed for the filters and sorted by name; rebuilt after a node event."""
+        if self._views is None:
+            self._views = sorted((node_view(n) for n in self.nodes), key=lambda v: v.name)
+        return self._views
 
     def on_slice(self, event_type: str | None, slice_: JSON) -> None:
         self.slices.apply(event_type, slice_)
@@ -309,8 +335,15 @@ class Binder:
             except Exception:
                 log.exception("scheduling %s/%s failed; retrying", *key)
                 result = "error"
-                self._retry_later(key, 1.0)
+                self._retry_later(key, self._backoff(key))
             metrics.record_schedule_attempt(result, time.perf_counter() - started)
+
+    def _backoff(self, key: Key) -> float:
+        """Count one more failure of the pod's; how long to wait before its next attempt."""
+        failures = self.failures.get(key, 0) + 1
+        self.failures[key] = failures
+        return backoff_delay(failures, base=self.settings.retry_delay,
+                             cap=self.settings.max_retry_delay, rand=random.random)
 
     def _retry_later(self, key: Key, delay: float) -> None:
         def again() -> None:
@@ -361,31 +394,33 @@ class Binder:
                                           "reserved for 32 consumers")
                 return "unschedulable"
 
-        requests = pod_requests(pod)
+        try:
+            fit = PodFit.of(pod)
+        except InvalidObject as exc:
+            await self._unschedulable(pod, f"invalid pod: {exc}")
+            return "unschedulable"
         reasons: Counter[str] = Counter()
         candidates = []
         excluded = self.excluded.get(key, {})
         now = time.monotonic()
-        nodes = sorted(self.nodes, key=lambda n: n["metadata"]["name"])
+        nodes = self._node_views()
         for node in nodes:
-            name = node["metadata"]["name"]
-            if excluded.get(name, 0) > now:
+            if excluded.get(node.name, 0) > now:
                 reasons["node(s) failed to prepare this pod's devices recently"] += 1
                 continue
-            used = self.node_used.get(name, Resources())
-            why = node_filter(pod, node, used, requests)
+            why = fit.why_not(node, self.node_used.get(node.name, NO_RESOURCES))
             if why is None:
-                info = node_info(node)
                 for claim in parsed:
                     if claim.allocated and claim.status.allocation is not None and \
-                            not selector_matches(claim.status.allocation.node_selector, info):
+                            not selector_matches(claim.status.allocation.node_selector,
+                                                 node.info):
                         why = (f"node(s) didn't match the node selector of allocated claim "
                                f"{claim.metadata.name!r}")
                         break
             if why is not None:
                 reasons[why] += 1
                 continue
-            candidates.append(node_info(node))
+            candidates.append(node.info)
 
         unallocated = [c for c in parsed if not c.allocated]
         placements: dict[str, Placement] = {}
@@ -451,6 +486,7 @@ class Binder:
                 if result is not None:
                     attempt.allocated_here.append(name)
             written = True
+            self.failures.pop(key, None)
         except (Conflict, NotFound) as exc:
             log.info("pod %s/%s: claim changed while allocating (%s); retrying", *key, exc)
             metrics.record_schedule_attempt("conflict", 0.0)
@@ -460,13 +496,18 @@ class Binder:
             await self._roll_back(attempt)
             await self.events.warn(pod, "FailedScheduling", f"writing the allocation failed: "
                                    f"{exc.message}")
-            await asyncio.sleep(2.0)
+            await asyncio.sleep(self._backoff(key))
+        except (OSError, aiohttp.ClientError) as exc:  # the API server is unreachable
+            log.warning("pod %s/%s: writing the allocation failed (%s); retrying", *key, exc)
+            metrics.record_schedule_attempt("error", 0.0)
+            await self._roll_back(attempt)
+            await asyncio.sleep(self._backoff(key))
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("allocating for %s/%s failed", *key)
             await self._roll_back(attempt)
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(self._backoff(key))
         finally:
             for key_ in results:
                 self.snapshot.forget(key_)
@@ -509,8 +550,10 @@ class Binder:
 
     async def _roll_back(self, attempt: _Attempt, *, every_claim: bool = False) -> None:
         """Undo the reservations this attempt wrote (never one another binder wrote for the same
-        pod); deallocate claims it allocated, if no one else uses them meanwhile. Best effort:
-        the claim controller also releases leftovers."""
+        pod); deallocate claims it allocated, if no one else uses them meanwhile. Best effort,
+        never raising for an API or connection error: the pod's next attempt builds on what is
+        left (its reservation, the allocation), and the claim controller releases leftovers
+        once the pod is gone."""
         namespace = attempt.pod["metadata"]["namespace"]
         uid = attempt.pod["metadata"]["uid"]
         # A failed write undoes only what this attempt wrote (another binder may have reserved
@@ -518,34 +561,45 @@ class Binder:
         # every claim of the attempt, including reservations an earlier attempt left behind.
         names = [name for _, name in attempt.claims] if every_claim else attempt.reserved_here
         for name in names:
-            for _ in range(5):
-                raw = self.claims.get((namespace, name))
-                if raw is None:
-                    break
-                status = raw.get("status") or {}
-                reserved = status.get("reservedFor") or []
-                keep = [r for r in reserved if r.get("uid") != uid]
-                if len(keep) == len(reserved):
-                    break
-                body = copy.deepcopy(raw)
-                body["status"]["reservedFor"] = keep
-                if not keep and name in attempt.allocated_here:
-                    body["status"].pop("allocation", None)
-                    body["status"].pop("devices", None)
+            try:
+                await self._release_claim(namespace, name, uid,
+                                          deallocate=name in attempt.allocated_here)
+            except (ApiError, OSError, aiohttp.ClientError) as exc:
+                log.warning("pod %s/%s: rolling back claim %s failed (%s); left for the next "
+                            "attempt", namespace, attempt.pod["metadata"]["name"], name, exc)
+
+    async def _release_claim(self, namespace: str, name: str, uid: str, *,
+                             deallocate: bool) -> None:
+        """Drop pod ``uid`` from the claim's ``reservedFor``; deallocate it if ``deallocate``
+        and no one else is left. Re-reads and retries on Conflict (5 tries)."""
+        for _ in range(5):
+            raw = self.claims.get((namespace, name))
+            if raw is None:
+                return
+            status = raw.get("status") or {}
+            reserved = status.get("reservedFor") or []
+            keep = [r for r in reserved if r.get("uid") != uid]
+            if len(keep) == len(reserved):
+                return
+            body = copy.deepcopy(raw)
+            body["status"]["reservedFor"] = keep
+            if not keep and deallocate:
+                body["status"].pop("allocation", None)
+                body["status"].pop("devices", None)
+            try:
+                updated = await self.client.replace_status(CLAIMS, body)
+            except Conflict:
                 try:
-                    updated = await self.client.replace_status(CLAIMS, body)
-                except Conflict:
-                    try:
-                        fresh = await self.client.get(CLAIMS, name, namespace)
-                    except NotFound:
-                        break
-                    self.claims.upsert(fresh)
-                    continue
+                    fresh = await self.client.get(CLAIMS, name, namespace)
                 except NotFound:
-                    break
-                self.claims.upsert(updated)
-                self._snapshot_claim(updated)
-                break
+                    return
+                self.claims.upsert(fresh)
+                continue
+            except NotFound:
+                return
+            self.claims.upsert(updated)
+            self._snapshot_claim(updated)
+            return
 
     # ------------------------------------------------------------------ prepare + bind
 
@@ -564,10 +618,13 @@ class Binder:
                                        f"not prepared: {failure}; trying another node")
                 metrics.record_schedule_attempt("prepare-failed", 0.0)
                 return
-            await self._annotate(pod, attempt)
             try:
+                # The devices annotation travels in the Binding: the API server copies a
+                # Binding's annotations onto the pod in the same update that sets nodeName,
+                # so a kubelet never sees the pod bound without it (and it costs no write).
                 await self.client.bind(namespace, pod["metadata"]["name"],
-                                       pod["metadata"]["uid"], node)
+                                       pod["metadata"]["uid"], node,
+                                       annotations=self._annotations(pod, attempt))
             except NotFound:
                 await self._roll_back(attempt)
                 return
@@ -614,7 +671,8 @@ class Binder:
                     await asyncio.wait_for(event.wait(), timeout=min(remaining, 5.0))
         return None
 
-    async def _annotate(self, pod: JSON, attempt: _Attempt) -> None:
+    def _annotations(self, pod: JSON, attempt: _Attempt) -> dict[str, str]:
+        """The per-container devices annotations for the pod (kdra.domain.scheduling)."""
         namespace = pod["metadata"]["namespace"]
         results: dict[str, list[tuple[str, str, str, str]]] = {}
         uuids: dict[tuple[str, str, str], str] = {}
@@ -628,10 +686,7 @@ class Binder:
                 uuid = self._attribute(driver, pool, device, "uuid")
                 if uuid:
                     uuids[(driver, pool, device)] = uuid
-        annotations = container_devices(pod, [e for e, _ in attempt.claims], results, uuids)
-        if annotations:
-            await self.client.patch(PODS, pod["metadata"]["name"],
-                                    {"metadata": {"annotations": annotations}}, namespace)
+        return container_devices(pod, [e for e, _ in attempt.claims], results, uuids)
 
     def _attribute(self, driver: str, pool: str, device: str, name: str) -> str | None:
         for slice_ in self.slices.index("pool", f"{driver}/{pool}"):

@@ -134,12 +134,28 @@ class LeaderElector:
                 return
 
     async def release(self) -> None:
-        lease = self._lease
+        """Empty ``holderIdentity`` so a standby takes over at once. A renewal cancelled in
+        flight (shutdown cancels :meth:`keep`) may still have reached the server, making the
+        Lease we hold stale: on Conflict, read it again and release it if it is still ours."""
+        lease, self._lease = self._lease, None
         if lease is None:
             return
-        lease["spec"] = {**lease.get("spec", {}), "holderIdentity": ""}  # type: ignore[dict-item]
-        try:
-            await self.client.replace(LEASES, lease)
-        except (ApiError, OSError, aiohttp.ClientError) as exc:
-            log.info("leader election: release failed (the Lease will expire): %s", exc)
-        self._lease = None
+        for _ in range(3):
+            lease["spec"] = {**lease.get("spec", {}),  # type: ignore[dict-item]
+                             "holderIdentity": ""}
+            try:
+                await self.client.replace(LEASES, lease)
+                return
+            except Conflict:
+                try:
+                    lease = await self.client.get(LEASES, self.name, self.namespace)
+                except (ApiError, OSError, aiohttp.ClientError) as exc:
+                    log.info("leader election: release failed (the Lease will expire): %s", exc)
+                    return
+                spec = lease.get("spec")
+                if not isinstance(spec, dict) or spec.get("holderIdentity") != self.identity:
+                    return  # taken over already
+            except (ApiError, OSError, aiohttp.ClientError) as exc:
+                log.info("leader election: release failed (the Lease will expire): %s", exc)
+                return
+        log.info("leader election: release failed (the Lease kept changing; it will expire)")

@@ -33,6 +33,7 @@ from kdra.kube.client import (
 from kdra.kube.events import EventRecorder
 from kdra.services.binder import Binder, BinderSettings
 from kdra.services.claim_controller import ClaimController, claim_store, pod_store
+from kdra.services.informer import Informer
 from kdra.services.leader import LeaderElector
 from kdra.services.slice_gc import SliceGC
 from kdra.services.store import JSON, Store
@@ -69,6 +70,14 @@ class Operator:
         self.webhook: WebhookServer | None = None  # admission webhooks (started in start())
         self.slice_gc = SliceGC(client, namespace=settings.namespace,
                                 grace=settings.slice_gc_grace)
+        self.informers = [Informer(client, PODS, self.on_pod),
+                          Informer(client, CLAIMS, self.on_claim),
+                          Informer(client, SLICES, self.on_slice),
+                          Informer(client, NODES, self.on_node),
+                          # node agents' heartbeats: one renewal per node every few seconds
+                          Informer(client, LEASES, self.slice_gc.on_lease,
+                                   namespace=settings.namespace,
+                                   label_selector=f"{AGENT_LEASE_LABEL}=true")]
 
     @classmethod
     async def start(cls, settings: OperatorSettings) -> Operator:
@@ -91,6 +100,8 @@ class Operator:
         operator.claim_controller.start()
         operator.binder.start()
         operator.slice_gc.start()
+        for informer in operator.informers:
+            informer.start()
         log.info("kdra operator started: %d pods with claims, %d claims, %d templates",
                  len(operator.pods), len(operator.claims), len(operator.templates))
         return operator
@@ -133,7 +144,10 @@ class Operator:
     async def stop(self) -> None:
         leading = self.leadership is not None and not self.leadership.done()
         if self.leadership is not None:
-            self.leadership.cancel()
+            self.leadership.cancel()  # a renewal cut off here cannot race the release below
+            await asyncio.gather(self.leadership, return_exceptions=True)
+        for informer in self.informers:
+            await informer.stop()
         await self.slice_gc.stop()
         await self.binder.stop()
         await self.claim_controller.stop()

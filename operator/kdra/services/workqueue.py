@@ -6,8 +6,9 @@ Invariants:
 - A key is queued at most once at a time (adding a queued key is a no-op).
 - A key is processed by at most one worker at a time; a key added while it is being processed
   is processed again afterwards (so no event is lost).
-- A failing key is retried with per-key exponential backoff plus jitter, capped; success
-  resets its backoff. ``add_after`` delays a key without counting as a failure.
+- A failing key is retried with per-key exponential backoff plus jitter, capped
+  (:func:`kdra.domain.backoff.backoff_delay`); success resets its backoff. ``add_after``
+  delays a key without counting as a failure.
 - One key's failure (any exception) never stops the workers; it is logged and retried.
 """
 
@@ -18,6 +19,8 @@ import logging
 import random
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
+
+from kdra.domain.backoff import backoff_delay
 
 K = TypeVar("K", bound=Hashable)
 
@@ -78,8 +81,7 @@ class WorkQueue(Generic[K]):
         failures = self._failures.get(key, 0) + 1
         self._failures[key] = failures
         if delay is None:
-            delay = min(self._max, self._base * 2 ** (failures - 1))
-            delay *= 0.8 + 0.4 * random.random()
+            delay = backoff_delay(failures, base=self._base, cap=self._max, rand=random.random)
         self.add_after(key, delay)
 
     def forget(self, key: K) -> None:

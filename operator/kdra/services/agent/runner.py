@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import signal
 import socket
 from collections.abc import Awaitable, Callable, Iterable
@@ -38,6 +39,7 @@ from typing import TypeVar
 import aiohttp
 
 from kdra import metrics
+from kdra.domain.backoff import backoff_delay
 from kdra.domain.errors import InvalidObject
 from kdra.domain.inventory import Inventory, InventoryDevice, expand_names
 from kdra.domain.nodeprep import pools_of
@@ -174,6 +176,7 @@ class AgentRunner:
         self.nodes = {node: NodeAgent(client, settings, node, discovery, identity)
                       for node in nodes}
         self.claims: dict[Key, JSON] = {}
+        self._prepared: dict[str, int] = {}  # node → prepared claims (the gauge's parts)
         self.queue: WorkQueue[ClaimKey] = WorkQueue("agent-claims", self._sync,
                                                     workers=settings.workers)
         self.synced = asyncio.Event()
@@ -288,7 +291,9 @@ class AgentRunner:
         try:
             await agent.preparer.sync(namespace, name, self.claims.get((namespace, name)))
         finally:
-            self.update_gauges()
+            # Recount this node's checkpoint only (one process may serve hundreds of nodes).
+            self._prepared[node] = agent.preparer.prepared_count
+            metrics.set_prepared_claims(sum(self._prepared.values()))
 
     def update_gauges(self) -> None:
         healthy = unhealthy = 0
@@ -296,7 +301,8 @@ class AgentRunner:
             good, bad = agent.inventory.health_counts()
             healthy, unhealthy = healthy + good, unhealthy + bad
         metrics.set_agent_devices(healthy, unhealthy)
-        metrics.set_prepared_claims(sum(a.preparer.prepared_count for a in self.nodes.values()))
+        self._prepared = {n: a.preparer.prepared_count for n, a in self.nodes.items()}
+        metrics.set_prepared_claims(sum(self._prepared.values()))
 
     # ------------------------------------------------------------------ devices
 
@@ -345,10 +351,11 @@ class AgentRunner:
 
 
 async def retrying(what: str, action: Callable[[], Awaitable[T]],
-                   first_delay: float = 0.5) -> T:
-    """``action()``, retried with capped backoff while the API server is unavailable or
-    overloaded (connection errors, 429, 5xx); other errors are raised."""
-    delay = first_delay
+                   first_delay: float = 0.5, max_delay: float = 15.0) -> T:
+    """``action()``, retried with capped, jittered backoff (:func:`backoff_delay`) while the
+    API server is unavailable or overloaded (connection errors, 429, 5xx); other errors are
+    raised."""
+    failures = 0
     while True:
         try:
             return await action()
@@ -358,9 +365,10 @@ async def retrying(what: str, action: Callable[[], Awaitable[T]],
             problem: Exception = exc
         except (OSError, aiohttp.ClientError) as exc:
             problem = exc
+        failures += 1
+        delay = backoff_delay(failures, base=first_delay, cap=max_delay, rand=random.random)
         log.warning("%s failed (%s); retrying in %.1fs", what, problem, delay)
         await asyncio.sleep(delay)
-        delay = min(delay * 2, 15.0)
 
 
 async def ensure_node(client: KubeClient, node: str) -> None:

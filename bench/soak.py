@@ -1,0 +1,249 @@
+"""Soak: the kdra operator and a node agent under a steady stream of pods, for half an hour.
+
+    make soak                                                    # 30 minutes
+    .venv/bin/python bench/soak.py --duration 120 --sample 10    # smoke run, ~4 minutes
+
+A fresh control plane (kdra.devenv), kdra's CRDs, one ``kdra agent --simulate-nodes`` process
+serving every simulated node and one ``kdra operator`` — started as bench/scale.py starts them
+(:class:`scale.Kdra`). Then scale.py's steady-state workload runs for ``--duration`` seconds:
+``--pods`` pods are kept in flight, each one force-deleted once bound and replaced by a new
+one (:func:`scale.steady_workload`).
+
+Every ``--sample`` seconds one line: RSS (VmRSS) and CPU share of the operator and of the
+agent, and the pods the operator has bound so far (its scheduling-duration histogram). At the
+end, a summary: pods bound and pods/s; per process RSS at the start (the first sample after
+``--warmup`` seconds: imports, caches and pools have settled by then), at the end, the peak,
+and the growth in MiB and %; the invariant checker's verdict on the settled cluster
+(``kdra check``'s rules, over the API objects and the agent's CDI files and checkpoints). The
+same as JSON in ``--out``. Exit code 1 when a process died, nothing was bound or an invariant
+is violated; RSS growth is reported, not judged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import scale
+from kapi import Api, cpu_seconds, group_pids, rss_mib
+from kdra.handlers.check import read_local, violations
+from kdra.handlers.readers import api_client
+from scale import DEVICES_PER_NODE, Kdra, Params, Proc, Profiler, control_plane, node_name
+
+BOUND_METRIC = "kdra_scheduler_scheduling_duration_seconds_count"
+
+
+@dataclass
+class Sample:
+    seconds: float  # since the steady state began
+    bound: int  # pods the operator has bound since it started
+    claims: int  # ResourceClaims in the workload's namespace (released ones are deleted)
+    rss_mib: dict[str, float]  # VmRSS per process
+    cpu_pct: dict[str, float]  # CPU share per process since the previous sample (100: a core)
+
+
+def watched(kdra: Kdra) -> dict[str, int]:
+    """Process group of each process sampled: kdra's, then kube-apiserver and etcd (to tell
+    a slower kdra from a busier API server)."""
+    groups = {p.name: p.pid for p in kdra.measured if p.alive()}
+    groups.update({p.name: p.popen.pid for p in kdra.plane.processes
+                   if p.name in ("kube-apiserver", "etcd")})
+    return groups
+
+
+def rss_of(group: int) -> float:
+    return sum(rss_mib(pid)[0] for pid in group_pids(group))
+
+
+def cpu_of(group: int) -> float:
+    return sum(cpu_seconds(pid) for pid in group_pids(group))
+
+
+def metric(port: int, name: str) -> float:
+    """Sum of every series of one metric of a kdra process (0 when unreachable)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+    except OSError:
+        return 0.0
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith(name) and line[len(name):len(name) + 1] in (" ", "{"))
+
+
+async def sample_every(interval: float, kdra: Kdra, api: Api, samples: list[Sample],
+                       started: float) -> None:
+    """Append a :class:`Sample` every ``interval`` seconds (and print it) until cancelled."""
+    groups = watched(kdra)
+    previous = {name: cpu_of(group) for name, group in groups.items()}
+    last = time.monotonic()
+    while True:
+        await asyncio.sleep(interval)
+        now = time.monotonic()
+        cpu = {name: cpu_of(group) for name, group in groups.items()}
+        bound = await asyncio.to_thread(metric, kdra.metrics_port, BOUND_METRIC)
+        sample = Sample(
+            seconds=round(now - started, 1), bound=int(bound),
+            claims=await api.count(kdra.claims_path("test")),
+            rss_mib={name: round(rss_of(group), 1) for name, group in groups.items()},
+            cpu_pct={name: round(100 * (cpu[name] - previous[name]) / (now - last), 1)
+                     for name in cpu})
+        previous, last = cpu, now
+        samples.append(sample)
+        kdra_procs = [p.name for p in kdra.measured]
+        print(f"  t={sample.seconds:5.0f}s bound {sample.bound:5d} claims {sample.claims:3d}  "
+              + "  ".join(f"{name.removeprefix('kdra-')}: {sample.rss_mib[name]:5.1f} MiB "
+                          f"{sample.cpu_pct[name]:4.1f}%" for name in kdra_procs)
+              + "  (CPU " + ", ".join(f"{name} {sample.cpu_pct[name]:.0f}%" for name in groups
+                                     if name not in kdra_procs) + ")", flush=True)
+
+
+def memory_summary(samples: list[Sample], warmup: float, procs: list[Proc]) -> dict[str, Any]:
+    """Per kdra process: RSS at the first sample after ``warmup``, at the last one, the peak
+    (sampled, and the kernel's VmHWM), growth in MiB and %."""
+    if not samples:
+        return {}
+    first = next((s for s in samples if s.seconds >= warmup), samples[0])
+    last = samples[-1]
+    out: dict[str, Any] = {}
+    for proc in procs:
+        start, end = first.rss_mib[proc.name], last.rss_mib[proc.name]
+        out[proc.name] = {
+            "start_mib": start, "start_at_s": first.seconds, "end_mib": end,
+            "end_at_s": last.seconds,
+            "peak_mib": max(s.rss_mib[proc.name] for s in samples),
+            "hwm_mib": round(sum(rss_mib(pid)[1] for pid in proc.pids()), 1),
+            "growth_mib": round(end - start, 1),
+            "growth_pct": round(100 * (end - start) / start, 1) if start else None,
+            "cpu_avg_pct": round(sum(s.cpu_pct[proc.name] for s in samples) / len(samples), 1),
+        }
+    return out
+
+
+async def settled_violations(kdra: Kdra, api: Api, nodes: list[str],
+                             within: float = 90.0) -> list[str]:
+    """The invariant checker's findings once the last pods are bound (checked until it finds
+    nothing or ``within`` seconds run out: while a pod is being scheduled, its claim is
+    allocated a moment before its devices are Ready)."""
+    official = api_client(str(kdra.plane.kubeconfig))
+    deadline = time.monotonic() + within
+    found: list[str] = []
+    while time.monotonic() < deadline:
+        pending = await api.count("/api/v1/namespaces/test/pods",
+                                  {"fieldSelector": "spec.nodeName="})
+        local = read_local([kdra.work / "cdi"], [kdra.work / "state"], nodes)
+        found = [str(v) for v in await asyncio.to_thread(violations, official, local=local)]
+        if not pending and not found:
+            return []
+        await asyncio.sleep(3)
+    return found
+
+
+async def soak(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    scale.STEADY_IN_FLIGHT = args.pods  # read by scale.steady_workload
+    plane = control_plane(work, native_dra=False)
+    kdra = Kdra(plane, work, args.nodes)
+    nodes = [node_name(i) for i in range(args.nodes)]
+    samples: list[Sample] = []
+    try:
+        async with Api(plane.kubeconfig) as api:
+            await api.create("/api/v1/namespaces", {"metadata": {"name": "test"}})
+            await kdra.setup(api)
+            await api.create(kdra.claims_path("test").replace(
+                "resourceclaims", "resourceclaimtemplates"), kdra.template("test"))
+            await kdra.start_scheduler(api)
+            pids = {p.name: p.pid for p in kdra.measured}
+            print(f"ready: {pids}; steady state for {args.duration:.0f}s, {args.pods} pods in "
+                  f"flight, a sample every {args.sample:.0f}s", flush=True)
+            started = time.monotonic()
+            sampler = asyncio.create_task(sample_every(args.sample, kdra, api, samples, started))
+            params = Params(nodes=args.nodes, init_pods=0, measure_pods=0,
+                            duration=args.duration, stall=90.0)
+            try:
+                result = await scale.steady_workload(api, kdra, params,
+                                                     Profiler(False, work), "soak")
+            finally:
+                sampler.cancel()
+                await asyncio.gather(sampler, return_exceptions=True)
+            dead = [p.name for p in kdra.measured if not p.alive()]
+            memory = memory_summary(samples, args.warmup, kdra.measured)
+            found = await settled_violations(kdra, api, nodes) if not dead else ["(not run)"]
+            tracebacks = {p.name: p.log.read_text(errors="replace").count("Traceback")
+                          for p in kdra.measured}
+            return {
+                "duration_s": args.duration, "nodes": args.nodes,
+                "devices_per_node": DEVICES_PER_NODE, "in_flight": args.pods,
+                "pods_bound": result.pods, "pods_per_s": round(result.rate, 2),
+                "latency_p50_ms": round(1000 * result.p50), "latency_p99_ms": round(
+                    1000 * result.p99), "cpu_s": {k.removeprefix("cpu_"): v for k, v in
+                                                 result.extra.items() if k.startswith("cpu_")},
+                "memory": memory, "violations": len(found), "violation_samples": found[:10],
+                "tracebacks_in_logs": tracebacks, "exited": dead,
+                "samples": [asdict(s) for s in samples], "work": str(work),
+            }
+    finally:
+        kdra.stop()
+        plane.stop()
+        shutil.rmtree(work / "etcd-data", ignore_errors=True)
+
+
+def print_summary(report: dict[str, Any]) -> None:
+    print(f"\npods bound: {report['pods_bound']} in {report['duration_s']:.0f}s = "
+          f"{report['pods_per_s']} pods/s (p50 {report['latency_p50_ms']} ms, "
+          f"p99 {report['latency_p99_ms']} ms); CPU seconds {report['cpu_s']}")
+    for name, mem in report["memory"].items():
+        print(f"{name}: RSS {mem['start_mib']} MiB at {mem['start_at_s']:.0f}s -> "
+              f"{mem['end_mib']} MiB at {mem['end_at_s']:.0f}s, peak {mem['peak_mib']} MiB "
+              f"(VmHWM {mem['hwm_mib']}); growth {mem['growth_mib']:+} MiB "
+              f"({mem['growth_pct']:+}%); CPU {mem['cpu_avg_pct']}% on average")
+    print(f"invariant violations: {report['violations']}"
+          + "".join(f"\n  {v}" for v in report["violation_samples"]))
+    print(f"tracebacks in logs: {report['tracebacks_in_logs']}; exited early: "
+          f"{report['exited'] or 'none'}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=float, default=1800.0,
+                        help="steady-state seconds (default 1800)")
+    parser.add_argument("--sample", type=float, default=30.0,
+                        help="seconds between RSS/CPU samples (default 30)")
+    parser.add_argument("--warmup", type=float, default=60.0,
+                        help="the start RSS is the first sample after this many seconds")
+    parser.add_argument("--pods", type=int, default=10, help="pods in flight (default 10)")
+    parser.add_argument("--nodes", type=int, default=20,
+                        help=f"simulated nodes, {DEVICES_PER_NODE} devices each (default 20)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="JSON report (default: soak.json in the work directory)")
+    parser.add_argument("--work", type=Path, default=None,
+                        help="directory for the control plane and the logs (default: temp)")
+    args = parser.parse_args(argv)
+    work = args.work or Path(tempfile.mkdtemp(prefix="kdra-soak-"))
+    work.mkdir(parents=True, exist_ok=True)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=scale.ROOT,
+                            capture_output=True, text=True).stdout.strip()
+    print(f"kdra soak: {args.nodes} nodes x {DEVICES_PER_NODE} devices, {args.pods} pods in "
+          f"flight, {args.duration:.0f}s, commit {commit}, {os.cpu_count()} cores; work dir "
+          f"{work}", flush=True)
+    report = {"commit": commit, **asyncio.run(soak(args, work))}
+    print_summary(report)
+    out = args.out or work / "soak.json"
+    out.write_text(json.dumps(report, indent=2))
+    print(f"report: {out}")
+    failed = report["exited"] or report["violations"] or not report["pods_bound"]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""kdra's API client against the real API server: a watch outlives a kube-apiserver outage.
+
+The watch (``KubeClient.watch``) must retry on its own while kube-apiserver is down, waiting
+longer after each failure with jitter (``kdra.domain.backoff``), and deliver what is created
+once the server is back, without the caller doing anything (it lists again first when the
+server no longer has the version it watched from).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+import uuid
+
+import pytest
+
+from kdra.devenv.controlplane import ControlPlane
+from kdra.domain.backoff import backoff_ceiling
+from kdra.kube.client import NAMESPACES, WatchEvent, connect
+from tests.e2e.procs import wait_for
+
+RETRY = re.compile(r"watch of namespaces failed \(.*; (\d+) in a row\); retrying in ([\d.]+)s")
+BASE, CAP = 0.5, 4.0
+
+
+def retries(caplog: pytest.LogCaptureFixture) -> list[tuple[int, float]]:
+    """(consecutive failures, delay) of the retries the watch logged since its last success
+    (a request that reached the stopping server may have reset the count once)."""
+    found: list[tuple[int, float]] = []
+    for record in caplog.records:
+        match = RETRY.search(record.getMessage())
+        if record.name == "kdra.kube.client" and match:
+            failures, delay = int(match[1]), float(match[2])
+            found = [(failures, delay)] if failures == 1 else [*found, (failures, delay)]
+    return found
+
+
+def api_ready(plane: ControlPlane) -> bool:
+    return plane.kubectl("get", "--raw", "/readyz", check=False).returncode == 0
+
+
+def test_watch_reconnects_after_an_outage(control_plane: ControlPlane,
+                                          caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="kdra.kube.client")
+    label = f"kdra-e2e-watch={uuid.uuid4().hex[:8]}"
+    name = f"watch-{label.split('=')[1]}"
+    events: asyncio.Queue[WatchEvent] = asyncio.Queue()
+
+    async def next_event(seconds: float) -> WatchEvent:
+        return await asyncio.wait_for(events.get(), seconds)
+
+    async def scenario() -> tuple[list[tuple[int, float]], float, WatchEvent]:
+        client = await connect(str(control_plane.kubeconfig))
+
+        async def consume() -> None:
+            async for event in client.watch(NAMESPACES, label_selector=label,
+                                            retry_delay=BASE, max_retry_delay=CAP):
+                await events.put(event)
+
+        task = asyncio.create_task(consume())
+        try:
+            kind, body = await next_event(30)
+            assert (kind, body["items"]) == ("LIST", [])
+            await asyncio.to_thread(control_plane.stop_component, "kube-apiserver")
+            try:
+                for _ in range(300):  # a minute at most
+                    if len(retries(caplog)) >= 5:
+                        break
+                    await asyncio.sleep(0.2)
+                during = retries(caplog)
+            finally:
+                await asyncio.to_thread(control_plane.start_component, "kube-apiserver")
+                await asyncio.to_thread(wait_for, lambda: api_ready(control_plane), 120, 0.5,
+                                        "kube-apiserver /readyz after the outage")
+            # The restarted server has no history for the version the watch saw last: it
+            # answers 410 Gone and the watch lists again. Create the object once that list
+            # is through, so it can only arrive as a watch event.
+            with contextlib.suppress(TimeoutError):
+                kind, body = await next_event(20)
+                assert (kind, body.get("items")) == ("LIST", []), (kind, body)
+            started = time.monotonic()
+            await asyncio.to_thread(control_plane.kubectl, "apply", "-f", "-", input=(
+                '{"apiVersion": "v1", "kind": "Namespace", "metadata": '
+                f'{{"name": "{name}", "labels": {{"{label.split("=")[0]}": '
+                f'"{label.split("=")[1]}"}}}}}}'))
+            event = await next_event(60)
+            assert not task.done(), task
+            return during, time.monotonic() - started, event
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await client.close()
+
+    try:
+        during, delivered_after, (kind, obj) = asyncio.run(scenario())
+    finally:
+        control_plane.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    print(f"watch retries during the outage (failures, delay s): {during}; "
+          f"ADDED delivered {delivered_after:.1f}s after the create")
+
+    # It retried on its own, several times, counting consecutive failures from 1.
+    assert len(during) >= 5, during
+    counts = [n for n, _ in during]
+    assert counts == list(range(1, len(during) + 1)), counts
+    # Each delay lies within its jitter bounds, ceilings doubling from 0.5 s up to the 4 s cap.
+    for n, delay in during:
+        ceiling = backoff_ceiling(n, base=BASE, cap=CAP)
+        assert ceiling / 2 - 0.01 <= delay <= ceiling + 0.01, (n, delay)
+    delays = [d for _, d in during]
+    assert delays[3] > delays[0] and delays[4] > delays[1], delays  # growing (equal jitter)
+    # ... and jittered: not the bare exponential steps 0.5, 1, 2, 4, 4.
+    assert any(abs(d - backoff_ceiling(n, base=BASE, cap=CAP)) > 0.02 for n, d in during)
+    # Back up: the object created after the outage arrives as ADDED.
+    assert kind == "ADDED", (kind, obj)
+    assert obj["metadata"]["name"] == name
+    assert delivered_after < 30

@@ -1,0 +1,92 @@
+"""The binder when the API server goes away in the middle of a pod's claim writes: the roll-back
+fails too, yet the pod goes back to the queue and is retried after a growing, jittered delay."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+import aiohttp
+
+from kdra.domain.models import parse_claim
+from kdra.domain.podclaims import FINALIZER, PodClaim
+from kdra.kube.client import Resource
+from kdra.kube.events import EventRecorder
+from kdra.services.binder import Binder, BinderSettings, _Attempt
+from kdra.services.claim_controller import claim_store
+
+NS = "ns"
+
+
+def raw_claim(name: str) -> dict[str, Any]:
+    return {"apiVersion": "resource.kdra.dev/v1alpha3", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}",
+                         "resourceVersion": "1", "finalizers": [FINALIZER]},
+            "spec": {"devices": {"requests": [{"name": "gpu",
+                                               "deviceClassName": "gpu.kdra.dev"}]}},
+            "status": {}}
+
+
+POD = {"apiVersion": "v1", "kind": "Pod",
+       "metadata": {"name": "p", "namespace": NS, "uid": "uid-p", "resourceVersion": "1"},
+       "spec": {"schedulerName": "kdra-scheduler"}}
+
+
+class FailingAfter:
+    """A client whose first ``good`` status writes succeed; then the API server is gone."""
+
+    def __init__(self, good: int) -> None:
+        self.good = good
+        self.writes = 0
+
+    async def replace_status(self, res: Resource, body: dict[str, Any]) -> dict[str, Any]:
+        self.writes += 1
+        if self.writes > self.good:
+            raise aiohttp.ClientConnectionError("Cannot connect to host 127.0.0.1")
+        updated = copy.deepcopy(body)
+        updated["metadata"]["resourceVersion"] = str(1 + self.writes)
+        return updated
+
+    async def create(self, *_: Any, **__: Any) -> dict[str, Any]:
+        raise OSError("connection refused")  # (events)
+
+    async def patch(self, *_: Any, **__: Any) -> dict[str, Any]:
+        raise OSError("connection refused")
+
+
+def test_a_failed_roll_back_still_requeues_the_pod_with_backoff() -> None:
+    # Claim a is reserved for the pod; then the API server goes away: claim b's write fails,
+    # and so does undoing a's reservation.
+    client = FailingAfter(good=1)
+    binder = Binder(client, EventRecorder(client),  # type: ignore[arg-type]
+                    claims=claim_store(),
+                    settings=BinderSettings(retry_delay=0.02, max_retry_delay=0.05))
+    claims = [raw_claim("a"), raw_claim("b")]
+    for claim in claims:
+        binder.claims.upsert(claim)
+    entries = [PodClaim(name=c["metadata"]["name"], resource_claim_name=c["metadata"]["name"])
+               for c in claims]
+    resolved = [(e, c["metadata"]["name"], c) for e, c in zip(entries, claims, strict=True)]
+    parsed = [parse_claim(c) for c in claims]
+    key = (NS, "p")
+
+    async def scenario() -> _Attempt:
+        binder.on_pod(None, POD)
+        assert await binder.queue.pop() == key
+        attempt = _Attempt(POD, "node-1", [(e, n) for e, n, _ in resolved])
+        binder.binding[key] = attempt
+        await binder._allocate_and_bind(key, attempt, resolved, parsed, {})
+        return attempt
+
+    attempt = asyncio.run(scenario())
+    assert client.writes == 3  # a reserved, b failed, undoing a failed
+    assert attempt.reserved_here == ["a"]
+    # The pod is not left behind in "binding" (which would keep it out of the queue for
+    # the rest of this binder's life): it is queued again, one failure counted.
+    assert key not in binder.binding
+    assert len(binder.queue) == 1
+    assert binder.failures[key] == 1
+
+    binder.on_pod("DELETED", POD)  # the per-pod backoff is forgotten with the pod
+    assert key not in binder.failures
