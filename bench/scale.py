@@ -46,7 +46,7 @@ import time
 import urllib.request
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +78,7 @@ QPS = "5000"
 CREATE_CONCURRENCY = 20
 STEADY_IN_FLIGHT = 10
 CEILING_WORKERS = 16
+SWEEP_MAX_PODS = 2500  # per phase: the 500-node size of scheduler_perf's template workload
 
 
 def node_name(i: int) -> str:
@@ -757,8 +758,8 @@ def control_plane(work: Path, native_dra: bool) -> ControlPlane:
 
 
 async def run_one(kind: type[Contender], workload: str, params: Params, base: Path,
-                  profiler: Profiler) -> Result:
-    work = base / f"{kind.name}-{workload}"
+                  profiler: Profiler, tag: str = "") -> Result:
+    work = base / f"{kind.name}-{tag or workload}"
     work.mkdir(parents=True)
     plane = control_plane(work, native_dra=kind is Upstream)
     contender = kind(plane, work, params.nodes)
@@ -780,7 +781,8 @@ async def run_one(kind: type[Contender], workload: str, params: Params, base: Pa
             print(f"  [{contender.name} {workload}] ready in {time.monotonic() - t:.0f}s",
                   flush=True)
             if workload == "template":
-                result = await template_workload(api, contender, params, profiler, workload)
+                result = await template_workload(api, contender, params, profiler,
+                                                 tag or workload)
             else:
                 result = await steady_workload(api, contender, params, profiler, workload)
             dead = [p.name for p in contender.measured if not p.alive()]
@@ -873,6 +875,34 @@ def writes_table(results: list[Result]) -> str:
     return "\n".join(rows)
 
 
+def sweep_table(swept: list[tuple[int, Result]]) -> str:
+    """The template workload at several cluster sizes: does the cost per pod grow?"""
+    rows = ["| nodes | contender | pods bound | pods/s | p50 ms | p99 ms | CPU ms/pod "
+            "| allocator ms/pod |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for nodes, r in swept:
+        per_pod = 1000 * r.cpu / r.pods if r.pods else float("nan")
+        alloc = r.extra.get("alloc_ms_per_call", float("nan"))
+        rows.append(f"| {nodes} | {r.contender} | {r.pods} | {fmt(r.rate)} | "
+                    f"{fmt(1000 * r.p50, 0)} | {fmt(1000 * r.p99, 0)} | {fmt(per_pod)} | "
+                    f"{fmt(alloc, 2)} |")
+    return "\n".join(rows)
+
+
+def machine() -> str:
+    """Cores, CPU model and memory of this machine, for the report."""
+    model = "unknown CPU"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    memory = ""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        kib = int(Path("/proc/meminfo").read_text().splitlines()[0].split()[1])
+        memory = f", {kib / 2**20:.0f} GiB memory"
+    return f"{os.cpu_count()} cores ({model}){memory}"
+
+
 def targets(results: list[Result], ceiling: Result | None) -> list[str]:
     lines = []
     by: dict[str, dict[str, Result]] = {}
@@ -906,12 +936,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true",
                         help="attach py-spy (from the venv) to kdra's processes during "
                              "measured phases; summaries printed and kept in --out")
+    parser.add_argument("--pods", type=int, default=0,
+                        help="override the init and measured pod counts (default nodes x 5)")
+    parser.add_argument("--sweep", default="",
+                        help="also run the template workload at these node counts, e.g. "
+                             "100,2000 (pods: nodes x 5, at most 2,500 + 2,500)")
     parser.add_argument("--out", type=Path, default=None,
                         help="directory for logs, profiles and results.json")
+    parser.add_argument("--markdown", type=Path, default=None,
+                        help="also write the report (machine, command, tables) to this file")
     args = parser.parse_args(argv)
 
     nodes = args.nodes or (100 if args.quick else 500)
-    pods = nodes * DEVICES_PER_NODE // 2
+    pods = args.pods or nodes * DEVICES_PER_NODE // 2
     params = Params(nodes=nodes, init_pods=pods, measure_pods=pods,
                     duration=args.duration or (20.0 if args.quick else 60.0),
                     stall=45.0 if args.quick else 90.0)
@@ -946,16 +983,39 @@ def main(argv: list[str] | None = None) -> int:
                   f"p50 {1000 * result.p50:.0f} ms, p99 {1000 * result.p99:.0f} ms, "
                   f"CPU {result.cpu:.1f}s, peak RSS {result.rss:.0f} MiB {result.note}",
                   flush=True)
-    print(f"\ntotal {time.monotonic() - started:.0f}s\n")
-    print(table(results, ceiling))
-    print()
+    swept: list[tuple[int, Result]] = []
+    for count in [int(n) for n in args.sweep.split(",") if n.strip()]:
+        each = min(count * DEVICES_PER_NODE // 2, SWEEP_MAX_PODS)
+        sweep_params = replace(params, nodes=count, init_pods=each, measure_pods=each)
+        for kind in contenders:
+            print(f"template at {count} nodes ({each}+{each} pods) / {kind.name} ...",
+                  flush=True)
+            result = asyncio.run(run_one(kind, "template", sweep_params, base, profiler,
+                                         tag=f"template-{count}"))
+            swept.append((count, result))
+            print(f"  {result.pods} pods in {result.seconds:.1f}s = {result.rate:.1f} pods/s "
+                  f"{result.note}", flush=True)
+    elapsed = time.monotonic() - started
+    report = [table(results, ceiling), ""]
     writes = writes_table(results)
     if writes:
-        print("API writes per bound pod (kube-apiserver's apiserver_request_total):")
-        print(writes)
-        print()
-    for line in targets(results, ceiling):
-        print(line)
+        report += ["API writes per bound pod (kube-apiserver's apiserver_request_total; the "
+                   "harness's pod creates and deletes included):", "", writes, ""]
+    if swept:
+        report += ["Template workload by cluster size:", "", sweep_table(swept), ""]
+    report += [line + "  " for line in targets(results, ceiling)]
+    print(f"\ntotal {elapsed:.0f}s\n")
+    print("\n".join(report))
+    if args.markdown:
+        command = "bench/scale.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        args.markdown.write_text("\n".join([
+            f"Run: `.venv/bin/python {command}` — {time.strftime('%Y-%m-%d %H:%M %Z')}, "
+            f"commit `{commit}`, {elapsed / 60:.0f} min.  ",
+            f"Machine: {machine()}.  ",
+            f"Size: {nodes} nodes x {DEVICES_PER_NODE} devices, {params.init_pods} + "
+            f"{params.measure_pods} pods (template), steady state {params.duration:.0f} s with "
+            f"{STEADY_IN_FLIGHT} pods in flight.", "", *report, ""]))
+        print(f"report: {args.markdown}")
     profiles = sorted(base.glob("*-kdra-*.txt"))
     for path in profiles:
         print()

@@ -73,9 +73,11 @@ from kdra.domain.scheduling import (
     node_view,
     pod_policy,
     pod_requests,
+    search_window,
 )
 from kdra.kube.client import CLAIMS, PODS, ApiError, Conflict, KubeClient, NotFound
 from kdra.kube.events import EventRecorder
+from kdra.services.claim_controller import find_generated
 from kdra.services.store import JSON, Key, Store, key_of
 
 log = logging.getLogger(__name__)
@@ -154,6 +156,7 @@ class Binder:
         self.claims = claims  # shared with the claim controller (raw dicts)
         self.nodes = Store("Node")
         self._views: list[NodeView] | None = None  # the nodes parsed for the filters, by name
+        self._next_start = 0  # where the next spread search starts (kube-scheduler's rotation)
         self.slices = Store("ResourceSlice", {"pool": lambda s: [
             f"{s['spec'].get('driver')}/{s['spec'].get('pool', {}).get('name')}"]})
         self.snapshot = Snapshot()
@@ -249,9 +252,13 @@ class Binder:
             self.snapshot.remove_claim(f"{key[0]}/{key[1]}")
         else:
             self._snapshot_claim(claim)
-        for pod_key in self.waiting_for_claim.pop(key, set()):
+        waiting = self.waiting_for_claim.pop(key, set())
+        if event_type == "ADDED":  # a claim just generated for a pending pod
+            waiting |= {(key[0], ref["name"]) for ref in
+                        claim["metadata"].get("ownerReferences") or () if ref.get("controller")}
+        for pod_key in waiting:
             pod = self.pending.get(pod_key)
-            if pod is not None:
+            if pod is not None and pod_key not in self.binding:
                 self.queue.add(pod_key, pod)
         event = self._claim_changed.pop(key, None)
         if event is not None:
@@ -363,7 +370,13 @@ class Binder:
         recorded = claim_statuses(pod)
         resolved: list[tuple[PodClaim, str, JSON]] = []
         for entry in entries:
-            name = entry.resource_claim_name or recorded.get(entry.name)
+            name = entry.resource_claim_name
+            if name is None:
+                # A generated claim is used as soon as it is in the cache, before the claim
+                # controller's write of the pod's claim-statuses annotation arrives (that
+                # write is then off the pod's critical path).
+                generated = find_generated(self.claims, pod, entry, recorded.get(entry.name))
+                name = generated["metadata"]["name"] if generated else None
             raw = self.claims.get((namespace, name)) if name else None
             if name is None or raw is None:
                 if name:
@@ -424,10 +437,15 @@ class Binder:
 
         unallocated = [c for c in parsed if not c.allocated]
         placements: dict[str, Placement] = {}
+        policy = pod_policy(pod, self.settings.policy)
         if unallocated and candidates:
+            window = search_window(policy, len(candidates), self._next_start)
             started = time.perf_counter()
-            outcome = place(self.snapshot, unallocated, candidates)
+            outcome = place(self.snapshot, unallocated, candidates, limit=window.limit,
+                            start=window.start)
             metrics.observe_allocator(time.perf_counter() - started)
+            if window.rotates:
+                self._next_start = outcome.next_start
             if outcome.fatal is not None:
                 message = outcome.summary(len(nodes))
                 metrics.record_unschedulable(outcome.fatal.code.value)
@@ -439,8 +457,7 @@ class Binder:
             placements = outcome.placements
         elif candidates:
             placements = {n.name: Placement(n.name, (), [], {}) for n in candidates}
-        choice = best(placements, pod_policy(pod, self.settings.policy),
-                      [n.name for n in candidates])
+        choice = best(placements, policy, [n.name for n in candidates])
         if choice is None:
             for message in reasons:
                 metrics.record_unschedulable(_reason_label(message))

@@ -78,6 +78,24 @@ def claim_store() -> Store:
     return Store("ResourceClaim", {"owner": _owner_uids, "reserved": _reserved_uids})
 
 
+def find_generated(claims: Store, pod: JSON, entry: PodClaim,
+                   recorded: str | None) -> JSON | None:
+    """The claim generated for the pod's template ``entry``: the one its claim-statuses
+    annotation records (``recorded``), else the one the pod controls whose pod-claim-name
+    annotation names the entry (as upstream's resourceclaim controller looks it up, so a
+    claim created just before a crash — or before the pod's annotation is written — is found)."""
+    namespace, uid = pod["metadata"]["namespace"], pod["metadata"]["uid"]
+    if recorded:
+        claim = claims.get((namespace, recorded))
+        if claim is not None and owned_by(claim, uid):
+            return claim
+    for claim in claims.index("owner", uid):
+        annotations = claim["metadata"].get("annotations") or {}
+        if annotations.get(POD_CLAIM_NAME_ANNOTATION) == entry.name and owned_by(claim, uid):
+            return claim
+    return None
+
+
 def pod_store() -> Store:
     return Store("Pod", {"uid": lambda pod: [pod["metadata"].get("uid", "")],
                          "template": _template_refs})
@@ -182,7 +200,7 @@ class ClaimController:
             if entry.resource_claim_name is not None:
                 names[entry.name] = entry.resource_claim_name
                 continue
-            claim = self._find_generated(pod, entry, recorded.get(entry.name))
+            claim = find_generated(self.claims, pod, entry, recorded.get(entry.name))
             if claim is None:
                 claim = await self._create_claim(pod, entry)
             if claim is None:
@@ -196,18 +214,6 @@ class ClaimController:
         if pod.get("spec", {}).get("nodeName"):
             for claim_name in names.values():
                 await self._ensure_reserved(pod, claim_name)
-
-    def _find_generated(self, pod: JSON, entry: PodClaim, recorded: str | None) -> JSON | None:
-        namespace, uid = pod["metadata"]["namespace"], pod["metadata"]["uid"]
-        if recorded:
-            claim = self.claims.get((namespace, recorded))
-            if claim is not None and owned_by(claim, uid):
-                return claim
-        for claim in self.claims.index("owner", uid):
-            annotations = claim["metadata"].get("annotations") or {}
-            if annotations.get(POD_CLAIM_NAME_ANNOTATION) == entry.name:
-                return claim
-        return None
 
     async def _create_claim(self, pod: JSON, entry: PodClaim) -> JSON | None:
         namespace = pod["metadata"]["namespace"]

@@ -11,13 +11,16 @@ from kdra.domain.allocator import Placement
 from kdra.domain.podclaims import PodClaim
 from kdra.domain.scheduling import (
     Resources,
+    SearchWindow,
     best,
     container_devices,
     explain,
+    feasible_nodes_to_find,
     node_allocatable,
     node_filter,
     pod_policy,
     pod_requests,
+    search_window,
     tolerates,
 )
 
@@ -142,3 +145,21 @@ def test_container_devices() -> None:
         "gpus.resource.kdra.dev/a": "GPU-0,GPU-1",
         "gpus.resource.kdra.dev/b": "GPU-0,GPU-1",
     }
+
+
+@pytest.mark.parametrize(("nodes", "expected"), [
+    (0, 0), (1, 1), (99, 99),                  # below 100: every node
+    (100, 100), (200, 100),                   # 49% of 200 is 98 -> at least 100
+    (500, 230), (2000, 680), (5000, 500),     # 46%, 34%, 10%
+    (10_000, 500), (20_000, 1000),            # 5% at the least
+])
+def test_feasible_nodes_to_find_follows_kube_scheduler(nodes: int, expected: int) -> None:
+    assert feasible_nodes_to_find(nodes) == expected
+
+
+def test_search_windows_per_policy() -> None:
+    assert search_window("first-fit", 500, 42) == SearchWindow(1, 0, rotates=False)
+    assert search_window("binpack", 500, 42) == SearchWindow(230, 0, rotates=False)
+    assert search_window("spread", 500, 42) == SearchWindow(230, 42, rotates=True)
+    assert search_window("spread", 40, 42) == SearchWindow(40, 2, rotates=True)  # wraps
+    assert search_window("spread", 0, 42) == SearchWindow(0, 0, rotates=True)
