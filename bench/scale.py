@@ -969,21 +969,47 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     ceiling: Result | None = None
     started = time.monotonic()
+    swept: list[tuple[int, Result]] = []
+
+    def report(final: bool) -> list[str]:
+        """The tables so far; written to --markdown after every run (a crash keeps them)."""
+        lines = [table(results, ceiling), ""]
+        writes = writes_table(results)
+        if writes:
+            lines += ["API writes per bound pod (kube-apiserver's apiserver_request_total; the "
+                      "harness's pod creates and deletes included):", "", writes, ""]
+        if swept:
+            lines += ["Template workload by cluster size:", "", sweep_table(swept), ""]
+        lines += [line + "  " for line in targets(results, ceiling)]
+        if args.markdown:
+            command = "bench/scale.py " + " ".join(argv if argv is not None else sys.argv[1:])
+            elapsed = time.monotonic() - started
+            args.markdown.write_text("\n".join([
+                f"Run: `.venv/bin/python {command}` — {time.strftime('%Y-%m-%d %H:%M %Z')}, "
+                f"commit `{commit}`, {elapsed / 60:.0f} min"
+                f"{'' if final else ' so far (still running)'}.  ",
+                f"Machine: {machine()}.  ",
+                f"Size: {nodes} nodes x {DEVICES_PER_NODE} devices, {params.init_pods} + "
+                f"{params.measure_pods} pods (template), steady state {params.duration:.0f} s "
+                f"with {STEADY_IN_FLIGHT} pods in flight.", "", *lines, ""]))
+        return lines
+
     for workload in workloads:
         if workload == "ceiling":
             print("ceiling ...", flush=True)
             (ceiling,) = asyncio.run(run_ceiling(params, base))
             print(f"  ceiling: {ceiling.rate:.1f} pods/s", flush=True)
+            report(final=False)
             continue
         for kind in contenders:
             print(f"{workload} / {kind.name} ...", flush=True)
             result = asyncio.run(run_one(kind, workload, params, base, profiler))
             results.append(result)
+            report(final=False)
             print(f"  {result.pods} pods in {result.seconds:.1f}s = {result.rate:.1f} pods/s, "
                   f"p50 {1000 * result.p50:.0f} ms, p99 {1000 * result.p99:.0f} ms, "
                   f"CPU {result.cpu:.1f}s, peak RSS {result.rss:.0f} MiB {result.note}",
                   flush=True)
-    swept: list[tuple[int, Result]] = []
     for count in [int(n) for n in args.sweep.split(",") if n.strip()]:
         each = min(count * DEVICES_PER_NODE // 2, SWEEP_MAX_PODS)
         sweep_params = replace(params, nodes=count, init_pods=each, measure_pods=each)
@@ -995,26 +1021,10 @@ def main(argv: list[str] | None = None) -> int:
             swept.append((count, result))
             print(f"  {result.pods} pods in {result.seconds:.1f}s = {result.rate:.1f} pods/s "
                   f"{result.note}", flush=True)
-    elapsed = time.monotonic() - started
-    report = [table(results, ceiling), ""]
-    writes = writes_table(results)
-    if writes:
-        report += ["API writes per bound pod (kube-apiserver's apiserver_request_total; the "
-                   "harness's pod creates and deletes included):", "", writes, ""]
-    if swept:
-        report += ["Template workload by cluster size:", "", sweep_table(swept), ""]
-    report += [line + "  " for line in targets(results, ceiling)]
-    print(f"\ntotal {elapsed:.0f}s\n")
-    print("\n".join(report))
+            report(final=False)
+    print(f"\ntotal {time.monotonic() - started:.0f}s\n")
+    print("\n".join(report(final=True)))
     if args.markdown:
-        command = "bench/scale.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        args.markdown.write_text("\n".join([
-            f"Run: `.venv/bin/python {command}` — {time.strftime('%Y-%m-%d %H:%M %Z')}, "
-            f"commit `{commit}`, {elapsed / 60:.0f} min.  ",
-            f"Machine: {machine()}.  ",
-            f"Size: {nodes} nodes x {DEVICES_PER_NODE} devices, {params.init_pods} + "
-            f"{params.measure_pods} pods (template), steady state {params.duration:.0f} s with "
-            f"{STEADY_IN_FLIGHT} pods in flight.", "", *report, ""]))
         print(f"report: {args.markdown}")
     profiles = sorted(base.glob("*-kdra-*.txt"))
     for path in profiles:
@@ -1024,6 +1034,7 @@ def main(argv: list[str] | None = None) -> int:
         "commit": commit, "nodes": nodes, "params": params.__dict__,
         "results": [r.__dict__ | {"rate": r.rate} for r in results],
         "ceiling": ceiling.__dict__ | {"rate": ceiling.rate} if ceiling else None,
+        "sweep": [r.__dict__ | {"nodes": n, "rate": r.rate} for n, r in swept],
     }, indent=2, default=str))
     print(f"\nresults: {base / 'results.json'}")
     return 0

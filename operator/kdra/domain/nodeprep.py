@@ -193,8 +193,12 @@ def build_cdi_spec(*, node: str, claim: ClaimRef, driver: str,
     }
 
 
-def encode_json(data: Any) -> bytes:
-    """Stable JSON bytes (sorted keys, trailing newline) for files the agent writes."""
+def encode_json(data: Any, *, compact: bool = False) -> bytes:
+    """Stable JSON bytes (sorted keys, trailing newline) for files the agent writes.
+    ``compact``: no indentation — CPython's C encoder runs only without ``indent``, ~10x
+    faster than the pure-Python one (the checkpoint is rewritten on every prepare)."""
+    if compact:
+        return (json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n").encode()
     return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
 
 
@@ -295,7 +299,8 @@ class Checkpoint:
 
     def encode(self) -> bytes:
         body = self._body()
-        return encode_json({"version": CHECKPOINT_VERSION, **body, "checksum": _checksum(body)})
+        return encode_json({"version": CHECKPOINT_VERSION, **body, "checksum": _checksum(body)},
+                           compact=True)
 
     @classmethod
     def decode(cls, raw: bytes, node: str) -> Checkpoint:

@@ -138,7 +138,8 @@ def test_damaged_checkpoint_is_detected(damage: str) -> None:
     elif damage == "not json":
         raw = b"\x00\x01"
     else:
-        raw = raw.replace(b'"version": 1', b'"version": 9')
+        raw = raw.replace(b'"version":1', b'"version":9')
+        assert b'"version":9' in raw
     with pytest.raises(CheckpointCorrupt):
         Checkpoint.decode(raw, node)
 

@@ -287,3 +287,32 @@ def test_two_drivers_two_spec_files(tmp_path: Path) -> None:
     assert node.cdi_files() == sorted([f"kdra.dev-cats-example-com-{UID}.json",
                                        f"kdra.dev-{UID}.json"])
     assert ready(node) == [("gpu-0", "True"), ("kitten-0", "True")]
+
+
+def test_holder_index_follows_every_checkpoint_change() -> None:
+    from kdra.domain.nodeprep import Checkpoint, ClaimEntry
+    from kdra.services.agent.prepare import HolderIndex
+
+    index = HolderIndex()
+
+    def held(node: str, *claims: tuple[str, str, str]) -> Checkpoint:
+        checkpoint = Checkpoint(node)
+        for uid, namespace, name in claims:
+            checkpoint = checkpoint.with_entry(
+                ClaimEntry(ClaimRef(uid, namespace, name), "prepared", (), ()))
+        return checkpoint
+
+    a1 = held("a", ("u1", "ns", "c1"), ("u2", "ns", "c2"))
+    b1 = held("b", ("u3", "ns", "c1"))
+    index.update("a", None, a1)
+    index.update("b", None, b1)
+    assert index.nodes("ns", "c1") == {"a", "b"}
+    assert index.nodes("ns", "c2") == {"a"}
+    index.update("a", a1, held("a", ("u2", "ns", "c2")))  # c1 unprepared on a
+    assert index.nodes("ns", "c1") == {"b"}
+    index.update("b", b1, held("b"))
+    assert index.nodes("ns", "c1") == set()
+    assert index._nodes == {("ns", "c2"): {"a"}}  # nothing left behind for gone claims
+    result = index.nodes("ns", "c2")
+    result.add("z")  # a copy: callers cannot corrupt the index
+    assert index.nodes("ns", "c2") == {"a"}

@@ -69,18 +69,45 @@ PAUSE_ENV = "KDRA_AGENT_PAUSE_AFTER"
 PAUSE_POINTS = ("checkpoint-preparing", "cdi-written", "checkpoint-prepared", "cdi-removed")
 
 
+class HolderIndex:
+    """Which nodes' checkpoints hold a claim (namespace, name), across every node a process
+    serves — so a claim event costs a lookup, not a scan of hundreds of checkpoints.
+    Always equal to what the Preparers' checkpoints say (they update it on every change)."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[tuple[str, str], set[str]] = {}
+
+    def update(self, node: str, old: Checkpoint | None, new: Checkpoint) -> None:
+        before = {(e.claim.namespace, e.claim.name) for e in old.claims.values()} if old else set()
+        after = {(e.claim.namespace, e.claim.name) for e in new.claims.values()}
+        for key in before - after:
+            nodes = self._nodes.get(key)
+            if nodes is not None:
+                nodes.discard(node)
+                if not nodes:
+                    del self._nodes[key]
+        for key in after - before:
+            self._nodes.setdefault(key, set()).add(node)
+
+    def nodes(self, namespace: str, name: str) -> set[str]:
+        return set(self._nodes.get((namespace, name), ()))
+
+
 class Preparer:
     """Prepares claims for one node. ``inventory`` gives the node's current devices."""
 
     def __init__(self, client: KubeClient, node: str, *, cdi: CdiDir,
                  checkpoint_file: CheckpointFile, inventory: Callable[[], Inventory],
-                 drivers: Callable[[], Sequence[str]]) -> None:
+                 drivers: Callable[[], Sequence[str]],
+                 holders: HolderIndex | None = None) -> None:
         self.client = client
         self.node = node
         self.cdi = cdi
         self.file = checkpoint_file
         self.inventory = inventory
         self.drivers = drivers
+        self.holders = holders or HolderIndex()
+        self._checkpoint: Checkpoint | None = None
         self.checkpoint = Checkpoint(node)
         self._write_lock = asyncio.Lock()
         self.pause_after = os.environ.get(PAUSE_ENV, "")
@@ -102,6 +129,17 @@ class Preparer:
             log.info("node %s: checkpoint has %d claim(s) (%d prepared, %d preparing)",
                      self.node, len(states), states.count("prepared"), states.count("preparing"))
         return [(e.claim.namespace, e.claim.name) for e in self.checkpoint.claims.values()]
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        """The node's state (what the checkpoint file holds, or is about to)."""
+        assert self._checkpoint is not None
+        return self._checkpoint
+
+    @checkpoint.setter
+    def checkpoint(self, new: Checkpoint) -> None:
+        self.holders.update(self.node, self._checkpoint, new)
+        self._checkpoint = new
 
     @property
     def prepared_count(self) -> int:

@@ -54,7 +54,7 @@ from kdra.services.agent.discovery import (
     NvmlDiscovery,
 )
 from kdra.services.agent.heartbeat import Heartbeat
-from kdra.services.agent.prepare import Preparer
+from kdra.services.agent.prepare import HolderIndex, Preparer
 from kdra.services.agent.publisher import SlicePublisher
 from kdra.services.store import JSON, Key, key_of
 from kdra.services.workqueue import WorkQueue
@@ -74,7 +74,7 @@ class NodeAgent:
     """Everything the agent does for one node."""
 
     def __init__(self, client: KubeClient, settings: AgentSettings, node: str,
-                 discovery: Discovery, identity: str) -> None:
+                 discovery: Discovery, identity: str, holders: HolderIndex) -> None:
         self.client = client
         self.settings = settings
         self.node = node
@@ -87,7 +87,8 @@ class NodeAgent:
         self.preparer = Preparer(
             client, node, cdi=CdiDir(Path(settings.cdi_dir)),
             checkpoint_file=CheckpointFile(Path(settings.state_dir), node),
-            inventory=lambda: self.inventory, drivers=lambda: self.claim_drivers)
+            inventory=lambda: self.inventory, drivers=lambda: self.claim_drivers,
+            holders=holders)
 
     @property
     def drivers(self) -> tuple[str, ...]:
@@ -173,7 +174,8 @@ class AgentRunner:
         self.settings = settings
         self.discovery = discovery
         identity = settings.identity or f"{socket.gethostname()}-{os.getpid()}"
-        self.nodes = {node: NodeAgent(client, settings, node, discovery, identity)
+        self.holders = HolderIndex()
+        self.nodes = {node: NodeAgent(client, settings, node, discovery, identity, self.holders)
                       for node in nodes}
         self.claims: dict[Key, JSON] = {}
         self._prepared: dict[str, int] = {}  # node → prepared claims (the gauge's parts)
@@ -251,7 +253,7 @@ class AgentRunner:
 
     def _holders(self, key: Key) -> set[str]:
         """Nodes whose checkpoint holds a claim of this namespace/name."""
-        return {node for node, agent in self.nodes.items() if agent.preparer.holds(*key)}
+        return self.holders.nodes(*key)
 
     def _on_claim(self, event: str, claim: JSON) -> None:
         key = key_of(claim)
