@@ -471,7 +471,7 @@ class Profiler:
             path = self.out / f"{tag}-{proc.name}.txt"
             popen = subprocess.Popen(
                 [spy, "record", "--pid", str(proc.pid), "--format", "raw", "--rate", "50",
-                 "--nonblocking", "-o", str(path)],
+                 "--nonblocking", "--gil", "-o", str(path)],  # GIL holders: ~CPU, not I/O waits
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
             self.running.append((proc.name, popen, path))
 
@@ -888,6 +888,22 @@ def sweep_table(swept: list[tuple[int, Result]]) -> str:
     return "\n".join(rows)
 
 
+BEGIN = "<!-- bench/scale.py report: begin (generated; edits inside are overwritten) -->"
+END = "<!-- bench/scale.py report: end -->"
+
+
+def write_block(path: Path, text: str) -> None:
+    """Write the report into ``path`` between the BEGIN/END markers when it has them (the
+    rest of the file — prose, history — is kept), else as the whole file."""
+    current = path.read_text() if path.exists() else ""
+    if BEGIN in current and END in current:
+        head, rest = current.split(BEGIN, 1)
+        tail = rest.split(END, 1)[1]
+        path.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}")
+    else:
+        path.write_text(f"{BEGIN}\n{text}\n{END}\n")
+
+
 def machine() -> str:
     """Cores, CPU model and memory of this machine, for the report."""
     model = "unknown CPU"
@@ -984,7 +1000,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.markdown:
             command = "bench/scale.py " + " ".join(argv if argv is not None else sys.argv[1:])
             elapsed = time.monotonic() - started
-            args.markdown.write_text("\n".join([
+            write_block(args.markdown, "\n".join([
                 f"Run: `.venv/bin/python {command}` — {time.strftime('%Y-%m-%d %H:%M %Z')}, "
                 f"commit `{commit}`, {elapsed / 60:.0f} min"
                 f"{'' if final else ' so far (still running)'}.  ",

@@ -157,6 +157,7 @@ class Binder:
         self.nodes = Store("Node")
         self._views: list[NodeView] | None = None  # the nodes parsed for the filters, by name
         self._next_start = 0  # where the next spread search starts (kube-scheduler's rotation)
+        self._parsed: dict[str, tuple[str, ResourceClaim]] = {}  # uid → (version, parsed)
         self.slices = Store("ResourceSlice", {"pool": lambda s: [
             f"{s['spec'].get('driver')}/{s['spec'].get('pool', {}).get('name')}"]})
         self.snapshot = Snapshot()
@@ -250,6 +251,7 @@ class Binder:
         had = len(before)
         if event_type == "DELETED":
             self.snapshot.remove_claim(f"{key[0]}/{key[1]}")
+            self._parsed.pop(claim["metadata"].get("uid", ""), None)
         else:
             self._snapshot_claim(claim)
         waiting = self.waiting_for_claim.pop(key, set())
@@ -302,9 +304,21 @@ class Binder:
                 self.snapshot.remove_class(name)
         self._wake()
 
+    def _parse(self, claim: JSON) -> ResourceClaim:
+        """``parse_claim``, once per claim version (a version is parsed on its watch event,
+        after the binder's own write, and per scheduling attempt otherwise)."""
+        meta = claim["metadata"]
+        uid, version = meta.get("uid", ""), meta.get("resourceVersion", "")
+        cached = self._parsed.get(uid)
+        if cached is not None and cached[0] == version and version:
+            return cached[1]
+        parsed = parse_claim(claim)
+        self._parsed[uid] = (version, parsed)
+        return parsed
+
     def _snapshot_claim(self, claim: JSON) -> None:
         try:
-            self.snapshot.upsert_claim(parse_claim(claim))
+            self.snapshot.upsert_claim(self._parse(claim))
         except InvalidObject as exc:
             log.warning("claim %s/%s not usable: %s", *key_of(claim), exc)
 
@@ -394,7 +408,7 @@ class Binder:
                 return "unschedulable"
             resolved.append((entry, name, raw))
         try:
-            parsed = [parse_claim(raw) for _, _, raw in resolved]
+            parsed = [self._parse(raw) for _, _, raw in resolved]
         except InvalidObject as exc:
             await self._unschedulable(pod, f"invalid claim: {exc}")
             return "unschedulable"
