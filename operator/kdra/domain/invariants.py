@@ -17,9 +17,11 @@ sentence naming the objects. The rules (``Violation.rule``):
 ``stale-reservation``
     No claim is reserved for a pod that is gone (no pod of that name, or another UID).
 ``unreserved-allocation``
-    No claim stays allocated with an empty ``reservedFor`` (its devices would leak: the binder
-    writes allocation and reservation together, the claim controller deallocates a claim
-    whose last reservation went away).
+    No claim that kdra allocated (it carries kdra's finalizer) stays allocated with an empty
+    ``reservedFor`` (its devices would leak: the binder writes allocation and reservation
+    together, the claim controller deallocates a claim whose last reservation went away).
+    An allocation someone else wrote and nobody reserves is left alone, as upstream does
+    (e.g. scheduler_perf's pre-allocated claims).
 ``orphan-slice``
     No ResourceSlice names (``spec.nodeName``) a Node that does not exist.
 ``stale-slice``
@@ -61,6 +63,7 @@ from kdra.domain.nodeprep import (
 )
 from kdra.domain.podclaims import (
     CLAIMS_ANNOTATION,
+    FINALIZER,
     SCHEDULER_NAME,
     claim_statuses,
     pod_claims,
@@ -301,7 +304,8 @@ def _stale_reservations(pods: Sequence[JSON], claims: Sequence[JSON]) -> list[Vi
                 found.append(Violation("stale-reservation", f"claim {_name(claim)} is reserved "
                                        f"for pod {namespace}/{ref.get('name')} uid "
                                        f"{ref.get('uid')}, replaced by uid {current}"))
-        if _allocation(claim) is not None and not reserved:
+        if _allocation(claim) is not None and not reserved and FINALIZER in (
+                claim.get("metadata", {}).get("finalizers") or ()):
             found.append(Violation("unreserved-allocation", f"claim {_name(claim)} is "
                                    "allocated but reserved for no one"))
     return found

@@ -295,10 +295,12 @@ class ClaimController:
         deleting = bool(claim["metadata"].get("deletionTimestamp"))
         allocated = bool(status.get("allocation"))
         deallocated = False
-        # Also an allocation nobody reserves (a binder died between its writes, or rolled back
-        # part of them): the binder writes allocation and reservation in one update, so an
-        # unreserved allocation is never in use.
-        if len(valid) != len(reserved) or (allocated and not valid):
+        # Also an allocation kdra wrote (its finalizer is on the claim) that nobody reserves (a
+        # binder died between its writes, or rolled back part of them): the binder writes
+        # allocation and reservation in one update, so it is not in use. An unreserved
+        # allocation someone else wrote (no kdra finalizer) is left alone, as upstream does.
+        ours = FINALIZER in (claim["metadata"].get("finalizers") or [])
+        if len(valid) != len(reserved) or (allocated and not valid and ours):
             body = copy.deepcopy(claim)
             body.setdefault("status", {})["reservedFor"] = valid
             if not valid:

@@ -11,7 +11,7 @@ import pytest
 
 from kdra.domain.invariants import NodeLocal, Violation, check
 from kdra.domain.nodeprep import CLAIM_UID_ANNOTATION, NODE_ANNOTATION, cdi_file_name
-from kdra.domain.podclaims import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION
+from kdra.domain.podclaims import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION, FINALIZER
 
 GPU = "gpu.kdra.dev"
 NS = "ns"
@@ -183,10 +183,18 @@ def test_stale_reservation_for_a_gone_or_replaced_pod() -> None:
 
 def test_unreserved_allocation() -> None:
     state = healthy()
-    state["claims"].append(claim("leak", ["gpu-1"], reserved=[]))
+    leak = claim("leak", ["gpu-1"], reserved=[])
+    leak["metadata"]["finalizers"] = [FINALIZER]  # kdra allocated it
+    state["claims"].append(leak)
     found = check(**state)
     assert rules(found) == ["unreserved-allocation"]
     assert "ns/leak" in found[0].message
+
+
+def test_an_unreserved_allocation_someone_else_wrote_is_not_a_leak() -> None:
+    state = healthy()
+    state["claims"].append(claim("preallocated", ["gpu-1"], reserved=[]))  # no finalizer
+    assert check(**state) == []
 
 
 # --------------------------------------------------------------------------- slices
