@@ -77,7 +77,6 @@ from kdra.domain.scheduling import (
 )
 from kdra.kube.client import CLAIMS, PODS, ApiError, Conflict, KubeClient, NotFound
 from kdra.kube.events import EventRecorder
-from kdra.services.claim_controller import find_generated
 from kdra.services.store import JSON, Key, Store, key_of
 
 log = logging.getLogger(__name__)
@@ -254,11 +253,7 @@ class Binder:
             self._parsed.pop(claim["metadata"].get("uid", ""), None)
         else:
             self._snapshot_claim(claim)
-        waiting = self.waiting_for_claim.pop(key, set())
-        if event_type == "ADDED":  # a claim just generated for a pending pod
-            waiting |= {(key[0], ref["name"]) for ref in
-                        claim["metadata"].get("ownerReferences") or () if ref.get("controller")}
-        for pod_key in waiting:
+        for pod_key in self.waiting_for_claim.pop(key, set()):
             pod = self.pending.get(pod_key)
             if pod is not None and pod_key not in self.binding:
                 self.queue.add(pod_key, pod)
@@ -384,13 +379,11 @@ class Binder:
         recorded = claim_statuses(pod)
         resolved: list[tuple[PodClaim, str, JSON]] = []
         for entry in entries:
-            name = entry.resource_claim_name
-            if name is None:
-                # A generated claim is used as soon as it is in the cache, before the claim
-                # controller's write of the pod's claim-statuses annotation arrives (that
-                # write is then off the pod's critical path).
-                generated = find_generated(self.claims, pod, entry, recorded.get(entry.name))
-                name = generated["metadata"]["name"] if generated else None
+            # A generated claim only once the pod's claim-statuses annotation names it: two
+            # claim controllers (two active operators) may each have generated one, and the
+            # annotation decides which is the pod's (using the one found by owner first bound
+            # pods with the other claim, in tests/e2e/test_chaos.py).
+            name = entry.resource_claim_name or recorded.get(entry.name)
             raw = self.claims.get((namespace, name)) if name else None
             if name is None or raw is None:
                 if name:
