@@ -63,10 +63,10 @@ from kdra.domain.nodeprep import (
 )
 from kdra.domain.podclaims import (
     CLAIMS_ANNOTATION,
-    FINALIZER,
     SCHEDULER_NAME,
     claim_statuses,
     pod_claims,
+    protected_by_kdra,
 )
 from kdra.domain.timestamps import parse_time
 
@@ -304,8 +304,7 @@ def _stale_reservations(pods: Sequence[JSON], claims: Sequence[JSON]) -> list[Vi
                 found.append(Violation("stale-reservation", f"claim {_name(claim)} is reserved "
                                        f"for pod {namespace}/{ref.get('name')} uid "
                                        f"{ref.get('uid')}, replaced by uid {current}"))
-        if _allocation(claim) is not None and not reserved and FINALIZER in (
-                claim.get("metadata", {}).get("finalizers") or ()):
+        if _allocation(claim) is not None and not reserved and protected_by_kdra(claim):
             found.append(Violation("unreserved-allocation", f"claim {_name(claim)} is "
                                    "allocated but reserved for no one"))
     return found

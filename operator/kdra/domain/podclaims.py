@@ -176,6 +176,12 @@ def pod_ref(pod: Mapping[str, Any]) -> dict[str, str]:
     return {"apiGroup": "", "resource": "pods", "name": meta["name"], "uid": meta["uid"]}
 
 
+def protected_by_kdra(claim: Mapping[str, Any]) -> bool:
+    """Whether the claim carries kdra's finalizer: kdra generated it or allocated it (the
+    binder adds the finalizer before it writes an allocation)."""
+    return FINALIZER in (claim.get("metadata", {}).get("finalizers") or ())
+
+
 def owned_by(claim: Mapping[str, Any], pod_uid: str) -> bool:
     """Whether ``claim`` is controller-owned by the pod with ``pod_uid``."""
     return any(

@@ -381,8 +381,7 @@ class Binder:
         for entry in entries:
             # A generated claim only once the pod's claim-statuses annotation names it: two
             # claim controllers (two active operators) may each have generated one, and the
-            # annotation decides which is the pod's (using the one found by owner first bound
-            # pods with the other claim, in tests/e2e/test_chaos.py).
+            # annotation decides which one is the pod's.
             name = entry.resource_claim_name or recorded.get(entry.name)
             raw = self.claims.get((namespace, name)) if name else None
             if name is None or raw is None:

@@ -44,6 +44,7 @@ from kdra.domain.podclaims import (
     pod_claims,
     pod_is_done,
     pod_ref,
+    protected_by_kdra,
 )
 from kdra.kube.client import CLAIMS, PODS, ApiError, Conflict, KubeClient, NotFound
 from kdra.kube.events import EventRecorder
@@ -76,24 +77,6 @@ def _template_refs(pod: JSON) -> list[str]:
 def claim_store() -> Store:
     """The claims cache with the indexes the controller and binder use."""
     return Store("ResourceClaim", {"owner": _owner_uids, "reserved": _reserved_uids})
-
-
-def find_generated(claims: Store, pod: JSON, entry: PodClaim,
-                   recorded: str | None) -> JSON | None:
-    """The claim generated for the pod's template ``entry``: the one its claim-statuses
-    annotation records (``recorded``), else the one the pod controls whose pod-claim-name
-    annotation names the entry (as upstream's resourceclaim controller looks it up, so a
-    claim created just before a crash — or before the pod's annotation is written — is found)."""
-    namespace, uid = pod["metadata"]["namespace"], pod["metadata"]["uid"]
-    if recorded:
-        claim = claims.get((namespace, recorded))
-        if claim is not None and owned_by(claim, uid):
-            return claim
-    for claim in claims.index("owner", uid):
-        annotations = claim["metadata"].get("annotations") or {}
-        if annotations.get(POD_CLAIM_NAME_ANNOTATION) == entry.name and owned_by(claim, uid):
-            return claim
-    return None
 
 
 def pod_store() -> Store:
@@ -200,7 +183,7 @@ class ClaimController:
             if entry.resource_claim_name is not None:
                 names[entry.name] = entry.resource_claim_name
                 continue
-            claim = find_generated(self.claims, pod, entry, recorded.get(entry.name))
+            claim = self._find_generated(pod, entry, recorded.get(entry.name))
             if claim is None:
                 claim = await self._create_claim(pod, entry)
             if claim is None:
@@ -214,6 +197,22 @@ class ClaimController:
         if pod.get("spec", {}).get("nodeName"):
             for claim_name in names.values():
                 await self._ensure_reserved(pod, claim_name)
+
+    def _find_generated(self, pod: JSON, entry: PodClaim, recorded: str | None) -> JSON | None:
+        """The claim generated for the pod's template ``entry``: the one its claim-statuses
+        annotation records, else the one the pod controls whose pod-claim-name annotation
+        names the entry (as upstream's resourceclaim controller looks it up, so a claim
+        created just before a crash is found, not created twice)."""
+        namespace, uid = pod["metadata"]["namespace"], pod["metadata"]["uid"]
+        if recorded:
+            claim = self.claims.get((namespace, recorded))
+            if claim is not None and owned_by(claim, uid):
+                return claim
+        for claim in self.claims.index("owner", uid):
+            annotations = claim["metadata"].get("annotations") or {}
+            if annotations.get(POD_CLAIM_NAME_ANNOTATION) == entry.name and owned_by(claim, uid):
+                return claim
+        return None
 
     async def _create_claim(self, pod: JSON, entry: PodClaim) -> JSON | None:
         namespace = pod["metadata"]["namespace"]
@@ -299,7 +298,7 @@ class ClaimController:
         # binder died between its writes, or rolled back part of them): the binder writes
         # allocation and reservation in one update, so it is not in use. An unreserved
         # allocation someone else wrote (no kdra finalizer) is left alone, as upstream does.
-        ours = FINALIZER in (claim["metadata"].get("finalizers") or [])
+        ours = protected_by_kdra(claim)
         if len(valid) != len(reserved) or (allocated and not valid and ours):
             body = copy.deepcopy(claim)
             body.setdefault("status", {})["reservedFor"] = valid

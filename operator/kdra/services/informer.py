@@ -44,7 +44,6 @@ class Informer:
         self.label_selector = label_selector
         self.known: dict[Key, JSON] = {}
         self.synced = asyncio.Event()  # set after the first list was delivered
-        self.events = 0
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -81,7 +80,6 @@ class Informer:
             self.known.pop(key, None)
         else:
             self.known[key] = obj
-        self.events += 1
         try:
             self.handler(event, obj)
         except Exception:  # one bad object must not stop the watch

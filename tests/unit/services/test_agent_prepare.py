@@ -304,8 +304,8 @@ def test_holder_index_follows_every_checkpoint_change() -> None:
 
     a1 = held("a", ("u1", "ns", "c1"), ("u2", "ns", "c2"))
     b1 = held("b", ("u3", "ns", "c1"))
-    index.update("a", None, a1)
-    index.update("b", None, b1)
+    index.update("a", Checkpoint("a"), a1)
+    index.update("b", Checkpoint("b"), b1)
     assert index.nodes("ns", "c1") == {"a", "b"}
     assert index.nodes("ns", "c2") == {"a"}
     index.update("a", a1, held("a", ("u2", "ns", "c2")))  # c1 unprepared on a

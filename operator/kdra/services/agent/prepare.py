@@ -77,8 +77,8 @@ class HolderIndex:
     def __init__(self) -> None:
         self._nodes: dict[tuple[str, str], set[str]] = {}
 
-    def update(self, node: str, old: Checkpoint | None, new: Checkpoint) -> None:
-        before = {(e.claim.namespace, e.claim.name) for e in old.claims.values()} if old else set()
+    def update(self, node: str, old: Checkpoint, new: Checkpoint) -> None:
+        before = {(e.claim.namespace, e.claim.name) for e in old.claims.values()}
         after = {(e.claim.namespace, e.claim.name) for e in new.claims.values()}
         for key in before - after:
             nodes = self._nodes.get(key)
@@ -107,8 +107,7 @@ class Preparer:
         self.inventory = inventory
         self.drivers = drivers
         self.holders = holders or HolderIndex()
-        self._checkpoint: Checkpoint | None = None
-        self.checkpoint = Checkpoint(node)
+        self._checkpoint = Checkpoint(node)  # empty: nothing for the holder index yet
         self._write_lock = asyncio.Lock()
         self.pause_after = os.environ.get(PAUSE_ENV, "")
 
@@ -133,7 +132,6 @@ class Preparer:
     @property
     def checkpoint(self) -> Checkpoint:
         """The node's state (what the checkpoint file holds, or is about to)."""
-        assert self._checkpoint is not None
         return self._checkpoint
 
     @checkpoint.setter
@@ -144,9 +142,6 @@ class Preparer:
     @property
     def prepared_count(self) -> int:
         return sum(1 for e in self.checkpoint.claims.values() if e.state == "prepared")
-
-    def holds(self, namespace: str, name: str) -> bool:
-        return bool(self.checkpoint.by_key(namespace, name))
 
     # ------------------------------------------------------------------ sync
 
