@@ -36,6 +36,7 @@ import pytest
 
 from kdra.devenv.controlplane import ControlPlane
 from kdra.domain.invariants import NodeLocal, Violation, check
+from kdra.domain.podclaims import CLAIM_STATUSES_ANNOTATION
 from kdra.handlers.check import read_cluster, read_local
 from tests.e2e import agent_helpers
 from tests.e2e.agent_helpers import SYSTEM_NAMESPACE, Agent, AgentFactory
@@ -193,7 +194,41 @@ class World:
         raise AssertionError(
             f"not settled: {bound_n} bound (expected {expected}), "
             f"{pending_n} pending; {len(found)} violation(s):\n" +
-            "\n".join(map(str, found[:40])))
+            "\n".join(map(str, found[:40])) + "\npending pods:\n" +
+            "\n".join(self.describe_pending()))
+
+    def describe_pending(self, limit: int = 5) -> list[str]:
+        """Why pods are pending, for a failure message: each pod's scheduling condition,
+        recorded claims, and those claims' allocation, reservations and device conditions."""
+        state = self.state()
+        claims = {c["metadata"]["name"]: c for c in state["claims"]}
+        lines = []
+        for pod in [p for p in state["pods"] if not p["spec"].get("nodeName")][:limit]:
+            meta = pod["metadata"]
+            conditions = (pod.get("status") or {}).get("conditions") or []
+            condition: dict[str, Any] = next(
+                (c for c in conditions if c.get("type") == "PodScheduled"), {})
+            recorded = json.loads((meta.get("annotations") or {}).get(
+                CLAIM_STATUSES_ANNOTATION, "{}"))
+            lines.append(f"  {meta['name']} (deleting: {bool(meta.get('deletionTimestamp'))}) "
+                         f"scheduled={condition.get('status')} {condition.get('message', '')!r} "
+                         f"claims={recorded}")
+            for name in recorded.values():
+                claim = claims.get(name)
+                if claim is None:
+                    lines.append(f"    {name}: missing")
+                    continue
+                status = claim.get("status") or {}
+                devices = [(d.get("device"), [(c.get("reason"), c.get("status"))
+                                              for c in d.get("conditions") or []])
+                           for d in status.get("devices") or []]
+                lines.append(
+                    f"    {name}: deleting={bool(claim['metadata'].get('deletionTimestamp'))} "
+                    f"finalizers={claim['metadata'].get('finalizers')} "
+                    f"allocated={bool(status.get('allocation'))} "
+                    f"reservedFor={[r.get('name') for r in status.get('reservedFor') or []]} "
+                    f"devices={devices}")
+        return lines
 
     def release_all(self, timeout: float = 150) -> None:
         """Force-delete every pod; wait until all allocations are released."""

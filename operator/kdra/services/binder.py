@@ -40,6 +40,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import aiohttp
 
@@ -134,6 +135,14 @@ class _PodQueue:
         return key
 
 
+class _Failure(NamedTuple):
+    """Why an attempt's devices were not prepared; ``node_fault``: the node is to blame (so
+    the pod avoids it for a while), not a race with another writer."""
+
+    message: str
+    node_fault: bool
+
+
 @dataclass
 class _Attempt:
     """One pod's allocation, written and waiting for prepare + bind."""
@@ -143,6 +152,10 @@ class _Attempt:
     claims: list[tuple[PodClaim, str]]  # pod claim entry, claim name
     allocated_here: list[str] = field(default_factory=list)  # claim names this attempt allocated
     reserved_here: list[str] = field(default_factory=list)  # claims this attempt reserved
+    # The allocation each claim had when this attempt wrote or built on it. The attempt binds
+    # only on exactly these allocations, and undoes nothing once a claim's allocation differs
+    # (another binder's work).
+    expected: dict[str, JSON] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
 
 
@@ -503,8 +516,10 @@ class Binder:
                 result = results.get(claim.key)
                 if result is None and any(r.uid == pod["metadata"]["uid"]
                                           for r in claim.status.reserved_for):
+                    attempt.expected[name] = (raw.get("status") or {}).get("allocation") or {}
                     continue
-                await self._write_claim(raw, pod, result)
+                written_claim = await self._write_claim(raw, pod, result)
+                attempt.expected[name] = written_claim["status"]["allocation"]
                 attempt.reserved_here.append(name)
                 if result is not None:
                     attempt.allocated_here.append(name)
@@ -550,8 +565,9 @@ class Binder:
             return
         await self._prepare_and_bind(key, attempt)
 
-    async def _write_claim(self, raw: JSON, pod: JSON, result: AllocationResult | None) -> None:
-        """Add the finalizer (if missing), then allocation (if new) + reservation."""
+    async def _write_claim(self, raw: JSON, pod: JSON, result: AllocationResult | None) -> JSON:
+        """Add the finalizer (if missing), then allocation (if new) + reservation; returns
+        the claim as written."""
         meta = raw["metadata"]
         body = raw
         if FINALIZER not in (meta.get("finalizers") or []):
@@ -570,13 +586,21 @@ class Binder:
         updated = await self.client.replace_status(CLAIMS, body)
         self.claims.upsert(updated)
         self._snapshot_claim(updated)
+        return updated
 
     async def _roll_back(self, attempt: _Attempt, *, every_claim: bool = False) -> None:
         """Undo the reservations this attempt wrote (never one another binder wrote for the same
         pod); deallocate claims it allocated, if no one else uses them meanwhile. Best effort,
         never raising for an API or connection error: the pod's next attempt builds on what is
         left (its reservation, the allocation), and the claim controller releases leftovers
-        once the pod is gone."""
+        once the pod is gone.
+
+        Invariant (two binders may be active at once): a binder binds a pod only after it saw
+        every claim, at some resourceVersion, with the allocation it expects, the pod in
+        ``reservedFor`` and every device Ready; a roll-back writes only at a resourceVersion
+        where the claim still has this attempt's allocation and is *not* Ready. Ready stays
+        until the allocation is cleared, so the two never both succeed on one claim: a
+        prepared claim stays with its pod (whose next attempt builds on it)."""
         namespace = attempt.pod["metadata"]["namespace"]
         uid = attempt.pod["metadata"]["uid"]
         # A failed write undoes only what this attempt wrote (another binder may have reserved
@@ -584,22 +608,29 @@ class Binder:
         # every claim of the attempt, including reservations an earlier attempt left behind.
         names = [name for _, name in attempt.claims] if every_claim else attempt.reserved_here
         for name in names:
+            expected = attempt.expected.get(name)
+            if expected is None:
+                continue  # never written nor built on by this attempt
             try:
-                await self._release_claim(namespace, name, uid,
+                await self._release_claim(namespace, name, uid, expected,
                                           deallocate=name in attempt.allocated_here)
             except (ApiError, OSError, aiohttp.ClientError) as exc:
                 log.warning("pod %s/%s: rolling back claim %s failed (%s); left for the next "
                             "attempt", namespace, attempt.pod["metadata"]["name"], name, exc)
 
-    async def _release_claim(self, namespace: str, name: str, uid: str, *,
+    async def _release_claim(self, namespace: str, name: str, uid: str, expected: JSON, *,
                              deallocate: bool) -> None:
         """Drop pod ``uid`` from the claim's ``reservedFor``; deallocate it if ``deallocate``
-        and no one else is left. Re-reads and retries on Conflict (5 tries)."""
+        and no one else is left. Only while the claim still has the ``expected`` allocation
+        and its devices are not Ready (see ``_roll_back``); re-reads and retries on Conflict
+        (5 tries)."""
         for _ in range(5):
             raw = self.claims.get((namespace, name))
             if raw is None:
                 return
             status = raw.get("status") or {}
+            if status.get("allocation") != expected or _prepared(raw) is True:
+                return  # someone else's allocation now, or prepared: a binder may bind on it
             reserved = status.get("reservedFor") or []
             keep = [r for r in reserved if r.get("uid") != uid]
             if len(keep) == len(reserved):
@@ -633,12 +664,12 @@ class Binder:
             failure = await self._wait_prepared(namespace, attempt)
             if failure is not None:
                 await self._roll_back(attempt, every_claim=True)
-                # DeviceBusy: another claim got the device first (e.g. a second binder); the
-                # node itself is fine, so avoid it only briefly.
-                hold = 5.0 if "DeviceBusy" in failure else self.settings.exclude_after_failure
+                # Not the node's fault (DeviceBusy: another claim got the device first, e.g.
+                # a second binder's; the claim changed under us): avoid the node only briefly.
+                hold = self.settings.exclude_after_failure if failure.node_fault else 5.0
                 self.excluded[key][node] = time.monotonic() + hold
                 await self.events.warn(pod, "FailedPrepare", f"devices on node {node!r} were "
-                                       f"not prepared: {failure}; trying another node")
+                                       f"not prepared: {failure.message}; trying another node")
                 metrics.record_schedule_attempt("prepare-failed", 0.0)
                 return
             try:
@@ -671,24 +702,31 @@ class Binder:
             if current is not None and not current.get("spec", {}).get("nodeName"):
                 self.queue.add(key, current)
 
-    async def _wait_prepared(self, namespace: str, attempt: _Attempt) -> str | None:
+    async def _wait_prepared(self, namespace: str, attempt: _Attempt) -> _Failure | None:
         """None once every allocated device is Ready; else why not (failure or timeout)."""
         deadline = attempt.started + self.settings.prepare_timeout
+        uid = attempt.pod["metadata"]["uid"]
         for _, name in attempt.claims:
             key = (namespace, name)
             while True:
                 raw = self.claims.get(key)
                 if raw is None:
-                    return f"claim {name!r} was deleted"
+                    return _Failure(f"claim {name!r} was deleted", node_fault=False)
+                status = raw.get("status") or {}
+                if status.get("allocation") != attempt.expected.get(name) or not any(
+                        r.get("uid") == uid for r in status.get("reservedFor") or []):
+                    return _Failure(f"claim {name!r} was released or allocated anew by another "
+                                    "writer meanwhile", node_fault=False)
                 state = _prepared(raw)
                 if state is True:
                     break
                 if isinstance(state, str):
-                    return state
+                    return _Failure(state, node_fault="DeviceBusy" not in state)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    return (f"timed out after {self.settings.prepare_timeout:.0f}s waiting for "
-                            f"the node agent to report the devices of claim {name!r} Ready")
+                    return _Failure(f"timed out after {self.settings.prepare_timeout:.0f}s "
+                                    "waiting for the node agent to report the devices of claim "
+                                    f"{name!r} Ready", node_fault=True)
                 event = self._claim_changed.setdefault(key, asyncio.Event())
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(event.wait(), timeout=min(remaining, 5.0))

@@ -183,7 +183,7 @@ class ClaimController:
             if entry.resource_claim_name is not None:
                 names[entry.name] = entry.resource_claim_name
                 continue
-            claim = self._find_generated(pod, entry, recorded.get(entry.name))
+            claim = await self._find_generated(pod, entry, recorded.get(entry.name))
             if claim is None:
                 claim = await self._create_claim(pod, entry)
             if claim is None:
@@ -198,14 +198,24 @@ class ClaimController:
             for claim_name in names.values():
                 await self._ensure_reserved(pod, claim_name)
 
-    def _find_generated(self, pod: JSON, entry: PodClaim, recorded: str | None) -> JSON | None:
+    async def _find_generated(self, pod: JSON, entry: PodClaim,
+                              recorded: str | None) -> JSON | None:
         """The claim generated for the pod's template ``entry``: the one its claim-statuses
         annotation records, else the one the pod controls whose pod-claim-name annotation
         names the entry (as upstream's resourceclaim controller looks it up, so a claim
-        created just before a crash is found, not created twice)."""
+        created just before a crash is found, not created twice).
+
+        A recorded claim missing from the cache is asked for at the API server: the cache may
+        lag (the claim was just created by another replica), and replacing a recorded name
+        would take a pod's claim away from under a binder binding it."""
         namespace, uid = pod["metadata"]["namespace"], pod["metadata"]["uid"]
         if recorded:
             claim = self.claims.get((namespace, recorded))
+            if claim is None:
+                try:
+                    claim = await self.client.get(CLAIMS, recorded, namespace)
+                except NotFound:
+                    claim = None  # deleted: the pod gets a new one (below)
             if claim is not None and owned_by(claim, uid):
                 return claim
         for claim in self.claims.index("owner", uid):

@@ -7,18 +7,24 @@ Invariants:
   recomputed from the object on every add, update and delete.
 - ``prime(items)`` fills the store from a LIST before workers start, so a controller never
   mistakes "not seen yet" for "does not exist" right after a restart.
+- A deleted object never comes back: controllers also upsert the responses of their own
+  writes, which may arrive after the object's DELETED event (removing the last finalizer
+  returns the object, then the API server deletes it). An upsert of a UID the store saw
+  deleted (the last ``TOMBSTONES`` deletions are remembered) is ignored.
 - Objects are raw API dicts and must be treated as read-only.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 JSON = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)
 IndexFn = Callable[[JSON], Iterable[str]]
+
+TOMBSTONES = 4096  # deleted UIDs remembered, so a late write response cannot resurrect one
 
 
 def key_of(obj: JSON) -> Key:
@@ -44,6 +50,7 @@ class Store:
         self._indexes: dict[str, defaultdict[str, set[Key]]] = {
             name: defaultdict(set) for name in self._index_fns
         }
+        self._deleted: OrderedDict[str, None] = OrderedDict()  # UIDs, oldest first
 
     def __len__(self) -> int:
         return len(self._objects)
@@ -64,12 +71,15 @@ class Store:
     def apply(self, event_type: str | None, obj: JSON) -> JSON | None:
         """Apply one watch event; returns the previously cached version (or None)."""
         if event_type == "DELETED":
+            self._bury(obj.get("metadata", {}).get("uid"))
             return self.delete(key_of(obj))
         return self.upsert(obj)
 
     def upsert(self, obj: JSON) -> JSON | None:
         key = key_of(obj)
         old = self._objects.get(key)
+        if obj.get("metadata", {}).get("uid") in self._deleted:
+            return old
         new_rv, old_rv = _rv(obj), _rv(old)
         if old is not None and new_rv is not None and old_rv is not None and new_rv < old_rv:
             return old
@@ -85,7 +95,15 @@ class Store:
         old = self._objects.pop(key, None)
         if old is not None:
             self._unindex(key, old)
+            self._bury(old.get("metadata", {}).get("uid"))
         return old
+
+    def _bury(self, uid: str | None) -> None:
+        if uid:
+            self._deleted[uid] = None
+            self._deleted.move_to_end(uid)
+            if len(self._deleted) > TOMBSTONES:
+                self._deleted.popitem(last=False)
 
     def _unindex(self, key: Key, obj: JSON) -> None:
         for name, fn in self._index_fns.items():

@@ -25,7 +25,10 @@ def raw_claim(name: str) -> dict[str, Any]:
                          "resourceVersion": "1", "finalizers": [FINALIZER]},
             "spec": {"devices": {"requests": [{"name": "gpu",
                                                "deviceClassName": "gpu.kdra.dev"}]}},
-            "status": {}}
+            # Allocated (a shared claim, say), not yet prepared: the pod only reserves it.
+            "status": {"allocation": {"devices": {"results": [
+                {"request": "gpu", "driver": "gpu.kdra.dev", "pool": "node-1",
+                 "device": f"gpu-{name}"}]}}}}
 
 
 POD = {"apiVersion": "v1", "kind": "Pod",

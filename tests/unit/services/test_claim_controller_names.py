@@ -1,0 +1,94 @@
+"""The claim controller never replaces the claim name a pod already records: another
+operator replica may have generated that claim a moment ago (so this replica's cache lacks it),
+and a binder may be binding the pod on it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from kdra.domain.podclaims import (
+    CLAIM_STATUSES_ANNOTATION,
+    CLAIMS_ANNOTATION,
+    POD_CLAIM_NAME_ANNOTATION,
+)
+from kdra.kube.client import NotFound, Resource
+from kdra.kube.events import EventRecorder
+from kdra.services.claim_controller import ClaimController, claim_store, pod_store
+from kdra.services.store import Store
+
+NS = "ns"
+POD = {"apiVersion": "v1", "kind": "Pod",
+       "metadata": {"name": "p", "namespace": NS, "uid": "uid-p", "resourceVersion": "5",
+                    "annotations": {
+                        CLAIMS_ANNOTATION: json.dumps([{"name": "gpu",
+                                                        "resourceClaimTemplateName": "t"}]),
+                        CLAIM_STATUSES_ANNOTATION: json.dumps({"gpu": "p-gpu-one"})}},
+       "spec": {"schedulerName": "kdra-scheduler"}}
+
+
+def generated(name: str) -> dict[str, Any]:
+    return {"apiVersion": "resource.kdra.dev/v1alpha3", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}",
+                         "resourceVersion": "3",
+                         "annotations": {POD_CLAIM_NAME_ANNOTATION: "gpu"},
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p",
+                                              "uid": "uid-p", "controller": True}]},
+            "spec": {"devices": {"requests": []}}, "status": {}}
+
+
+class Server:
+    """The API server as far as this test needs: it has ``claims``; pod patches are recorded."""
+
+    def __init__(self, claims: dict[str, dict[str, Any]]) -> None:
+        self.stored = claims
+        self.patches: list[dict[str, Any]] = []
+        self.created: list[dict[str, Any]] = []
+
+    async def get(self, res: Resource, name: str, namespace: str) -> dict[str, Any]:
+        if name not in self.stored:
+            raise NotFound(404, "NotFound", f"{name} not found")
+        return self.stored[name]
+
+    async def patch(self, res: Resource, name: str, body: dict[str, Any],
+                    namespace: str) -> dict[str, Any]:
+        self.patches.append(body)
+        return POD
+
+    async def create(self, res: Resource, body: dict[str, Any], namespace: str
+                     ) -> dict[str, Any]:
+        self.created.append(body)
+        return {**body, "metadata": {**body["metadata"], "name": "p-gpu-new",
+                                     "uid": "uid-new", "resourceVersion": "9"}}
+
+
+def controller(server: Server, cached: list[dict[str, Any]]) -> ClaimController:
+    claims = claim_store()
+    for claim in cached:
+        claims.upsert(claim)
+    templates = Store("ResourceClaimTemplate")
+    templates.upsert({"metadata": {"name": "t", "namespace": NS, "resourceVersion": "1"},
+                      "spec": {"spec": {"devices": {"requests": []}}}})
+    return ClaimController(server, EventRecorder(server),  # type: ignore[arg-type]
+                           pods=pod_store(), claims=claims, templates=templates)
+
+
+def test_a_recorded_claim_missing_from_the_cache_is_asked_for_not_replaced() -> None:
+    # This replica's cache has only its own duplicate (p-gpu-two); the pod records p-gpu-one,
+    # which the other replica created and the API server has.
+    server = Server({"p-gpu-one": generated("p-gpu-one")})
+    ctrl = controller(server, [generated("p-gpu-two")])
+    asyncio.run(ctrl.sync_pod(POD))
+    assert server.patches == []
+    assert server.created == []
+
+
+def test_a_recorded_claim_that_is_gone_is_generated_again() -> None:
+    server = Server({})
+    ctrl = controller(server, [])
+    asyncio.run(ctrl.sync_pod(POD))
+    assert len(server.created) == 1
+    recorded = json.loads(server.patches[0]["metadata"]["annotations"][
+        CLAIM_STATUSES_ANNOTATION])
+    assert recorded == {"gpu": "p-gpu-new"}
