@@ -229,6 +229,7 @@ class Contender:
 
 class Kdra(Contender):
     name = "kdra"
+    trace_memory: Path | None = None  # run the operator under bench/memtrace.py, dumps here
 
     def claims_path(self, ns: str) -> str:
         return f"/apis/{KDRA_GROUP}/{KDRA_VERSION}/namespaces/{ns}/resourceclaims"
@@ -298,9 +299,13 @@ class Kdra(Contender):
     async def start_scheduler(self, api: Api) -> None:
         self.metrics_port = free_port()
         env = {"KUBECONFIG": str(self.plane.kubeconfig), "KDRA_WEBHOOK_PORT": "0"}
-        operator = Proc("kdra-operator", self._python(
+        command = self._python(
             "operator", "--webhook-port", "0", "--metrics-port", str(self.metrics_port),
-            "--health-port", "0"), self.work / "kdra-operator.log", env).start()
+            "--health-port", "0")
+        if self.trace_memory is not None:  # bench/memtrace.py: tracemalloc, SIGUSR2 dumps
+            command = [sys.executable, str(ROOT / "bench" / "memtrace.py"),
+                       str(self.trace_memory), *command[3:]]
+        operator = Proc("kdra-operator", command, self.work / "kdra-operator.log", env).start()
         self.measured.append(operator)
         await wait_until("kdra operator started",
                          lambda: operator.log_contains("kdra operator started"), 120, [operator])

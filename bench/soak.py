@@ -26,6 +26,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import memtrace
 import scale
 from kapi import Api, cpu_seconds, group_pids, rss_mib
 from kdra.handlers.check import read_local, violations
@@ -154,6 +156,8 @@ async def soak(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     scale.STEADY_IN_FLIGHT = args.pods  # read by scale.steady_workload
     plane = control_plane(work, native_dra=False)
     kdra = Kdra(plane, work, args.nodes)
+    if args.trace_memory:
+        kdra.trace_memory = work / "memtrace"
     nodes = [node_name(i) for i in range(args.nodes)]
     samples: list[Sample] = []
     try:
@@ -168,6 +172,9 @@ async def soak(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                   f"flight, a sample every {args.sample:.0f}s", flush=True)
             started = time.monotonic()
             sampler = asyncio.create_task(sample_every(args.sample, kdra, api, samples, started))
+            if args.trace_memory:
+                loop = asyncio.get_running_loop()
+                loop.call_later(args.warmup, snapshot, kdra)
             params = Params(nodes=args.nodes, init_pods=0, measure_pods=0,
                             duration=args.duration, stall=90.0)
             try:
@@ -177,6 +184,7 @@ async def soak(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 sampler.cancel()
                 await asyncio.gather(sampler, return_exceptions=True)
             dead = [p.name for p in kdra.measured if not p.alive()]
+            growth = traced_growth(kdra) if args.trace_memory and not dead else []
             memory = memory_summary(samples, args.warmup, kdra.measured)
             found = await settled_violations(kdra, api, nodes) if not dead else ["(not run)"]
             tracebacks = {p.name: p.log.read_text(errors="replace").count("Traceback")
@@ -190,12 +198,33 @@ async def soak(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                                                  result.extra.items() if k.startswith("cpu_")},
                 "memory": memory, "violations": len(found), "violation_samples": found[:10],
                 "tracebacks_in_logs": tracebacks, "exited": dead,
+                "operator_memory_growth": growth,
                 "samples": [asdict(s) for s in samples], "work": str(work),
             }
     finally:
         kdra.stop()
         plane.stop()
         shutil.rmtree(work / "etcd-data", ignore_errors=True)
+
+
+def snapshot(kdra: Kdra) -> None:
+    """Ask the traced operator for a tracemalloc snapshot (bench/memtrace.py)."""
+    operator = next(p for p in kdra.measured if p.name == "kdra-operator")
+    os.kill(operator.pid, signal.SIGUSR2)
+
+
+def traced_growth(kdra: Kdra) -> list[str]:
+    """Take the end snapshot; the allocation sites that grew most since the warm-up one."""
+    assert kdra.trace_memory is not None
+    snapshot(kdra)
+    first, last = kdra.trace_memory / "snapshot-1.trace", kdra.trace_memory / "snapshot-2.trace"
+    deadline = time.monotonic() + 120
+    while not last.exists() and time.monotonic() < deadline:
+        time.sleep(1.0)
+    time.sleep(2.0)  # the dump finishes writing
+    if not first.exists() or not last.exists():
+        return ["(no snapshots: the operator did not dump them)"]
+    return memtrace.top_growth(first, last)
 
 
 def print_summary(report: dict[str, Any]) -> None:
@@ -209,6 +238,10 @@ def print_summary(report: dict[str, Any]) -> None:
               f"({mem['growth_pct']:+}%); CPU {mem['cpu_avg_pct']}% on average")
     print(f"invariant violations: {report['violations']}"
           + "".join(f"\n  {v}" for v in report["violation_samples"]))
+    if report.get("operator_memory_growth"):
+        print("operator allocations that grew most after the warm-up (tracemalloc):")
+        for line in report["operator_memory_growth"]:
+            print(f"  {line}")
     print(f"tracebacks in logs: {report['tracebacks_in_logs']}; exited early: "
           f"{report['exited'] or 'none'}")
 
@@ -228,6 +261,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="JSON report (default: soak.json in the work directory)")
     parser.add_argument("--work", type=Path, default=None,
                         help="directory for the control plane and the logs (default: temp)")
+    parser.add_argument("--trace-memory", action="store_true",
+                        help="run the operator under tracemalloc (bench/memtrace.py, slower) "
+                        "and print the allocation sites that grew after the warm-up")
     args = parser.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="kdra-soak-"))
     work.mkdir(parents=True, exist_ok=True)

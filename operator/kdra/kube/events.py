@@ -4,6 +4,9 @@ Invariants:
 - Repeats of the same (object, type, reason, message) within ``window`` seconds update one
   Event's ``count`` instead of creating new ones, like kubelet's correlator: a pod retried
   every second does not flood etcd.
+- Memory is bounded by time, not by how many objects ever had events: an entry older than
+  ``window`` can no longer be counted into, so it is dropped (oldest first, as entries are
+  kept in the order they were first seen); at most ``MAX_TRACKED`` are kept in any case.
 - Emitting never raises: an event is best effort and must not fail the reconcile that sent it.
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from collections import OrderedDict
 from typing import Any
 
 from kdra.domain.timestamps import api_time
@@ -19,6 +23,7 @@ from kdra.kube.client import ApiError, KubeClient, Resource
 
 log = logging.getLogger(__name__)
 CORE_EVENTS = Resource("", "v1", "events", True, "Event")
+MAX_TRACKED = 10_000  # Events whose count this recorder can still raise
 
 
 class EventRecorder:
@@ -27,7 +32,7 @@ class EventRecorder:
         self._client = client
         self._component = component
         self._window = window
-        self._seen: dict[str, tuple[float, int]] = {}
+        self._seen: OrderedDict[str, tuple[float, int]] = OrderedDict()  # by first seen
 
     async def warn(self, obj: dict[str, Any], reason: str, message: str) -> None:
         await self.emit(obj, "Warning", reason, message)
@@ -50,9 +55,9 @@ class EventRecorder:
                 await self._client.patch(CORE_EVENTS, name, {
                     "count": count + 1, "lastTimestamp": api_time()}, namespace)
                 return
+            self._seen.pop(name, None)
             self._seen[name] = (now, 1)
-            if len(self._seen) > 10_000:
-                self._seen.clear()
+            self._expire(now)
             await self._client.create(CORE_EVENTS, {
                 "apiVersion": "v1", "kind": "Event",
                 "metadata": {"name": name, "namespace": namespace},
@@ -72,3 +77,11 @@ class EventRecorder:
             log.debug("event %s on %s not recorded: %s", reason, meta.get("name"), exc)
         except OSError as exc:
             log.debug("event %s not recorded: %s", reason, exc)
+
+    def _expire(self, now: float) -> None:
+        """Forget Events past the window (they get a new Event next time), oldest first."""
+        while self._seen:
+            name, (first, _) = next(iter(self._seen.items()))
+            if now - first < self._window and len(self._seen) <= MAX_TRACKED:
+                return
+            del self._seen[name]
