@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from kdra.devenv.controlplane import ControlPlane
+from kdra.domain.inventory import lease_pools
 from tests.e2e.conftest import get_json
 from tests.e2e.procs import KdraProcess
 
@@ -104,9 +105,19 @@ def generations(plane: ControlPlane, node: str) -> list[int]:
 
 
 def lease(plane: ControlPlane, node: str, driver: str = GPU) -> dict[str, Any] | None:
+    """The heartbeat Lease vouching for ``node``'s ``driver`` pool: the node's own, or the
+    shared Lease of an agent process serving many simulated nodes."""
     result = plane.kubectl("get", "lease", f"kdra-agent-{node}-{driver.replace('.', '-')}",
                            "-n", SYSTEM_NAMESPACE, "-o", "json", check=False)
-    return json.loads(result.stdout) if result.returncode == 0 else None
+    if result.returncode == 0:
+        found: dict[str, Any] = json.loads(result.stdout)
+        return found
+    for item in get_json(plane, "lease", "-n", SYSTEM_NAMESPACE, "-l",
+                         "resource.kdra.dev/agent-lease=true")["items"]:
+        named_driver, nodes = lease_pools(item)
+        if named_driver == driver and node in nodes:
+            return item
+    return None
 
 
 def create_claim(plane: ControlPlane, namespace: str, name: str) -> dict[str, Any]:

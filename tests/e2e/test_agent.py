@@ -8,6 +8,7 @@ import signal
 
 from kdra.devenv.controlplane import ControlPlane
 from kdra.domain.gpu_profiles import fake_gpu_uuid
+from kdra.domain.inventory import lease_pools
 from tests.e2e import agent_helpers
 from tests.e2e.agent_helpers import (
     CLAIMS,
@@ -266,9 +267,14 @@ def test_simulated_nodes(control_plane: ControlPlane, agents: AgentFactory) -> N
             {"string": fake_gpu_uuid(node, 0)}
         assert lease(control_plane, node) is not None
     assert agent.metric('kdra_agent_devices{health="healthy"}') == 10.0
+    # One Lease for the five nodes (one write per renewal, not five), none per node.
     leases = get_json(control_plane, "lease", "-n", SYSTEM_NAMESPACE)["items"]
-    assert sum(1 for item in leases if item["metadata"]["name"].startswith(
-        f"kdra-agent-{prefix}-")) == 5
+    assert not [item for item in leases
+                if item["metadata"]["name"].startswith(f"kdra-agent-{prefix}-")]
+    shared = [item for item in leases
+              if lease_pools(item) == (GPU, tuple(f"{prefix}-{i}" for i in range(5)))]
+    assert len(shared) == 1
+    assert shared[0]["metadata"]["name"].startswith("kdra-agent-nodes-")
     for index in range(5):
         control_plane.kubectl("delete", "node", f"{prefix}-{index}", "--wait=false",
                               check=False)

@@ -324,27 +324,29 @@ def _orphan_slices(slices: Sequence[JSON], nodes: Sequence[JSON]) -> list[Violat
 
 def _stale_slices(slices: Sequence[JSON], leases: Sequence[JSON], now: dt.datetime,
                   grace: float) -> list[Violation]:
-    from kdra.domain.inventory import LEASE_DRIVER_ANNOTATION, LEASE_NODE_ANNOTATION
+    from kdra.domain.inventory import lease_pools
 
     expired: dict[tuple[str, str], float] = {}
     for lease in leases:
-        annotations = _meta(lease).get("annotations") or {}
-        node, driver = annotations.get(LEASE_NODE_ANNOTATION), \
-            annotations.get(LEASE_DRIVER_ANNOTATION)
+        driver, nodes = lease_pools(lease)
         spec = _spec(lease)
         renewed = parse_time(spec.get("renewTime"))
-        if not node or not driver or renewed is None:
+        if driver is None or renewed is None:
             continue
         until = renewed + dt.timedelta(seconds=float(spec.get("leaseDurationSeconds") or 0))
-        expired[(str(node), str(driver))] = (now - until).total_seconds()
+        late = (now - until).total_seconds()
+        for node in nodes:
+            # Two Leases may name a node (a restarted agent serving other nodes): the
+            # freshest one counts.
+            expired[(node, driver)] = min(late, expired.get((node, driver), late))
     found = []
     for slice_ in slices:
         spec = _spec(slice_)
         key = (str(spec.get("nodeName")), str(spec.get("driver")))
-        late = expired.get(key)
-        if late is not None and late > grace:
+        overdue = expired.get(key)
+        if overdue is not None and overdue > grace:
             found.append(Violation("stale-slice", f"slice {_name(slice_)} outlived the agent "
-                                   f"Lease of node {key[0]} (driver {key[1]}) by {late:.0f}s"))
+                                   f"Lease of node {key[0]} (driver {key[1]}) by {overdue:.0f}s"))
     return found
 
 

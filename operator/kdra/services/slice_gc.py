@@ -6,10 +6,12 @@ same for every pool, by these rules (checked per pool, in this order, per slice)
 
 - ``node-gone``: the slice has ``nodeName`` and that Node does not exist (confirmed with a
   live GET, so a Node the cache has not seen yet is never mistaken for a deleted one);
-- ``lease-expired``: the heartbeat Lease of the slice's (driver, node) agent expired more than
-  ``grace`` seconds ago — the agent de-registered, crashed or lost its node (confirmed with a
-  live GET of the Lease: a returning agent renews it before it publishes, and the Lease watch
-  may lag behind the slice watch);
+- ``lease-expired``: the heartbeat Lease of the slice's (driver, node) agent (its per-node
+  Lease, or the one Lease an agent process serving many simulated nodes shares among them;
+  the freshest Lease naming the pool counts) expired more than ``grace`` seconds ago — the
+  agent de-registered, crashed or lost its node (confirmed with a live GET of the Lease: a
+  returning agent renews it before it publishes, and the Lease watch may lag behind the
+  slice watch);
 - ``old-generation``: a newer generation of the pool is complete (as many slices as its
   ``resourceSliceCount``), so the older slices are leftovers of an interrupted update.
 
@@ -38,7 +40,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from kdra import metrics
-from kdra.domain.inventory import AGENT_LEASE_LABEL, LEASE_DRIVER_ANNOTATION, LEASE_NODE_ANNOTATION
+from kdra.domain.inventory import AGENT_LEASE_LABEL, lease_pools
 from kdra.domain.timestamps import parse_time
 from kdra.kube.client import LEASES, NODES, SLICES, Conflict, KubeClient, NotFound
 from kdra.services.store import JSON, Store
@@ -182,36 +184,40 @@ class SliceGC:
         if meta.get("namespace") != self.namespace or \
                 (meta.get("labels") or {}).get(AGENT_LEASE_LABEL) != "true":
             return
-        annotations = meta.get("annotations") or {}
-        node, driver = annotations.get(LEASE_NODE_ANNOTATION), \
-            annotations.get(LEASE_DRIVER_ANNOTATION)
-        if not node or not driver:
+        driver, nodes = lease_pools(obj)
+        if driver is None:
             return
-        key = (driver, node)
         now = self.clock()
         spec = obj.get("spec") or {}
-        if event_type == "DELETED":
+        renew = str(spec.get("renewTime") or "")
+        duration = float(spec.get("leaseDurationSeconds") or 0)
+        name = meta.get("name", "")
+        renewed = parse_time(renew)
+        left = duration
+        if renewed is not None:
+            age = (dt.datetime.now(dt.UTC) - renewed).total_seconds()
+            left = min(duration, max(0.0, duration - age))
+        for node in nodes:
+            key = (driver, node)
             seen = self.leases.get(key)
-            if seen is not None:  # a deleted Lease is a de-registration: expired from now on
+            if seen is not None and seen.name != name and seen.expires_at >= now + left:
+                # Another Lease vouches for this pool for longer (an agent that moved from
+                # per-node Leases to one shared Lease, or back): the freshest one counts.
+                continue
+            if event_type == "DELETED":
+                if seen is None:
+                    continue
+                # a deleted Lease is a de-registration: expired from now on
                 seen.expires_at = min(seen.expires_at, now)
-        else:
-            renew = str(spec.get("renewTime") or "")
-            duration = float(spec.get("leaseDurationSeconds") or 0)
-            seen = self.leases.get(key)
-            if seen is None or seen.renew_time != renew or seen.duration != duration:
-                renewed = parse_time(renew)
-                left = duration
-                if renewed is not None:
-                    age = (dt.datetime.now(dt.UTC) - renewed).total_seconds()
-                    left = min(duration, max(0.0, duration - age))
-                self.leases[key] = seen = AgentLease(meta.get("name", ""), renew, duration,
-                                                     now + left)
-        if seen is None:
-            return
-        # The expiry itself is noticed by the periodic sweep (at most sweep_interval late).
-        for pool in {pool_key(s) for s in self.slices.index("node", node)
-                     if s["spec"].get("driver") == driver}:
-            self.queue.add(pool)
+            elif seen is None or seen.renew_time != renew or seen.duration != duration \
+                    or seen.name != name:
+                self.leases[key] = AgentLease(name, renew, duration, now + left)
+            else:
+                continue  # nothing new for this node
+            # The expiry itself is noticed by the periodic sweep (at most sweep_interval late).
+            for pool in {pool_key(s) for s in self.slices.index("node", node)
+                         if s["spec"].get("driver") == driver}:
+                self.queue.add(pool)
 
     # ------------------------------------------------------------------ decisions
 

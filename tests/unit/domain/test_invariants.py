@@ -222,6 +222,23 @@ def test_stale_slice_needs_now_and_an_expired_lease() -> None:
     assert "n1-gpu" in found[0].message
 
 
+def test_stale_slice_under_a_shared_lease_and_the_freshest_lease_counts() -> None:
+    state = healthy()
+    renewed = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
+    shared = {"metadata": {"name": "kdra-agent-nodes-x", "annotations": {
+        "resource.kdra.dev/nodes": "n0,n1,n2", "resource.kdra.dev/driver": GPU}},
+        "spec": {"renewTime": "2025-01-01T00:00:00.000000Z", "leaseDurationSeconds": 10}}
+    state["leases"] = [shared]
+    later = renewed + dt.timedelta(seconds=60)
+    assert rules(check(**state, now=later, lease_grace=40)) == ["stale-slice"]
+    # A fresh per-node Lease for n1 (the agent now runs per node): the slice is vouched for.
+    fresh = {"metadata": {"name": "kdra-agent-n1", "annotations": {
+        "resource.kdra.dev/node": "n1", "resource.kdra.dev/driver": GPU}},
+        "spec": {"renewTime": "2025-01-01T00:00:55.000000Z", "leaseDurationSeconds": 10}}
+    state["leases"] = [fresh, shared]
+    assert check(**state, now=later, lease_grace=40) == []
+
+
 # --------------------------------------------------------------------------- node-local state
 
 

@@ -21,8 +21,10 @@ from kdra.domain.inventory import (
     build_slices,
     expand_names,
     lease_name,
+    lease_pools,
     parse_inventory,
     plan_publication,
+    shared_lease_name,
     slice_name,
 )
 from kdra.domain.models import parse_slice
@@ -238,6 +240,26 @@ def test_long_names_stay_valid_and_distinct() -> None:
     assert slice_name("node-1", "gpu.kdra.dev", 0) == "node-1-gpu-kdra-dev-0"
     assert lease_name("node-1", "gpu.kdra.dev") == "kdra-agent-node-1-gpu-kdra-dev"
     assert len(lease_name(node, "gpu.kdra.dev")) <= 253
+
+
+def test_a_shared_lease_is_named_after_its_nodes_in_any_order() -> None:
+    name = shared_lease_name(["b", "a"], "gpu.kdra.dev")
+    assert name == shared_lease_name(["a", "b"], "gpu.kdra.dev")
+    assert name != shared_lease_name(["a", "c"], "gpu.kdra.dev")
+    assert name.startswith("kdra-agent-nodes-") and name.endswith("-gpu-kdra-dev")
+
+
+@pytest.mark.parametrize(("annotations", "expected"), [
+    ({"resource.kdra.dev/node": "n1", "resource.kdra.dev/driver": "d"}, ("d", ("n1",))),
+    ({"resource.kdra.dev/nodes": "n1,n2,", "resource.kdra.dev/driver": "d"},
+     ("d", ("n1", "n2"))),
+    ({"resource.kdra.dev/node": "n1"}, (None, ())),
+    ({"resource.kdra.dev/nodes": "", "resource.kdra.dev/driver": "d"}, (None, ())),
+    ({}, (None, ())),
+])
+def test_lease_pools(annotations: dict[str, str],
+                     expected: tuple[str | None, tuple[str, ...]]) -> None:
+    assert lease_pools({"metadata": {"annotations": annotations}}) == expected
 
 
 def published(devices: tuple[InventoryDevice, ...], generation: int,

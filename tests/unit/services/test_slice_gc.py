@@ -11,6 +11,7 @@ from kdra.domain.inventory import (
     AGENT_LEASE_LABEL,
     LEASE_DRIVER_ANNOTATION,
     LEASE_NODE_ANNOTATION,
+    LEASE_NODES_ANNOTATION,
 )
 from kdra.services.slice_gc import LeaseState, SliceGC, decide
 
@@ -137,3 +138,44 @@ def test_deleted_lease_expires_now_and_foreign_leases_are_ignored() -> None:
     collector.on_lease("ADDED", lease(dt.datetime.now(dt.UTC)))
     collector.on_lease("DELETED", lease(dt.datetime.now(dt.UTC)))
     assert collector.lease_state(GPU, "node-1") == "grace"
+
+
+def shared_lease(renew: dt.datetime, nodes: list[str], duration: int = 10) -> dict[str, Any]:
+    """The one Lease of an agent process serving many simulated nodes."""
+    return {"metadata": {"name": "kdra-agent-nodes-0123456789-gpu-kdra-dev",
+                         "namespace": "kdra-system", "labels": {AGENT_LEASE_LABEL: "true"},
+                         "annotations": {LEASE_NODES_ANNOTATION: ",".join(nodes),
+                                         LEASE_DRIVER_ANNOTATION: GPU}},
+            "spec": {"holderIdentity": "agent", "leaseDurationSeconds": duration,
+                     "renewTime": renew.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}}
+
+
+def test_a_shared_lease_vouches_for_every_node_it_names() -> None:
+    clock = Clock()
+    collector = gc(clock)
+    collector.on_lease("ADDED", shared_lease(dt.datetime.now(dt.UTC), ["n-0", "n-1", "n-2"]))
+    assert [collector.lease_state(GPU, n) for n in ("n-0", "n-1", "n-2", "n-3")] == [
+        "live", "live", "live", "none"]
+    clock.now += 15.1
+    assert collector.lease_state(GPU, "n-1") == "expired"
+    collector.on_lease("DELETED", shared_lease(dt.datetime.now(dt.UTC), ["n-0", "n-1", "n-2"]))
+    assert collector.lease_state(GPU, "n-2") == "expired"
+
+
+def test_the_freshest_lease_naming_a_node_counts() -> None:
+    # The agent moved from per-node Leases to a shared one: the old per-node Lease (expired,
+    # never renewed again) must not condemn the node's slices, whatever order they come in.
+    clock = Clock()
+    collector = gc(clock)
+    now = dt.datetime.now(dt.UTC)
+    collector.on_lease("ADDED", shared_lease(now, ["node-1", "node-2"]))
+    collector.on_lease("ADDED", lease(now - dt.timedelta(hours=1)))
+    clock.now += 6
+    assert collector.lease_state(GPU, "node-1") == "live"
+    collector.on_lease("DELETED", lease(now - dt.timedelta(hours=1)))
+    assert collector.lease_state(GPU, "node-1") == "live"
+    # ... and the other way round: a fresh per-node Lease over an old shared one.
+    other = gc(Clock())
+    other.on_lease("ADDED", lease(now))
+    other.on_lease("ADDED", shared_lease(now - dt.timedelta(hours=1), ["node-1"]))
+    assert other.lease_state(GPU, "node-1") == "live"

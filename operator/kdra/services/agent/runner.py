@@ -74,7 +74,11 @@ class NodeAgent:
     """Everything the agent does for one node."""
 
     def __init__(self, client: KubeClient, settings: AgentSettings, node: str,
-                 discovery: Discovery, identity: str, holders: HolderIndex) -> None:
+                 discovery: Discovery, identity: str, holders: HolderIndex, *,
+                 own_heartbeats: bool = True) -> None:
+        """``own_heartbeats``: renew this node's Leases (else the process's shared Lease
+        vouches for the node: :class:`AgentRunner` with many nodes)."""
+        self.own_heartbeats = own_heartbeats
         self.client = client
         self.settings = settings
         self.node = node
@@ -130,6 +134,8 @@ class NodeAgent:
         return held
 
     async def start_heartbeats(self) -> None:
+        if not self.own_heartbeats:
+            return
         for driver in self.drivers:
             beat = self._heartbeat(driver)
             acquired = False
@@ -143,12 +149,14 @@ class NodeAgent:
             self.heartbeats[driver] = beat
 
     def _heartbeat(self, driver: str) -> Heartbeat:
-        return Heartbeat(self.client, namespace=self.settings.namespace, node=self.node,
+        return Heartbeat(self.client, namespace=self.settings.namespace, nodes=[self.node],
                          driver=driver, identity=self.identity,
                          duration=self.settings.lease_duration,
                          interval=self.settings.renew_interval)
 
     def sync_heartbeats(self) -> None:
+        if not self.own_heartbeats:
+            return
         for driver in self.drivers:
             if driver not in self.heartbeats:
                 beat = self._heartbeat(driver)
@@ -173,9 +181,13 @@ class AgentRunner:
         self.client = client
         self.settings = settings
         self.discovery = discovery
-        identity = settings.identity or f"{socket.gethostname()}-{os.getpid()}"
+        self.identity = settings.identity or f"{socket.gethostname()}-{os.getpid()}"
         self.holders = HolderIndex()
-        self.nodes = {node: NodeAgent(client, settings, node, discovery, identity, self.holders)
+        # Many nodes in one process (simulation): one shared Lease per driver, not one per node.
+        self.shared = len(nodes) > 1
+        self.heartbeats: dict[str, Heartbeat] = {}  # driver → the shared Lease
+        self.nodes = {node: NodeAgent(client, settings, node, discovery, self.identity,
+                                      self.holders, own_heartbeats=not self.shared)
                       for node in nodes}
         self.claims: dict[Key, JSON] = {}
         self._prepared: dict[str, int] = {}  # node → prepared claims (the gauge's parts)
@@ -194,6 +206,7 @@ class AgentRunner:
         if self.settings.create_nodes:
             await self._each(lambda agent: retrying(
                 f"creating Node {agent.node}", lambda: ensure_node(self.client, agent.node)))
+        await self.sync_shared_heartbeats()  # renewed before anything is published
         await self._each(lambda agent: agent.start())
         self.update_gauges()
         # Claims are synced only once the first LIST is cached: before that, "not cached"
@@ -206,6 +219,37 @@ class AgentRunner:
         devices = sum(len(agent.inventory.devices) for agent in self.nodes.values())
         log.info("kdra agent started: %d node(s), %d device(s), drivers %s", len(self.nodes),
                  devices, ", ".join(sorted({d for a in self.nodes.values() for d in a.drivers})))
+
+    async def sync_shared_heartbeats(self) -> None:
+        """(Many nodes) One Lease per driver naming the nodes that publish it: new drivers
+        get theirs (acquired before returning), gone ones are released."""
+        if not self.shared:
+            return
+        serving: dict[str, list[str]] = {}
+        for agent in self.nodes.values():
+            for driver in agent.drivers:
+                serving.setdefault(driver, []).append(agent.node)
+        for driver, nodes in serving.items():
+            beat = self.heartbeats.get(driver)
+            if beat is not None:
+                beat.vouch_for(nodes)
+                continue
+            beat = Heartbeat(self.client, namespace=self.settings.namespace, nodes=list(
+                self.nodes), driver=driver, identity=self.identity,
+                duration=self.settings.lease_duration, interval=self.settings.renew_interval,
+                shared=True)
+            beat.vouch_for(nodes)
+            acquired = False
+            try:
+                await retrying(f"acquiring Lease {beat.name}", beat.acquire)
+                acquired = True
+            except ApiError as exc:  # e.g. no namespace yet: keep trying in the background
+                log.warning("cannot acquire Lease %s/%s yet: %s", beat.namespace, beat.name,
+                            exc)
+            beat.start(acquired=acquired)
+            self.heartbeats[driver] = beat
+        for driver in set(self.heartbeats) - set(serving):
+            await self.heartbeats.pop(driver).stop(release=True)
 
     async def _discover_first(self, agent: NodeAgent) -> None:
         try:
@@ -231,6 +275,7 @@ class AgentRunner:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.queue.stop()
         await asyncio.gather(*(agent.stop() for agent in self.nodes.values()),
+                             *(beat.stop(release=True) for beat in self.heartbeats.values()),
                              return_exceptions=True)
         if isinstance(self.discovery, NvmlDiscovery):
             self.discovery.close()
@@ -319,6 +364,9 @@ class AgentRunner:
                 continue
             self._signature = signature
             await self._each(self._rediscover)
+            # (Many nodes) a new driver's pool is published before the shared Lease names
+            # it: the slice GC leaves a pool without a Lease alone meanwhile.
+            await self.sync_shared_heartbeats()
             self.update_gauges()
 
     async def _rediscover(self, agent: NodeAgent) -> None:
