@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test unit e2e lint binaries bench soak clean
+.PHONY: demo test unit e2e lint binaries bench chaos soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,10 @@ test: $(STAMP) binaries lint
 
 bench: $(STAMP)
 	$(PY) bench/allocator.py
+
+## chaos: the fault scenarios, the operator-kill one at full size (300 pods, 20 nodes x 8)
+chaos: $(STAMP) binaries
+	KDRA_CHAOS_FULL=1 $(PY) -m pytest tests/e2e/test_chaos.py -q -s -k operator_killed
 
 ## soak: operator + agent under a steady stream of pods for 30 min; RSS/CPU samples, invariants
 soak: $(STAMP) binaries

@@ -762,6 +762,28 @@ def control_plane(work: Path, native_dra: bool) -> ControlPlane:
                                                  "--kube-api-burst", QPS)).start()
 
 
+async def until_idle(contender: Contender, *, below: float = 0.15, window: float = 1.0,
+                     limit: float = 120.0) -> float:
+    """Wait until the contender's processes together use less than ``below`` of a core over
+    ``window`` seconds (at most ``limit``); returns the seconds waited. scheduler_perf starts
+    the scheduler before a workload's set-up steps, so it has listed and processed the nodes,
+    slices and pre-allocated claims before the measured pods come; a contender started after
+    the set-up first catches up on them, and that start-up work is not what a workload
+    measures. The same rule for both contenders."""
+    started = time.monotonic()
+    procs = [p for p in contender.measured if p.alive()]
+
+    def used() -> float:
+        return sum(cpu_seconds(pid) for p in procs for pid in p.pids())
+
+    while time.monotonic() - started < limit:
+        before = used()
+        await asyncio.sleep(window)
+        if used() - before < below * window:
+            break
+    return time.monotonic() - started
+
+
 async def run_one(kind: type[Contender], workload: str, params: Params, base: Path,
                   profiler: Profiler, tag: str = "") -> Result:
     work = base / f"{kind.name}-{tag or workload}"
@@ -783,8 +805,9 @@ async def run_one(kind: type[Contender], workload: str, params: Params, base: Pa
                          "full": params.nodes * DEVICES_PER_NODE - STEADY_IN_FLIGHT}[level]
                 await preallocate(api, contender, count)
             await contender.start_scheduler(api)
-            print(f"  [{contender.name} {workload}] ready in {time.monotonic() - t:.0f}s",
-                  flush=True)
+            settled = await until_idle(contender)
+            print(f"  [{contender.name} {workload}] ready in {time.monotonic() - t:.0f}s "
+                  f"(idle after {settled:.1f}s)", flush=True)
             if workload == "template":
                 result = await template_workload(api, contender, params, profiler,
                                                  tag or workload)

@@ -98,6 +98,10 @@ class BinderSettings:
     """Seconds a node stays out of a pod's candidates after preparing on it failed."""
     flush_interval: float = 30.0
     """Unschedulable pods are retried at least this often, even without a cluster change."""
+    wake_delay: float = 0.05
+    """Seconds from a change that may help unschedulable pods (devices freed, a node or
+    slice changed) to their retry: changes arriving together wake them once. Short, as the
+    pods wait for it (in steady state on a full cluster, every new pod does)."""
     retry_delay: float = 1.0
     """Seconds before a pod whose writes failed is retried (jittered, doubling per failure
     of that pod, at most ``max_retry_delay``)."""
@@ -335,7 +339,7 @@ class Binder:
         if self._wake_handle is not None or not self.parked:
             return
         loop = asyncio.get_running_loop()
-        self._wake_handle = loop.call_later(0.2, self._wake_now)
+        self._wake_handle = loop.call_later(self.settings.wake_delay, self._wake_now)
 
     def _wake_now(self) -> None:
         self._wake_handle = None
