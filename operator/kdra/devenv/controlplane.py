@@ -26,6 +26,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -153,10 +154,17 @@ class ControlPlane:
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             text=True,
         )
-        assert proc.stdin is not None
-        if input is not None:
-            proc.stdin.write(input)
-        proc.stdin.close()
+        stdin = proc.stdin
+        assert stdin is not None
+
+        def feed() -> None:
+            # kubectl creates each document as it reads it: writing a large input here
+            # would block until most of the objects exist.
+            with suppress(BrokenPipeError), stdin:
+                if input is not None:
+                    stdin.write(input)
+
+        threading.Thread(target=feed, name="kubectl-stdin", daemon=True).start()
         return proc
 
     # ------------------------------------------------------------------ lifecycle
