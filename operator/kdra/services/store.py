@@ -71,8 +71,10 @@ class Store:
     def apply(self, event_type: str | None, obj: JSON) -> JSON | None:
         """Apply one watch event; returns the previously cached version (or None)."""
         if event_type == "DELETED":
-            self._bury(obj.get("metadata", {}).get("uid"))
-            return self.delete(key_of(obj))
+            old = self.delete(key_of(obj))  # buries the cached version's UID
+            if old is None:  # never cached: remember the deleted UID all the same
+                self._bury(obj.get("metadata", {}).get("uid"))
+            return old
         return self.upsert(obj)
 
     def upsert(self, obj: JSON) -> JSON | None:

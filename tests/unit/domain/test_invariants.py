@@ -208,13 +208,18 @@ def test_orphan_slice() -> None:
     assert "ghost-gpu" in found[0].message and "node ghost" in found[0].message
 
 
+def agent_lease(name: str, pools: dict[str, str], renewed: str) -> dict[str, Any]:
+    """A GPU heartbeat Lease (10 s) naming ``pools`` (the node or nodes annotation)."""
+    return {"metadata": {"name": name, "annotations": {
+        **pools, "resource.kdra.dev/driver": GPU}},
+        "spec": {"renewTime": renewed, "leaseDurationSeconds": 10}}
+
+
 def test_stale_slice_needs_now_and_an_expired_lease() -> None:
     state = healthy()
     renewed = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
-    lease = {"metadata": {"name": "kdra-agent-n1", "annotations": {
-        "resource.kdra.dev/node": "n1", "resource.kdra.dev/driver": GPU}},
-        "spec": {"renewTime": "2025-01-01T00:00:00.000000Z", "leaseDurationSeconds": 10}}
-    state["leases"] = [lease]
+    state["leases"] = [agent_lease("kdra-agent-n1", {"resource.kdra.dev/node": "n1"},
+                                   "2025-01-01T00:00:00.000000Z")]
     assert check(**state) == []  # no clock: not checked
     assert check(**state, now=renewed + dt.timedelta(seconds=30), lease_grace=40) == []
     found = check(**state, now=renewed + dt.timedelta(seconds=60), lease_grace=40)
@@ -225,16 +230,14 @@ def test_stale_slice_needs_now_and_an_expired_lease() -> None:
 def test_stale_slice_under_a_shared_lease_and_the_freshest_lease_counts() -> None:
     state = healthy()
     renewed = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
-    shared = {"metadata": {"name": "kdra-agent-nodes-x", "annotations": {
-        "resource.kdra.dev/nodes": "n0,n1,n2", "resource.kdra.dev/driver": GPU}},
-        "spec": {"renewTime": "2025-01-01T00:00:00.000000Z", "leaseDurationSeconds": 10}}
+    shared = agent_lease("kdra-agent-nodes-x", {"resource.kdra.dev/nodes": "n0,n1,n2"},
+                         "2025-01-01T00:00:00.000000Z")
     state["leases"] = [shared]
     later = renewed + dt.timedelta(seconds=60)
     assert rules(check(**state, now=later, lease_grace=40)) == ["stale-slice"]
     # A fresh per-node Lease for n1 (the agent now runs per node): the slice is vouched for.
-    fresh = {"metadata": {"name": "kdra-agent-n1", "annotations": {
-        "resource.kdra.dev/node": "n1", "resource.kdra.dev/driver": GPU}},
-        "spec": {"renewTime": "2025-01-01T00:00:55.000000Z", "leaseDurationSeconds": 10}}
+    fresh = agent_lease("kdra-agent-n1", {"resource.kdra.dev/node": "n1"},
+                        "2025-01-01T00:00:55.000000Z")
     state["leases"] = [fresh, shared]
     assert check(**state, now=later, lease_grace=40) == []
 

@@ -45,6 +45,14 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     return fake
 
 
+async def scheduled(recorder: EventRecorder, pods: int, clock: Clock, step: float) -> None:
+    """One Scheduled event for each of ``pods`` different pods, ``step`` seconds apart."""
+    for n in range(pods):
+        other = {**POD, "metadata": {**POD["metadata"], "uid": f"u{n}"}}
+        await recorder.normal(other, "Scheduled", "assigned")
+        clock.now += step
+
+
 def test_repeats_within_the_window_count_into_one_event(clock: Clock) -> None:
     client = Recording()
     recorder = EventRecorder(client, window=600)  # type: ignore[arg-type]
@@ -62,13 +70,7 @@ def test_entries_past_the_window_are_forgotten(clock: Clock) -> None:
     client = Recording()
     recorder = EventRecorder(client, window=600)  # type: ignore[arg-type]
 
-    async def scenario() -> None:
-        for n in range(50):
-            other = {**POD, "metadata": {**POD["metadata"], "uid": f"u{n}"}}
-            await recorder.normal(other, "Scheduled", "assigned")
-            clock.now += 60  # ten of these make a window
-
-    asyncio.run(scenario())
+    asyncio.run(scheduled(recorder, 50, clock, step=60))  # ten of these make a window
     assert len(recorder._seen) == 10  # the last window's worth, not all 50
 
 
@@ -77,11 +79,6 @@ def test_at_most_max_tracked_are_kept(clock: Clock, monkeypatch: pytest.MonkeyPa
     client = Recording()
     recorder = EventRecorder(client, window=600)  # type: ignore[arg-type]
 
-    async def scenario() -> None:
-        for n in range(20):
-            other = {**POD, "metadata": {**POD["metadata"], "uid": f"u{n}"}}
-            await recorder.normal(other, "Scheduled", "assigned")
-
-    asyncio.run(scenario())
+    asyncio.run(scheduled(recorder, 20, clock, step=0))
     assert len(recorder._seen) == 5
     assert [c for c, _ in client.calls] == ["create"] * 20

@@ -42,17 +42,19 @@ log = logging.getLogger(__name__)
 class Heartbeat:
     def __init__(self, client: KubeClient, *, namespace: str, nodes: Sequence[str],
                  driver: str, identity: str, duration: int, interval: float,
-                 shared: bool = False) -> None:
-        """``shared``: the one Lease of a process serving many nodes (named after all of
-        them, so it keeps its name when the nodes publishing ``driver`` change)."""
+                 shared_by: Sequence[str] | None = None) -> None:
+        """``shared_by``: every node of a process serving many, whose one Lease this is
+        (named after all of them, so it keeps its name when the nodes publishing ``driver``
+        change); ``nodes`` are those it vouches for now."""
         self.client = client
         self.namespace = namespace
         self.driver = driver
         self.identity = identity
         self.duration = duration
         self.interval = interval
-        self.shared = shared
-        self.name = shared_lease_name(nodes, driver) if shared else lease_name(nodes[0], driver)
+        self.shared = shared_by is not None
+        self.name = (shared_lease_name(shared_by, driver) if shared_by is not None
+                     else lease_name(nodes[0], driver))
         self.vouch_for(nodes)
 
     def vouch_for(self, nodes: Sequence[str]) -> None:

@@ -234,11 +234,10 @@ class AgentRunner:
             if beat is not None:
                 beat.vouch_for(nodes)
                 continue
-            beat = Heartbeat(self.client, namespace=self.settings.namespace, nodes=list(
-                self.nodes), driver=driver, identity=self.identity,
-                duration=self.settings.lease_duration, interval=self.settings.renew_interval,
-                shared=True)
-            beat.vouch_for(nodes)
+            beat = Heartbeat(self.client, namespace=self.settings.namespace, nodes=nodes,
+                             driver=driver, identity=self.identity,
+                             duration=self.settings.lease_duration,
+                             interval=self.settings.renew_interval, shared_by=list(self.nodes))
             acquired = False
             try:
                 await retrying(f"acquiring Lease {beat.name}", beat.acquire)
