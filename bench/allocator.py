@@ -12,8 +12,9 @@ then assumed (marked in use) in the snapshot, as the binder does. Policies:
 - ``rotate``: first fit, starting where the previous pod's scan stopped (kube-scheduler's
   rotating start index), ``limit=1``;
 - ``first``: first fit always from node 0 (worst case for skipping full nodes), ``limit=1``;
-- ``binpack``: among the first 10 feasible nodes (rotating start), the one with the fewest
-  free matching devices left.
+- ``binpack``: the binder's default: among the first ``feasible_nodes_to_find(nodes)``
+  feasible nodes from node 0 (kube-scheduler's adaptive window: 230 of 500), the one with the
+  fewest free matching devices left.
 
 Prints figures; asserts nothing. Timings include ``place`` and picking the node, not the
 ``assume`` bookkeeping.
@@ -38,6 +39,7 @@ from kdra.domain.models import (
     parse_class,
     parse_slice,
 )
+from kdra.domain.scheduling import feasible_nodes_to_find
 
 DRIVER = "gpu.kdra.dev"
 CLASS_SELECTOR = (
@@ -116,8 +118,9 @@ def run(node_count: int, per_node: int, size: int, policy: str, fill: float) -> 
         claim = pod_claim(index, size)
         before = snapshot.stats.cel_evaluations
         t0 = time.perf_counter()
-        outcome = place(snapshot, [claim], nodes, limit=10 if policy == "binpack" else 1,
-                        start=0 if policy == "first" else start)
+        outcome = place(snapshot, [claim], nodes,
+                        limit=feasible_nodes_to_find(node_count) if policy == "binpack" else 1,
+                        start=start if policy == "rotate" else 0)
         chosen: Placement | None = None
         if outcome.placements:
             if policy == "binpack":

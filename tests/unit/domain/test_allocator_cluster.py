@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from kdra.domain.allocator import (
     DeviceId,
     NodeInfo,
@@ -12,7 +15,8 @@ from kdra.domain.allocator import (
     place,
     summarize,
 )
-from kdra.domain.models import ResourceSlice
+from kdra.domain.errors import AllocationError
+from kdra.domain.models import ResourceClaim, ResourceSlice
 from tests.unit.builders import (
     CLASS,
     DRIVER,
@@ -285,3 +289,73 @@ def test_placement_results_match_allocate() -> None:
     claims = [claim_with(request(count=2), name="a"), claim_with(name="b")]
     outcome = place(snapshot, claims, nodes)
     assert list(outcome.placements["worker-1"].results) == allocate(claims, snapshot, nodes[0])
+
+
+# --------------------------------------------------------------------------- counted placements
+
+SIZE = f"{GPU}.size"  # raises on a device without ``size``
+
+
+@st.composite
+def one_request_clusters(draw: st.DrawFn) -> tuple[Snapshot, list[NodeInfo], ResourceClaim]:
+    """Nodes with a few devices (some lacking ``size``, some in use by other claims, now and
+    then a shared pool every node sees) and a pod with one request, perhaps constrained."""
+    slices: list[ResourceSlice] = []
+    busy: list[ResourceClaim] = []
+    node_count = draw(st.integers(1, 4))
+    for i in range(1, node_count + 1):
+        specs = draw(st.lists(st.tuples(st.sampled_from(["x", "y"]),
+                                        st.sampled_from([1, 2, None]), st.booleans()),
+                              max_size=5))
+        members = [device(f"gpu-{d}", kind=kind, **({"size": size} if size else {}))
+                   for d, (kind, size, _) in enumerate(specs)]
+        slices.append(slice_with(*members, node=f"worker-{i}"))
+        for d, (_, _, in_use) in enumerate(specs):
+            if in_use:
+                busy.append(allocated(claim_with(name=f"old-{i}-{d}"), ("gpu", f"gpu-{d}"),
+                                      pool=f"worker-{i}"))
+    if draw(st.booleans()):
+        slices.append(slice_with(*devices(draw(st.integers(1, 3)), prefix="s", kind="x"),
+                                 all_nodes=True, pool="shared"))
+    selectors = draw(st.lists(st.sampled_from([f'{GPU}.kind == "x"', f"{SIZE} > 1"]),
+                              max_size=2, unique=True))
+    constrained = draw(st.booleans())
+    claim = claim_with(request("gpu", *selectors, count=draw(st.integers(1, 3)),
+                               admin=draw(st.integers(0, 4)) == 0),
+                       name="pod-gpu",
+                       constraints=[match(f"{DRIVER}/kind")] if constrained else [])
+    snapshot = Snapshot.build(slices, [gpu_class()])
+    for old in busy:
+        snapshot.upsert_claim(old)
+    return snapshot, [node(f"worker-{i}") for i in range(1, node_count + 1)], claim
+
+
+@settings(max_examples=300, deadline=None)
+@given(one_request_clusters())
+def test_placements_agree_with_a_search_on_each_node(
+    scenario: tuple[Snapshot, list[NodeInfo], ResourceClaim],
+) -> None:
+    """Counted or searched, a node is placed exactly when ``allocate`` finds a result there,
+    with the same result and free-after count; bad input on a node stays that node's error.
+    Twice, so the second pass runs on cached counts."""
+    snapshot, nodes_, claim = scenario
+    for _ in range(2):
+        outcome = place(snapshot, [claim], nodes_)
+        for info in nodes_:
+            try:
+                expected = allocate([claim], snapshot, info)
+            except AllocationError:
+                reason = outcome.reasons[info.name]
+                assert reason.error, reason
+                continue
+            if expected is None:
+                assert info.name in outcome.reasons
+                continue
+            placement = outcome.placements[info.name]
+            assert list(placement.results) == expected
+            taken = {(r.pool, r.device) for r in expected[0].devices.results}
+            free = sum(1 for pool in snapshot.node_pools(info).pools for e in pool.entries
+                       if e.id not in snapshot.devices_in_use  # every device is the class's
+                       and (e.id.pool, e.id.device) not in taken)
+            if not claim.spec.devices.requests[0].admin_access:
+                assert placement.free_after == {CLASS: free}

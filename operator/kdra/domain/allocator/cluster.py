@@ -14,6 +14,12 @@ node is kept small:
 - free/matching counts per request are cached on the node's pools under the node's "busy
   stamp" (it moves only when a device the node sees changes hands), so a full node costs a
   few dictionary lookups, and equal reasons are shared between nodes;
+- a pod with one request (ExactCount, no adminAccess, no constraint) is decided by those
+  counts alone on a node where none of its candidates could raise: the search would take the
+  first ``count`` free matching devices, so it succeeds exactly when enough are free. Such a
+  node gets a *counted* :class:`Placement` whose search runs only if its devices or results
+  are asked for (the node the binder takes) — scoring 230 feasible nodes of 500 costs
+  lookups, not 230 searches;
 - ``limit`` stops after that many placements (like kube-scheduler's percentage of nodes to
   score), ``start`` rotates where the scan begins (kube-scheduler's ``nextStartNodeIndex``;
   :attr:`ClusterOutcome.next_start` tells the caller where to continue);
@@ -37,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Literal, overload
 
 from kdra.domain.allocator.nodeselector import NodeInfo
-from kdra.domain.allocator.pools import DeviceId, MatchItem, NodePools
+from kdra.domain.allocator.pools import DeviceId, MatchItem, NodePools, Selector
 from kdra.domain.allocator.reasons import Reason, ReasonCode, Unallocatable
 from kdra.domain.allocator.results import Pick, build_result
 from kdra.domain.allocator.search import (
@@ -54,28 +60,55 @@ from kdra.domain.models import AllocationResult, ResourceClaim
 
 class Placement:
     """The pod's claims fit ``node``. ``results`` are built on first access (only the node the
-    binder takes needs them)."""
+    binder takes needs them).
 
-    __slots__ = ("_picks", "_prepared", "_results", "devices", "free_after", "node")
+    A *counted* placement (see the module doc) is made without picks: its search runs on the
+    first access of ``devices`` or ``results``, against the snapshot as it is then. Use it
+    before the snapshot changes (the binder takes its choice's results in the same step as
+    :func:`place`); ``free_after`` needs no search."""
+
+    __slots__ = ("_devices", "_picks", "_prepared", "_results", "_search", "free_after", "node")
 
     def __init__(
         self,
         node: str,
         prepared: Sequence[PreparedClaim],
-        picks: list[list[Pick]],
+        picks: list[list[Pick]] | None,
         free_after: Mapping[str, int],
+        search: tuple[NodePools, Container[DeviceId], Stats] | None = None,
     ) -> None:
         self.node = node
         self._prepared = prepared
         self._picks = picks
+        if picks is None and search is None:
+            raise ValueError("a placement needs its picks or what to search them with")
+        self._search = search
         self._results: tuple[AllocationResult, ...] | None = None
-        self.devices: frozenset[DeviceId] = frozenset(
-            pick.entry.id for chosen in picks for pick in chosen if not pick.request.admin_access
-        )
-        """Devices this placement takes (admin-access results excluded)."""
+        self._devices: frozenset[DeviceId] | None = None
         self.free_after = free_after
         """Per DeviceClass used by the pod: devices on the node matching the class that would
         still be free after this placement (for binpack / spread scoring)."""
+
+    @property
+    def picks(self) -> list[list[Pick]]:
+        if self._picks is None:
+            assert self._search is not None
+            picks = NodeSearch(self._prepared, *self._search).run()
+            if picks is None:  # the counts said it fits: a changed snapshot, or a bug
+                raise RuntimeError(f"counted placement on {self.node} no longer fits; use a "
+                                   "placement before the snapshot changes")
+            self._picks = picks
+        return self._picks
+
+    @property
+    def devices(self) -> frozenset[DeviceId]:
+        """Devices this placement takes (admin-access results excluded)."""
+        if self._devices is None:
+            self._devices = frozenset(
+                pick.entry.id for chosen in self.picks for pick in chosen
+                if not pick.request.admin_access
+            )
+        return self._devices
 
     @property
     def results(self) -> tuple[AllocationResult, ...]:
@@ -83,11 +116,13 @@ class Placement:
         if self._results is None:
             self._results = tuple(
                 build_result(claim, chosen)
-                for claim, chosen in zip(self._prepared, self._picks, strict=True)
+                for claim, chosen in zip(self._prepared, self.picks, strict=True)
             )
         return self._results
 
     def __repr__(self) -> str:
+        if self._picks is None:  # never searches: the snapshot may have moved on
+            return f"Placement({self.node!r}, counted)"
         return f"Placement({self.node!r}, devices={sorted(map(str, self.devices))})"
 
 
@@ -134,11 +169,21 @@ def place(
     memo: dict[tuple[int, int, int, int, str], Reason] = {}
     total = len(nodes)
     processed = 0
+    sole = _sole_request(prepared)
     while processed < total and (limit is None or len(placements) < limit):
         node = nodes[(start + processed) % total]
         processed += 1
         pools = snapshot.node_pools(node)
         stamp = None if in_flight else snapshot.busy_stamp(node.name)
+        if sole is not None:
+            _, free, unsure = _count(pools, sole, busy, stats, stamp)
+            if not unsure and free >= sole.count:
+                class_free = _raw(pools, sole.class_selectors, sole.class_key, busy, stats,
+                                  stamp)[1]
+                placements[node.name] = Placement(
+                    node.name, prepared, None, {sole.class_name: class_free - sole.count},
+                    (pools, busy, stats))
+                continue
         reason = diagnose(prepared, pools, busy, stats, searched=False, stamp=stamp, memo=memo)
         if reason is not None:
             reasons[node.name] = reason
@@ -158,6 +203,17 @@ def place(
     return ClusterOutcome(
         placements, reasons, None, total - processed, (start + processed) % total if total else 0
     )
+
+
+def _sole_request(prepared: Sequence[PreparedClaim]) -> PreparedRequest | None:
+    """The pod's only request, when counts alone decide whether it fits a node: one claim
+    with one ExactCount request, no adminAccess, no constraint. (Its devices are free
+    matching ones, so they match its class too: free-after is the class's free count less
+    ``count``.)"""
+    if len(prepared) != 1 or len(prepared[0].requests) != 1 or prepared[0].constraints:
+        return None
+    request = prepared[0].requests[0]
+    return None if request.all_devices or request.admin_access else request
 
 
 def _free_after(
@@ -280,19 +336,31 @@ def _count(
     stamp: tuple[int, int] | None,
 ) -> tuple[int, int, bool]:
     """(matching devices, free ones, whether a free candidate could raise an error)."""
-    raw = None
-    if stamp is not None:
-        cached = pools.counts.get(request.key)
-        if cached is not None and cached[0] == stamp:
-            raw = cached[1]
-    if raw is None:
-        raw = _raw_count(pools.matching(request.selectors, request.key, stats), busy)
-        if stamp is not None:
-            pools.counts[request.key] = (stamp, raw)
-    matching, free, failing, failing_free, invalid = raw
+    matching, free, failing, failing_free, invalid = _raw(
+        pools, request.selectors, request.key, busy, stats, stamp)
     if request.admin_access:
         return matching, matching, bool(invalid or failing)
     return matching, free, bool(invalid or failing_free)
+
+
+def _raw(
+    pools: NodePools,
+    selectors: tuple[Selector, ...],
+    key: tuple[str, ...],
+    busy: Container[DeviceId],
+    stats: Stats,
+    stamp: tuple[int, int] | None,
+) -> tuple[int, ...]:
+    """:func:`_raw_count` of the devices matching ``selectors`` (``key``: their expressions),
+    cached on the pools under the node's busy stamp."""
+    if stamp is not None:
+        cached = pools.counts.get(key)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+    raw = _raw_count(pools.matching(selectors, key, stats), busy)
+    if stamp is not None:
+        pools.counts[key] = (stamp, raw)
+    return raw
 
 
 def _raw_count(items: tuple[MatchItem, ...], busy: Container[DeviceId]) -> tuple[int, ...]:
