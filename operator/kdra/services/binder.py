@@ -78,7 +78,7 @@ from kdra.domain.scheduling import (
 )
 from kdra.kube.client import CLAIMS, PODS, ApiError, Conflict, KubeClient, NotFound
 from kdra.kube.events import EventRecorder
-from kdra.services.store import JSON, Key, Store, key_of
+from kdra.services.store import JSON, Key, Store, is_older, key_of
 
 log = logging.getLogger(__name__)
 NO_RESOURCES = Resources()
@@ -224,6 +224,8 @@ class Binder:
 
     def on_pod(self, event_type: str | None, pod: JSON) -> None:
         key = key_of(pod)
+        if event_type != "DELETED" and is_older(pod, self.pending.get(key)):
+            return  # a write response (the claim controller's) was handed over first
         uid = pod["metadata"].get("uid", "")
         node = pod.get("spec", {}).get("nodeName")
         phase = pod.get("status", {}).get("phase")

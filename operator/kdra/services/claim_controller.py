@@ -30,6 +30,7 @@ import copy
 import json
 import logging
 from collections import defaultdict
+from collections.abc import Callable
 
 from kdra import metrics
 from kdra.domain.errors import InvalidObject
@@ -86,10 +87,14 @@ def pod_store() -> Store:
 
 class ClaimController:
     def __init__(self, client: KubeClient, events: EventRecorder, *, pods: Store,
-                 claims: Store, templates: Store, workers: int = 4) -> None:
+                 claims: Store, templates: Store, workers: int = 4,
+                 pod_written: Callable[[JSON], None] | None = None) -> None:
         self.client = client
         self.events = events
         self.pods = pods
+        self.pod_written = pod_written
+        """Called with the pod as the API server returned it after the controller recorded
+        its claim names, so the binder can start on it before the watch event arrives."""
         self.claims = claims
         self.templates = templates
         self.pod_queue: WorkQueue[Key] = WorkQueue("claims-pods", self._sync_pod_key,
@@ -265,6 +270,8 @@ class ClaimController:
         except Conflict as exc:
             raise Retry("pod changed while recording claim names") from exc
         self.pods.upsert(updated)
+        if self.pod_written is not None:
+            self.pod_written(updated)
 
     async def _ensure_reserved(self, pod: JSON, claim_name: str) -> None:
         """A pod already bound to a node uses its allocated claims: make that visible."""

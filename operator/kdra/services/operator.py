@@ -61,7 +61,7 @@ class Operator:
         self.templates = Store("ResourceClaimTemplate")
         self.claim_controller = ClaimController(
             client, self.events, pods=self.pods, claims=self.claims, templates=self.templates,
-            workers=settings.workers,
+            workers=settings.workers, pod_written=self._pod_written,
         )
         self.binder = Binder(client, EventRecorder(client, component="kdra-scheduler"),
                              claims=self.claims, settings=BinderSettings(
@@ -128,6 +128,11 @@ class Operator:
         if CLAIMS_ANNOTATION in (pod["metadata"].get("annotations") or {}):
             self.claim_controller.on_pod(event_type, pod)
         self.binder.on_pod(event_type, pod)
+
+    def _pod_written(self, pod: JSON) -> None:
+        """The claim controller's write response: the binder needs no watch hop to see the
+        claim names (the watch event of the same version follows and changes nothing)."""
+        self.binder.on_pod("MODIFIED", pod)
 
     def on_slice(self, event_type: str | None, slice_: JSON) -> None:
         self.binder.on_slice(event_type, slice_)

@@ -42,6 +42,16 @@ def _rv(obj: JSON | None) -> int | None:
         return None
 
 
+def is_older(obj: JSON, than: JSON | None) -> bool:
+    """``obj`` was written before ``than`` (a smaller resourceVersion; one etcd revision
+    orders every object of a kind): e.g. a watch event that arrives after a write's response
+    was applied. False when either has no numeric resourceVersion."""
+    if than is None:
+        return False
+    new_rv, held_rv = _rv(obj), _rv(than)
+    return new_rv is not None and held_rv is not None and new_rv < held_rv
+
+
 class Store:
     def __init__(self, kind: str, indexes: dict[str, IndexFn] | None = None) -> None:
         self.kind = kind
@@ -82,8 +92,7 @@ class Store:
         old = self._objects.get(key)
         if obj.get("metadata", {}).get("uid") in self._deleted:
             return old
-        new_rv, old_rv = _rv(obj), _rv(old)
-        if old is not None and new_rv is not None and old_rv is not None and new_rv < old_rv:
+        if old is not None and is_older(obj, old):
             return old
         if old is not None:
             self._unindex(key, old)

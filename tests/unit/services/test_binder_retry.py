@@ -93,3 +93,22 @@ def test_a_failed_roll_back_still_requeues_the_pod_with_backoff() -> None:
 
     binder.on_pod("DELETED", POD)  # the per-pod backoff is forgotten with the pod
     assert key not in binder.failures
+
+
+def test_a_watch_event_older_than_the_pod_held_is_ignored() -> None:
+    # The claim controller hands its patch response (rv 7) to the binder; the watch events
+    # of rv 5 (before the patch) and rv 7 (the same) that follow leave rv 7 in place.
+    binder = Binder(FailingAfter(good=0), EventRecorder(FailingAfter(good=0)),  # type: ignore[arg-type]
+                    claims=claim_store())
+    newer = copy.deepcopy(POD)
+    newer["metadata"]["resourceVersion"] = "7"
+    older = copy.deepcopy(POD)
+    older["metadata"]["resourceVersion"] = "5"
+    binder.on_pod("MODIFIED", newer)
+    binder.on_pod("MODIFIED", older)
+    assert binder.pending[(NS, "p")] is newer
+    same = copy.deepcopy(newer)
+    binder.on_pod("MODIFIED", same)
+    assert binder.pending[(NS, "p")] is same
+    binder.on_pod("DELETED", older)  # a deletion always counts
+    assert (NS, "p") not in binder.pending

@@ -92,3 +92,23 @@ def test_a_recorded_claim_that_is_gone_is_generated_again() -> None:
     recorded = json.loads(server.patches[0]["metadata"]["annotations"][
         CLAIM_STATUSES_ANNOTATION])
     assert recorded == {"gpu": "p-gpu-new"}
+
+
+def test_the_recorded_pod_is_handed_over_as_the_api_server_returned_it() -> None:
+    # The binder starts on the pod from the patch response, not a watch hop later.
+    server = Server({})
+    handed: list[dict[str, Any]] = []
+    ctrl = controller(server, [])
+    ctrl.pod_written = handed.append
+    asyncio.run(ctrl.sync_pod(POD))
+    assert len(server.patches) == 1
+    assert handed == [POD]  # Server.patch returns POD
+
+
+def test_nothing_is_handed_over_when_no_names_change() -> None:
+    server = Server({"p-gpu-one": generated("p-gpu-one")})
+    handed: list[dict[str, Any]] = []
+    ctrl = controller(server, [generated("p-gpu-one")])
+    ctrl.pod_written = handed.append
+    asyncio.run(ctrl.sync_pod(POD))
+    assert server.patches == [] and handed == []

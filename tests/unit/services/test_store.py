@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kdra.services import store as store_module
-from kdra.services.store import Store
+from kdra.services.store import Store, is_older
 
 
 def obj(name: str, uid: str, rv: int, **meta: Any) -> dict[str, Any]:
@@ -60,3 +60,14 @@ def test_tombstones_are_bounded(monkeypatch: Any) -> None:
     assert len(store._deleted) == 3
     store.upsert(obj("o0", "u0", 9))  # forgotten: stored again (bounded memory over strict)
     assert store.get(("ns", "o0")) is not None
+
+
+def test_is_older_compares_resource_versions_only_when_both_are_numeric() -> None:
+    def rv(value: str | None) -> dict[str, Any]:
+        return {"metadata": {"name": "x", "uid": "u", "resourceVersion": value}}
+    assert is_older(rv("5"), rv("7"))
+    assert not is_older(rv("7"), rv("7"))
+    assert not is_older(rv("9"), rv("7"))
+    assert not is_older(rv("5"), None)
+    assert not is_older(rv(None), rv("7"))
+    assert not is_older(rv("5"), rv("abc"))
