@@ -183,6 +183,21 @@ class Usage:
         return cpu, peak
 
 
+class ServerUsage:
+    """CPU seconds of kube-apiserver and etcd over a phase: what a contender's API traffic
+    costs the server (same binaries for both contenders, so per pod they compare)."""
+
+    NAMES = ("kube-apiserver", "etcd")
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self.pids = {p.name: p.popen.pid for p in plane.processes if p.name in self.NAMES}
+        self.start = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+
+    def finish(self) -> dict[str, float]:
+        return {f"cpu_{name}": round(cpu_seconds(pid) - self.start[name], 2)
+                for name, pid in self.pids.items()}
+
+
 # ------------------------------------------------------------------ contenders
 
 
@@ -597,6 +612,7 @@ async def template_workload(api: Api, contender: Contender, params: Params,
         alloc0 = contender.allocator_seconds() if isinstance(contender, Kdra) else (0.0, 0)
         writes0 = await api.write_requests()
         usage = Usage(contender.measured)
+        server = ServerUsage(contender.plane)
         profiler.start(tag, contender.measured)
         start = time.monotonic()
         names = [f"test-{i}" for i in range(params.measure_pods)]
@@ -610,6 +626,7 @@ async def template_workload(api: Api, contender: Contender, params: Params,
         last = max((tracker.bound[k] for k in keys if k in tracker.bound), default=start)
         result.cpu, result.rss = usage.finish()
         result.extra.update({f"cpu_{name}": cpu for name, cpu in usage.by_proc.items()})
+        result.extra.update(server.finish())
         result.writes = dict(await api.write_requests() - writes0)
         profiler.stop()
         result.pods = sum(1 for k in keys if k in tracker.bound)
@@ -672,6 +689,7 @@ async def steady_workload(api: Api, contender: Contender, params: Params,
     try:
         writes0 = await api.write_requests()
         usage = Usage(contender.measured)
+        server = ServerUsage(contender.plane)
         profiler.start(tag, contender.measured)
         start = time.monotonic()
         deadline = start + params.duration
@@ -680,6 +698,7 @@ async def steady_workload(api: Api, contender: Contender, params: Params,
         await asyncio.sleep(max(0.0, deadline - time.monotonic()))
         result.cpu, result.rss = usage.finish()
         result.extra.update({f"cpu_{name}": cpu for name, cpu in usage.by_proc.items()})
+        result.extra.update(server.finish())
         result.writes = dict(await api.write_requests() - writes0)
         profiler.stop()
         keys = [k for k, t in tracker.bound.items() if k.startswith("test/") and t <= deadline]
@@ -869,8 +888,9 @@ def table(results: list[Result], ceiling: Result | None) -> str:
                     f"{fmt(1000 * ceiling.p50, 0)} | {fmt(1000 * ceiling.p99, 0)} | - | - | - | "
                     f"per pod: pod create, claim create, claim status, pod status, binding |")
     rows += ["", "| workload | kdra/upstream pods/s | kdra/upstream p99 | kdra/upstream CPU s "
-             "| kdra/upstream peak RSS | kdra % of ceiling | upstream % of ceiling |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             "| kdra/upstream peak RSS | kdra % of ceiling | upstream % of ceiling "
+             "| API server + etcd CPU ms/pod kdra / upstream |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for workload, pair in by.items():
         k, u = pair.get("kdra"), pair.get("upstream")
         if not k or not u:
@@ -882,8 +902,15 @@ def table(results: list[Result], ceiling: Result | None) -> str:
         ceil = ceiling.rate if ceiling and ceiling.rate else float("nan")
         rows.append(f"| {workload} | {ratio(k.rate, u.rate)} | {ratio(k.p99, u.p99)} | "
                     f"{ratio(k.cpu, u.cpu)} | {ratio(k.rss, u.rss)} | "
-                    f"{fmt(100 * k.rate / ceil, 0)}% | {fmt(100 * u.rate / ceil, 0)}% |")
+                    f"{fmt(100 * k.rate / ceil, 0)}% | {fmt(100 * u.rate / ceil, 0)}% | "
+                    f"{fmt(server_ms(k))} / {fmt(server_ms(u))} |")
     return "\n".join(rows)
+
+
+def server_ms(r: Result) -> float:
+    """kube-apiserver + etcd CPU per bound pod in the measured phase (NaN when unknown)."""
+    spent = [r.extra[k] for k in ("cpu_kube-apiserver", "cpu_etcd") if k in r.extra]
+    return 1000 * sum(spent) / r.pods if spent and r.pods else float("nan")
 
 
 def writes_table(results: list[Result]) -> str:

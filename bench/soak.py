@@ -10,7 +10,9 @@ serving every simulated node and one ``kdra operator`` — started as bench/scal
 one (:func:`scale.steady_workload`).
 
 Every ``--sample`` seconds one line: RSS (VmRSS) and CPU share of the operator and of the
-agent, and the pods the operator has bound so far (its scheduling-duration histogram). At the
+agent, the pods the operator has bound so far (its scheduling-duration histogram), and the
+operator's C heap: bytes in use and bytes free inside it (``kdra_malloc_*`` gauges,
+kdra.memory) — a leak grows the first, heap space kept for reuse the second. At the
 end, a summary: pods bound and pods/s; per process RSS at the start (the first sample after
 ``--warmup`` seconds: imports, caches and pools have settled by then), at the end, the peak,
 and the growth in MiB and %; the invariant checker's verdict on the settled cluster
@@ -54,6 +56,7 @@ class Sample:
     claims: int  # ResourceClaims in the workload's namespace (released ones are deleted)
     rss_mib: dict[str, float]  # VmRSS per process
     cpu_pct: dict[str, float]  # CPU share per process since the previous sample (100: a core)
+    malloc_mib: dict[str, float]  # the operator's C heap: in use, free (kdra.memory gauges)
 
 
 def watched(kdra: Kdra) -> dict[str, int]:
@@ -95,18 +98,23 @@ async def sample_every(interval: float, kdra: Kdra, api: Api, samples: list[Samp
         now = time.monotonic()
         cpu = {name: cpu_of(group) for name, group in groups.items()}
         bound = await asyncio.to_thread(metric, kdra.metrics_port, BOUND_METRIC)
+        heap = {kind: round(await asyncio.to_thread(metric, kdra.metrics_port,
+                                                    f"kdra_malloc_{kind}_bytes") / 2**20, 1)
+                for kind in ("in_use", "free")}
         sample = Sample(
             seconds=round(now - started, 1), bound=int(bound),
             claims=await api.count(kdra.claims_path("test")),
             rss_mib={name: round(rss_of(group), 1) for name, group in groups.items()},
             cpu_pct={name: round(100 * (cpu[name] - previous[name]) / (now - last), 1)
-                     for name in cpu})
+                     for name in cpu},
+            malloc_mib=heap)
         previous, last = cpu, now
         samples.append(sample)
         kdra_procs = [p.name for p in kdra.measured]
         print(f"  t={sample.seconds:5.0f}s bound {sample.bound:5d} claims {sample.claims:3d}  "
               + "  ".join(f"{name.removeprefix('kdra-')}: {sample.rss_mib[name]:5.1f} MiB "
                           f"{sample.cpu_pct[name]:4.1f}%" for name in kdra_procs)
+              + f"  operator C heap: {heap['in_use']:.1f} MiB in use, {heap['free']:.1f} free"
               + "  (CPU " + ", ".join(f"{name} {sample.cpu_pct[name]:.0f}%" for name in groups
                                      if name not in kdra_procs) + ")", flush=True)
 
@@ -130,6 +138,11 @@ def memory_summary(samples: list[Sample], warmup: float, procs: list[Proc]) -> d
             "growth_pct": round(100 * (end - start) / start, 1) if start else None,
             "cpu_avg_pct": round(sum(s.cpu_pct[proc.name] for s in samples) / len(samples), 1),
         }
+        if proc.name == "kdra-operator":
+            out[proc.name]["malloc_in_use_mib"] = [first.malloc_mib.get("in_use"),
+                                                   last.malloc_mib.get("in_use")]
+            out[proc.name]["malloc_free_mib"] = [first.malloc_mib.get("free"),
+                                                 last.malloc_mib.get("free")]
     return out
 
 
@@ -236,6 +249,10 @@ def print_summary(report: dict[str, Any]) -> None:
               f"{mem['end_mib']} MiB at {mem['end_at_s']:.0f}s, peak {mem['peak_mib']} MiB "
               f"(VmHWM {mem['hwm_mib']}); growth {mem['growth_mib']:+} MiB "
               f"({mem['growth_pct']:+}%); CPU {mem['cpu_avg_pct']}% on average")
+        if "malloc_in_use_mib" in mem:
+            (used0, used1), (free0, free1) = mem["malloc_in_use_mib"], mem["malloc_free_mib"]
+            print(f"  C heap (malloc): in use {used0} -> {used1} MiB, free {free0} -> {free1} "
+                  "MiB")
     print(f"invariant violations: {report['violations']}"
           + "".join(f"\n  {v}" for v in report["violation_samples"]))
     if report.get("operator_memory_growth"):

@@ -18,6 +18,12 @@ from prometheus_client import (
     start_http_server,
 )
 
+from kdra.memory import MallocCollector
+
+# The C allocator's in-use / free bytes (kdra.memory), read at each scrape of the default
+# registry: tells a leak from heap space kept for reuse when RSS grows.
+REGISTRY.register(MallocCollector())
+
 CREATE_STATUSES = ("success", "failure")
 
 claim_creates = Counter(

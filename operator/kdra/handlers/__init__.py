@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 
-from kdra import metrics
+from kdra import memory, metrics
 from kdra.settings import OperatorSettings
 
 
@@ -23,6 +23,7 @@ def run_operator(settings: OperatorSettings) -> int:
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     metrics.init_series()
     metrics.serve(settings.metrics_port)
+    memory.start_trimmer(settings.malloc_trim_interval)
     kopf.run(
         clusterwide=True,
         standalone=True,  # one active replica is kdra's own Lease election (services.leader)

@@ -38,7 +38,7 @@ from typing import TypeVar
 
 import aiohttp
 
-from kdra import metrics
+from kdra import memory, metrics
 from kdra.domain.backoff import backoff_delay
 from kdra.domain.errors import InvalidObject
 from kdra.domain.inventory import Inventory, InventoryDevice, expand_names
@@ -524,6 +524,7 @@ def run_agent(settings: AgentSettings) -> int:
         log.error("kdra agent cannot start: %s", exc)
         return 2
     metrics.serve(settings.metrics_port)
+    memory.start_trimmer(settings.malloc_trim_interval)
     try:
         return asyncio.run(_main(settings, nodes, discovery))
     except AgentError as exc:
