@@ -71,6 +71,11 @@ class Store:
     def get(self, key: Key) -> JSON | None:
         return self._objects.get(key)
 
+    def was_deleted(self, uid: str) -> bool:
+        """A DELETED event (or a delete) was seen for the object with ``uid`` — among the
+        last :data:`TOMBSTONES` deleted; False says nothing."""
+        return uid in self._deleted
+
     def index(self, name: str, value: str) -> list[JSON]:
         return [self._objects[k] for k in self._indexes[name].get(value, ()) if k in self._objects]
 

@@ -112,3 +112,39 @@ def test_nothing_is_handed_over_when_no_names_change() -> None:
     ctrl.pod_written = handed.append
     asyncio.run(ctrl.sync_pod(POD))
     assert server.patches == [] and handed == []
+
+
+class Releasing(Server):
+    """Also takes status writes and deletes; counts GETs."""
+
+    def __init__(self) -> None:
+        super().__init__({})
+        self.gets: list[str] = []
+        self.statuses: list[dict[str, Any]] = []
+        self.deleted: list[str] = []
+
+    async def get(self, res: Resource, name: str, namespace: str) -> dict[str, Any]:
+        self.gets.append(name)
+        raise NotFound(404, "NotFound", f"{name} not found")
+
+    async def replace_status(self, res: Resource, body: dict[str, Any]) -> dict[str, Any]:
+        self.statuses.append(body)
+        return {**body, "metadata": {**body["metadata"], "resourceVersion": "11"}}
+
+    async def delete(self, res: Resource, name: str, namespace: str, *, uid: str) -> None:
+        self.deleted.append(name)
+
+
+def test_a_pod_whose_deletion_was_seen_is_gone_without_asking_the_api_server() -> None:
+    claim = generated("p-gpu-one")
+    claim["status"] = {"allocation": {"devices": {"results": []}},
+                       "reservedFor": [{"resource": "pods", "name": "p", "uid": "uid-p"}]}
+    for seen_deleted, gets in ((True, 0), (False, 2)):
+        server = Releasing()
+        ctrl = controller(server, [claim])
+        if seen_deleted:
+            ctrl.on_pod("DELETED", POD)
+        asyncio.run(ctrl.sync_claim(claim))
+        assert len(server.gets) == gets  # reservedFor, then the owner: one GET each
+        assert server.statuses[0]["status"]["reservedFor"] == []
+        assert server.deleted == ["p-gpu-one"]
