@@ -196,17 +196,19 @@ class PodFit:
             if not tolerates(self.tolerations, taint):
                 value = f"={taint['value']}" if taint.get("value") else ""
                 return f"node(s) had untolerated taint {{{taint.get('key')}{value}}}"
-        labels = node.info.labels
-        if any(labels.get(k) != v for k, v in self.node_selector.items()):
+        if self.node_selector:
+            labels = node.info.labels
+            if any(labels.get(k) != v for k, v in self.node_selector.items()):
+                return "node(s) didn't match Pod's node affinity/selector"
+        if self.affinity is not None and not selector_matches(self.affinity, node.info):
             return "node(s) didn't match Pod's node affinity/selector"
-        if not selector_matches(self.affinity, node.info):
-            return "node(s) didn't match Pod's node affinity/selector"
-        free = node.allocatable - used
-        if self.requests.pods > free.pods:
+        # Run once per node for every pod: plain comparisons, no Resources built.
+        requests, allocatable = self.requests, node.allocatable
+        if requests.pods > allocatable.pods - used.pods:
             return "Too many pods"
-        if self.requests.cpu > free.cpu:
+        if requests.cpu > allocatable.cpu - used.cpu:
             return "Insufficient cpu"
-        if self.requests.memory > free.memory:
+        if requests.memory > allocatable.memory - used.memory:
             return "Insufficient memory"
         return None
 
