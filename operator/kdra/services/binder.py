@@ -37,7 +37,7 @@ import itertools
 import logging
 import random
 import time
-from collections import Counter, defaultdict
+from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -82,6 +82,9 @@ from kdra.services.store import JSON, Key, Store, is_older, key_of
 
 log = logging.getLogger(__name__)
 NO_RESOURCES = Resources()
+BOUND_REMEMBERED = 4096
+"""Pods bound by this binder whose stale, unbound versions are recognised (a watch event
+lags the Binding by milliseconds; thousands is ample)."""
 
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 
@@ -178,6 +181,8 @@ class Binder:
             f"{s['spec'].get('driver')}/{s['spec'].get('pool', {}).get('name')}"]})
         self.snapshot = Snapshot()
         self.pending: dict[Key, JSON] = {}
+        self._bound: OrderedDict[str, None] = OrderedDict()  # UIDs this binder bound, newest
+        # last (at most BOUND_REMEMBERED): their unbound versions are stale
         self.usage: dict[str, dict[str, Resources]] = defaultdict(dict)  # node → pod uid → req
         self._pod_node: dict[str, str] = {}  # pod uid → the node its usage is counted on
         self.node_used: dict[str, Resources] = {}  # node → sum of its pods' requests
@@ -224,10 +229,14 @@ class Binder:
 
     def on_pod(self, event_type: str | None, pod: JSON) -> None:
         key = key_of(pod)
-        if event_type != "DELETED" and is_older(pod, self.pending.get(key)):
-            return  # a write response (the claim controller's) was handed over first
         uid = pod["metadata"].get("uid", "")
         node = pod.get("spec", {}).get("nodeName")
+        if event_type == "DELETED":
+            self._bound.pop(uid, None)
+        elif is_older(pod, self.pending.get(key)):
+            return  # a write response (the claim controller's) was handed over first
+        elif not node and uid in self._bound:
+            return  # from before this binder bound it (a bound pod never comes unbound)
         phase = pod.get("status", {}).get("phase")
         gone = event_type == "DELETED" or phase in ("Succeeded", "Failed")
         # Resource usage of every pod on a node (kdra's or not) for the fit filter.
@@ -286,6 +295,11 @@ class Binder:
         self.nodes.apply(event_type, node)
         self._views = None
         self._wake()
+
+    def _remember_bound(self, uid: str) -> None:
+        self._bound[uid] = None
+        if len(self._bound) > BOUND_REMEMBERED:
+            self._bound.popitem(last=False)
 
     def _node_views(self) -> list[NodeView]:
         """The nodes, parsed for the filters and sorted by name; rebuilt after a node event."""
@@ -690,6 +704,12 @@ class Binder:
                 return
             except Conflict:
                 pass  # already bound (e.g. a previous attempt's bind went through)
+            # Bound: not pending any more, though the watch event saying so may still be on
+            # its way (requeueing the unbound copy would schedule it again, only to be told
+            # 409 by the API server).
+            self._remember_bound(pod["metadata"]["uid"])
+            if self.pending.pop(key, None) is not None:
+                metrics.set_pending_pods(len(self.pending))
             metrics.observe_scheduled(pod, time.monotonic() - attempt.started)
             await self.events.normal(pod, "Scheduled", f"Successfully assigned {namespace}/"
                                      f"{pod['metadata']['name']} to {node} with devices "

@@ -112,3 +112,22 @@ def test_a_watch_event_older_than_the_pod_held_is_ignored() -> None:
     assert binder.pending[(NS, "p")] is same
     binder.on_pod("DELETED", older)  # a deletion always counts
     assert (NS, "p") not in binder.pending
+
+
+def test_an_unbound_version_of_a_pod_this_binder_bound_is_stale(monkeypatch: Any) -> None:
+    client = FailingAfter(good=0)
+    binder = Binder(client, EventRecorder(client), claims=claim_store())  # type: ignore[arg-type]
+    binder._remember_bound("uid-p")
+    binder.on_pod("MODIFIED", POD)  # the watch event of the claim-statuses patch, late
+    assert (NS, "p") not in binder.pending and len(binder.queue) == 0
+    bound = copy.deepcopy(POD)
+    bound["spec"]["nodeName"] = "node-1"
+    binder.on_pod("MODIFIED", bound)
+    assert "uid-p" in binder.usage["node-1"]  # a bound version counts
+    binder.on_pod("DELETED", bound)
+    binder.on_pod("ADDED", POD)  # forgotten with the deletion
+    assert (NS, "p") in binder.pending
+    monkeypatch.setattr("kdra.services.binder.BOUND_REMEMBERED", 2)
+    for uid in ("a", "b", "c"):
+        binder._remember_bound(uid)
+    assert list(binder._bound) == ["b", "c"]
