@@ -387,12 +387,22 @@ class ClaimController:
         if pod is not None and pod["metadata"].get("uid") == owner["uid"] \
                 and not pod_is_done(pod):
             return
+        key = (meta["namespace"], meta["name"])
         try:
-            await self.client.delete(CLAIMS, meta["name"], meta["namespace"], uid=meta["uid"])
+            left = await self.client.delete(CLAIMS, meta["name"], meta["namespace"],
+                                            uid=meta["uid"])
         except NotFound:
+            self.claims.delete(key)  # gone already (the garbage collector was first)
             return
         except Conflict as exc:
             raise Retry("claim replaced while deleting it") from exc
+        # Gone from the cache at once: the watch events still on their way (older versions,
+        # ignored once its UID is buried) would each ask for the deletion again, in vain.
+        if left.get("kind") == "ResourceClaim" and left.get("metadata", {}).get(
+                "finalizers"):
+            self.claims.upsert(left)  # someone else's finalizer holds it: terminating
+        else:
+            self.claims.delete(key)
         metrics.record_release("delete")
         log.info("deleted claim %s/%s: its pod %s is %s", meta["namespace"], meta["name"],
                  owner["name"], "done" if pod is not None else "gone")

@@ -131,8 +131,10 @@ class Releasing(Server):
         self.statuses.append(body)
         return {**body, "metadata": {**body["metadata"], "resourceVersion": "11"}}
 
-    async def delete(self, res: Resource, name: str, namespace: str, *, uid: str) -> None:
+    async def delete(self, res: Resource, name: str, namespace: str, *,
+                     uid: str) -> dict[str, Any]:
         self.deleted.append(name)
+        return {"kind": "Status", "status": "Success"}
 
 
 def test_a_pod_whose_deletion_was_seen_is_gone_without_asking_the_api_server() -> None:
@@ -147,4 +149,8 @@ def test_a_pod_whose_deletion_was_seen_is_gone_without_asking_the_api_server() -
         asyncio.run(ctrl.sync_claim(claim))
         assert len(server.gets) == gets  # reservedFor, then the owner: one GET each
         assert server.statuses[0]["status"]["reservedFor"] == []
+        assert server.deleted == ["p-gpu-one"]
+        # The watch events of the versions written meanwhile find nothing left to delete.
+        ctrl.on_claim("MODIFIED", claim)
+        asyncio.run(ctrl._sync_claim_key((NS, "p-gpu-one")))
         assert server.deleted == ["p-gpu-one"]
