@@ -47,6 +47,7 @@ from kdra.handlers.readers import api_client
 from scale import DEVICES_PER_NODE, Kdra, Params, Proc, Profiler, control_plane, node_name
 
 BOUND_METRIC = "kdra_scheduler_scheduling_duration_seconds_count"
+HEAP = ("in_use", "free")  # the operator's kdra_malloc_<kind>_bytes gauges
 
 
 @dataclass
@@ -76,15 +77,18 @@ def cpu_of(group: int) -> float:
     return sum(cpu_seconds(pid) for pid in group_pids(group))
 
 
-def metric(port: int, name: str) -> float:
-    """Sum of every series of one metric of a kdra process (0 when unreachable)."""
+def metrics(port: int, *names: str) -> dict[str, float]:
+    """Per name, the sum of every series of that metric of a kdra process, from one scrape
+    (0 when unreachable)."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
             text = response.read().decode()
     except OSError:
-        return 0.0
-    return sum(float(line.split()[-1]) for line in text.splitlines()
-               if line.startswith(name) and line[len(name):len(name) + 1] in (" ", "{"))
+        text = ""
+    lines = text.splitlines()
+    return {name: sum(float(line.split()[-1]) for line in lines
+                      if line.startswith(name) and line[len(name):len(name) + 1] in (" ", "{"))
+            for name in names}
 
 
 async def sample_every(interval: float, kdra: Kdra, api: Api, samples: list[Sample],
@@ -97,10 +101,10 @@ async def sample_every(interval: float, kdra: Kdra, api: Api, samples: list[Samp
         await asyncio.sleep(interval)
         now = time.monotonic()
         cpu = {name: cpu_of(group) for name, group in groups.items()}
-        bound = await asyncio.to_thread(metric, kdra.metrics_port, BOUND_METRIC)
-        heap = {kind: round(await asyncio.to_thread(metric, kdra.metrics_port,
-                                                    f"kdra_malloc_{kind}_bytes") / 2**20, 1)
-                for kind in ("in_use", "free")}
+        scraped = await asyncio.to_thread(metrics, kdra.metrics_port, BOUND_METRIC,
+                                          *(f"kdra_malloc_{kind}_bytes" for kind in HEAP))
+        bound = scraped[BOUND_METRIC]
+        heap = {kind: round(scraped[f"kdra_malloc_{kind}_bytes"] / 2**20, 1) for kind in HEAP}
         sample = Sample(
             seconds=round(now - started, 1), bound=int(bound),
             claims=await api.count(kdra.claims_path("test")),

@@ -26,6 +26,7 @@ import ctypes
 import ctypes.util
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -104,10 +105,9 @@ def start_trimmer(interval: float) -> threading.Thread | None:
     """Trim every ``interval`` seconds from a daemon thread (None: 0 or no glibc)."""
     if interval <= 0 or _libc() is None:
         return None
-    stop = threading.Event()  # never set: the thread ends with the process
-
-    def run() -> None:
-        while not stop.wait(interval):
+    def run() -> None:  # until the process ends (a daemon thread)
+        while True:
+            time.sleep(interval)
             try:
                 trim()
             except Exception:  # never let a diagnostic take the process down

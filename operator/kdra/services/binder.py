@@ -37,7 +37,7 @@ import itertools
 import logging
 import random
 import time
-from collections import Counter, OrderedDict, defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -78,7 +78,7 @@ from kdra.domain.scheduling import (
 )
 from kdra.kube.client import CLAIMS, PODS, ApiError, Conflict, KubeClient, NotFound
 from kdra.kube.events import EventRecorder
-from kdra.services.store import JSON, Key, Store, is_older, key_of
+from kdra.services.store import JSON, Key, RecentSet, Store, is_older, key_of
 
 log = logging.getLogger(__name__)
 NO_RESOURCES = Resources()
@@ -181,8 +181,7 @@ class Binder:
             f"{s['spec'].get('driver')}/{s['spec'].get('pool', {}).get('name')}"]})
         self.snapshot = Snapshot()
         self.pending: dict[Key, JSON] = {}
-        self._bound: OrderedDict[str, None] = OrderedDict()  # UIDs this binder bound, newest
-        # last (at most BOUND_REMEMBERED): their unbound versions are stale
+        self._bound = RecentSet()  # UIDs this binder bound: their unbound versions are stale
         self.usage: dict[str, dict[str, Resources]] = defaultdict(dict)  # node → pod uid → req
         self._pod_node: dict[str, str] = {}  # pod uid → the node its usage is counted on
         self.node_used: dict[str, Resources] = {}  # node → sum of its pods' requests
@@ -232,7 +231,7 @@ class Binder:
         uid = pod["metadata"].get("uid", "")
         node = pod.get("spec", {}).get("nodeName")
         if event_type == "DELETED":
-            self._bound.pop(uid, None)
+            self._bound.discard(uid)
         elif is_older(pod, self.pending.get(key)):
             return  # a write response (the claim controller's) was handed over first
         elif not node and uid in self._bound:
@@ -297,9 +296,7 @@ class Binder:
         self._wake()
 
     def _remember_bound(self, uid: str) -> None:
-        self._bound[uid] = None
-        if len(self._bound) > BOUND_REMEMBERED:
-            self._bound.popitem(last=False)
+        self._bound.add(uid, BOUND_REMEMBERED)
 
     def _node_views(self) -> list[NodeView]:
         """The nodes, parsed for the filters and sorted by name; rebuilt after a node event."""

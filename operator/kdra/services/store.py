@@ -32,6 +32,32 @@ def key_of(obj: JSON) -> Key:
     return (meta.get("namespace") or "", meta.get("name", ""))
 
 
+class RecentSet:
+    """The most recently added strings, at most ``limit`` of them (given on each add, so a
+    caller's cap is read where it is used); re-adding one makes it the newest."""
+
+    def __init__(self) -> None:
+        self._items: OrderedDict[str, None] = OrderedDict()  # oldest first
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def add(self, item: str, limit: int) -> None:
+        self._items[item] = None
+        self._items.move_to_end(item)
+        while len(self._items) > limit:
+            self._items.popitem(last=False)
+
+    def discard(self, item: str) -> None:
+        self._items.pop(item, None)
+
+
 def _rv(obj: JSON | None) -> int | None:
     if obj is None:
         return None
@@ -60,7 +86,7 @@ class Store:
         self._indexes: dict[str, defaultdict[str, set[Key]]] = {
             name: defaultdict(set) for name in self._index_fns
         }
-        self._deleted: OrderedDict[str, None] = OrderedDict()  # UIDs, oldest first
+        self._deleted = RecentSet()  # UIDs of deleted objects
 
     def __len__(self) -> int:
         return len(self._objects)
@@ -97,7 +123,7 @@ class Store:
         old = self._objects.get(key)
         if obj.get("metadata", {}).get("uid") in self._deleted:
             return old
-        if old is not None and is_older(obj, old):
+        if is_older(obj, old):
             return old
         if old is not None:
             self._unindex(key, old)
@@ -116,10 +142,7 @@ class Store:
 
     def _bury(self, uid: str | None) -> None:
         if uid:
-            self._deleted[uid] = None
-            self._deleted.move_to_end(uid)
-            if len(self._deleted) > TOMBSTONES:
-                self._deleted.popitem(last=False)
+            self._deleted.add(uid, TOMBSTONES)
 
     def _unindex(self, key: Key, obj: JSON) -> None:
         for name, fn in self._index_fns.items():
