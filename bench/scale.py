@@ -47,9 +47,11 @@ import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -559,6 +561,7 @@ class Result:
     note: str = ""
     extra: dict[str, float] = field(default_factory=dict)
     writes: dict[str, int] = field(default_factory=dict)  # API writes in the measured phase
+    window: tuple[float, float] = (0.0, 0.0)  # the measured phase, wall clock (time.time())
 
     @property
     def rate(self) -> float:
@@ -572,6 +575,8 @@ class Params:
     measure_pods: int
     duration: float
     stall: float
+    audit: bool = False  # kube-apiserver audit log; a per-client summary per run
+    pprof: int = 0  # seconds of kube-apiserver CPU profile taken as the workload starts
 
 
 async def create_pods(api: Api, contender: Contender, tracker: PodTracker, ns: str,
@@ -615,6 +620,7 @@ async def template_workload(api: Api, contender: Contender, params: Params,
         server = ServerUsage(contender.plane)
         profiler.start(tag, contender.measured)
         start = time.monotonic()
+        wall = time.time()
         names = [f"test-{i}" for i in range(params.measure_pods)]
         creator = asyncio.create_task(create_pods(api, contender, tracker, "test", names))
         done = await tracker.wait_bound("test", len(names), params.stall)
@@ -628,6 +634,7 @@ async def template_workload(api: Api, contender: Contender, params: Params,
         result.extra.update({f"cpu_{name}": cpu for name, cpu in usage.by_proc.items()})
         result.extra.update(server.finish())
         result.writes = dict(await api.write_requests() - writes0)
+        result.window = (wall, time.time())
         profiler.stop()
         result.pods = sum(1 for k in keys if k in tracker.bound)
         result.seconds = last - start
@@ -692,6 +699,7 @@ async def steady_workload(api: Api, contender: Contender, params: Params,
         server = ServerUsage(contender.plane)
         profiler.start(tag, contender.measured)
         start = time.monotonic()
+        wall = time.time()
         deadline = start + params.duration
         await create_pods(api, contender, tracker, "test",
                           [f"test-{next(counter)}" for _ in range(STEADY_IN_FLIGHT)])
@@ -700,6 +708,7 @@ async def steady_workload(api: Api, contender: Contender, params: Params,
         result.extra.update({f"cpu_{name}": cpu for name, cpu in usage.by_proc.items()})
         result.extra.update(server.finish())
         result.writes = dict(await api.write_requests() - writes0)
+        result.window = (wall, time.time())
         profiler.stop()
         keys = [k for k, t in tracker.bound.items() if k.startswith("test/") and t <= deadline]
         result.pods = len(keys)
@@ -774,11 +783,75 @@ async def ceiling_workload(api: Api, params: Params, workers: int) -> Result:
 WORKLOADS = ("template", "steady-empty", "steady-half", "steady-full", "ceiling")
 
 
-def control_plane(work: Path, native_dra: bool) -> ControlPlane:
+def control_plane(work: Path, native_dra: bool, audit: bool = False,
+                  pprof: bool = False) -> ControlPlane:
     controllers = (*CONTROLLERS, "resourceclaim-controller") if native_dra else CONTROLLERS
+    server_args = (*(audit_flags(work) if audit else ()), *(("--profiling",) if pprof else ()))
     return ControlPlane(work, binaries(), controllers=controllers,
                         controller_manager_args=("--kube-api-qps", QPS,
-                                                 "--kube-api-burst", QPS)).start()
+                                                 "--kube-api-burst", QPS),
+                        apiserver_args=server_args).start()
+
+
+async def server_profile(api: Api, seconds: int, path: Path) -> None:
+    """kube-apiserver's CPU profile over the next ``seconds`` (pprof format) to ``path``;
+    read it with ``go tool pprof -top <kube-apiserver binary> <path>``."""
+    assert api.session is not None
+    async with api.session.get("/debug/pprof/profile", params={"seconds": str(seconds)},
+                               timeout=aiohttp.ClientTimeout(total=seconds + 60)) as resp:
+        data = await resp.read()
+    await asyncio.to_thread(path.write_bytes, data)
+
+
+AUDIT_LOG = "audit.log"
+
+
+def audit_flags(work: Path) -> tuple[str, ...]:
+    """kube-apiserver flags for a Metadata-level audit log of every request (one line when
+    it completes): who asks what, to find the requests a contender could save. The log costs
+    the server CPU, so --audit runs are for diagnosis, not for the report's figures."""
+    policy = work / "audit-policy.yaml"
+    policy.write_text(yaml.safe_dump({
+        "apiVersion": "audit.k8s.io/v1", "kind": "Policy",
+        "omitStages": ["RequestReceived", "ResponseStarted"],
+        "rules": [{"level": "Metadata"}]}))
+    return ("--audit-policy-file", str(policy), "--audit-log-path", str(work / AUDIT_LOG),
+            "--audit-log-format", "json", "--audit-log-maxsize", "0")
+
+
+def client_name(event: JSON) -> str:
+    """``kdra-operator``, ``kube-controller-manager:generic-garbage-collector``, ..."""
+    agent = str(event.get("userAgent", "")).split("/", 1)[0] or "?"
+    user = str(event.get("user", {}).get("username", ""))
+    account = "system:serviceaccount:kube-system:"
+    return f"{agent}:{user.removeprefix(account)}" if user.startswith(account) else agent
+
+
+def audit_summary(log: Path, window: tuple[float, float], pods: int, top: int = 40) -> str:
+    """Requests per bound pod in the measured phase, by client, verb, resource and code."""
+    counts: Counter[tuple[str, str, str, int]] = Counter()
+    with log.open() as lines:
+        for line in lines:
+            event = json.loads(line)
+            received = datetime.fromisoformat(event["requestReceivedTimestamp"]).timestamp()
+            if not window[0] <= received <= window[1]:
+                continue
+            ref = event.get("objectRef") or {}
+            what = ref.get("resource", event.get("requestURI", "?").split("?")[0])
+            if ref.get("subresource"):
+                what += "/" + ref["subresource"]
+            code = int((event.get("responseStatus") or {}).get("code", 0))
+            counts[(client_name(event), event.get("verb", "?"), what, code)] += 1
+    per_pod = max(pods, 1)
+    by_client: Counter[str] = Counter()
+    for (client, *_), n in counts.items():
+        by_client[client] += n
+    out = [f"requests per bound pod ({pods} pods), by client:"]
+    out += [f"  {n / per_pod:7.2f}  {client}" for client, n in by_client.most_common()]
+    out.append(f"top {top} (client verb resource code):")
+    out += [f"  {n / per_pod:7.2f}  {c} {v} {r} {code}"
+            for (c, v, r, code), n in counts.most_common(top)]
+    return "\n".join(out)
 
 
 async def until_idle(contender: Contender, *, below: float = 0.15, window: float = 1.0,
@@ -807,7 +880,8 @@ async def run_one(kind: type[Contender], workload: str, params: Params, base: Pa
                   profiler: Profiler, tag: str = "") -> Result:
     work = base / f"{kind.name}-{tag or workload}"
     work.mkdir(parents=True)
-    plane = control_plane(work, native_dra=kind is Upstream)
+    plane = control_plane(work, native_dra=kind is Upstream, audit=params.audit,
+                          pprof=bool(params.pprof))
     contender = kind(plane, work, params.nodes)
     try:
         async with Api(plane.kubeconfig) as api:
@@ -827,11 +901,20 @@ async def run_one(kind: type[Contender], workload: str, params: Params, base: Pa
             settled = await until_idle(contender)
             print(f"  [{contender.name} {workload}] ready in {time.monotonic() - t:.0f}s "
                   f"(idle after {settled:.1f}s)", flush=True)
+            if params.pprof:
+                profile = asyncio.create_task(
+                    server_profile(api, params.pprof, work / "kube-apiserver.pprof"))
             if workload == "template":
                 result = await template_workload(api, contender, params, profiler,
                                                  tag or workload)
             else:
                 result = await steady_workload(api, contender, params, profiler, workload)
+            if params.pprof:
+                await profile
+            if params.audit and result.window[1]:
+                summary = audit_summary(work / AUDIT_LOG, result.window, result.pods)
+                (work / "audit-summary.txt").write_text(summary + "\n")
+                print(summary, flush=True)
             dead = [p.name for p in contender.measured if not p.alive()]
             if dead:
                 result.note = (result.note + f" exited: {', '.join(dead)}").strip()
@@ -1012,6 +1095,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep", default="",
                         help="also run the template workload at these node counts, e.g. "
                              "100,2000 (pods: nodes x 5, at most 2,500 + 2,500)")
+    parser.add_argument("--audit", action="store_true",
+                        help="kube-apiserver audit log; prints requests per pod by client "
+                             "(diagnosis: the log costs the server CPU)")
+    parser.add_argument("--pprof", type=int, default=0, metavar="SECONDS",
+                        help="kube-apiserver CPU profile of the workload's first SECONDS, "
+                             "saved as kube-apiserver.pprof in the run's directory")
     parser.add_argument("--out", type=Path, default=None,
                         help="directory for logs, profiles and results.json")
     parser.add_argument("--markdown", type=Path, default=None,
@@ -1022,7 +1111,8 @@ def main(argv: list[str] | None = None) -> int:
     pods = args.pods or nodes * DEVICES_PER_NODE // 2
     params = Params(nodes=nodes, init_pods=pods, measure_pods=pods,
                     duration=args.duration or (20.0 if args.quick else 60.0),
-                    stall=45.0 if args.quick else 90.0)
+                    stall=45.0 if args.quick else 90.0, audit=args.audit,
+                    pprof=args.pprof)
     workloads = list(WORKLOADS) if args.workloads == "all" else args.workloads.split(",")
     kinds = {"kdra": Kdra, "upstream": Upstream}
     contenders = [kinds[c] for c in args.contenders.split(",")]

@@ -116,6 +116,8 @@ class ControlPlane:
     controllers: tuple[str, ...] = CONTROLLERS
     #: Extra kube-controller-manager flags, e.g. ``("--kube-api-qps", "5000")``.
     controller_manager_args: tuple[str, ...] = ()
+    #: Extra kube-apiserver flags, e.g. an audit policy for a diagnostic run.
+    apiserver_args: tuple[str, ...] = ()
     api_port: int = 0
     etcd_port: int = 0
     processes: list[_Process] = field(default_factory=list)
@@ -224,6 +226,7 @@ class ControlPlane:
             "--allow-privileged=true",
             "--profiling=false",
             "--v=1",
+            *self.apiserver_args,
         ])
         context = ssl.create_default_context(cafile=str(ca.cert_path))
         context.load_cert_chain(str(admin.cert), str(admin.key))

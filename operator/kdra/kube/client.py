@@ -30,7 +30,7 @@ import aiohttp
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
-from kdra import GROUP, VERSION
+from kdra import GROUP, VERSION, __version__
 from kdra.domain.backoff import backoff_delay
 
 log = logging.getLogger(__name__)
@@ -322,9 +322,11 @@ class KubeClient:
         })
 
 
-async def connect(kubeconfig: str | None = None) -> KubeClient:
+async def connect(kubeconfig: str | None = None, *, component: str = "") -> KubeClient:
     """A client from ``kubeconfig`` (path), else ``$KUBECONFIG``/``~/.kube/config``, else the
-    in-cluster service account."""
+    in-cluster service account. ``component`` (e.g. ``"operator"``) names the client in its
+    User-Agent, ``kdra-<component>/<version>``, which the API server's audit log and
+    request logs show."""
     configuration = k8s_client.Configuration()
     try:
         await k8s_config.load_kube_config(config_file=kubeconfig,
@@ -336,6 +338,7 @@ async def connect(kubeconfig: str | None = None) -> KubeClient:
             client_configuration=configuration)
     configuration.connection_pool_maxsize = 64
     api = k8s_client.ApiClient(configuration)
+    api.user_agent = f"kdra-{component or 'client'}/{__version__}"
     if not any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "NETRC")):
         # kubernetes_asyncio opens its aiohttp session with trust_env=True, which makes every
         # request look up ~/.netrc and proxy variables in a worker thread (two thread hops

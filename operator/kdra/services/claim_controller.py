@@ -9,7 +9,9 @@ Two level-based loops over a shared cache (:class:`~kdra.services.store.Store`):
   adds a bound pod to ``reservedFor`` of its allocated claims if it is missing there.
 - ``sync_claim(ns, name)`` drops ``reservedFor`` entries of pods that are gone, replaced (other
   UID) or done; clears ``status.allocation`` when no reservation is left; removes kdra's
-  finalizer once the claim is deallocated; deletes generated claims whose pod is done or gone.
+  finalizer once the claim is deallocated; deletes generated claims whose pod is done or was
+  replaced (the claim of a pod that is gone is the garbage collector's: its ownerReference names
+  the pod, and upstream's controller leaves it to the collector too).
 
 Invariants:
 - Every status write is a PUT of the object as cached, so its resourceVersion is the
@@ -383,9 +385,13 @@ class ClaimController:
                       if ref.get("controller") and ref.get("kind") == "Pod"), None)
         if owner is None:
             return
-        pod = await self._pod(meta["namespace"], owner["name"], owner["uid"])
-        if pod is not None and pod["metadata"].get("uid") == owner["uid"] \
-                and not pod_is_done(pod):
+        # Only a pod this controller sees, replaced or done, is certain not to need the claim.
+        # A pod it does not see is either gone or not seen yet: as upstream, the garbage
+        # collector deletes the claim of a pod that is truly gone (the claim's ownerReference),
+        # with no lookup here and no second DELETE racing it.
+        pod = self.pods.get((meta["namespace"], owner["name"]))
+        if pod is None or (pod["metadata"].get("uid") == owner["uid"]
+                           and not pod_is_done(pod)):
             return
         key = (meta["namespace"], meta["name"])
         try:
@@ -404,8 +410,9 @@ class ClaimController:
         else:
             self.claims.delete(key)
         metrics.record_release("delete")
+        replaced = pod["metadata"].get("uid") != owner["uid"]
         log.info("deleted claim %s/%s: its pod %s is %s", meta["namespace"], meta["name"],
-                 owner["name"], "done" if pod is not None else "gone")
+                 owner["name"], "replaced" if replaced else "done")
 
     # ------------------------------------------------------------------ reporting
 

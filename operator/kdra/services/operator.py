@@ -81,7 +81,7 @@ class Operator:
 
     @classmethod
     async def start(cls, settings: OperatorSettings) -> Operator:
-        client = await connect(settings.kubeconfig)
+        client = await connect(settings.kubeconfig, component="operator")
         operator = cls(settings, client)
         # Admission webhooks: stateless, so every replica serves them (standbys too), and
         # before the controllers run, since the claims they create go through the validating

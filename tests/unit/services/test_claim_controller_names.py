@@ -11,6 +11,7 @@ from typing import Any
 from kdra.domain.podclaims import (
     CLAIM_STATUSES_ANNOTATION,
     CLAIMS_ANNOTATION,
+    FINALIZER,
     POD_CLAIM_NAME_ANNOTATION,
 )
 from kdra.kube.client import NotFound, Resource
@@ -115,42 +116,90 @@ def test_nothing_is_handed_over_when_no_names_change() -> None:
 
 
 class Releasing(Server):
-    """Also takes status writes and deletes; counts GETs."""
+    """Also takes status writes, deletes and finalizer patches of claims; counts GETs. A
+    claim with finalizers is left terminating by a delete, as the API server does."""
 
-    def __init__(self) -> None:
+    def __init__(self, claim: dict[str, Any]) -> None:
         super().__init__({})
+        self.claim = claim
         self.gets: list[str] = []
         self.statuses: list[dict[str, Any]] = []
         self.deleted: list[str] = []
+        self.calls: list[str] = []
 
     async def get(self, res: Resource, name: str, namespace: str) -> dict[str, Any]:
         self.gets.append(name)
         raise NotFound(404, "NotFound", f"{name} not found")
 
     async def replace_status(self, res: Resource, body: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append("status")
         self.statuses.append(body)
         return {**body, "metadata": {**body["metadata"], "resourceVersion": "11"}}
 
     async def delete(self, res: Resource, name: str, namespace: str, *,
                      uid: str) -> dict[str, Any]:
+        self.calls.append("delete")
         self.deleted.append(name)
+        if self.claim["metadata"].get("finalizers"):
+            return {**self.claim, "metadata": {**self.claim["metadata"],
+                                               "deletionTimestamp": "2026-12-01T00:00:00Z",
+                                               "resourceVersion": "10"}}
         return {"kind": "Status", "status": "Success"}
+
+    async def patch(self, res: Resource, name: str, body: dict[str, Any],
+                    namespace: str) -> dict[str, Any]:
+        self.calls.append("patch")
+        self.patches.append(body)
+        self.claim = {**self.claim, "metadata": {**self.claim["metadata"], **body["metadata"]}}
+        return self.claim
+
+
+def reserved_claim(finalizers: list[str]) -> dict[str, Any]:
+    claim = generated("p-gpu-one")
+    claim["metadata"]["finalizers"] = finalizers
+    claim["status"] = {"allocation": {"devices": {"results": []}},
+                       "reservedFor": [{"resource": "pods", "name": "p", "uid": "uid-p"}]}
+    return claim
 
 
 def test_a_pod_whose_deletion_was_seen_is_gone_without_asking_the_api_server() -> None:
-    claim = generated("p-gpu-one")
-    claim["status"] = {"allocation": {"devices": {"results": []}},
-                       "reservedFor": [{"resource": "pods", "name": "p", "uid": "uid-p"}]}
-    for seen_deleted, gets in ((True, 0), (False, 2)):
-        server = Releasing()
+    claim = reserved_claim([FINALIZER])
+    for seen_deleted, gets in ((True, 0), (False, 1)):
+        server = Releasing(claim)
         ctrl = controller(server, [claim])
         if seen_deleted:
             ctrl.on_pod("DELETED", POD)
         asyncio.run(ctrl.sync_claim(claim))
-        assert len(server.gets) == gets  # reservedFor, then the owner: one GET each
+        assert len(server.gets) == gets  # the reserving pod, unless its deletion was seen
         assert server.statuses[0]["status"]["reservedFor"] == []
-        assert server.deleted == ["p-gpu-one"]
+
+
+def test_the_claim_of_a_gone_pod_is_released_and_left_to_the_garbage_collector() -> None:
+    # As upstream: unreserve and deallocate, drop the finalizer; the garbage collector
+    # deletes the claim (its ownerReference names the pod), with no second DELETE racing it.
+    claim = reserved_claim([FINALIZER])
+    server = Releasing(claim)
+    ctrl = controller(server, [claim])
+    ctrl.on_pod("DELETED", POD)
+    asyncio.run(ctrl.sync_claim(claim))
+    assert server.calls == ["status", "patch"]
+    written = server.statuses[0]["status"]
+    assert "allocation" not in written and written["reservedFor"] == []
+    assert server.patches[0]["metadata"]["finalizers"] == []
+    assert server.gets == []
+
+
+def test_the_claim_of_a_done_or_replaced_pod_is_deleted() -> None:
+    done = {**POD, "status": {"phase": "Succeeded"}}
+    replaced = {**POD, "metadata": {**POD["metadata"], "uid": "uid-other"}}
+    for pod in (done, replaced):
+        claim = reserved_claim([FINALIZER])
+        server = Releasing(claim)
+        ctrl = controller(server, [claim])
+        ctrl.on_pod("MODIFIED", pod)
+        asyncio.run(ctrl.sync_claim(claim))
+        assert server.calls == ["status", "patch", "delete"], pod
         # The watch events of the versions written meanwhile find nothing left to delete.
         ctrl.on_claim("MODIFIED", claim)
         asyncio.run(ctrl._sync_claim_key((NS, "p-gpu-one")))
-        assert server.deleted == ["p-gpu-one"]
+        assert server.calls == ["status", "patch", "delete"], pod

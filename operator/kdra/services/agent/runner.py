@@ -479,7 +479,7 @@ def make_discovery(settings: AgentSettings, nodes: list[str]) -> Discovery:
 
 async def _main(settings: AgentSettings, nodes: list[str], discovery: Discovery) -> int:
     try:
-        client = await connect(settings.kubeconfig)
+        client = await connect(settings.kubeconfig, component="agent")
     except Exception as exc:  # any kubeconfig / in-cluster config problem
         log.error("kdra agent cannot connect to the API server: %s", exc)
         return 1
