@@ -32,6 +32,8 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Literal
 
+import orjson
+
 from kdra.domain.gpu_profiles import GPU_DRIVER
 from kdra.domain.inventory import InventoryDevice
 
@@ -194,12 +196,11 @@ def build_cdi_spec(*, node: str, claim: ClaimRef, driver: str,
 
 
 def encode_json(data: Any, *, compact: bool = False) -> bytes:
-    """Stable JSON bytes (sorted keys, trailing newline) for files the agent writes.
-    ``compact``: no indentation — CPython's C encoder runs only without ``indent``, ~10x
-    faster than the pure-Python one (the checkpoint is rewritten on every prepare)."""
-    if compact:
-        return (json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n").encode()
-    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
+    """Stable JSON bytes (sorted keys, UTF-8, trailing newline) for files the agent writes;
+    indented by two spaces unless ``compact`` (the checkpoint, rewritten on every prepare).
+    orjson: the standard library's encoder falls back to pure Python with ``indent``."""
+    options = orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE
+    return orjson.dumps(data, option=options if compact else options | orjson.OPT_INDENT_2)
 
 
 # --------------------------------------------------------------------------- checkpoint

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import orjson
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
@@ -150,6 +151,17 @@ class KubeClient:
 
     def __init__(self, api: k8s_client.ApiClient) -> None:
         self._api = api
+        rest = api.rest_client
+        self._session: aiohttp.ClientSession = rest.pool_manager
+        self._host = str(api.configuration.host).rstrip("/")
+        # What kubernetes_asyncio's REST layer would add to every request.
+        self._extra: dict[str, Any] = {}
+        if rest.proxy:
+            self._extra["proxy"] = rest.proxy
+            if rest.proxy_headers:
+                self._extra["proxy_headers"] = rest.proxy_headers
+        if rest.server_hostname:
+            self._extra["server_hostname"] = rest.server_hostname
 
     async def __aenter__(self) -> KubeClient:
         return self
@@ -163,20 +175,33 @@ class KubeClient:
     async def request(self, method: str, path: str, *, body: Any = None,
                       query: dict[str, Any] | None = None,
                       content_type: str = "application/json") -> JSON:
-        headers = {"Accept": "application/json", "Content-Type": content_type}
-        params = [(k, v) for k, v in (query or {}).items() if v is not None]
-        response = await self._api.call_api(
-            path, method, query_params=params, header_params=headers, body=body,
-            auth_settings=["BearerToken"], _preload_content=False,
-        )
-        try:
+        """One request; the body is sent as JSON (orjson) and the answer parsed from JSON.
+
+        Sent on kubernetes_asyncio's aiohttp session (its TLS, proxy and connection pool, and
+        its credentials, refreshed as it refreshes them) but not through its generated-client
+        layer, which walks every body to "sanitize" it and re-encodes it with the standard
+        library: measured at ~8% of the operator's CPU in the steady-state benchmark."""
+        async with await self._send(method, path, query, body, content_type) as response:
             raw = await response.read()
-        finally:
-            response.release()
-        if 200 <= response.status < 300:
-            data: JSON = json.loads(raw) if raw else {}
-            return data
-        raise _error(response.status, str(response.reason), raw)
+            if 200 <= response.status < 300:
+                data: JSON = orjson.loads(raw) if raw else {}
+                return data
+            raise _error(response.status, str(response.reason), raw)
+
+    async def _send(self, method: str, path: str, query: dict[str, Any] | None, body: Any,
+                    content_type: str = "application/json",
+                    limits: aiohttp.ClientTimeout | None = None) -> aiohttp.ClientResponse:
+        headers = {**self._api.default_headers, "Accept": "application/json"}
+        params = [(k, v if isinstance(v, str) else str(v))
+                  for k, v in (query or {}).items() if v is not None]
+        await self._api.update_params_for_auth(headers, params, ["BearerToken"])
+        data = None
+        if body is not None:
+            headers["Content-Type"] = content_type
+            data = orjson.dumps(body)
+        return await self._session.request(
+            method, self._host + path, params=params or None, data=data, headers=headers,
+            timeout=limits or aiohttp.ClientTimeout(), **self._extra)
 
     # ------------------------------------------------------------------ verbs
 
@@ -258,13 +283,8 @@ class KubeClient:
     async def _stream(self, path: str, query: dict[str, Any],
                       seconds: int) -> AsyncIterator[JSON]:
         """The JSON lines of one watch request (lines may be of any length)."""
-        params = [(k, v) for k, v in query.items() if v is not None]
-        response = await self._api.call_api(
-            path, "GET", query_params=params, header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"], _preload_content=False,
-            _request_timeout=aiohttp.ClientTimeout(sock_connect=30, sock_read=seconds + 30),
-        )
-        try:
+        timeout = aiohttp.ClientTimeout(sock_connect=30, sock_read=seconds + 30)
+        async with await self._send("GET", path, query, None, limits=timeout) as response:
             if response.status != 200:
                 raise _error(response.status, str(response.reason), await response.read())
             buffer = b""
@@ -273,11 +293,9 @@ class KubeClient:
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
                     if line.strip():
-                        yield json.loads(line)
+                        yield orjson.loads(line)
             if buffer.strip():
-                yield json.loads(buffer)
-        finally:
-            response.release()
+                yield orjson.loads(buffer)
 
     async def create(self, res: Resource, body: JSON, namespace: str | None = None) -> JSON:
         return await self.request("POST", res.path(namespace), body=body)

@@ -17,6 +17,7 @@ import os
 import signal
 import socket
 
+from kdra.domain import cel
 from kdra.domain.inventory import AGENT_LEASE_LABEL
 from kdra.domain.podclaims import CLAIMS_ANNOTATION
 from kdra.kube.client import (
@@ -96,6 +97,7 @@ class Operator:
             await operator.elector.acquire()  # a standby waits here
             operator.leadership = asyncio.create_task(
                 operator.elector.keep(_leadership_lost), name="leader-lease")
+        await asyncio.to_thread(cel.warm_up)  # else the first allocation pays for it
         await operator.prime()
         operator.claim_controller.start()
         operator.binder.start()

@@ -113,6 +113,11 @@ def _parser() -> CELParser:
     return _PARSER
 
 
+def warm_up() -> None:
+    """Build the parser (its LALR tables take ~0.3 s) now, not in the first compile."""
+    _parser()
+
+
 def parse(expression: str) -> a.Node:
     """Parse and check ``expression``; raise :class:`CelCompileError` with a position."""
     try:

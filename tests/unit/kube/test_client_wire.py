@@ -1,0 +1,131 @@
+"""What :class:`KubeClient` puts on the wire: it sends on kubernetes_asyncio's session but
+builds requests itself, so the credentials, the User-Agent, the query and the JSON body are
+checked here against a local HTTP server (no API server needed for the wire format)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from aiohttp import web
+from kubernetes_asyncio import client as k8s_client
+
+from kdra import __version__
+from kdra.kube.client import CLAIMS, PODS, Conflict, KubeClient
+
+
+async def _serve(handler: Any) -> tuple[web.AppRunner, str]:
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    return runner, f"http://127.0.0.1:{port}"
+
+
+def _client(host: str, token: str | None = None) -> KubeClient:
+    configuration = k8s_client.Configuration(host=host)
+    if token:
+        configuration.api_key = {"BearerToken": token}
+        configuration.api_key_prefix = {"BearerToken": "Bearer"}
+    api = k8s_client.ApiClient(configuration)
+    api.user_agent = f"kdra-test/{__version__}"
+    return KubeClient(api)
+
+
+def test_a_write_carries_token_user_agent_content_type_and_json_body() -> None:
+    seen: list[dict[str, Any]] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append({"method": request.method, "path": request.path,
+                     "query": dict(request.query), "headers": dict(request.headers),
+                     "body": await request.read()})
+        return web.json_response({"kind": "ResourceClaim", "metadata": {"name": "c"}})
+
+    async def main() -> Any:
+        runner, host = await _serve(handler)
+        try:
+            async with _client(host, token="s3cret") as client:
+                answer = await client.patch(CLAIMS, "c", {"metadata": {"labels": {"a": "é"}}},
+                                            "ns")
+                await client.list(PODS, "ns", label_selector="app=x")
+            return answer
+        finally:
+            await runner.cleanup()
+
+    answer = asyncio.run(main())
+    assert answer == {"kind": "ResourceClaim", "metadata": {"name": "c"}}
+    patch, listing = seen
+    assert patch["method"] == "PATCH"
+    assert patch["path"] == "/apis/resource.kdra.dev/v1alpha3/namespaces/ns/resourceclaims/c"
+    assert patch["headers"]["Authorization"] == "Bearer s3cret"
+    assert patch["headers"]["User-Agent"] == f"kdra-test/{__version__}"
+    assert patch["headers"]["Content-Type"] == "application/merge-patch+json"
+    assert json.loads(patch["body"]) == {"metadata": {"labels": {"a": "é"}}}
+    assert listing["method"] == "GET" and listing["path"] == "/api/v1/namespaces/ns/pods"
+    assert listing["query"] == {"labelSelector": "app=x", "limit": "500"}  # None dropped
+
+
+def test_an_error_answer_raises_the_typed_error_with_the_servers_message() -> None:
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response({"kind": "Status", "reason": "Conflict",
+                                  "message": "the object has been modified"}, status=409)
+
+    async def main() -> None:
+        runner, host = await _serve(handler)
+        try:
+            async with _client(host) as client:
+                await client.replace_status(CLAIMS, {"metadata": {"name": "c",
+                                                                  "namespace": "ns"}})
+        finally:
+            await runner.cleanup()
+
+    try:
+        asyncio.run(main())
+    except Conflict as exc:
+        assert exc.message == "the object has been modified"
+    else:
+        raise AssertionError("a 409 answer must raise Conflict")
+
+
+def test_a_watch_yields_the_list_then_each_event_and_resumes_from_the_last_version() -> None:
+    requests: list[dict[str, str]] = []
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        requests.append(dict(request.query))
+        if "watch" not in request.query:
+            return web.json_response({"metadata": {"resourceVersion": "10"}, "items": [
+                {"metadata": {"name": "a", "resourceVersion": "9"}}]})
+        response = web.StreamResponse()
+        await response.prepare(request)
+        name, version = ("b", "11") if len(requests) == 2 else ("c", "12")
+        line = json.dumps({"type": "ADDED", "object": {
+            "metadata": {"name": name, "resourceVersion": version}}}).encode() + b"\n"
+        await response.write(line[:7])  # one event split over two chunks
+        await response.write(line[7:])
+        await response.write_eof()  # the server ends the watch
+        return response
+
+    async def main() -> list[tuple[str, Any]]:
+        runner, host = await _serve(handler)
+        events: list[tuple[str, Any]] = []
+        try:
+            async with _client(host) as client:
+                async for event in client.watch(PODS, timeout_seconds=5):
+                    events.append(event)
+                    if len(events) == 3:
+                        break
+        finally:
+            await runner.cleanup()
+        return events
+
+    events = asyncio.run(main())
+    assert events[0] == ("LIST", {"items": [{"metadata": {"name": "a",
+                                                           "resourceVersion": "9"}}]})
+    assert events[1] == ("ADDED", {"metadata": {"name": "b", "resourceVersion": "11"}})
+    assert events[2] == ("ADDED", {"metadata": {"name": "c", "resourceVersion": "12"}})
+    assert requests[1]["resourceVersion"] == "10" and requests[1]["watch"] == "1"
+    assert requests[2]["resourceVersion"] == "11"  # resumed after the event, no re-list
