@@ -211,7 +211,7 @@ def test_kill_during_prepare_then_restart(control_plane: ControlPlane, agents: A
     wait_for(lambda: "paused after cdi-written" in agent.proc.tail(50), timeout=60,
              what="the pause point")
     agent.proc.kill()
-    assert agent.checkpoint()[uid]["state"] == "preparing"
+    assert uid not in agent.checkpoint()  # the CDI file is written first: an orphan now
     assert agent.cdi_files() == [f"kdra.dev-{uid}.json"]
     assert device_status(control_plane, namespace, "crashy") == []
 
@@ -221,7 +221,9 @@ def test_kill_during_prepare_then_restart(control_plane: ControlPlane, agents: A
              timeout=60, what="prepared after the restart")
     assert agent.checkpoint()[uid]["state"] == "prepared"
     assert agent.cdi_files() == [f"kdra.dev-{uid}.json"]
-    assert "unprepared claim" not in agent.proc.tail(200)  # finished, not redone
+    log = agent.proc.tail(200)
+    assert "removed orphaned CDI spec" in log  # the restart cleaned up, then prepared again
+    assert "unprepared claim" not in log
 
     # Killed while paused again, but the claim is deallocated before the agent returns.
     create_claim(control_plane, namespace, "second")

@@ -241,6 +241,29 @@ def test_crash_during_prepare_converges(tmp_path: Path, point: str, then: str) -
         assert node.cdi_files() == [] and node.checkpoint() == {} and ready(node) == []
 
 
+def test_a_failed_disk_step_is_undone_in_memory_and_redone_by_the_retry(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The entry is recorded in memory before the files are written (so the devices are busy);
+    # if writing fails, it goes again, or the retry would take the claim as prepared.
+    node = Node(tmp_path)
+    node.client.put(claim_obj(["gpu-1"]))
+    preparer = node.preparer()
+    write = CdiDir.write
+
+    def full_disk(self: CdiDir, name: str, spec: dict[str, Any]) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(CdiDir, "write", full_disk)
+    with pytest.raises(OSError):
+        sync(preparer, node)
+    assert preparer.checkpoint.claims == {} and node.checkpoint() == {} and ready(node) == []
+    monkeypatch.setattr(CdiDir, "write", write)
+    sync(preparer, node)  # the work queue's retry
+    assert node.cdi_files() == [f"kdra.dev-{UID}.json"]
+    assert node.checkpoint()[UID]["state"] == "prepared"
+    assert ready(node) == [("gpu-1", "True")]
+
+
 def test_crash_during_unprepare_converges(tmp_path: Path) -> None:
     node = Node(tmp_path)
     node.client.put(claim_obj(["gpu-1"]))

@@ -13,9 +13,10 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
-import tempfile
+import secrets
 import time
 from pathlib import Path
 
@@ -32,10 +33,20 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+_serial = itertools.count()
+_process = secrets.token_hex(4)  # with the pid: no clash with a crashed run's leftovers
+
+
 def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Replace ``path`` with ``data`` atomically and durably."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """Replace ``path`` with ``data`` atomically and durably. The temporary file's name is
+    unique to this process and call (``O_EXCL``); the directory is created when missing."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{_process}.{next(_serial)}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(tmp, flags, 0o600)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, flags, 0o600)
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(data)

@@ -7,13 +7,19 @@ reserved, or deleted, it removes the CDI files, the checkpoint entry and its sta
 
 Crash consistency — every step is idempotent and the order makes any prefix recoverable:
 
-    prepare:   checkpoint "preparing" → CDI file(s) → checkpoint "prepared" → status Ready
+    prepare:   CDI file(s) → checkpoint "prepared" → status Ready
     unprepare: CDI file(s) removed → checkpoint entry removed → status entries removed
 
-A CDI file thus always has a checkpoint entry. After a kill -9 anywhere, the restarted agent
-loads the checkpoint, deletes CDI files of its node that no entry names (:meth:`Preparer.load`),
-and syncs every claim the checkpoint or the API names: a claim still wanted is prepared again
-(rewriting the same files), any other entry is unprepared.
+No "preparing" record is written first: a CDI file no entry names is an orphan, which the
+next start deletes. The in-memory checkpoint changes first, before any ``await``: that is
+what :func:`busy_devices` checks, so two claims given the same device never both get it.
+Another claim's save may thus persist an entry a moment before its files exist (or after they
+are gone). After a kill -9 anywhere, the restarted agent loads the checkpoint, deletes CDI files
+of its node that no entry names (:meth:`Preparer.load`: files written just before the
+crash), and syncs every claim the checkpoint or the API names: a claim still wanted is
+prepared again (a prepared entry whose file is missing gets it rewritten), any other entry is
+unprepared. Status Ready is reported only after the claim's own files and entry are on disk.
+(Checkpoints written by older versions may hold ``preparing`` entries: prepared again.)
 
 Invariants:
 - Prepare of a prepared claim returns the recorded result (and only re-reports status);
@@ -23,8 +29,7 @@ Invariants:
 - A device the node does not have (or that is unhealthy) is reported ``Ready=False`` with a
   reason, and nothing is written to disk for that claim.
 - ``KDRA_AGENT_PAUSE_AFTER=<point>`` (tests only) makes the agent sleep at that point
-  (``checkpoint-preparing``, ``cdi-written``, ``checkpoint-prepared``, ``cdi-removed``) so a
-  test can kill it there.
+  (``cdi-written``, ``checkpoint-prepared``, ``cdi-removed``) so a test can kill it there.
 """
 
 from __future__ import annotations
@@ -35,7 +40,6 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 from kdra import metrics
 from kdra.domain.inventory import Inventory, InventoryDevice
@@ -66,7 +70,7 @@ from kdra.services.workqueue import Retry
 log = logging.getLogger(__name__)
 
 PAUSE_ENV = "KDRA_AGENT_PAUSE_AFTER"
-PAUSE_POINTS = ("checkpoint-preparing", "cdi-written", "checkpoint-prepared", "cdi-removed")
+PAUSE_POINTS = ("cdi-written", "checkpoint-prepared", "cdi-removed")
 
 
 class HolderIndex:
@@ -215,16 +219,20 @@ class Preparer:
         for result in results:
             by_driver.setdefault(result.driver, []).append(devices[(result.driver,
                                                                     result.device)])
-        files = {driver: cdi_file_name(driver, ref.uid) for driver in by_driver}
-        entry = ClaimEntry(ref, "preparing", prepared, tuple(sorted(files.values())))
-        await self._save(self.checkpoint.with_entry(entry))
-        await self._pause("checkpoint-preparing", ref)
-        for driver, file in files.items():
-            await asyncio.to_thread(self.cdi.write, file, build_cdi_spec(
-                node=self.node, claim=ref, driver=driver, devices=by_driver[driver]))
-        await self._pause("cdi-written", ref)
-        entry = replace(entry, state="prepared")
-        await self._save(self.checkpoint.with_entry(entry))
+        specs = {cdi_file_name(driver, ref.uid): build_cdi_spec(
+            node=self.node, claim=ref, driver=driver, devices=found)
+            for driver, found in by_driver.items()}
+        before = self.checkpoint.claims.get(ref.uid)
+        # In memory before the first await: the devices are busy from here on (see above).
+        self.checkpoint = self.checkpoint.with_entry(
+            ClaimEntry(ref, "prepared", prepared, tuple(sorted(specs))))
+        try:
+            await asyncio.to_thread(self._write_files, specs)
+            await self._pause("cdi-written", ref)
+            await self._save()
+        except BaseException:
+            self._restore_entry(ref.uid, before)
+            raise
         await self._pause("checkpoint-prepared", ref)
         log.info("node %s: prepared claim %s (%s): %s", self.node, ref.key, ref.uid,
                  ", ".join(f"{d.driver}/{d.device}" for d in prepared))
@@ -252,29 +260,46 @@ class Preparer:
     async def unprepare(self, entry: ClaimEntry, claim: JSON | None) -> None:
         """Remove what preparing ``entry`` created; ``claim`` (same UID) gets its status
         entries removed too."""
+        uid = entry.claim.uid
         try:
-            for file in entry.cdi_files:
-                await asyncio.to_thread(self.cdi.remove, file)
-            await self._pause("cdi-removed", entry.claim)
-            await self._save(self.checkpoint.without(entry.claim.uid))
-            log.info("node %s: unprepared claim %s (%s)", self.node, entry.claim.key,
-                     entry.claim.uid)
+            before = self.checkpoint.claims.get(uid)
+            self.checkpoint = self.checkpoint.without(uid)
+            try:
+                await asyncio.to_thread(self._remove_files, entry.cdi_files)
+                await self._pause("cdi-removed", entry.claim)
+                await self._save()
+            except BaseException:
+                self._restore_entry(uid, before)
+                raise
+            log.info("node %s: unprepared claim %s (%s)", self.node, entry.claim.key, uid)
             if claim is not None:
                 await self._report(claim, [])
         except Exception:
             metrics.record_unprepare_error()
             raise
 
-    # ------------------------------------------------------------------ helpers
+    # ------------------------------------------------------------------ disk
 
-    async def _save(self, checkpoint: Checkpoint) -> None:
-        """Make ``checkpoint`` the state, then persist it off the event loop (file writes with
-        fsync take milliseconds). The in-memory state changes before the first ``await``, so
-        concurrent prepares on one node never lose each other's entries; the lock keeps the
-        file writes in order, and each writes the newest state."""
-        self.checkpoint = checkpoint
+    def _write_files(self, specs: dict[str, JSON]) -> None:
+        for file, spec in specs.items():
+            self.cdi.write(file, spec)
+
+    def _remove_files(self, files: Sequence[str]) -> None:
+        for file in files:
+            self.cdi.remove(file)
+
+    async def _save(self) -> None:
+        """Persist the checkpoint as it is now, off the event loop (a write with fsync takes
+        milliseconds). The lock keeps saves in order, and each writes the newest state."""
         async with self._write_lock:
             await asyncio.to_thread(self.file.save, self.checkpoint)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _restore_entry(self, uid: str, entry: ClaimEntry | None) -> None:
+        """Undo an in-memory change whose disk steps failed, so the retry redoes them."""
+        self.checkpoint = (self.checkpoint.with_entry(entry) if entry is not None
+                           else self.checkpoint.without(uid))
 
     async def _pause(self, point: str, ref: ClaimRef) -> None:
         if self.pause_after == point:
