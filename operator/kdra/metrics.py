@@ -216,9 +216,11 @@ def observe_allocator(seconds: float) -> None:
     allocator_duration.observe(seconds)
 
 
-def record_unschedulable(reason: str) -> None:
+def record_unschedulable(reason: str, nodes: int = 1) -> None:
+    """``nodes`` rejected for ``reason`` in one attempt (counted at once: a pod's attempt
+    may reject hundreds of nodes)."""
     label = reason if reason in UNSCHEDULABLE_REASONS else "other"
-    unschedulable_reasons.labels(reason=label).inc()
+    unschedulable_reasons.labels(reason=label).inc(nodes)
 
 
 def observe_scheduled(pod: dict[str, object], fallback_seconds: float) -> None:

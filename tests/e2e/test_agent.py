@@ -255,6 +255,29 @@ def test_seed_cats_example(control_plane: ControlPlane, agents: AgentFactory) ->
     assert lease(control_plane, node) is None  # no GPUs in this inventory
 
 
+def test_simulated_nodes_resync_restores_a_deleted_slice(control_plane: ControlPlane,
+                                                         agents: AgentFactory) -> None:
+    """The periodic resync of a many-node agent reads every slice with one LIST and writes
+    again only what is missing."""
+    prefix = unique("resync")
+    agent = agents(prefix, "gpus: ['2 x A100-40GB']\n", "--simulate-nodes",
+                   f"{prefix}-{{0..2}}", "--resync-period", "1")
+    (gone,) = slices_of(control_plane, f"{prefix}-1")
+    (kept,) = slices_of(control_plane, f"{prefix}-2")
+    control_plane.kubectl("delete", agent_helpers.SLICES, gone["metadata"]["name"])
+    wait_for(lambda: len(slices_of(control_plane, f"{prefix}-1")) == 1, timeout=30,
+             what="the deleted slice published again by the resync")
+    (again,) = slices_of(control_plane, f"{prefix}-1")
+    assert again["metadata"]["uid"] != gone["metadata"]["uid"]
+    assert again["spec"]["devices"] == gone["spec"]["devices"]
+    (still,) = slices_of(control_plane, f"{prefix}-2")
+    assert still["metadata"]["resourceVersion"] == kept["metadata"]["resourceVersion"]
+    assert "published 1 slice(s)" in agent.proc.tail(100)
+    for index in range(3):
+        control_plane.kubectl("delete", "node", f"{prefix}-{index}", "--wait=false",
+                              check=False)
+
+
 def test_simulated_nodes(control_plane: ControlPlane, agents: AgentFactory) -> None:
     prefix = unique("sim")
     agent = agents(prefix, "gpus: ['2 x A100-40GB']\n", "--simulate-nodes",

@@ -487,9 +487,12 @@ class Binder:
                 metrics.record_unschedulable(outcome.fatal.code.value)
                 await self._unschedulable(pod, message)
                 return "unschedulable"
+            codes: Counter[str] = Counter()
             for reason in outcome.reasons.values():
                 reasons[reason.message] += 1
-                metrics.record_unschedulable(reason.code.value)
+                codes[reason.code.value] += 1
+            for code, count in codes.items():
+                metrics.record_unschedulable(code, count)
             placements = outcome.placements
         elif candidates:
             placements = {n.name: Placement(n.name, (), [], {}) for n in candidates}

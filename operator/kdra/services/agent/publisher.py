@@ -21,7 +21,7 @@ import logging
 from collections.abc import Iterable
 
 from kdra import metrics
-from kdra.domain.inventory import InventoryDevice, plan_publication
+from kdra.domain.inventory import InventoryDevice, Publication, plan_publication
 from kdra.kube.client import NODES, SLICES, Conflict, KubeClient, NotFound
 from kdra.services.store import JSON
 
@@ -35,6 +35,7 @@ class SlicePublisher:
         self._published: dict[str, list[JSON]] = {}
         self._min_generation: dict[str, int] = {}
         self._node_missing_logged = False
+        self._node_owner: dict[str, str] | None = None  # the Node as the slices' owner
 
     @property
     def drivers(self) -> list[str]:
@@ -81,11 +82,28 @@ class SlicePublisher:
                 self._node_missing_logged = True
             return None
         self._node_missing_logged = False
-        return {"name": self.node, "uid": node["metadata"]["uid"]}
+        self._node_owner = {"name": self.node, "uid": node["metadata"]["uid"]}
+        return self._node_owner
+
+    def _plan(self, driver: str, devices: tuple[InventoryDevice, ...],
+              owner: dict[str, str]) -> Publication:
+        return plan_publication(node=self.node, driver=driver, devices=devices,
+                                published=self._published.get(driver, []), owner=owner,
+                                min_generation=self._min_generation.get(driver, 0))
 
     async def publish(self, devices: dict[str, tuple[InventoryDevice, ...]]) -> int:
         """Make the node's pools match ``devices`` (driver → devices); drivers no longer in
-        ``devices`` lose their slices. Returns the number of slices written."""
+        ``devices`` lose their slices. Returns the number of slices written.
+
+        The Node (the slices' owner) is read again before anything is written, not when
+        nothing is: a resync of unchanged slices costs no request but its LIST. (A Node
+        deleted and created again under the same name gets a new UID; the garbage collector
+        then deletes the slices that name the old one, and the next resync, finding them
+        gone, writes them again with the new owner.)"""
+        cached = self._node_owner
+        if cached is not None and set(self._published) <= set(devices) and not any(
+                self._plan(driver, items, cached).changed for driver, items in devices.items()):
+            return 0
         owner = await self._owner()
         if owner is None:
             return 0
@@ -102,9 +120,7 @@ class SlicePublisher:
     async def _publish_pool(self, driver: str, devices: tuple[InventoryDevice, ...],
                             owner: dict[str, str]) -> int:
         current = self._published.get(driver, [])
-        plan = plan_publication(node=self.node, driver=driver, devices=devices,
-                                published=current, owner=owner,
-                                min_generation=self._min_generation.get(driver, 0))
+        plan = self._plan(driver, devices, owner)
         if not plan.changed:
             return 0
         by_name = {obj["metadata"]["name"]: obj for obj in current}
@@ -146,11 +162,13 @@ class SlicePublisher:
         with contextlib.suppress(NotFound):
             await self.client.delete(SLICES, name)
 
-    async def resync(self, devices: dict[str, tuple[InventoryDevice, ...]]) -> int:
+    async def resync(self, devices: dict[str, tuple[InventoryDevice, ...]],
+                     listed: list[JSON] | None = None) -> int:
         """Re-read what is published (someone may have deleted or edited a slice) and repair
-        it. Returns the number of slices written."""
+        it; ``listed``: the node's slices, already read (one LIST for many nodes). Returns
+        the number of slices written."""
         actual: dict[str, list[JSON]] = {driver: [] for driver in self._published}
-        for obj in await self._list():
+        for obj in await self._list() if listed is None else listed:
             driver = obj["spec"].get("driver")
             if driver in actual and obj["spec"].get("pool", {}).get("name") == self.node:
                 actual[driver].append(obj)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import random
@@ -44,7 +45,16 @@ from kdra.domain.errors import InvalidObject
 from kdra.domain.inventory import Inventory, InventoryDevice, expand_names
 from kdra.domain.nodeprep import pools_of
 from kdra.domain.timestamps import api_time
-from kdra.kube.client import CLAIMS, NODES, ApiError, Conflict, KubeClient, NotFound, connect
+from kdra.kube.client import (
+    CLAIMS,
+    NODES,
+    SLICES,
+    ApiError,
+    Conflict,
+    KubeClient,
+    NotFound,
+    connect,
+)
 from kdra.services.agent.cdi import CdiDir
 from kdra.services.agent.checkpoint import CheckpointFile
 from kdra.services.agent.discovery import (
@@ -390,11 +400,29 @@ class AgentRunner:
     async def _resync(self) -> None:
         while True:
             await asyncio.sleep(self.settings.resync_period)
-            await self._each(self._resync_node)
+            listed = await self._slices_by_node() if len(self.nodes) > 1 else None
+            if listed is None and len(self.nodes) > 1:
+                continue  # the LIST failed (logged): the next period tries again
+            await self._each(functools.partial(self._resync_node, listed=listed))
 
-    async def _resync_node(self, agent: NodeAgent) -> None:
+    async def _slices_by_node(self) -> dict[str, list[JSON]] | None:
+        """(Many nodes) Every slice, by ``spec.nodeName``: one LIST for all the nodes
+        instead of one per node and period."""
         try:
-            await agent.publisher.resync(agent.pools())
+            items = await self.client.list(SLICES)
+        except (ApiError, OSError, aiohttp.ClientError) as exc:
+            log.warning("slice resync: listing ResourceSlices failed: %s", exc)
+            return None
+        by_node: dict[str, list[JSON]] = {}
+        for obj in items:
+            by_node.setdefault(str((obj.get("spec") or {}).get("nodeName")), []).append(obj)
+        return by_node
+
+    async def _resync_node(self, agent: NodeAgent,
+                           listed: dict[str, list[JSON]] | None) -> None:
+        try:
+            await agent.publisher.resync(
+                agent.pools(), None if listed is None else listed.get(agent.node, []))
         except (ApiError, OSError) as exc:
             log.warning("node %s: slice resync failed: %s", agent.node, exc)
 
