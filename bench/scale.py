@@ -3,6 +3,12 @@
     .venv/bin/python bench/scale.py --workloads all            # ~30 min on 2 cores
     .venv/bin/python bench/scale.py --quick                     # smoke run, ~8 min
     .venv/bin/python bench/scale.py --quick --workloads template --profile
+    .venv/bin/python bench/scale.py --workloads steady-empty --duration 30 --audit --pprof 25
+
+Diagnosis (not for the report's figures: both cost the server CPU): ``--audit`` turns on
+kube-apiserver's audit log and prints the requests per bound pod by client (User-Agent, or
+the controller's service account), verb, resource and answer code; ``--pprof N`` saves the
+server's CPU profile of the workload's first N seconds (``go tool pprof -top``).
 
 Workloads (test/integration/scheduler_perf/dra/performance-config.yaml, re-created here):
 - ``template``: SchedulingWithResourceClaimTemplate — N nodes x 10 devices (one driver, one
