@@ -198,7 +198,7 @@ class KubeClient:
         data = None
         if body is not None:
             headers["Content-Type"] = content_type
-            data = orjson.dumps(body)
+            data = orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS)  # as json.dumps does
         return await self._session.request(
             method, self._host + path, params=params or None, data=data, headers=headers,
             timeout=limits or aiohttp.ClientTimeout(), **self._extra)

@@ -49,8 +49,8 @@ def test_a_write_carries_token_user_agent_content_type_and_json_body() -> None:
         runner, host = await _serve(handler)
         try:
             async with _client(host, token="s3cret") as client:
-                answer = await client.patch(CLAIMS, "c", {"metadata": {"labels": {"a": "é"}}},
-                                            "ns")
+                answer = await client.patch(CLAIMS, "c", {"metadata": {"labels": {"a": "é"}},
+                                                          "counts": {1: 2}}, "ns")
                 await client.list(PODS, "ns", label_selector="app=x")
             return answer
         finally:
@@ -64,7 +64,8 @@ def test_a_write_carries_token_user_agent_content_type_and_json_body() -> None:
     assert patch["headers"]["Authorization"] == "Bearer s3cret"
     assert patch["headers"]["User-Agent"] == f"kdra-test/{__version__}"
     assert patch["headers"]["Content-Type"] == "application/merge-patch+json"
-    assert json.loads(patch["body"]) == {"metadata": {"labels": {"a": "é"}}}
+    assert json.loads(patch["body"]) == {"metadata": {"labels": {"a": "é"}},
+                                         "counts": {"1": 2}}  # keys as json.dumps makes them
     assert listing["method"] == "GET" and listing["path"] == "/api/v1/namespaces/ns/pods"
     assert listing["query"] == {"labelSelector": "app=x", "limit": "500"}  # None dropped
 
