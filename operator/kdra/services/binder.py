@@ -487,11 +487,9 @@ class Binder:
                 metrics.record_unschedulable(outcome.fatal.code.value)
                 await self._unschedulable(pod, message)
                 return "unschedulable"
-            codes: Counter[str] = Counter()
-            for reason in outcome.reasons.values():
-                reasons[reason.message] += 1
-                codes[reason.code.value] += 1
-            for code, count in codes.items():
+            rejected = outcome.reasons.values()
+            reasons.update(reason.message for reason in rejected)
+            for code, count in Counter(reason.code.value for reason in rejected).items():
                 metrics.record_unschedulable(code, count)
             placements = outcome.placements
         elif candidates:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import logging
 import os
 import time
@@ -179,7 +180,7 @@ class Preparer:
         entry = self.checkpoint.claims.get(ref.uid)
         inventory = self.inventory()
         if entry is not None and entry.state == "prepared":
-            self._restore_missing_files(entry, inventory)
+            await asyncio.to_thread(self._restore_missing_files, entry, inventory)
             await self._report(claim, ready_outcomes(entry.devices))
             return True
         devices: dict[tuple[str, str], InventoryDevice] = {}
@@ -222,17 +223,9 @@ class Preparer:
         specs = {cdi_file_name(driver, ref.uid): build_cdi_spec(
             node=self.node, claim=ref, driver=driver, devices=found)
             for driver, found in by_driver.items()}
-        before = self.checkpoint.claims.get(ref.uid)
-        # In memory before the first await: the devices are busy from here on (see above).
-        self.checkpoint = self.checkpoint.with_entry(
-            ClaimEntry(ref, "prepared", prepared, tuple(sorted(specs))))
-        try:
-            await asyncio.to_thread(self._write_files, specs)
-            await self._pause("cdi-written", ref)
-            await self._save()
-        except BaseException:
-            self._restore_entry(ref.uid, before)
-            raise
+        entry = ClaimEntry(ref, "prepared", prepared, tuple(sorted(specs)))
+        await self._commit(ref, self.checkpoint.with_entry(entry),
+                           functools.partial(self._write_files, specs), "cdi-written")
         await self._pause("checkpoint-prepared", ref)
         log.info("node %s: prepared claim %s (%s): %s", self.node, ref.key, ref.uid,
                  ", ".join(f"{d.driver}/{d.device}" for d in prepared))
@@ -240,7 +233,8 @@ class Preparer:
         return True
 
     def _restore_missing_files(self, entry: ClaimEntry, inventory: Inventory) -> None:
-        """A prepared claim's CDI file vanished (someone deleted it): write it again."""
+        """A prepared claim's CDI file vanished (someone deleted it): write it again. Disk
+        reads and writes: called in a worker thread."""
         for file in entry.cdi_files:
             if self.cdi.read(file) is not None:
                 continue
@@ -260,18 +254,12 @@ class Preparer:
     async def unprepare(self, entry: ClaimEntry, claim: JSON | None) -> None:
         """Remove what preparing ``entry`` created; ``claim`` (same UID) gets its status
         entries removed too."""
-        uid = entry.claim.uid
+        ref = entry.claim
         try:
-            before = self.checkpoint.claims.get(uid)
-            self.checkpoint = self.checkpoint.without(uid)
-            try:
-                await asyncio.to_thread(self._remove_files, entry.cdi_files)
-                await self._pause("cdi-removed", entry.claim)
-                await self._save()
-            except BaseException:
-                self._restore_entry(uid, before)
-                raise
-            log.info("node %s: unprepared claim %s (%s)", self.node, entry.claim.key, uid)
+            await self._commit(ref, self.checkpoint.without(ref.uid),
+                               functools.partial(self._remove_files, entry.cdi_files),
+                               "cdi-removed")
+            log.info("node %s: unprepared claim %s (%s)", self.node, ref.key, ref.uid)
             if claim is not None:
                 await self._report(claim, [])
         except Exception:
@@ -288,6 +276,23 @@ class Preparer:
         for file in files:
             self.cdi.remove(file)
 
+    async def _commit(self, ref: ClaimRef, checkpoint: Checkpoint,
+                      files: Callable[[], None], pause: str) -> None:
+        """Make ``checkpoint`` (``ref``'s entry added or removed) the state at once, before
+        the first ``await`` (the busy-device check reads it), then change the CDI files off
+        the event loop and save the checkpoint. If a step fails, ``ref``'s entry is put back
+        as it was, so the retry does the work again."""
+        before = self.checkpoint.claims.get(ref.uid)
+        self.checkpoint = checkpoint
+        try:
+            await asyncio.to_thread(files)
+            await self._pause(pause, ref)
+            await self._save()
+        except BaseException:
+            self.checkpoint = (self.checkpoint.with_entry(before) if before is not None
+                               else self.checkpoint.without(ref.uid))
+            raise
+
     async def _save(self) -> None:
         """Persist the checkpoint as it is now, off the event loop (a write with fsync takes
         milliseconds). The lock keeps saves in order, and each writes the newest state."""
@@ -295,11 +300,6 @@ class Preparer:
             await asyncio.to_thread(self.file.save, self.checkpoint)
 
     # ------------------------------------------------------------------ helpers
-
-    def _restore_entry(self, uid: str, entry: ClaimEntry | None) -> None:
-        """Undo an in-memory change whose disk steps failed, so the retry redoes them."""
-        self.checkpoint = (self.checkpoint.with_entry(entry) if entry is not None
-                           else self.checkpoint.without(uid))
 
     async def _pause(self, point: str, ref: ClaimRef) -> None:
         if self.pause_after == point:

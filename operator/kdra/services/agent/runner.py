@@ -400,9 +400,11 @@ class AgentRunner:
     async def _resync(self) -> None:
         while True:
             await asyncio.sleep(self.settings.resync_period)
-            listed = await self._slices_by_node() if len(self.nodes) > 1 else None
-            if listed is None and len(self.nodes) > 1:
-                continue  # the LIST failed (logged): the next period tries again
+            listed = None
+            if len(self.nodes) > 1:
+                listed = await self._slices_by_node()
+                if listed is None:
+                    continue  # the LIST failed (logged): the next period tries again
             await self._each(functools.partial(self._resync_node, listed=listed))
 
     async def _slices_by_node(self) -> dict[str, list[JSON]] | None:
