@@ -9,8 +9,9 @@ Invariants:
 - A failed call raises :class:`ApiError` or one of its subclasses — :class:`NotFound`,
   :class:`Conflict` (409: a resourceVersion precondition failed, or the object exists),
   :class:`Invalid` (422: the server's validation rejected the object; ``message`` names the
-  field) — never a transport-specific exception, except for connection errors (``OSError``/
-  ``aiohttp.ClientError``), which callers treat as "retry later".
+  field) — or :class:`Unreachable` (an ``OSError``) when the server cannot be reached, the
+  connection breaks mid-request or the server stops answering (``REQUEST_TIMEOUT``); callers
+  treat that as "retry later". Never a transport-specific (aiohttp) exception.
 - Writes that decide ownership of a device carry ``metadata.resourceVersion`` (``replace_status``
   sends the whole object; the server rejects a stale one with :class:`Conflict`).
 """
@@ -123,6 +124,18 @@ class Gone(ApiError):
     """410: a watch's resourceVersion is too old (compacted); list again."""
 
 
+class Unreachable(ConnectionError):
+    """The request got no answer: the server could not be reached, the connection broke
+    mid-request (e.g. the API server restarting) or the server stopped answering. An
+    ``OSError``, so ``except OSError`` catches every transport failure; retry later."""
+
+
+REQUEST_TIMEOUT = aiohttp.ClientTimeout(sock_connect=30, sock_read=90)
+"""A request (not a watch) whose connection stays silent this long is abandoned: the API
+server ends its own requests after 60 s (``--request-timeout``), so 90 s of silence means a
+dead connection, which would otherwise hold the caller forever."""
+
+
 _ERRORS: dict[int, type[ApiError]] = {404: NotFound, 409: Conflict, 422: Invalid, 403: Forbidden,
                                       410: Gone}
 
@@ -181,12 +194,16 @@ class KubeClient:
         its credentials, refreshed as it refreshes them) but not through its generated-client
         layer, which walks every body to "sanitize" it and re-encodes it with the standard
         library: measured at ~8% of the operator's CPU in the steady-state benchmark."""
-        async with await self._send(method, path, query, body, content_type) as response:
-            raw = await response.read()
-            if 200 <= response.status < 300:
-                data: JSON = orjson.loads(raw) if raw else {}
-                return data
-            raise _error(response.status, str(response.reason), raw)
+        try:
+            async with await self._send(method, path, query, body, content_type) as response:
+                raw = await response.read()
+                status, reason = response.status, str(response.reason)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise Unreachable(f"{method} {path}: {exc!r}") from exc
+        if 200 <= status < 300:
+            data: JSON = orjson.loads(raw) if raw else {}
+            return data
+        raise _error(status, reason, raw)
 
     async def _send(self, method: str, path: str, query: dict[str, Any] | None, body: Any,
                     content_type: str = "application/json",
@@ -201,7 +218,7 @@ class KubeClient:
             data = orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS)  # as json.dumps does
         return await self._session.request(
             method, self._host + path, params=params or None, data=data, headers=headers,
-            timeout=limits or aiohttp.ClientTimeout(), **self._extra)
+            timeout=limits or REQUEST_TIMEOUT, **self._extra)
 
     # ------------------------------------------------------------------ verbs
 
@@ -272,7 +289,7 @@ class KubeClient:
             except Gone:
                 log.info("watch of %s: version %s is gone; listing again", res.plural, version)
                 version = None
-            except (ApiError, OSError, aiohttp.ClientError, ValueError) as exc:
+            except (ApiError, OSError, ValueError) as exc:
                 failures += 1
                 delay = backoff_delay(failures, base=retry_delay, cap=max_retry_delay,
                                       rand=random.random)
@@ -284,18 +301,21 @@ class KubeClient:
                       seconds: int) -> AsyncIterator[JSON]:
         """The JSON lines of one watch request (lines may be of any length)."""
         timeout = aiohttp.ClientTimeout(sock_connect=30, sock_read=seconds + 30)
-        async with await self._send("GET", path, query, None, limits=timeout) as response:
-            if response.status != 200:
-                raise _error(response.status, str(response.reason), await response.read())
-            buffer = b""
-            async for chunk in response.content.iter_any():
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if line.strip():
-                        yield orjson.loads(line)
-            if buffer.strip():
-                yield orjson.loads(buffer)
+        try:
+            async with await self._send("GET", path, query, None, limits=timeout) as response:
+                if response.status != 200:
+                    raise _error(response.status, str(response.reason), await response.read())
+                buffer = b""
+                async for chunk in response.content.iter_any():
+                    buffer += chunk
+                    while b"\n" in buffer:
+                        line, buffer = buffer.split(b"\n", 1)
+                        if line.strip():
+                            yield orjson.loads(line)
+                if buffer.strip():
+                    yield orjson.loads(buffer)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise Unreachable(f"watch {path}: {exc!r}") from exc
 
     async def create(self, res: Resource, body: JSON, namespace: str | None = None) -> JSON:
         return await self.request("POST", res.path(namespace), body=body)

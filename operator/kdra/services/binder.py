@@ -20,11 +20,12 @@ Invariants:
   nodes change (or a periodic flush) — never a busy retry loop.
 - A prepare that fails or times out deallocates what this attempt allocated, emits an event,
   keeps the node out of that pod's candidates for a while, and retries elsewhere.
-- A pod whose writes fail (API errors, the API server unreachable) is retried after a per-pod
-  jittered backoff (:func:`kdra.domain.backoff.backoff_delay`), reset once its claims are
-  written. Rolling back is best effort: a reservation it cannot undo is built upon by the
-  pod's next attempt (or released by the claim controller once the pod is gone), so a failed
-  roll-back never leaves the pod out of the queue.
+- A pod whose writes fail (API errors, the API server unreachable; its unschedulable
+  condition included) is retried after a per-pod jittered backoff
+  (:func:`kdra.domain.backoff.backoff_delay`), reset once its claims are written. Rolling
+  back is best effort: a reservation it cannot undo is built upon by the pod's next attempt
+  (or released by the claim controller once the pod is gone), so a failed roll-back never
+  leaves the pod out of the queue.
 """
 
 from __future__ import annotations
@@ -41,8 +42,6 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
-
-import aiohttp
 
 from kdra import metrics
 from kdra.domain.allocator import Placement, Snapshot, place, selector_matches
@@ -378,6 +377,11 @@ class Binder:
             started = time.perf_counter()
             try:
                 result = await self._schedule(key, pod)
+            except (ApiError, OSError) as exc:  # e.g. the API server restarting
+                delay = self._backoff(key)
+                log.warning("scheduling %s/%s failed (%s); retrying in %.1fs", *key, exc, delay)
+                result = "error"
+                self._retry_later(key, delay)
             except Exception:
                 log.exception("scheduling %s/%s failed; retrying", *key)
                 result = "error"
@@ -553,7 +557,7 @@ class Binder:
             await self.events.warn(pod, "FailedScheduling", f"writing the allocation failed: "
                                    f"{exc.message}")
             await asyncio.sleep(self._backoff(key))
-        except (OSError, aiohttp.ClientError) as exc:  # the API server is unreachable
+        except OSError as exc:  # the API server is unreachable (Unreachable)
             log.warning("pod %s/%s: writing the allocation failed (%s); retrying", *key, exc)
             metrics.record_schedule_attempt("error", 0.0)
             await self._roll_back(attempt)
@@ -575,13 +579,13 @@ class Binder:
                     waiting_pod = self.pending.get(waiting)
                     if waiting_pod is not None:
                         self.queue.add(waiting, waiting_pod)
-        if not written:
-            self.binding.pop(key, None)
-            current = self.pending.get(key)
-            if current is not None:
-                self.queue.add(key, current)
-            return
-        await self._prepare_and_bind(key, attempt)
+            if not written:  # whatever happened (even in a handler above): back in the queue
+                self.binding.pop(key, None)
+                current = self.pending.get(key)
+                if current is not None:
+                    self.queue.add(key, current)
+        if written:
+            await self._prepare_and_bind(key, attempt)
 
     async def _write_claim(self, raw: JSON, pod: JSON, result: AllocationResult | None) -> JSON:
         """Add the finalizer (if missing), then allocation (if new) + reservation; returns
@@ -632,7 +636,7 @@ class Binder:
             try:
                 await self._release_claim(namespace, name, uid, expected,
                                           deallocate=name in attempt.allocated_here)
-            except (ApiError, OSError, aiohttp.ClientError) as exc:
+            except (ApiError, OSError) as exc:
                 log.warning("pod %s/%s: rolling back claim %s failed (%s); left for the next "
                             "attempt", namespace, attempt.pod["metadata"]["name"], name, exc)
 
@@ -811,6 +815,8 @@ class Binder:
                 if key in self.pending:
                     self.pending[key] = updated
             except ApiError as exc:
+                if exc.status == 429 or exc.status >= 500:
+                    raise  # the server is busy or restarting: the pod is retried (backoff)
                 log.debug("condition on %s/%s not written: %s", *key, exc)
         await self.events.warn(pod, "FailedScheduling", message)
 

@@ -25,8 +25,6 @@ import datetime as dt
 import logging
 from collections.abc import Callable
 
-import aiohttp
-
 from kdra.domain.timestamps import micro_time, now, parse_time
 from kdra.kube.client import LEASES, ApiError, Conflict, KubeClient, NotFound
 
@@ -96,7 +94,7 @@ class LeaderElector:
                     log.info("leader election: %s leads (Lease %s/%s)", self.identity,
                              self.namespace, self.name)
                     return
-            except (ApiError, OSError, aiohttp.ClientError) as exc:
+            except (ApiError, OSError) as exc:
                 log.warning("leader election: %s", exc)
             if not announced:
                 log.info("leader election: standing by; another replica holds Lease %s/%s",
@@ -122,11 +120,11 @@ class LeaderElector:
                 try:
                     if await self.try_acquire():
                         continue
-                except (ApiError, OSError, aiohttp.ClientError):
+                except (ApiError, OSError):
                     pass
                 on_lost(f"Lease {self.namespace}/{self.name} is held by another replica")
                 return
-            except (ApiError, OSError, aiohttp.ClientError) as exc:
+            except (ApiError, OSError) as exc:
                 log.warning("leader election: renewing failed: %s", exc)
             if now() - self._renewed > dt.timedelta(seconds=self.lease_duration):
                 on_lost(f"could not renew Lease {self.namespace}/{self.name} for "
@@ -149,13 +147,13 @@ class LeaderElector:
             except Conflict:
                 try:
                     lease = await self.client.get(LEASES, self.name, self.namespace)
-                except (ApiError, OSError, aiohttp.ClientError) as exc:
+                except (ApiError, OSError) as exc:
                     log.info("leader election: release failed (the Lease will expire): %s", exc)
                     return
                 spec = lease.get("spec")
                 if not isinstance(spec, dict) or spec.get("holderIdentity") != self.identity:
                     return  # taken over already
-            except (ApiError, OSError, aiohttp.ClientError) as exc:
+            except (ApiError, OSError) as exc:
                 log.info("leader election: release failed (the Lease will expire): %s", exc)
                 return
         log.info("leader election: release failed (the Lease kept changing; it will expire)")

@@ -8,11 +8,12 @@ import asyncio
 import json
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 from kubernetes_asyncio import client as k8s_client
 
 from kdra import __version__
-from kdra.kube.client import CLAIMS, PODS, Conflict, KubeClient
+from kdra.kube.client import CLAIMS, PODS, REQUEST_TIMEOUT, Conflict, KubeClient, Unreachable
 
 
 async def _serve(handler: Any) -> tuple[web.AppRunner, str]:
@@ -130,3 +131,39 @@ def test_a_watch_yields_the_list_then_each_event_and_resumes_from_the_last_versi
     assert events[2] == ("ADDED", {"metadata": {"name": "c", "resourceVersion": "12"}})
     assert requests[1]["resourceVersion"] == "10" and requests[1]["watch"] == "1"
     assert requests[2]["resourceVersion"] == "11"  # resumed after the event, no re-list
+
+
+def test_a_connection_broken_mid_request_raises_unreachable_an_oserror() -> None:
+    # The API server dies with the request in flight (a restart): the connection closes
+    # without an answer. aiohttp says ServerDisconnectedError, which is not an OSError; the
+    # client's contract is one exception for "no answer", and callers catch it as OSError.
+    async def handler(request: web.Request) -> web.Response:
+        assert request.transport is not None
+        request.transport.close()
+        await asyncio.sleep(1)
+        return web.json_response({})
+
+    async def main() -> BaseException:
+        runner, host = await _serve(handler)
+        try:
+            async with _client(host) as client:
+                try:
+                    await client.replace_status(CLAIMS, {"metadata": {
+                        "name": "c", "namespace": "ns", "resourceVersion": "1"}})
+                except BaseException as exc:
+                    return exc
+                raise AssertionError("no error")
+        finally:
+            await runner.cleanup()
+
+    error = asyncio.run(main())
+    assert isinstance(error, Unreachable) and isinstance(error, OSError), repr(error)
+    assert isinstance(error.__cause__, aiohttp.ServerDisconnectedError), repr(error.__cause__)
+    assert "PUT /apis/resource.kdra.dev/v1alpha3/namespaces/ns/resourceclaims/c/status" in \
+        str(error)
+
+
+def test_requests_have_a_read_timeout_but_watches_wait_longer() -> None:
+    # Without a timeout a request on a dead connection holds its caller forever.
+    assert REQUEST_TIMEOUT.sock_read is not None and REQUEST_TIMEOUT.sock_read > 60
+    assert REQUEST_TIMEOUT.total is None  # a large LIST may take long, as long as it flows

@@ -1,17 +1,17 @@
-"""The binder when the API server goes away in the middle of a pod's claim writes: the roll-back
-fails too, yet the pod goes back to the queue and is retried after a growing, jittered delay."""
+"""The binder when the API server goes away in the middle of a pod's writes: the roll-back or
+the event fails too, yet the pod goes back to the queue and is retried after a growing,
+jittered delay; an unschedulable condition the server could not take is written on the retry."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 from typing import Any
 
-import aiohttp
-
 from kdra.domain.models import parse_claim
 from kdra.domain.podclaims import FINALIZER, PodClaim
-from kdra.kube.client import Resource
+from kdra.kube.client import ApiError, Resource, Unreachable
 from kdra.kube.events import EventRecorder
 from kdra.services.binder import Binder, BinderSettings, _Attempt
 from kdra.services.claim_controller import claim_store
@@ -46,7 +46,7 @@ class FailingAfter:
     async def replace_status(self, res: Resource, body: dict[str, Any]) -> dict[str, Any]:
         self.writes += 1
         if self.writes > self.good:
-            raise aiohttp.ClientConnectionError("Cannot connect to host 127.0.0.1")
+            raise Unreachable("PUT ...: ServerDisconnectedError()")
         updated = copy.deepcopy(body)
         updated["metadata"]["resourceVersion"] = str(1 + self.writes)
         return updated
@@ -131,3 +131,93 @@ def test_an_unbound_version_of_a_pod_this_binder_bound_is_stale(monkeypatch: Any
     for uid in ("a", "b", "c"):
         binder._remember_bound(uid)
     assert list(binder._bound) == ["b", "c"]
+
+
+class Recorder:
+    """Events that fail in a way nobody planned for."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def warn(self, *_: Any) -> None:
+        self.calls += 1
+        raise RuntimeError("unplanned")
+
+
+class Unavailable:
+    """Every write answers 503 (the API server shutting down)."""
+
+    async def replace_status(self, *_: Any) -> dict[str, Any]:
+        raise ApiError(503, "ServiceUnavailable", "apiserver is shutting down")
+
+
+def test_a_failing_handler_of_a_failed_write_still_requeues_the_pod() -> None:
+    recorder = Recorder()
+    binder = Binder(Unavailable(), recorder, claims=claim_store(),  # type: ignore[arg-type]
+                    settings=BinderSettings(retry_delay=0.01, max_retry_delay=0.02))
+    claim = raw_claim("a")
+    binder.claims.upsert(claim)
+    entry = PodClaim(name="a", resource_claim_name="a")
+    key = (NS, "p")
+
+    async def scenario() -> None:
+        binder.on_pod(None, POD)
+        assert await binder.queue.pop() == key
+        attempt = _Attempt(POD, "node-1", [(entry, "a")])
+        binder.binding[key] = attempt
+        with contextlib.suppress(RuntimeError):
+            await binder._allocate_and_bind(key, attempt, [(entry, "a", claim)],
+                                            [parse_claim(claim)], {})
+
+    asyncio.run(scenario())
+    assert recorder.calls == 1
+    # Stuck in "binding" the pod would never be scheduled again by this binder.
+    assert key not in binder.binding
+    assert len(binder.queue) == 1
+
+
+class StatusFlaky:
+    """The first pod-status PATCH answers 503, the next ones succeed; events work."""
+
+    def __init__(self) -> None:
+        self.patches: list[tuple[str, dict[str, Any]]] = []
+
+    async def patch(self, res: Resource, name: str, body: dict[str, Any], *_: Any,
+                    **kwargs: Any) -> dict[str, Any]:
+        if res.plural == "pods":
+            self.patches.append((kwargs.get("subresource", ""), body))
+            if len(self.patches) == 1:
+                raise ApiError(503, "ServiceUnavailable", "apiserver is shutting down")
+            pod = copy.deepcopy(POD)
+            pod["status"] = body["status"]
+            return pod
+        return {}
+
+    async def create(self, *_: Any, **__: Any) -> dict[str, Any]:
+        return {}
+
+
+def test_an_unschedulable_condition_the_server_refused_is_written_on_the_retry() -> None:
+    client = StatusFlaky()
+    binder = Binder(client, EventRecorder(client), claims=claim_store(),  # type: ignore[arg-type]
+                    settings=BinderSettings(retry_delay=0.01, max_retry_delay=0.02,
+                                            flush_interval=3600))
+    key = (NS, "p")
+
+    async def scenario() -> None:
+        binder.start()
+        binder.on_pod(None, POD)  # no nodes: unschedulable
+        for _ in range(200):
+            if len(client.patches) >= 2:
+                break
+            await asyncio.sleep(0.01)
+        await binder.stop()
+
+    asyncio.run(scenario())
+    assert len(client.patches) == 2, client.patches  # refused, then written (no flush)
+    subresource, body = client.patches[1]
+    assert subresource == "status"
+    condition = body["status"]["conditions"][0]
+    assert (condition["type"], condition["status"]) == ("PodScheduled", "False")
+    assert condition["message"] == "0/0 nodes available: no nodes"
+    assert binder.pending[key]["status"]["conditions"] == [condition]

@@ -37,8 +37,6 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
-import aiohttp
-
 from kdra import memory, metrics
 from kdra.domain.backoff import backoff_delay
 from kdra.domain.errors import InvalidObject
@@ -412,7 +410,7 @@ class AgentRunner:
         instead of one per node and period."""
         try:
             items = await self.client.list(SLICES)
-        except (ApiError, OSError, aiohttp.ClientError) as exc:
+        except (ApiError, OSError) as exc:
             log.warning("slice resync: listing ResourceSlices failed: %s", exc)
             return None
         by_node: dict[str, list[JSON]] = {}
@@ -442,7 +440,7 @@ async def retrying(what: str, action: Callable[[], Awaitable[T]],
             if exc.status != 429 and exc.status < 500:
                 raise
             problem: Exception = exc
-        except (OSError, aiohttp.ClientError) as exc:
+        except OSError as exc:
             problem = exc
         failures += 1
         delay = backoff_delay(failures, base=first_delay, cap=max_delay, rand=random.random)
