@@ -162,8 +162,8 @@ def serve(port: int, registry: CollectorRegistry = REGISTRY) -> None:
 
 # --------------------------------------------------------------------------- binder
 
-SCHEDULE_RESULTS = ("allocated", "unschedulable", "waiting", "conflict", "invalid", "error",
-                    "prepare-failed")
+SCHEDULE_RESULTS = ("allocated", "unschedulable", "waiting", "releasing", "conflict", "invalid",
+                    "error", "prepare-failed")
 UNSCHEDULABLE_REASONS = (
     "no-matching-device", "devices-busy", "constraint-unsatisfiable", "pool-incomplete",
     "pool-invalid", "too-many-devices", "cel-error", "class-missing", "taint", "unschedulable",

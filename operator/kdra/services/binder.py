@@ -17,7 +17,12 @@ Invariants:
   written claim is in the cache, or when the write fails.
 - A pod that fits nowhere gets a ``FailedScheduling`` event and a ``PodScheduled=False``
   condition saying why, node group by node group, and waits until slices, claims, classes or
-  nodes change (or a periodic flush) — never a busy retry loop.
+  nodes change (or a periodic flush) — never a busy retry loop. While claims whose pods are
+  gone still hold devices (being released), it first waits for those releases, unreported,
+  for at most ``release_wait`` seconds from its first failed attempt.
+- The snapshot follows the newest version of each claim the binder has seen (a write
+  response, its own or the claim controller's, may be newer than a watch event that arrives
+  after it): a stale event never shows a device free that a newer version holds.
 - A prepare that fails or times out deallocates what this attempt allocated, emits an event,
   keeps the node out of that pod's candidates for a while, and retries elsewhere.
 - A pod whose writes fail (API errors, the API server unreachable; its unschedulable
@@ -109,6 +114,11 @@ class BinderSettings:
     of that pod, at most ``max_retry_delay``)."""
     max_retry_delay: float = 30.0
     """The longest wait before retrying a pod whose writes keep failing."""
+    release_wait: float = 5.0
+    """Seconds a pod that fits nowhere waits, unreported, while devices are being released
+    (their claims' pods are gone and the claim controller has not yet deallocated them):
+    in a full cluster a new pod often arrives just before its predecessor's devices are
+    freed. After this, or once nothing is being released, it is reported unschedulable."""
 
 
 class _PodQueue:
@@ -191,6 +201,11 @@ class Binder:
         self.in_flight: dict[Key, Key] = {}  # claim being written → the pod it is written for
         self.excluded: dict[Key, dict[str, float]] = defaultdict(dict)
         self.failures: dict[Key, int] = {}  # pod → consecutive failed attempts (backoff)
+        # Claims whose every consumer is gone, until deallocated or deleted → when to stop
+        # expecting that (the claim controller may be down); and per pod, until when it may
+        # wait for such releases unreported.
+        self.releasing: dict[Key, float] = {}
+        self.release_deadline: dict[Key, float] = {}
         self._claim_changed: dict[Key, asyncio.Event] = {}
         self._wake_handle: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -237,6 +252,8 @@ class Binder:
             return  # from before this binder bound it (a bound pod never comes unbound)
         phase = pod.get("status", {}).get("phase")
         gone = event_type == "DELETED" or phase in ("Succeeded", "Failed")
+        if gone and uid:
+            self._expect_releases(uid)
         # Resource usage of every pod on a node (kdra's or not) for the fit filter.
         previous = self._pod_node.pop(uid, None)
         if previous is not None:
@@ -259,6 +276,7 @@ class Binder:
                 self.parked.discard(key)
                 self.excluded.pop(key, None)
             self.failures.pop(key, None)
+            self.release_deadline.pop(key, None)
             metrics.set_pending_pods(len(self.pending))
             if gone:
                 self._wake()  # its devices may be released soon
@@ -277,8 +295,16 @@ class Binder:
         if event_type == "DELETED":
             self.snapshot.remove_claim(f"{key[0]}/{key[1]}")
             self._parsed.pop(claim["metadata"].get("uid", ""), None)
+            self.releasing.pop(key, None)
         else:
+            if self.claims.was_deleted(claim["metadata"].get("uid", "")):
+                return  # a late write response of a claim already deleted
+            held = self.claims.get(key)
+            if held is not None and is_older(claim, held):
+                claim = held  # a write response newer than this event was seen first
             self._snapshot_claim(claim)
+            if not (claim.get("status") or {}).get("allocation"):
+                self.releasing.pop(key, None)
         for pod_key in self.waiting_for_claim.pop(key, set()):
             pod = self.pending.get(pod_key)
             if pod is not None and pod_key not in self.binding:
@@ -296,6 +322,32 @@ class Binder:
 
     def _remember_bound(self, uid: str) -> None:
         self._bound.add(uid, BOUND_REMEMBERED)
+
+    def _expect_releases(self, uid: str) -> None:
+        """Pod ``uid`` is gone or done: allocated claims it alone reserved will be released
+        by the claim controller shortly."""
+        until = time.monotonic() + self.settings.release_wait
+        for claim in self.claims.index("reserved", uid):
+            status = claim.get("status") or {}
+            if status.get("allocation") and all(
+                    ref.get("uid") == uid for ref in status.get("reservedFor") or ()):
+                self.releasing[key_of(claim)] = until
+
+    def _wait_for_releases(self, key: Key) -> bool:
+        """Whether the pod ``key``, which fits nowhere now, should wait unreported for the
+        devices being released (see ``BinderSettings.release_wait``); if so it is parked and
+        woken by the release, or at the end of its wait."""
+        now = time.monotonic()
+        for claim_key, until in list(self.releasing.items()):
+            if until <= now:
+                del self.releasing[claim_key]
+        deadline = self.release_deadline.setdefault(key, now + self.settings.release_wait)
+        if not self.releasing or deadline <= now:
+            return False
+        self.parked.add(key)
+        asyncio.get_running_loop().call_later(
+            min(deadline, max(self.releasing.values())) - now, self._wake)
+        return True
 
     def _node_views(self) -> list[NodeView]:
         """The nodes, parsed for the filters and sorted by name; rebuilt after a node event."""
@@ -499,6 +551,8 @@ class Binder:
         elif candidates:
             placements = {n.name: Placement(n.name, (), [], {}) for n in candidates}
         choice = best(placements, policy, [n.name for n in candidates])
+        if choice is None and unallocated and self._wait_for_releases(key):
+            return "releasing"
         if choice is None:
             for message in reasons:
                 metrics.record_unschedulable(_reason_label(message))

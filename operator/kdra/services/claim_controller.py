@@ -90,13 +90,18 @@ def pod_store() -> Store:
 class ClaimController:
     def __init__(self, client: KubeClient, events: EventRecorder, *, pods: Store,
                  claims: Store, templates: Store, workers: int = 4,
-                 pod_written: Callable[[JSON], None] | None = None) -> None:
+                 pod_written: Callable[[JSON], None] | None = None,
+                 claim_written: Callable[[str, JSON], None] | None = None) -> None:
         self.client = client
         self.events = events
         self.pods = pods
         self.pod_written = pod_written
         """Called with the pod as the API server returned it after the controller recorded
         its claim names, so the binder can start on it before the watch event arrives."""
+        self.claim_written = claim_written
+        """Called with ("MODIFIED", claim as written) after a status write or finalizer
+        removal, and ("DELETED", claim) after a delete: the binder sees devices freed
+        without waiting for the watch event (which follows and changes nothing)."""
         self.claims = claims
         self.templates = templates
         self.pod_queue: WorkQueue[Key] = WorkQueue("claims-pods", self._sync_pod_key,
@@ -359,8 +364,18 @@ class ClaimController:
             raise Retry("claim changed concurrently; reconciling again") from exc
         except NotFound:
             return body
-        self.claims.upsert(updated)
+        self._written("MODIFIED", updated)
         return updated
+
+    def _written(self, event_type: str, claim: JSON) -> None:
+        """Cache the controller's own write (the store ignores it if a newer version or
+        the deletion was seen meanwhile) and tell the binder."""
+        if event_type == "DELETED":
+            self.claims.delete(key_of(claim))
+        else:
+            self.claims.upsert(claim)
+        if self.claim_written is not None:
+            self.claim_written(event_type, claim)
 
     async def _remove_finalizer(self, claim: JSON) -> JSON:
         meta = claim["metadata"]
@@ -374,7 +389,7 @@ class ClaimController:
             return claim
         except Conflict as exc:
             raise Retry("claim changed while removing the finalizer") from exc
-        self.claims.upsert(updated)
+        self._written("MODIFIED", updated)
         return updated
 
     async def _delete_if_orphaned(self, claim: JSON) -> None:
@@ -406,9 +421,9 @@ class ClaimController:
         # ignored once its UID is buried) would each ask for the deletion again, in vain.
         if left.get("kind") == "ResourceClaim" and left.get("metadata", {}).get(
                 "finalizers"):
-            self.claims.upsert(left)  # someone else's finalizer holds it: terminating
+            self._written("MODIFIED", left)  # someone else's finalizer holds it: terminating
         else:
-            self.claims.delete(key)
+            self._written("DELETED", claim)
         metrics.record_release("delete")
         replaced = pod["metadata"].get("uid") != owner["uid"]
         log.info("deleted claim %s/%s: its pod %s is %s", meta["namespace"], meta["name"],

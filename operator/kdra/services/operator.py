@@ -63,6 +63,7 @@ class Operator:
         self.claim_controller = ClaimController(
             client, self.events, pods=self.pods, claims=self.claims, templates=self.templates,
             workers=settings.workers, pod_written=self._pod_written,
+            claim_written=self._claim_written,
         )
         self.binder = Binder(client, EventRecorder(client, component="kdra-scheduler"),
                              claims=self.claims, settings=BinderSettings(
@@ -130,6 +131,11 @@ class Operator:
         if CLAIMS_ANNOTATION in (pod["metadata"].get("annotations") or {}):
             self.claim_controller.on_pod(event_type, pod)
         self.binder.on_pod(event_type, pod)
+
+    def _claim_written(self, event_type: str, claim: JSON) -> None:
+        """The claim controller's write response (a deallocation, most of all): the binder
+        sees the devices freed without a watch hop."""
+        self.binder.on_claim(event_type, claim)
 
     def _pod_written(self, pod: JSON) -> None:
         """The claim controller's write response: the binder needs no watch hop to see the

@@ -189,6 +189,26 @@ def test_the_claim_of_a_gone_pod_is_released_and_left_to_the_garbage_collector()
     assert server.gets == []
 
 
+def test_each_release_write_is_handed_to_the_binder_as_written() -> None:
+    # The binder sees the device freed from the write response, not a watch hop later.
+    for pod, calls in ((None, ["MODIFIED", "MODIFIED"]),  # gone: deallocated, finalizer off
+                       ({**POD, "status": {"phase": "Succeeded"}},
+                        ["MODIFIED", "MODIFIED", "DELETED"])):  # done: and deleted
+        claim = reserved_claim([FINALIZER])
+        server = Releasing(claim)
+        ctrl = controller(server, [claim])
+        handed: list[tuple[str, dict[str, Any]]] = []
+        ctrl.claim_written = lambda event, obj: handed.append((event, obj))  # noqa: B023
+        ctrl.on_pod("DELETED" if pod is None else "MODIFIED", pod or POD)
+        asyncio.run(ctrl.sync_claim(claim))
+        assert [event for event, _ in handed] == calls
+        deallocated = handed[0][1]
+        assert deallocated["metadata"]["resourceVersion"] == "11"
+        assert "allocation" not in deallocated["status"]
+        assert handed[1][1]["metadata"]["finalizers"] == []
+        assert ctrl.claims.get((NS, "p-gpu-one")) is (None if pod else handed[1][1])
+
+
 def test_the_claim_of_a_done_or_replaced_pod_is_deleted() -> None:
     done = {**POD, "status": {"phase": "Succeeded"}}
     replaced = {**POD, "metadata": {**POD["metadata"], "uid": "uid-other"}}
