@@ -141,11 +141,19 @@ def test_seed_pod_with_cats_binds_where_both_cats_are(control_plane: ControlPlan
     statuses = json.loads(pod["metadata"]["annotations"][CLAIM_STATUSES_ANNOTATION])
     uid = pod["metadata"]["uid"]
     for claim_name in statuses.values():
-        claim = get_json(control_plane, CLAIMS, claim_name, "-n", namespace)
+        claim = get_json(control_plane, CLAIMS, claim_name, "-n", namespace,
+                         "--show-managed-fields")
         assert [r["uid"] for r in claim["status"]["reservedFor"]] == [uid]
         (entry,) = claim["status"]["devices"]
         assert entry["conditions"][0]["type"] == "Ready"
         assert entry["conditions"][0]["status"] == "True"
+        # kdra's client drops managedFields from what it reads, and its PUTs carry none: the
+        # server kept the field ownership of every writer all the same.
+        managers = {(m["manager"], m.get("subresource", "")): set(m["fieldsV1"].get("f:status",
+                                                                                     {}))
+                    for m in claim["metadata"]["managedFields"]}
+        assert "f:allocation" in managers[("kdra-operator", "status")], managers
+        assert "f:devices" in managers[("kdra-agent", "status")], managers
     annotations = pod["metadata"]["annotations"]
     assert annotations["devices.resource.kdra.dev/container0"] == \
         f"{CATS}/cats-b-{suffix}/kitten-0"

@@ -12,6 +12,11 @@ Invariants:
   field) — or :class:`Unreachable` (an ``OSError``) when the server cannot be reached, the
   connection breaks mid-request or the server stops answering (``REQUEST_TIMEOUT``); callers
   treat that as "retry later". Never a transport-specific (aiohttp) exception.
+- Objects come back without ``metadata.managedFields`` (from reads, lists, watches and write
+  responses alike): kdra never reads them, they were half the bytes of an allocated claim,
+  and client-go's informers strip them too (``TransformStripManagedFields``). A PUT built
+  from such an object leaves the server's managedFields as they are (the API server keeps
+  the live ones when a request carries none), so no field ownership is lost.
 - Writes that decide ownership of a device carry ``metadata.resourceVersion`` (``replace_status``
   sends the whole object; the server rejects a stale one with :class:`Conflict`).
 """
@@ -144,6 +149,14 @@ WatchEvent = tuple[str, JSON]
 ``("ADDED" | "MODIFIED" | "DELETED", object)``."""
 
 
+def _strip_managed_fields(obj: Any) -> None:
+    """Drop ``metadata.managedFields`` from an object the server returned (see the module's
+    invariants)."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+
+
 def _error(status: int, reason: str, raw: bytes) -> ApiError:
     try:
         data = json.loads(raw) if raw else {}
@@ -202,6 +215,9 @@ class KubeClient:
             raise Unreachable(f"{method} {path}: {exc!r}") from exc
         if 200 <= status < 300:
             data: JSON = orjson.loads(raw) if raw else {}
+            items = data.get("items")
+            for obj in items if isinstance(items, list) else (data,):
+                _strip_managed_fields(obj)
             return data
         raise _error(status, reason, raw)
 
@@ -285,6 +301,7 @@ class KubeClient:
                     version = str(obj.get("metadata", {}).get("resourceVersion") or version)
                     failures = 0
                     if kind in ("ADDED", "MODIFIED", "DELETED"):
+                        _strip_managed_fields(obj)
                         yield kind, obj
             except Gone:
                 log.info("watch of %s: version %s is gone; listing again", res.plural, version)

@@ -167,3 +167,44 @@ def test_requests_have_a_read_timeout_but_watches_wait_longer() -> None:
     # Without a timeout a request on a dead connection holds its caller forever.
     assert REQUEST_TIMEOUT.sock_read is not None and REQUEST_TIMEOUT.sock_read > 60
     assert REQUEST_TIMEOUT.total is None  # a large LIST may take long, as long as it flows
+
+
+def test_objects_come_back_without_managed_fields() -> None:
+    managed = [{"manager": "kdra-operator", "operation": "Update", "fieldsV1": {"f:spec": {}}}]
+
+    def obj(name: str) -> dict[str, Any]:
+        return {"kind": "ResourceClaim", "metadata": {"name": name, "resourceVersion": "5",
+                                                      "managedFields": managed}}
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if request.query.get("watch"):
+            response = web.StreamResponse()
+            await response.prepare(request)
+            await response.write(json.dumps({"type": "ADDED", "object": obj("w")}).encode()
+                                 + b"\n")
+            await asyncio.sleep(1)
+            return response
+        if request.path.endswith("/resourceclaims"):
+            return web.json_response({"kind": "List", "metadata": {"resourceVersion": "5"},
+                                      "items": [obj("a"), obj("b")]})
+        return web.json_response(obj("c"))
+
+    async def main() -> list[Any]:
+        runner, host = await _serve(handler)
+        try:
+            async with _client(host) as client:
+                got = await client.get(CLAIMS, "c", "ns")
+                written = await client.replace_status(CLAIMS, obj("c") | {"metadata": {
+                    "name": "c", "namespace": "ns", "resourceVersion": "5"}})
+                listed = await client.list(CLAIMS, "ns")
+                stream = client.watch(CLAIMS, "ns")
+                first = await anext(stream)
+                second = await anext(stream)
+                await stream.aclose()
+            return [got, written, *listed, first[1]["items"][0], second[1]]
+        finally:
+            await runner.cleanup()
+
+    objects = asyncio.run(main())
+    assert [o["metadata"] for o in objects] == [
+        {"name": n, "resourceVersion": "5"} for n in ("c", "c", "a", "b", "a", "w")]
