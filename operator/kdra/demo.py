@@ -114,6 +114,10 @@ class _Procs:
                 os.killpg(proc.pid, signal.SIGKILL)
 
 
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def run_demo(interactive: bool = True, workdir: str | None = None, timeout: float = 180) -> int:
     root = repo_root()
     crds, seed = root / "crds", root / "manifests" / "examples" / "seed"
@@ -122,6 +126,9 @@ def run_demo(interactive: bool = True, workdir: str | None = None, timeout: floa
         print(f"kdra demo: run from a source checkout ({crds} / {seed} missing)",
               file=sys.stderr)
         return 2
+    # SIGTERM (a supervisor, `timeout`, `kill`) stops the demo as Ctrl-C does: the processes
+    # it started run in sessions of their own and would outlive it otherwise.
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     owned = workdir is None
     directory = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="kdra-demo-"))
     _step("starting etcd, kube-apiserver, kube-controller-manager (real binaries)")
