@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -339,3 +340,77 @@ def test_holder_index_follows_every_checkpoint_change() -> None:
     result = index.nodes("ns", "c2")
     result.add("z")  # a copy: callers cannot corrupt the index
     assert index.nodes("ns", "c2") == {"a"}
+
+
+class SlowCheckpointFile(CheckpointFile):
+    """Counts saves; each takes a while (an fsync on a busy disk)."""
+
+    saves = 0
+
+    def save(self, checkpoint: Any) -> None:
+        time.sleep(0.05)
+        super().save(checkpoint)
+        self.saves += 1
+
+
+class CheckingPreparer(Preparer):
+    """Checks that the file holds the caller's change whenever a save returns."""
+
+    async def _save(self) -> None:
+        wanted = set(self.checkpoint.claims)
+        await super()._save()
+        path = self.file.path
+        on_disk = set(json.loads(path.read_text())["claims"]) if path.exists() else set()
+        assert wanted <= on_disk, (wanted, on_disk)
+
+
+def test_claims_prepared_together_share_checkpoint_writes(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    file = SlowCheckpointFile(tmp_path / "state", NODE)
+    preparer = CheckingPreparer(
+        node.client, NODE, cdi=CdiDir(tmp_path / "cdi"),  # type: ignore[arg-type]
+        checkpoint_file=file, inventory=lambda: node.inventory,
+        drivers=lambda: node.inventory.drivers)
+    preparer.load()
+    claims = []
+    for i in range(4):
+        claim = claim_obj([f"gpu-{i}"])
+        claim["metadata"].update(name=f"c{i}", uid=f"uid-{i}")
+        claims.append(node.client.put(claim))
+
+    async def all_at_once() -> None:
+        await asyncio.gather(*(preparer.sync("ns", c["metadata"]["name"], c) for c in claims))
+
+    asyncio.run(all_at_once())
+    assert set(node.checkpoint()) == {f"uid-{i}" for i in range(4)}
+    assert all(e["state"] == "prepared" for e in node.checkpoint().values())
+    for i in range(4):
+        status = node.client.objects[("ns", f"c{i}")]["status"]
+        assert status["devices"][0]["conditions"][0]["status"] == "True"
+    # Each change was on disk when its save returned (CheckingPreparer), yet the four did not
+    # take four writes: a save that finds its change already written returns at once.
+    assert file.saves < len(claims), file.saves
+
+
+def test_a_change_made_during_a_save_gets_a_save_of_its_own(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    file = SlowCheckpointFile(tmp_path / "state", NODE)
+    preparer = CheckingPreparer(
+        node.client, NODE, cdi=CdiDir(tmp_path / "cdi"),  # type: ignore[arg-type]
+        checkpoint_file=file, inventory=lambda: node.inventory,
+        drivers=lambda: node.inventory.drivers)
+    preparer.load()
+    claims = []
+    for i in range(2):
+        claim = claim_obj([f"gpu-{i}"])
+        claim["metadata"].update(name=f"c{i}", uid=f"uid-{i}")
+        claims.append(node.client.put(claim))
+
+    async def overlapping() -> None:
+        first = asyncio.create_task(preparer.sync("ns", "c0", claims[0]))
+        await asyncio.sleep(0.02)  # c0's save is under way (it takes 50 ms)
+        await asyncio.gather(first, preparer.sync("ns", "c1", claims[1]))
+
+    asyncio.run(overlapping())
+    assert file.saves == 2
+    assert set(node.checkpoint()) == {"uid-0", "uid-1"}

@@ -114,6 +114,8 @@ class Preparer:
         self.holders = holders or HolderIndex()
         self._checkpoint = Checkpoint(node)  # empty: nothing for the holder index yet
         self._write_lock = asyncio.Lock()
+        self._changes = 0  # checkpoint changes made in memory
+        self._saved = 0  # how many of them the file holds
         self.pause_after = os.environ.get(PAUSE_ENV, "")
 
     # ------------------------------------------------------------------ start-up
@@ -122,6 +124,7 @@ class Preparer:
         """Load the checkpoint and delete orphaned CDI files of this node. Returns the
         (namespace, name) of every checkpointed claim, to be synced."""
         self.checkpoint = self.file.load()
+        self._saved = self._changes
         named = {f for entry in self.checkpoint.claims.values() for f in entry.cdi_files}
         for file, uid in self.cdi.owned(self.node).items():
             if file not in named:
@@ -143,6 +146,7 @@ class Preparer:
     def checkpoint(self, new: Checkpoint) -> None:
         self.holders.update(self.node, self._checkpoint, new)
         self._checkpoint = new
+        self._changes += 1
 
     @property
     def prepared_count(self) -> int:
@@ -295,9 +299,18 @@ class Preparer:
 
     async def _save(self) -> None:
         """Persist the checkpoint as it is now, off the event loop (a write with fsync takes
-        milliseconds). The lock keeps saves in order, and each writes the newest state."""
+        milliseconds); return once the file holds every change made before the call.
+
+        The lock keeps saves in order and each writes the newest state, so a caller whose
+        change a later save has already written returns without writing (group commit:
+        claims prepared or unprepared together share one write and its fsyncs)."""
+        change = self._changes
         async with self._write_lock:
+            if self._saved >= change:
+                return
+            writing = self._changes
             await asyncio.to_thread(self.file.save, self.checkpoint)
+            self._saved = writing
 
     # ------------------------------------------------------------------ helpers
 
