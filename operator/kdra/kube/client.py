@@ -135,10 +135,11 @@ class Unreachable(ConnectionError):
     ``OSError``, so ``except OSError`` catches every transport failure; retry later."""
 
 
-REQUEST_TIMEOUT = aiohttp.ClientTimeout(sock_connect=30, sock_read=90)
-"""A request (not a watch) whose connection stays silent this long is abandoned: the API
-server ends its own requests after 60 s (``--request-timeout``), so 90 s of silence means a
-dead connection, which would otherwise hold the caller forever."""
+REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=120, sock_connect=30)
+"""A request (not a watch) not answered in full within 120 s is abandoned: the API server ends
+its own requests after 60 s (``--request-timeout``) and kdra's LISTs come in pages of 500, so
+a longer wait means a dead connection, which would otherwise hold the caller forever. One
+timer per request (a ``sock_read`` limit would re-arm a timer for every chunk received)."""
 
 
 _ERRORS: dict[int, type[ApiError]] = {404: NotFound, 409: Conflict, 422: Invalid, 403: Forbidden,
