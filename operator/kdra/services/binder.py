@@ -297,11 +297,10 @@ class Binder:
             self._parsed.pop(claim["metadata"].get("uid", ""), None)
             self.releasing.pop(key, None)
         else:
-            if self.claims.was_deleted(claim["metadata"].get("uid", "")):
+            newest = self.claims.newest(claim)
+            if newest is None:
                 return  # a late write response of a claim already deleted
-            held = self.claims.get(key)
-            if held is not None and is_older(claim, held):
-                claim = held  # a write response newer than this event was seen first
+            claim = newest
             self._snapshot_claim(claim)
             if not (claim.get("status") or {}).get("allocation"):
                 self.releasing.pop(key, None)
@@ -429,15 +428,15 @@ class Binder:
             started = time.perf_counter()
             try:
                 result = await self._schedule(key, pod)
-            except (ApiError, OSError) as exc:  # e.g. the API server restarting
+            except Exception as exc:
                 delay = self._backoff(key)
-                log.warning("scheduling %s/%s failed (%s); retrying in %.1fs", *key, exc, delay)
+                if isinstance(exc, (ApiError, OSError)):  # e.g. the API server restarting
+                    log.warning("scheduling %s/%s failed (%s); retrying in %.1fs", *key, exc,
+                                delay)
+                else:
+                    log.exception("scheduling %s/%s failed; retrying", *key)
                 result = "error"
                 self._retry_later(key, delay)
-            except Exception:
-                log.exception("scheduling %s/%s failed; retrying", *key)
-                result = "error"
-                self._retry_later(key, self._backoff(key))
             metrics.record_schedule_attempt(result, time.perf_counter() - started)
 
     def _backoff(self, key: Key) -> float:

@@ -60,15 +60,18 @@ class Operator:
         self.pods = pod_store()
         self.claims = claim_store()
         self.templates = Store("ResourceClaimTemplate")
-        self.claim_controller = ClaimController(
-            client, self.events, pods=self.pods, claims=self.claims, templates=self.templates,
-            workers=settings.workers, pod_written=self._pod_written,
-            claim_written=self._claim_written,
-        )
         self.binder = Binder(client, EventRecorder(client, component="kdra-scheduler"),
                              claims=self.claims, settings=BinderSettings(
                                  policy=settings.policy,
                                  prepare_timeout=settings.prepare_timeout))
+        # The controller's write responses go to the binder at once: claim names on a pod,
+        # devices freed by a deallocation (the watch events of the same versions follow and
+        # change nothing).
+        self.claim_controller = ClaimController(
+            client, self.events, pods=self.pods, claims=self.claims, templates=self.templates,
+            workers=settings.workers, pod_written=self._pod_written,
+            claim_written=self.binder.on_claim,
+        )
         self.webhook: WebhookServer | None = None  # admission webhooks (started in start())
         self.slice_gc = SliceGC(client, namespace=settings.namespace,
                                 grace=settings.slice_gc_grace)
@@ -131,11 +134,6 @@ class Operator:
         if CLAIMS_ANNOTATION in (pod["metadata"].get("annotations") or {}):
             self.claim_controller.on_pod(event_type, pod)
         self.binder.on_pod(event_type, pod)
-
-    def _claim_written(self, event_type: str, claim: JSON) -> None:
-        """The claim controller's write response (a deallocation, most of all): the binder
-        sees the devices freed without a watch hop."""
-        self.binder.on_claim(event_type, claim)
 
     def _pod_written(self, pod: JSON) -> None:
         """The claim controller's write response: the binder needs no watch hop to see the

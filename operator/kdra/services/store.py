@@ -102,6 +102,15 @@ class Store:
         last :data:`TOMBSTONES` deleted; False says nothing."""
         return uid in self._deleted
 
+    def newest(self, obj: JSON) -> JSON | None:
+        """The newest known version of ``obj``: the cached one when ``obj`` is older than it
+        (e.g. a watch event arriving after a write response was cached), None when the
+        object's UID was deleted, else ``obj`` itself — what :meth:`upsert` would keep."""
+        if obj.get("metadata", {}).get("uid") in self._deleted:
+            return None
+        held = self._objects.get(key_of(obj))
+        return held if is_older(obj, held) else obj
+
     def index(self, name: str, value: str) -> list[JSON]:
         return [self._objects[k] for k in self._indexes[name].get(value, ()) if k in self._objects]
 

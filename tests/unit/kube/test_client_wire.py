@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -25,6 +26,21 @@ async def _serve(handler: Any) -> tuple[web.AppRunner, str]:
     await site.start()
     port = runner.addresses[0][1]
     return runner, f"http://127.0.0.1:{port}"
+
+
+async def _raised(handler: Any,
+                  call: Callable[[KubeClient], Awaitable[Any]]) -> BaseException:
+    """What ``call`` raises against a server answering with ``handler``."""
+    runner, host = await _serve(handler)
+    try:
+        async with _client(host) as client:
+            try:
+                await call(client)
+            except BaseException as exc:
+                return exc
+            raise AssertionError("no error")
+    finally:
+        await runner.cleanup()
 
 
 def _client(host: str, token: str | None = None) -> KubeClient:
@@ -143,20 +159,8 @@ def test_a_connection_broken_mid_request_raises_unreachable_an_oserror() -> None
         await asyncio.sleep(1)
         return web.json_response({})
 
-    async def main() -> BaseException:
-        runner, host = await _serve(handler)
-        try:
-            async with _client(host) as client:
-                try:
-                    await client.replace_status(CLAIMS, {"metadata": {
-                        "name": "c", "namespace": "ns", "resourceVersion": "1"}})
-                except BaseException as exc:
-                    return exc
-                raise AssertionError("no error")
-        finally:
-            await runner.cleanup()
-
-    error = asyncio.run(main())
+    error = asyncio.run(_raised(handler, lambda client: client.replace_status(CLAIMS, {
+        "metadata": {"name": "c", "namespace": "ns", "resourceVersion": "1"}})))
     assert isinstance(error, Unreachable) and isinstance(error, OSError), repr(error)
     assert isinstance(error.__cause__, aiohttp.ServerDisconnectedError), repr(error.__cause__)
     assert "PUT /apis/resource.kdra.dev/v1alpha3/namespaces/ns/resourceclaims/c/status" in \
@@ -174,20 +178,7 @@ def test_a_request_the_server_never_answers_times_out(monkeypatch: Any) -> None:
         await asyncio.sleep(1.5)
         return web.json_response({})
 
-    async def main() -> BaseException:
-        runner, host = await _serve(handler)
-        try:
-            async with _client(host) as client:
-                try:
-                    await client.get(CLAIMS, "c", "ns")
-                except BaseException as exc:
-                    return exc
-                raise AssertionError("no error")
-        finally:
-            await runner.shutdown()
-            await runner.cleanup()
-
-    error = asyncio.run(main())
+    error = asyncio.run(_raised(handler, lambda client: client.get(CLAIMS, "c", "ns")))
     assert isinstance(error, Unreachable), repr(error)
     assert isinstance(error.__cause__, TimeoutError), repr(error.__cause__)
 

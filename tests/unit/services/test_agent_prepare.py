@@ -364,7 +364,10 @@ class CheckingPreparer(Preparer):
         assert wanted <= on_disk, (wanted, on_disk)
 
 
-def test_claims_prepared_together_share_checkpoint_writes(tmp_path: Path) -> None:
+def slow_disk(tmp_path: Path, count: int) -> tuple[Node, SlowCheckpointFile, Preparer,
+                                                  list[dict[str, Any]]]:
+    """A node whose checkpoint saves are slow, and ``count`` claims c0... (uid-0...) each
+    allocated one GPU of it."""
     node = Node(tmp_path)
     file = SlowCheckpointFile(tmp_path / "state", NODE)
     preparer = CheckingPreparer(
@@ -373,10 +376,15 @@ def test_claims_prepared_together_share_checkpoint_writes(tmp_path: Path) -> Non
         drivers=lambda: node.inventory.drivers)
     preparer.load()
     claims = []
-    for i in range(4):
+    for i in range(count):
         claim = claim_obj([f"gpu-{i}"])
         claim["metadata"].update(name=f"c{i}", uid=f"uid-{i}")
         claims.append(node.client.put(claim))
+    return node, file, preparer, claims
+
+
+def test_claims_prepared_together_share_checkpoint_writes(tmp_path: Path) -> None:
+    node, file, preparer, claims = slow_disk(tmp_path, 4)
 
     async def all_at_once() -> None:
         await asyncio.gather(*(preparer.sync("ns", c["metadata"]["name"], c) for c in claims))
@@ -393,18 +401,7 @@ def test_claims_prepared_together_share_checkpoint_writes(tmp_path: Path) -> Non
 
 
 def test_a_change_made_during_a_save_gets_a_save_of_its_own(tmp_path: Path) -> None:
-    node = Node(tmp_path)
-    file = SlowCheckpointFile(tmp_path / "state", NODE)
-    preparer = CheckingPreparer(
-        node.client, NODE, cdi=CdiDir(tmp_path / "cdi"),  # type: ignore[arg-type]
-        checkpoint_file=file, inventory=lambda: node.inventory,
-        drivers=lambda: node.inventory.drivers)
-    preparer.load()
-    claims = []
-    for i in range(2):
-        claim = claim_obj([f"gpu-{i}"])
-        claim["metadata"].update(name=f"c{i}", uid=f"uid-{i}")
-        claims.append(node.client.put(claim))
+    node, file, preparer, claims = slow_disk(tmp_path, 2)
 
     async def overlapping() -> None:
         first = asyncio.create_task(preparer.sync("ns", "c0", claims[0]))

@@ -71,3 +71,16 @@ def test_is_older_compares_resource_versions_only_when_both_are_numeric() -> Non
     assert not is_older(rv("5"), None)
     assert not is_older(rv(None), rv("7"))
     assert not is_older(rv("5"), rv("abc"))
+
+
+def test_newest_is_what_upsert_would_keep() -> None:
+    store = by_uid()
+    held = obj("a", "u1", 5)
+    store.upsert(held)
+    assert store.newest(obj("a", "u1", 4)) is held  # an older event: the cached one
+    newer = obj("a", "u1", 6)
+    assert store.newest(newer) is newer
+    unseen = obj("b", "u2", 1)
+    assert store.newest(unseen) is unseen
+    store.apply("DELETED", obj("a", "u1", 7))
+    assert store.newest(obj("a", "u1", 6)) is None  # a late write response of a deleted one
