@@ -35,7 +35,6 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import copy
 import functools
 import logging
 import os
@@ -332,10 +331,10 @@ class Preparer:
             merged = merge_device_statuses(existing, ours, node=self.node, drivers=drivers)
             if merged == existing:
                 return
-            body = copy.deepcopy(claim)
-            body.setdefault("status", {})["devices"] = merged
+            new_status = {**status, "devices": merged}
             if not merged:
-                body["status"].pop("devices")
+                new_status.pop("devices")
+            body = {**claim, "status": new_status}  # shallow: nothing nested is mutated
             try:
                 await self.client.replace_status(CLAIMS, body)
                 return
