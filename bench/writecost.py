@@ -41,13 +41,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kapi import JSON, MERGE, Api, bounded, cpu_seconds
 from kdra.devenv.controlplane import ControlPlane, binaries, repo_root
+from scale import CLASS, DRIVER, native_allocation
 
 NAMESPACE = "default"
 IN_FLIGHT = 8
 WATCHERS = 2
 FINALIZER_KDRA = "resource.kdra.dev/delete-protection"
 FINALIZER_NATIVE = "resource.kubernetes.io/delete-protection"
-DRIVER = "gpu.example.com"
+REQUEST = "req-0"  # the request name native_allocation uses
 
 
 def node(i: int) -> str:
@@ -59,11 +60,8 @@ def pod_ref(i: int) -> JSON:
             "uid": f"00000000-0000-0000-0000-{i:012d}"}
 
 
-def allocation(i: int, request: str) -> JSON:
-    return {"devices": {"results": [{"request": request, "driver": DRIVER, "pool": node(i),
-                                     "device": f"gpu-{i % 10}"}]},
-            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
-                {"key": "metadata.name", "operator": "In", "values": [node(i)]}]}]}}
+def device(i: int) -> str:
+    return f"gpu-{i % 10}"
 
 
 Write = Callable[[int], Awaitable[None]]
@@ -97,9 +95,6 @@ def whole(obj: JSON, **changes: Any) -> JSON:
 
 
 class Kdra(Lifecycle):
-    def status_body(self, i: int, status: JSON) -> JSON:
-        return whole(self.objects[i], status=status)
-
     def phases(self, api: Api) -> list[tuple[str, Write]]:
         async def create(i: int) -> None:
             self.objects[i] = await api.call("POST", self.path, {
@@ -108,26 +103,27 @@ class Kdra(Lifecycle):
                              "annotations": {"resource.kdra.dev/pod-claim-name": "gpu"},
                              "labels": {"resource.kdra.dev/pod-uid": pod_ref(i)["uid"]},
                              "finalizers": [FINALIZER_KDRA]},
-                "spec": {"devices": {"requests": [{"name": "gpu", "deviceClassName": "gpu",
+                "spec": {"devices": {"requests": [{"name": REQUEST, "deviceClassName": CLASS,
                                                    "allocationMode": "ExactCount",
                                                    "count": 1}]}}})
 
         async def allocate(i: int) -> None:
-            await self.put(api, i, "status", self.status_body(i, {
-                "allocation": allocation(i, "gpu"), "reservedFor": [pod_ref(i)]}))
+            await self.put(api, i, "status", whole(self.objects[i], status={
+                "allocation": native_allocation(node(i), device(i)),
+                "reservedFor": [pod_ref(i)]}))
 
         async def ready(i: int) -> None:
             obj = self.objects[i]
-            cdi = f"example.com/gpu={obj['metadata']['uid']}-gpu-{i % 10}"
-            await self.put(api, i, "status", self.status_body(i, {**obj["status"], "devices": [{
-                "driver": DRIVER, "pool": node(i), "device": f"gpu-{i % 10}",
+            cdi = f"example.com/gpu={obj['metadata']['uid']}-{device(i)}"
+            await self.put(api, i, "status", whole(obj, status={**obj["status"], "devices": [{
+                "driver": DRIVER, "pool": node(i), "device": device(i),
                 "conditions": [{"type": "Ready", "status": "True", "reason": "Prepared",
                                 "message": f"CDI devices: {cdi}", "observedGeneration": 1,
                                 "lastTransitionTime": "2026-12-01T00:00:00Z"}],
                 "data": {"cdiDeviceIDs": [cdi], "uuid": f"GPU-{i:08d}"}}]}))
 
         async def deallocate(i: int) -> None:
-            await self.put(api, i, "status", self.status_body(i, {}))
+            await self.put(api, i, "status", whole(self.objects[i], status={}))
 
         async def unfinalize(i: int) -> None:
             meta = self.objects[i]["metadata"]
@@ -149,8 +145,8 @@ class Native(Lifecycle):
                 "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
                 "metadata": {"generateName": f"pod-{i}-gpu-", "namespace": NAMESPACE,
                              "annotations": {"resource.kubernetes.io/pod-claim-name": "gpu"}},
-                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
-                    "deviceClassName": "gpu"}}]}}})
+                "spec": {"devices": {"requests": [{"name": REQUEST, "exactly": {
+                    "deviceClassName": CLASS}}]}}})
 
         async def finalize(i: int) -> None:
             await self.put(api, i, "", whole(self.objects[i],
@@ -158,7 +154,8 @@ class Native(Lifecycle):
 
         async def allocate(i: int) -> None:
             await self.put(api, i, "status", whole(self.objects[i], status={
-                "allocation": allocation(i, "gpu"), "reservedFor": [pod_ref(i)]}))
+                "allocation": native_allocation(node(i), device(i)),
+                "reservedFor": [pod_ref(i)]}))
 
         async def deallocate(i: int) -> None:
             await self.put(api, i, "status", whole(self.objects[i], status={}))

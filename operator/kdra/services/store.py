@@ -130,10 +130,8 @@ class Store:
     def upsert(self, obj: JSON) -> JSON | None:
         key = key_of(obj)
         old = self._objects.get(key)
-        if obj.get("metadata", {}).get("uid") in self._deleted:
-            return old
-        if is_older(obj, old):
-            return old
+        if self.newest(obj) is not obj:
+            return old  # a deleted object's late version, or older than the one held
         if old is not None:
             self._unindex(key, old)
         self._objects[key] = obj
