@@ -169,3 +169,34 @@ def test_valid_edge_cases_are_accepted(control_plane: ControlPlane) -> None:
             control_plane.kubectl("create", "-f", "-", input=json.dumps(obj))
     finally:
         cleanup(control_plane, *objects)
+
+
+def test_node_selector_is_one_unit_for_server_side_apply(control_plane: ControlPlane) -> None:
+    """As upstream's core/v1 NodeSelector and NodeSelectorTerm (``+structType=atomic``), a
+    slice's nodeSelector is owned and replaced as a whole: its field set in managedFields is
+    the single leaf ``f:nodeSelector``, and another manager's apply conflicts on all of it."""
+    manager = "kdra-test-a"
+    obj = {"apiVersion": "resource.kdra.dev/v1alpha3", "kind": "ResourceSlice",
+           "metadata": {"name": "rack-a"},
+           "spec": {"driver": "net.example.com",
+                    "pool": {"name": "rack-a", "generation": 0, "resourceSliceCount": 1},
+                    "nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [
+                        {"key": "example.com/rack", "operator": "In", "values": ["a"]}]}]},
+                    "devices": [{"name": "nic-0", "basic": {}}]}}
+    try:
+        control_plane.kubectl("apply", "--server-side", f"--field-manager={manager}",
+                              "-f", "-", input=json.dumps(obj))
+        live = get_json(control_plane, "resourceslices.resource.kdra.dev", "rack-a",
+                        "--show-managed-fields")
+        owned = next(entry["fieldsV1"] for entry in live["metadata"]["managedFields"]
+                     if entry["manager"] == manager)
+        assert owned["f:spec"]["f:nodeSelector"] == {}, owned["f:spec"]
+        other = json.loads(json.dumps(obj))
+        other["spec"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"] = [
+            {"key": "metadata.name", "operator": "In", "values": ["worker-1"]}]
+        result = control_plane.kubectl("apply", "--server-side", "--field-manager=kdra-test-b",
+                                       "-f", "-", input=json.dumps(other), check=False)
+        assert result.returncode != 0, "a second manager merged into the node selector"
+        assert ".spec.nodeSelector" in result.stderr, result.stderr
+    finally:
+        cleanup(control_plane, obj)
