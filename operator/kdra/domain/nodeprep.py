@@ -81,6 +81,20 @@ def busy_devices(checkpoint: Checkpoint, uid: str) -> dict[tuple[str, str, str],
             if entry.claim.uid != uid for device in entry.devices if not device.admin_access}
 
 
+def still_holds(claim: Mapping[str, Any] | None, holder: ClaimRef,
+                device: tuple[str, str, str], node: str, drivers: Iterable[str]) -> bool:
+    """Does ``holder`` — a claim the node's checkpoint holds ``device`` (driver, pool,
+    device) for — still hold it, by ``claim``, the newest version of it the agent has seen?
+    Not when that claim is gone or replaced (another uid), no longer wants preparing on
+    ``node``, or no longer allocates the device: then only its unprepare, already queued by
+    the event that said so, stands between the device and its next claim."""
+    if claim is None or (claim.get("metadata") or {}).get("uid") != holder.uid:
+        return False
+    drivers = list(drivers)
+    return wants_prepared(claim, node, drivers) and any(
+        result.key == device for result in our_results(claim, node, drivers))
+
+
 def our_results(claim: Mapping[str, Any], node: str, drivers: Iterable[str]) -> list[Result]:
     """Allocation results of ``claim`` for ``drivers`` in pool ``node``, in claim order."""
     allocation = (claim.get("status") or {}).get("allocation") or {}

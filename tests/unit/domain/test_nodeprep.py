@@ -192,3 +192,18 @@ def test_busy_devices_and_admin_access() -> None:
     claim = {"spec": {"devices": {"requests": [{"name": "gpu"},
                                               {"name": "mon", "adminAccess": True}]}}}
     assert admin_requests(claim) == frozenset({"mon"})
+
+
+def test_a_holder_still_holds_a_device_only_while_its_newest_version_allocates_it() -> None:
+    from kdra.domain.nodeprep import still_holds
+
+    holder = ClaimRef(UID, "ns", "c")
+    device = (GPU, "node-1", "gpu-0")
+    held = claim([device])
+    assert still_holds(held, holder, device, "node-1", [GPU])
+    assert not still_holds(None, holder, device, "node-1", [GPU])  # deleted
+    replaced = {**held, "metadata": {**held["metadata"], "uid": "another-uid"}}
+    assert not still_holds(replaced, holder, device, "node-1", [GPU])
+    assert not still_holds(claim([]), holder, device, "node-1", [GPU])  # deallocated
+    assert not still_holds(claim([device], reserved=False), holder, device, "node-1", [GPU])
+    assert not still_holds(claim([(GPU, "node-1", "gpu-1")]), holder, device, "node-1", [GPU])

@@ -16,7 +16,7 @@ from kdra.domain.nodeprep import ClaimRef
 from kdra.kube.client import CLAIMS, Conflict, NotFound, Resource
 from kdra.services.agent.cdi import CdiDir
 from kdra.services.agent.checkpoint import CheckpointFile
-from kdra.services.agent.prepare import PAUSE_POINTS, Preparer
+from kdra.services.agent.prepare import PAUSE_POINTS, Preparer, WaitForRelease
 from kdra.services.workqueue import Retry
 
 NODE = "node-1"
@@ -411,3 +411,73 @@ def test_a_change_made_during_a_save_gets_a_save_of_its_own(tmp_path: Path) -> N
     asyncio.run(overlapping())
     assert file.saves == 2
     assert set(node.checkpoint()) == {"uid-0", "uid-1"}
+
+
+def handover(tmp_path: Path) -> tuple[Node, Preparer, dict[str, Any]]:
+    """A node whose gpu-0 is prepared for claim ``old``, and claim ``new`` allocated gpu-0
+    too; the preparer sees the claims as the API holds them (the agent's watch cache)."""
+    node = Node(tmp_path)
+    preparer = Preparer(
+        node.client, NODE, cdi=CdiDir(tmp_path / "cdi"),  # type: ignore[arg-type]
+        checkpoint_file=CheckpointFile(tmp_path / "state", NODE),
+        inventory=lambda: node.inventory, drivers=lambda: node.inventory.drivers,
+        claims=lambda namespace, name: node.client.objects.get((namespace, name)))
+    preparer.load()
+    old = claim_obj(["gpu-0"])
+    old["metadata"].update(name="old", uid="uid-old")
+    asyncio.run(preparer.sync("ns", "old", node.client.put(old)))
+    new = claim_obj(["gpu-0"])
+    new["metadata"].update(name="new", uid="uid-new")
+    return node, preparer, node.client.put(new)
+
+
+def new_conditions(node: Node) -> list[tuple[str, str]]:
+    status = node.client.objects[("ns", "new")].get("status") or {}
+    return [(c["status"], c["reason"])
+            for entry in status.get("devices") or () for c in entry["conditions"]]
+
+
+def test_a_device_its_claim_released_is_waited_for_unreported(tmp_path: Path) -> None:
+    node, preparer, new = handover(tmp_path)
+    old = node.client.objects[("ns", "old")]
+    released = node.client.put({**old, "status": {}})  # deallocated; unprepare not run yet
+    writes = node.client.status_writes
+    with pytest.raises(WaitForRelease, match=r"gpu-0 \(claim ns/old\)"):
+        asyncio.run(preparer.sync("ns", "new", new))
+    assert node.client.status_writes == writes  # no DeviceBusy for the binder to act on
+    assert set(node.checkpoint()) == {"uid-old"}
+
+    asyncio.run(preparer.sync("ns", "old", released))  # the queued unprepare
+    asyncio.run(preparer.sync("ns", "new", node.client.objects[("ns", "new")]))  # the retry
+    assert set(node.checkpoint()) == {"uid-new"}
+    assert new_conditions(node) == [("True", "Prepared")]
+
+
+def test_a_deleted_holder_counts_as_released(tmp_path: Path) -> None:
+    node, preparer, new = handover(tmp_path)
+    del node.client.objects[("ns", "old")]
+    with pytest.raises(WaitForRelease):
+        asyncio.run(preparer.sync("ns", "new", new))
+
+
+def test_a_device_its_claim_still_holds_is_reported_busy(tmp_path: Path) -> None:
+    node, preparer, new = handover(tmp_path)  # "old" is still allocated and reserved
+    asyncio.run(preparer.sync("ns", "new", new))
+    assert new_conditions(node) == [("False", "DeviceBusy")]
+    assert set(node.checkpoint()) == {"uid-old"}
+
+
+def test_a_release_whose_unprepare_never_comes_is_reported_busy_after_the_wait(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kdra.services.agent import prepare
+
+    monkeypatch.setattr(prepare, "RELEASE_WAIT", 0.05)
+    node, preparer, new = handover(tmp_path)
+    old = node.client.objects[("ns", "old")]
+    node.client.put({**old, "status": {}})
+    with pytest.raises(WaitForRelease):
+        asyncio.run(preparer.sync("ns", "new", new))
+    time.sleep(0.06)
+    asyncio.run(preparer.sync("ns", "new", new))
+    assert new_conditions(node) == [("False", "DeviceBusy")]
+    assert preparer._waiting == {}  # nothing kept for a claim no longer waiting

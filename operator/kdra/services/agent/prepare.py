@@ -28,6 +28,13 @@ Invariants:
   is read again and the entries recomputed. Entries of other drivers or nodes are kept.
 - A device the node does not have (or that is unhealthy) is reported ``Ready=False`` with a
   reason, and nothing is written to disk for that claim.
+- A device still prepared for another claim is reported ``Ready=False`` (``DeviceBusy``: the
+  binder then allocates the claim again), unless that claim has released it — deallocated,
+  unreserved or deleted, by the newest version the agent has seen — and only its unprepare
+  is pending. Then the claim waits, unreported, and is retried (:class:`WaitForRelease`),
+  for at most ``RELEASE_WAIT`` seconds. This is the usual case when devices change hands
+  quickly: the binder hands a released device to the next claim at once, and the agent may
+  see the next claim before it has run the previous one's unprepare.
 - ``KDRA_AGENT_PAUSE_AFTER=<point>`` (tests only) makes the agent sleep at that point
   (``cdi-written``, ``checkpoint-prepared``, ``cdi-removed``) so a test can kill it there.
 """
@@ -58,6 +65,7 @@ from kdra.domain.nodeprep import (
     our_results,
     prepared_devices,
     ready_outcomes,
+    still_holds,
     wants_prepared,
 )
 from kdra.domain.timestamps import api_time
@@ -71,6 +79,15 @@ log = logging.getLogger(__name__)
 
 PAUSE_ENV = "KDRA_AGENT_PAUSE_AFTER"
 PAUSE_POINTS = ("cdi-written", "checkpoint-prepared", "cdi-removed")
+RELEASE_WAIT = 5.0
+"""Seconds a claim waits, unreported, for a device its previous claim released to be
+unprepared, before it is reported ``DeviceBusy`` (an unprepare that takes longer is failing:
+the binder had better allocate the claim elsewhere)."""
+
+
+class WaitForRelease(Retry):
+    """The claim's devices are prepared for claims that released them: retry once their
+    unprepare (queued) has run. Not a failed prepare."""
 
 
 class HolderIndex:
@@ -103,7 +120,11 @@ class Preparer:
     def __init__(self, client: KubeClient, node: str, *, cdi: CdiDir,
                  checkpoint_file: CheckpointFile, inventory: Callable[[], Inventory],
                  drivers: Callable[[], Sequence[str]],
-                 holders: HolderIndex | None = None) -> None:
+                 holders: HolderIndex | None = None,
+                 claims: Callable[[str, str], JSON | None] | None = None) -> None:
+        """``claims(namespace, name)``: the newest version of a claim the agent has seen (None:
+        gone), to tell a device's previous claim that released it from one that still holds
+        it. Without it every holder still holds its devices."""
         self.client = client
         self.node = node
         self.cdi = cdi
@@ -111,6 +132,8 @@ class Preparer:
         self.inventory = inventory
         self.drivers = drivers
         self.holders = holders or HolderIndex()
+        self.claims = claims
+        self._waiting: dict[tuple[str, str], tuple[str, float]] = {}  # key → (uid, since)
         self._checkpoint = Checkpoint(node)  # empty: nothing for the holder index yet
         self._write_lock = asyncio.Lock()
         self._changes = 0  # checkpoint changes made in memory
@@ -160,6 +183,8 @@ class Preparer:
         wanted = wants_prepared(claim, self.node, drivers)
         uid = (claim or {}).get("metadata", {}).get("uid")
         results = our_results(claim, self.node, drivers) if claim else []
+        if not wanted:
+            self._waiting.pop((namespace, name), None)
         for entry in self.checkpoint.by_key(namespace, name):
             same = (wanted and entry.claim.uid == uid and
                     {d.key for d in entry.devices} == {r.key for r in results})
@@ -175,6 +200,9 @@ class Preparer:
         ok = False
         try:
             ok = await self._prepare(claim, results)
+        except WaitForRelease:
+            ok = True  # not an attempt: nothing was tried yet
+            raise
         finally:
             metrics.observe_prepare(time.monotonic() - started, ok)
 
@@ -192,12 +220,17 @@ class Preparer:
         # Checked and recorded with no await in between (the "preparing" entry below), so two
         # claims allocated the same device (e.g. by two active binders) never both get it.
         busy = busy_devices(self.checkpoint, ref.uid)
+        released: list[str] = []  # busy devices whose holder has released them
         for result in results:
             device = inventory.device(result.driver, result.device)
             holder = busy.get(result.key)
             if holder is not None and result.request.split("/", 1)[0] not in admin:
                 problems[result.key] = ("DeviceBusy", f"device {result.device} is already "
                                         f"prepared for claim {holder.key}")
+                if self.claims is not None and not still_holds(
+                        self.claims(holder.namespace, holder.name), holder, result.key,
+                        self.node, self.drivers()):
+                    released.append(f"{result.device} (claim {holder.key})")
             elif device is None:
                 problems[result.key] = ("DeviceNotFound", f"node {self.node} has no device "
                                         f"{result.device!r} of driver {result.driver}")
@@ -206,6 +239,9 @@ class Preparer:
                                         f"unhealthy: {device.health_reason}")
             else:
                 devices[(result.driver, result.device)] = device
+        if problems and len(released) == len(problems):
+            self._wait_for_release(ref, released)
+        self._waiting.pop((ref.namespace, ref.name), None)
         if problems:
             outcomes = []
             for result in results:
@@ -234,6 +270,20 @@ class Preparer:
                  ", ".join(f"{d.driver}/{d.device}" for d in prepared))
         await self._report(claim, ready_outcomes(prepared))
         return True
+
+    def _wait_for_release(self, ref: ClaimRef, released: list[str]) -> None:
+        """Raise :class:`WaitForRelease` unless ``ref`` has waited ``RELEASE_WAIT`` already
+        (then return: the caller reports the devices busy)."""
+        now = time.monotonic()
+        uid, since = self._waiting.get((ref.namespace, ref.name), ("", now))
+        if uid != ref.uid:
+            since = now
+        self._waiting[(ref.namespace, ref.name)] = (ref.uid, since)
+        if now - since < RELEASE_WAIT:
+            raise WaitForRelease(f"node {self.node}: claim {ref.key} waits for the unprepare "
+                                 f"of {', '.join(released)}")
+        log.warning("node %s: claim %s waited %.0f s for the unprepare of %s", self.node,
+                    ref.key, now - since, ", ".join(released))
 
     def _restore_missing_files(self, entry: ClaimEntry, inventory: Inventory) -> None:
         """A prepared claim's CDI file vanished (someone deleted it): write it again. Disk

@@ -83,7 +83,8 @@ class NodeAgent:
 
     def __init__(self, client: KubeClient, settings: AgentSettings, node: str,
                  discovery: Discovery, identity: str, holders: HolderIndex, *,
-                 own_heartbeats: bool = True) -> None:
+                 own_heartbeats: bool = True,
+                 claims: Callable[[str, str], JSON | None] | None = None) -> None:
         """``own_heartbeats``: renew this node's Leases (else the process's shared Lease
         vouches for the node: :class:`AgentRunner` with many nodes)."""
         self.own_heartbeats = own_heartbeats
@@ -100,7 +101,7 @@ class NodeAgent:
             client, node, cdi=CdiDir(Path(settings.cdi_dir)),
             checkpoint_file=CheckpointFile(Path(settings.state_dir), node),
             inventory=lambda: self.inventory, drivers=lambda: self.claim_drivers,
-            holders=holders)
+            holders=holders, claims=claims)
 
     @property
     def drivers(self) -> tuple[str, ...]:
@@ -195,7 +196,8 @@ class AgentRunner:
         self.shared = len(nodes) > 1
         self.heartbeats: dict[str, Heartbeat] = {}  # driver → the shared Lease
         self.nodes = {node: NodeAgent(client, settings, node, discovery, self.identity,
-                                      self.holders, own_heartbeats=not self.shared)
+                                      self.holders, own_heartbeats=not self.shared,
+                                      claims=self._claim)
                       for node in nodes}
         self.claims: dict[Key, JSON] = {}
         self._prepared: dict[str, int] = {}  # node → prepared claims (the gauge's parts)
@@ -302,6 +304,10 @@ class AgentRunner:
             if agent is not None and driver in agent.claim_drivers:
                 nodes.add(pool)
         return nodes
+
+    def _claim(self, namespace: str, name: str) -> JSON | None:
+        """The newest version of a claim seen (None: gone, or of no concern to our nodes)."""
+        return self.claims.get((namespace, name))
 
     def _holders(self, key: Key) -> set[str]:
         """Nodes whose checkpoint holds a claim of this namespace/name."""
