@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from kdra.domain.inventory import Inventory, parse_inventory
 from kdra.domain.nodeprep import ClaimRef
@@ -413,6 +414,10 @@ def test_a_change_made_during_a_save_gets_a_save_of_its_own(tmp_path: Path) -> N
     assert set(node.checkpoint()) == {"uid-0", "uid-1"}
 
 
+PREPARE_SAMPLES = ("kdra_agent_prepare_errors_total",
+                   "kdra_agent_prepare_duration_seconds_count")
+
+
 def handover(tmp_path: Path) -> tuple[Node, Preparer, dict[str, Any]]:
     """A node whose gpu-0 is prepared for claim ``old``, and claim ``new`` allocated gpu-0
     too; the preparer sees the claims as the API holds them (the agent's watch cache)."""
@@ -442,9 +447,12 @@ def test_a_device_its_claim_released_is_waited_for_unreported(tmp_path: Path) ->
     old = node.client.objects[("ns", "old")]
     released = node.client.put({**old, "status": {}})  # deallocated; unprepare not run yet
     writes = node.client.status_writes
+    counted = [REGISTRY.get_sample_value(name) for name in PREPARE_SAMPLES]
     with pytest.raises(WaitForRelease, match=r"gpu-0 \(claim ns/old\)"):
         asyncio.run(preparer.sync("ns", "new", new))
     assert node.client.status_writes == writes  # no DeviceBusy for the binder to act on
+    # Not a prepare attempt: neither an error nor a duration sample.
+    assert [REGISTRY.get_sample_value(name) for name in PREPARE_SAMPLES] == counted
     assert set(node.checkpoint()) == {"uid-old"}
 
     asyncio.run(preparer.sync("ns", "old", released))  # the queued unprepare

@@ -196,15 +196,16 @@ class Preparer:
             await self._report(claim, [])
 
     async def prepare(self, claim: JSON, results: list[Result]) -> None:
-        started = time.monotonic()
+        started: float | None = time.monotonic()
         ok = False
         try:
             ok = await self._prepare(claim, results)
         except WaitForRelease:
-            ok = True  # not an attempt: nothing was tried yet
+            started = None  # nothing tried yet: neither a duration nor an error to count
             raise
         finally:
-            metrics.observe_prepare(time.monotonic() - started, ok)
+            if started is not None:
+                metrics.observe_prepare(time.monotonic() - started, ok)
 
     async def _prepare(self, claim: JSON, results: list[Result]) -> bool:
         ref = ClaimRef.of(claim)
