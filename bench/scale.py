@@ -291,7 +291,7 @@ class Kdra(Contender):
         return kdra_claim(ns, name)
 
     def allocation(self, node: str, device: str) -> JSON:
-        return kdra_allocation(node, device)
+        return native_allocation(node, device)  # kdra's binder writes the same fields
 
     def _python(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "kdra", *args]
@@ -397,10 +397,7 @@ class Upstream(Contender):
         return native_pod(ns, name)
 
     def claim(self, ns: str, name: str) -> JSON:
-        return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-                "metadata": {"name": name, "namespace": ns},
-                "spec": {"devices": {"requests": [
-                    {"name": "req-0", "exactly": {"deviceClassName": CLASS}}]}}}
+        return native_claim(ns, name)
 
     def allocation(self, node: str, device: str) -> JSON:
         return native_allocation(node, device)
@@ -474,6 +471,13 @@ def native_pod(ns: str, name: str, scheduler: str | None = None) -> JSON:
             "spec": spec}
 
 
+def native_claim(ns: str, name: str) -> JSON:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"devices": {"requests": [
+                {"name": "req-0", "exactly": {"deviceClassName": CLASS}}]}}}
+
+
 def native_allocation(node: str, device: str) -> JSON:
     return {"devices": {"results": [{"request": "req-0", "driver": DRIVER, "pool": node,
                                      "device": device}]},
@@ -494,11 +498,6 @@ def kdra_claim(ns: str, name: str) -> JSON:
     return {"apiVersion": f"{KDRA_GROUP}/{KDRA_VERSION}", "kind": "ResourceClaim",
             "metadata": {"name": name, "namespace": ns},
             "spec": {"devices": {"requests": [{"name": "req-0", "deviceClassName": CLASS}]}}}
-
-
-def kdra_allocation(node: str, device: str) -> JSON:
-    """What kdra's binder writes for one node-local device: the native shape (same fields)."""
-    return native_allocation(node, device)
 
 
 async def create_native_nodes(api: Api, count: int, slices: bool) -> None:
@@ -802,13 +801,13 @@ async def ceiling_workload(api: Api, params: Params, workers: int,
     ns = "test"
     group = f"{KDRA_GROUP}/{KDRA_VERSION}" if kdra_objects else "resource.k8s.io/v1"
     claims = f"/apis/{group}/namespaces/{ns}/resourceclaims"
+    pods = f"/api/v1/namespaces/{ns}/pods"
     result = Result(f"ceiling ({workers} workers)",
                     "api-writes, kdra objects" if kdra_objects else "api-writes")
     await api.call("GET", claims, params={"limit": "1"})  # storage ready (a new CRD's is not)
 
     async def one(i: int) -> None:
         name = f"test-{i}"
-        pods = f"/api/v1/namespaces/{ns}/pods"
         pod = await api.create(pods, kdra_pod(ns, name) if kdra_objects
                                else native_pod(ns, name, "none"))
         tracker.created[f"{ns}/{name}"] = time.monotonic()
@@ -816,13 +815,7 @@ async def ceiling_workload(api: Api, params: Params, workers: int,
         claim_name = f"{name}-resource"
         node = node_name(i % params.nodes)
         device = f"basic-device-{(i // params.nodes) % DEVICES_PER_NODE}"
-        if kdra_objects:
-            claim = kdra_claim(ns, claim_name)
-        else:
-            claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-                     "metadata": {"name": claim_name, "namespace": ns},
-                     "spec": {"devices": {"requests": [
-                         {"name": "req-0", "exactly": {"deviceClassName": CLASS}}]}}}
+        claim = kdra_claim(ns, claim_name) if kdra_objects else native_claim(ns, claim_name)
         claim["metadata"]["ownerReferences"] = [
             {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid,
              "controller": True, "blockOwnerDeletion": True}]
