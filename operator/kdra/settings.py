@@ -30,6 +30,10 @@ class OperatorSettings:
     glibc only): without them RSS creeps up under a steady stream of objects although live
     memory does not (kdra.memory). 0 turns it off."""
 
+    event_loop: str = "uvloop"
+    """Event loop: uvloop (libuv, the default: the loop and TLS in C) or asyncio (the
+    standard library's, e.g. for asyncio's debug mode). See kdra.loops."""
+
     health_port: int = 8081
     """Port of the liveness endpoint (``/healthz``) kopf serves; 0 turns it off."""
 
@@ -121,6 +125,10 @@ class AgentSettings:
     """Seconds between returns of the C heap's free pages to the kernel (``malloc_trim``;
     glibc only): without them RSS creeps up under a steady stream of objects although live
     memory does not (kdra.memory). 0 turns it off."""
+
+    event_loop: str = "uvloop"
+    """Event loop: uvloop (libuv, the default: the loop and TLS in C) or asyncio (the
+    standard library's, e.g. for asyncio's debug mode). See kdra.loops."""
 
     lease_duration: int = 40
     """Seconds a heartbeat Lease stays valid without renewal."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 
-from kdra import memory, metrics
+from kdra import loops, memory, metrics
 from kdra.settings import OperatorSettings
 
 
@@ -21,14 +21,21 @@ def run_operator(settings: OperatorSettings) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # One INFO line per watch event ("Handler 'pod_event' succeeded") drowns the real logs.
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    try:
+        runner = loops.runner(settings.event_loop)
+    except ValueError as exc:
+        logging.getLogger(__name__).error("kdra operator cannot start: %s", exc)
+        return 2
     metrics.init_series()
     metrics.serve(settings.metrics_port)
     memory.start_trimmer(settings.malloc_trim_interval)
-    kopf.run(
-        clusterwide=True,
-        standalone=True,  # one active replica is kdra's own Lease election (services.leader)
-        liveness_endpoint=(f"http://0.0.0.0:{settings.health_port}/healthz"
-                           if settings.health_port else None),
-        memo=kopf.Memo(kdra_settings=settings),
-    )
+    with runner:
+        kopf.run(
+            loop=runner.get_loop(),
+            clusterwide=True,
+            standalone=True,  # one active replica is kdra's own Lease election (services.leader)
+            liveness_endpoint=(f"http://0.0.0.0:{settings.health_port}/healthz"
+                               if settings.health_port else None),
+            memo=kopf.Memo(kdra_settings=settings),
+        )
     return 0

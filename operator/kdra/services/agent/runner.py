@@ -37,7 +37,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
-from kdra import memory, metrics
+from kdra import loops, memory, metrics
 from kdra.domain.backoff import backoff_delay
 from kdra.domain.errors import InvalidObject
 from kdra.domain.inventory import Inventory, InventoryDevice, expand_names
@@ -544,6 +544,11 @@ def run_agent(settings: AgentSettings) -> int:
     """Run the agent until SIGTERM/SIGINT. Returns the process exit code."""
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        runner = loops.runner(settings.event_loop)
+    except ValueError as exc:
+        log.error("kdra agent cannot start: %s", exc)
+        return 2
     metrics.init_agent_series()
     try:
         nodes = served_nodes(settings)
@@ -560,7 +565,8 @@ def run_agent(settings: AgentSettings) -> int:
     metrics.serve(settings.metrics_port)
     memory.start_trimmer(settings.malloc_trim_interval)
     try:
-        return asyncio.run(_main(settings, nodes, discovery))
+        with runner:
+            return runner.run(_main(settings, nodes, discovery))
     except AgentError as exc:
         log.error("kdra agent cannot start: %s", exc)
         return 2
