@@ -1,6 +1,6 @@
 """Scale benchmark: kdra vs the real kube-scheduler on scheduler_perf's DRA workloads.
 
-    .venv/bin/python bench/scale.py --workloads all            # ~30 min on 2 cores
+    .venv/bin/python bench/scale.py --workloads all --rounds 2 --sweep 100,2000  # ~50 min
     .venv/bin/python bench/scale.py --quick                     # smoke run, ~8 min
     .venv/bin/python bench/scale.py --quick --workloads template --profile
     .venv/bin/python bench/scale.py --workloads steady-empty --duration 30 --audit --pprof 25
@@ -35,6 +35,12 @@ Contenders, each on a fresh control plane (same binaries) per workload:
   resource.k8s.io/v1 objects; the harness creates Nodes and ResourceSlices, as scheduler_perf.
 Both the scheduler and the controller-manager get client QPS/burst 5000 (scheduler_perf runs
 them unthrottled too; the defaults, 50 and 20 QPS, would cap upstream far below the API server).
+
+Rounds (``--rounds N``): each 500-node workload runs N times per contender, the order
+alternating (kdra, upstream, then upstream, kdra, ...), so a slow spell of this shared machine
+that lasts minutes hits both alike. Every run is a row of the first table; the ratios and
+targets use each contender's runs pooled (pods summed over seconds summed; p50/p99 and peak
+RSS: the mean and the maximum over the rounds), and list the ratio of each round.
 
 Measured: pods/s over the measured phase (pods bound / (last binding - first create)),
 create->bound latency from client-side timestamps (create call returned; first watch event
@@ -622,6 +628,7 @@ class Result:
     extra: dict[str, float] = field(default_factory=dict)
     writes: dict[str, int] = field(default_factory=dict)  # API writes in the measured phase
     window: tuple[float, float] = (0.0, 0.0)  # the measured phase, wall clock (time.time())
+    round: int = 1
 
     @property
     def rate(self) -> float:
@@ -637,6 +644,52 @@ class Params:
     stall: float
     audit: bool = False  # kube-apiserver audit log; a per-client summary per run
     pprof: int = 0  # seconds of kube-apiserver CPU profile taken as the workload starts
+
+
+SUMMED_EXTRAS = ("cpu_", "create_s", "alloc_calls")  # totals; the other extras are averages
+
+
+def pooled(runs: list[Result]) -> Result:
+    """One contender's rounds of one workload as one result: pods, seconds, CPU, writes and
+    the totals among the extras summed (so every per-pod figure is pooled); p50/p99 the mean
+    of the rounds, peak RSS the maximum. One run is returned as it is."""
+    if len(runs) == 1:
+        return runs[0]
+    done = [r for r in runs if r.pods]
+    extra: dict[str, float] = {}
+    for key in {k for r in done for k in r.extra}:
+        values = [r.extra[key] for r in done if key in r.extra]
+        extra[key] = (sum(values) if key.startswith(SUMMED_EXTRAS)
+                      else sum(values) / len(values))
+    writes: Counter[str] = Counter()
+    for r in done:
+        writes.update(r.writes)
+
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values) if values else float("nan")
+
+    return Result(
+        runs[0].workload, runs[0].contender, pods=sum(r.pods for r in runs),
+        seconds=sum(r.seconds for r in runs), p50=mean([r.p50 for r in done]),
+        p99=mean([r.p99 for r in done]), cpu=sum(r.cpu for r in runs),
+        rss=max((r.rss for r in runs), default=0.0),
+        complete=all(r.complete for r in runs), note="; ".join(r.note for r in runs if r.note),
+        extra=extra, writes=dict(writes), round=0)
+
+
+def by_workload(results: list[Result]) -> dict[str, dict[str, list[Result]]]:
+    """workload -> contender -> its runs, in the order they ran."""
+    by: dict[str, dict[str, list[Result]]] = {}
+    for r in results:
+        by.setdefault(r.workload, {}).setdefault(r.contender, []).append(r)
+    return by
+
+
+def round_ratios(kdra: list[Result], upstream: list[Result]) -> str:
+    """pods/s ratio of each round (runs paired by round), e.g. "0.93, 1.08"."""
+    theirs = {r.round: r for r in upstream}
+    return ", ".join(f"{k.rate / theirs[k.round].rate:.2f}" for k in kdra
+                     if k.round in theirs and theirs[k.round].rate)
 
 
 async def create_pods(api: Api, contender: Contender, tracker: PodTracker, ns: str,
@@ -950,8 +1003,17 @@ async def until_idle(contender: Contender, *, below: float = 0.15, window: float
 
 
 async def run_one(kind: type[Contender], workload: str, params: Params, base: Path,
-                  profiler: Profiler, tag: str = "") -> Result:
-    work = base / f"{kind.name}-{tag or workload}"
+                  profiler: Profiler, tag: str = "", round_: int = 1) -> Result:
+    """One contender's run of ``workload`` on a fresh control plane; ``tag`` (default: the
+    workload) names its directory and profiles, e.g. ``template-2000`` or ``steady-half-r2``."""
+    result = await _run_one(kind, workload, params, base, profiler, tag or workload)
+    result.workload, result.round = workload, round_
+    return result
+
+
+async def _run_one(kind: type[Contender], workload: str, params: Params, base: Path,
+                   profiler: Profiler, tag: str) -> Result:
+    work = base / f"{kind.name}-{tag}"
     work.mkdir(parents=True)
     plane = control_plane(work, native_dra=kind is Upstream, audit=params.audit,
                           pprof=bool(params.pprof))
@@ -978,10 +1040,9 @@ async def run_one(kind: type[Contender], workload: str, params: Params, base: Pa
                 profile = asyncio.create_task(
                     server_profile(api, params.pprof, work / "kube-apiserver.pprof"))
             if workload == "template":
-                result = await template_workload(api, contender, params, profiler,
-                                                 tag or workload)
+                result = await template_workload(api, contender, params, profiler, tag)
             else:
-                result = await steady_workload(api, contender, params, profiler, workload)
+                result = await steady_workload(api, contender, params, profiler, tag)
             if params.pprof:
                 await profile
             if params.audit and result.window[1]:
@@ -1032,40 +1093,41 @@ def table(results: list[Result], ceiling: Result | None, own: Result | None = No
     """The results, the ceilings, and kdra/upstream ratios per workload. ``own`` is the
     ceiling on kdra's objects (custom resources): kdra's share of it leaves out the cost of
     its storage format."""
-    rows = ["| workload | contender | pods bound | s | pods/s | p50 ms | p99 ms | CPU s "
+    rows = ["| workload | contender | round | pods bound | s | pods/s | p50 ms | p99 ms | CPU s "
             "| CPU ms/pod | peak RSS MiB | note |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-    by: dict[str, dict[str, Result]] = {}
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in results:
-        by.setdefault(r.workload, {})[r.contender] = r
         per_pod = 1000 * r.cpu / r.pods if r.pods else float("nan")
         extra = ", ".join(f"{k}={v:.2f}" for k, v in r.extra.items())
         note = "; ".join(x for x in (r.note, extra) if x)
-        rows.append(f"| {r.workload} | {r.contender} | {r.pods} | {fmt(r.seconds)} | "
-                    f"{fmt(r.rate)} | {fmt(1000 * r.p50, 0)} | {fmt(1000 * r.p99, 0)} | "
+        rows.append(f"| {r.workload} | {r.contender} | {r.round} | {r.pods} | "
+                    f"{fmt(r.seconds)} | {fmt(r.rate)} | {fmt(1000 * r.p50, 0)} | "
+                    f"{fmt(1000 * r.p99, 0)} | "
                     f"{fmt(r.cpu)} | {fmt(per_pod)} | {fmt(r.rss, 0)} | {note} |")
     for c, pod_write in ((ceiling, "pod status"), (own, "pod annotation")):
         if c:
-            rows.append(f"| {c.workload} | {c.contender} | {c.pods} | {fmt(c.seconds)} | "
+            rows.append(f"| {c.workload} | {c.contender} | 1 | {c.pods} | {fmt(c.seconds)} | "
                         f"{fmt(c.rate)} | {fmt(1000 * c.p50, 0)} | {fmt(1000 * c.p99, 0)} | "
                         f"- | - | - | per pod: pod create, claim create, claim status, "
                         f"{pod_write}, binding |")
-    rows += ["", "| workload | kdra/upstream pods/s | kdra/upstream p99 | kdra/upstream CPU s "
-             "| kdra/upstream peak RSS | kdra % of ceiling | upstream % of ceiling "
-             "| kdra % of ceiling on kdra objects "
+    rows += ["", "| workload | kdra/upstream pods/s | by round | kdra/upstream p99 "
+             "| kdra/upstream CPU s | kdra/upstream peak RSS | kdra % of ceiling "
+             "| upstream % of ceiling | kdra % of ceiling on kdra objects "
              "| API server + etcd CPU ms/pod kdra / upstream |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for workload, pair in by.items():
-        k, u = pair.get("kdra"), pair.get("upstream")
-        if not k or not u:
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for workload, pair in by_workload(results).items():
+        if "kdra" not in pair or "upstream" not in pair:
             continue
+        k, u = pooled(pair["kdra"]), pooled(pair["upstream"])
+        rounds = round_ratios(pair["kdra"], pair["upstream"])
 
         def ratio(a: float, b: float) -> str:
             return f"{a / b:.2f}x" if b and a == a and b == b else "-"
 
         ceil = ceiling.rate if ceiling and ceiling.rate else float("nan")
         own_ceil = own.rate if own and own.rate else float("nan")
-        rows.append(f"| {workload} | {ratio(k.rate, u.rate)} | {ratio(k.p99, u.p99)} | "
+        rows.append(f"| {workload} | {ratio(k.rate, u.rate)} | {rounds} | "
+                    f"{ratio(k.p99, u.p99)} | "
                     f"{ratio(k.cpu, u.cpu)} | {ratio(k.rss, u.rss)} | "
                     f"{fmt(100 * k.rate / ceil, 0)}% | {fmt(100 * u.rate / ceil, 0)}% | "
                     f"{fmt(100 * k.rate / own_ceil, 0)}% | "
@@ -1081,13 +1143,15 @@ def server_ms(r: Result) -> float:
 
 def writes_table(results: list[Result]) -> str:
     """API writes per bound pod in the measured phase, by verb and resource (the harness's
-    own pod creates and, in steady state, force-deletes included — the same for both)."""
+    own pod creates and, in steady state, force-deletes included — the same for both); a
+    contender's rounds pooled."""
     kinds = sorted({k for r in results for k in r.writes})
     if not kinds:
         return ""
     rows = ["| workload | contender | writes/pod | " + " | ".join(kinds) + " |",
             "|---|---|---:|" + "---:|" * len(kinds)]
-    for r in results:
+    pools = [pooled(runs) for pair in by_workload(results).values() for runs in pair.values()]
+    for r in pools:
         if not r.pods:
             continue
         cells = " | ".join(fmt(r.writes.get(k, 0) / r.pods, 2) for k in kinds)
@@ -1143,12 +1207,11 @@ def machine() -> str:
 def targets(results: list[Result], ceiling: Result | None,
             own: Result | None = None) -> list[str]:
     lines = []
-    by: dict[str, dict[str, Result]] = {}
-    for r in results:
-        by.setdefault(r.workload, {})[r.contender] = r
-    for workload, pair in by.items():
-        k, u = pair.get("kdra"), pair.get("upstream")
-        if not k or not u or not u.rate:
+    for workload, pair in by_workload(results).items():
+        if "kdra" not in pair or "upstream" not in pair:
+            continue
+        k, u = pooled(pair["kdra"]), pooled(pair["upstream"])
+        if not u.rate:
             continue
         lines.append(f"{workload}: pods/s {k.rate / u.rate:.2f}x (target >= 1.0) "
                      f"{'MET' if k.rate >= u.rate else 'MISSED'}; p99 "
@@ -1163,6 +1226,17 @@ def targets(results: list[Result], ceiling: Result | None,
                              f"writes on its own objects ({own.rate:.1f} pods/s; for "
                              f"information, the target is the one above)")
     return lines
+
+
+def schedule(contenders: list[type[Contender]],
+             rounds: int) -> list[tuple[int, type[Contender]]]:
+    """(round, contender) in running order: the order reverses every round (A B, B A, A B
+    ...), so a drift of the machine's speed hits every contender alike."""
+    order: list[tuple[int, type[Contender]]] = []
+    for round_ in range(1, rounds + 1):
+        kinds = contenders if round_ % 2 else contenders[::-1]
+        order += [(round_, kind) for kind in kinds]
+    return order
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1186,6 +1260,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--audit", action="store_true",
                         help="kube-apiserver audit log; prints requests per pod by client "
                              "(diagnosis: the log costs the server CPU)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run each 500-node workload this many times per contender, "
+                             "alternating the order (kdra first, then upstream first ...); "
+                             "ratios pool the rounds")
     parser.add_argument("--pprof", type=int, default=0, metavar="SECONDS",
                         help="kube-apiserver CPU profile of the workload's first SECONDS, "
                              "saved as kube-apiserver.pprof in the run's directory")
@@ -1241,7 +1319,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"Machine: {machine()}.  ",
                 f"Size: {nodes} nodes x {DEVICES_PER_NODE} devices, {params.init_pods} + "
                 f"{params.measure_pods} pods (template), steady state {params.duration:.0f} s "
-                f"with {STEADY_IN_FLIGHT} pods in flight.", "", *lines, ""]))
+                f"with {STEADY_IN_FLIGHT} pods in flight"
+                f"{'' if args.rounds == 1 else f'; {args.rounds} rounds per contender'}.",
+                "", *lines, ""]))
         return lines
 
     for workload in workloads:
@@ -1253,9 +1333,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  ceiling on kdra's objects: {own_ceiling.rate:.1f} pods/s", flush=True)
             report(final=False)
             continue
-        for kind in contenders:
-            print(f"{workload} / {kind.name} ...", flush=True)
-            result = asyncio.run(run_one(kind, workload, params, base, profiler))
+        for round_, kind in schedule(contenders, args.rounds):
+            tag = workload if args.rounds == 1 else f"{workload}-r{round_}"
+            print(f"{workload} / {kind.name}"
+                  f"{'' if args.rounds == 1 else f' (round {round_})'} ...", flush=True)
+            result = asyncio.run(run_one(kind, workload, params, base, profiler, tag, round_))
             results.append(result)
             report(final=False)
             print(f"  {result.pods} pods in {result.seconds:.1f}s = {result.rate:.1f} pods/s, "
