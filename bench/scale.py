@@ -26,7 +26,8 @@ Workloads (test/integration/scheduler_perf/dra/performance-config.yaml, re-creat
 
 Contenders, each on a fresh control plane (same binaries) per workload:
 - ``kdra``: ``python -m kdra operator`` + one ``python -m kdra agent --simulate-nodes``
-  serving every node (publishes the ResourceSlices, creates the Nodes). Each authenticates as
+  serving every node (publishes the ResourceSlices, creates the Nodes; writes CDI specs to a
+  tmpfs, as the DaemonSet's /var/run/cdi, and its checkpoints to disk). Each authenticates as
   deployed: its ServiceAccount's token, authorized by manifests/base's RBAC (plus, for the
   simulation only, creating Nodes); upstream's controller-manager also uses ServiceAccount
   tokens (``--use-service-account-credentials``), kube-scheduler a client certificate (as
@@ -280,6 +281,7 @@ class Contender:
 class Kdra(Contender):
     name = "kdra"
     trace_memory: Path | None = None  # run the operator under bench/memtrace.py, dumps here
+    cdi: Path | None = None  # the agent's CDI directory (set by setup; on /dev/shm: removed)
 
     def claims_path(self, ns: str) -> str:
         return f"/apis/{KDRA_GROUP}/{KDRA_VERSION}/namespaces/{ns}/resourceclaims"
@@ -339,7 +341,7 @@ class Kdra(Contender):
         agent = Proc("kdra-agent", self._python(
             "agent", "--simulate-nodes", f"scheduler-perf-dra-{{0..{self.nodes - 1}}}",
             "--inventory", str(inventory), "--create-nodes",
-            "--cdi-dir", str(self.work / "cdi"), "--state-dir", str(self.work / "state"),
+            "--cdi-dir", str(self._cdi_dir()), "--state-dir", str(self.work / "state"),
             "--metrics-port", "0"), self.work / "kdra-agent.log", env).start()
         self.measured.append(agent)
         slices = f"/apis/{KDRA_GROUP}/{KDRA_VERSION}/resourceslices"
@@ -349,6 +351,22 @@ class Kdra(Contender):
                          lambda: self._at_least(api, slices, self.nodes), 300, [agent])
         await wait_until(f"{self.nodes} Nodes",
                          lambda: self._at_least(api, "/api/v1/nodes", self.nodes), 300, [agent])
+
+    def _cdi_dir(self) -> Path:
+        """Where the agent writes CDI specs: on a tmpfs, as deployed (the DaemonSet's
+        /var/run/cdi; container runtimes read specs there, and they need not outlive a
+        reboot: the agent rebuilds a prepared claim's missing spec from its checkpoint, which
+        stays on disk, as /var/lib/kdra). Falls back to the run's directory without
+        /dev/shm."""
+        shm = Path("/dev/shm")
+        self.cdi = (Path(tempfile.mkdtemp(prefix="kdra-bench-cdi-", dir=shm)) if shm.is_dir()
+                    else self.work / "cdi")
+        return self.cdi
+
+    def stop(self) -> None:
+        super().stop()
+        if self.cdi is not None and self.cdi.is_relative_to("/dev/shm"):
+            shutil.rmtree(self.cdi, ignore_errors=True)
 
     @staticmethod
     async def _at_least(api: Api, path: str, n: int) -> bool:
