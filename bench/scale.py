@@ -65,7 +65,7 @@ import tempfile
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -281,7 +281,16 @@ class Contender:
 class Kdra(Contender):
     name = "kdra"
     trace_memory: Path | None = None  # run the operator under bench/memtrace.py, dumps here
-    cdi: Path | None = None  # the agent's CDI directory (set by setup; on /dev/shm: removed)
+
+    def __init__(self, plane: ControlPlane, work: Path, nodes: int) -> None:
+        super().__init__(plane, work, nodes)
+        # Where the agent writes CDI specs: on a tmpfs, as deployed (the DaemonSet's
+        # /var/run/cdi; container runtimes read specs there, and they need not outlive a
+        # reboot: the agent rebuilds a prepared claim's missing spec from its checkpoint, which
+        # stays on disk, as /var/lib/kdra). The run's directory without /dev/shm.
+        shm = Path("/dev/shm")
+        self.cdi = (Path(tempfile.mkdtemp(prefix="kdra-bench-cdi-", dir=shm)) if shm.is_dir()
+                    else self.work / "cdi")
 
     def claims_path(self, ns: str) -> str:
         return f"/apis/{KDRA_GROUP}/{KDRA_VERSION}/namespaces/{ns}/resourceclaims"
@@ -341,7 +350,7 @@ class Kdra(Contender):
         agent = Proc("kdra-agent", self._python(
             "agent", "--simulate-nodes", f"scheduler-perf-dra-{{0..{self.nodes - 1}}}",
             "--inventory", str(inventory), "--create-nodes",
-            "--cdi-dir", str(self._cdi_dir()), "--state-dir", str(self.work / "state"),
+            "--cdi-dir", str(self.cdi), "--state-dir", str(self.work / "state"),
             "--metrics-port", "0"), self.work / "kdra-agent.log", env).start()
         self.measured.append(agent)
         slices = f"/apis/{KDRA_GROUP}/{KDRA_VERSION}/resourceslices"
@@ -352,20 +361,9 @@ class Kdra(Contender):
         await wait_until(f"{self.nodes} Nodes",
                          lambda: self._at_least(api, "/api/v1/nodes", self.nodes), 300, [agent])
 
-    def _cdi_dir(self) -> Path:
-        """Where the agent writes CDI specs: on a tmpfs, as deployed (the DaemonSet's
-        /var/run/cdi; container runtimes read specs there, and they need not outlive a
-        reboot: the agent rebuilds a prepared claim's missing spec from its checkpoint, which
-        stays on disk, as /var/lib/kdra). Falls back to the run's directory without
-        /dev/shm."""
-        shm = Path("/dev/shm")
-        self.cdi = (Path(tempfile.mkdtemp(prefix="kdra-bench-cdi-", dir=shm)) if shm.is_dir()
-                    else self.work / "cdi")
-        return self.cdi
-
     def stop(self) -> None:
         super().stop()
-        if self.cdi is not None and self.cdi.is_relative_to("/dev/shm"):
+        if self.cdi.is_relative_to("/dev/shm"):
             shutil.rmtree(self.cdi, ignore_errors=True)
 
     @staticmethod
@@ -701,6 +699,15 @@ def by_workload(results: list[Result]) -> dict[str, dict[str, list[Result]]]:
     for r in results:
         by.setdefault(r.workload, {}).setdefault(r.contender, []).append(r)
     return by
+
+
+def head_to_head(results: list[Result]) -> Iterator[tuple[str, Result, Result, str]]:
+    """(workload, kdra pooled, upstream pooled, ratio of each round) for every workload both
+    contenders ran."""
+    for workload, pair in by_workload(results).items():
+        if "kdra" in pair and "upstream" in pair:
+            yield (workload, pooled(pair["kdra"]), pooled(pair["upstream"]),
+                   round_ratios(pair["kdra"], pair["upstream"]))
 
 
 def round_ratios(kdra: list[Result], upstream: list[Result]) -> str:
@@ -1133,17 +1140,13 @@ def table(results: list[Result], ceiling: Result | None, own: Result | None = No
              "| upstream % of ceiling | kdra % of ceiling on kdra objects "
              "| API server + etcd CPU ms/pod kdra / upstream |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for workload, pair in by_workload(results).items():
-        if "kdra" not in pair or "upstream" not in pair:
-            continue
-        k, u = pooled(pair["kdra"]), pooled(pair["upstream"])
-        rounds = round_ratios(pair["kdra"], pair["upstream"])
 
-        def ratio(a: float, b: float) -> str:
-            return f"{a / b:.2f}x" if b and a == a and b == b else "-"
+    def ratio(a: float, b: float) -> str:
+        return f"{a / b:.2f}x" if b and a == a and b == b else "-"
 
-        ceil = ceiling.rate if ceiling and ceiling.rate else float("nan")
-        own_ceil = own.rate if own and own.rate else float("nan")
+    ceil = ceiling.rate if ceiling and ceiling.rate else float("nan")
+    own_ceil = own.rate if own and own.rate else float("nan")
+    for workload, k, u, rounds in head_to_head(results):
         rows.append(f"| {workload} | {ratio(k.rate, u.rate)} | {rounds} | "
                     f"{ratio(k.p99, u.p99)} | "
                     f"{ratio(k.cpu, u.cpu)} | {ratio(k.rss, u.rss)} | "
@@ -1225,10 +1228,7 @@ def machine() -> str:
 def targets(results: list[Result], ceiling: Result | None,
             own: Result | None = None) -> list[str]:
     lines = []
-    for workload, pair in by_workload(results).items():
-        if "kdra" not in pair or "upstream" not in pair:
-            continue
-        k, u = pooled(pair["kdra"]), pooled(pair["upstream"])
+    for workload, k, u, _ in head_to_head(results):
         if not u.rate:
             continue
         lines.append(f"{workload}: pods/s {k.rate / u.rate:.2f}x (target >= 1.0) "

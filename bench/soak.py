@@ -161,7 +161,7 @@ async def settled_violations(kdra: Kdra, api: Api, nodes: list[str],
     while time.monotonic() < deadline:
         pending = await api.count("/api/v1/namespaces/test/pods",
                                   {"fieldSelector": "spec.nodeName="})
-        local = read_local([kdra.cdi or kdra.work / "cdi"], [kdra.work / "state"], nodes)
+        local = read_local([kdra.cdi], [kdra.work / "state"], nodes)
         found = [str(v) for v in await asyncio.to_thread(violations, official, local=local)]
         if not pending and not found:
             return []
