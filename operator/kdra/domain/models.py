@@ -13,7 +13,7 @@ Invariants:
   ``kubectl explain`` notation (``spec.devices.requests[0].count``). The CRD schemas enforce the
   same rules at admission; this is the second line for objects that bypassed them.
 - Unknown fields are ignored (forward compatibility), never an error.
-- ``dump(model)`` gives back the API's camelCase JSON, omitting unset fields.
+- ``dump(model)`` gives back the API's camelCase JSON, omitting unset fields and empty lists.
 """
 
 from __future__ import annotations
@@ -463,8 +463,20 @@ def parse_slice(obj: Mapping[str, Any]) -> ResourceSlice:
 
 
 def dump(model: BaseModel) -> dict[str, Any]:
-    """The API's JSON form (camelCase keys, unset optional fields omitted)."""
-    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+    """The API's JSON form (camelCase keys; unset optional fields and empty lists omitted,
+    as upstream's ``omitempty`` writes them: ``config: []`` or ``matchExpressions: []`` would
+    only add bytes to every copy of the object and to its managedFields)."""
+    dumped: dict[str, Any] = _without_empty_lists(
+        model.model_dump(mode="json", by_alias=True, exclude_none=True))
+    return dumped
+
+
+def _without_empty_lists(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_empty_lists(v) for k, v in value.items() if v != []}
+    if isinstance(value, list):
+        return [_without_empty_lists(v) for v in value]
+    return value
 
 
 def field_path(loc: tuple[int | str, ...]) -> str:

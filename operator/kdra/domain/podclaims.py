@@ -29,7 +29,6 @@ from kdra.domain.models import DNS_LABEL, DNS_SUBDOMAIN
 CLAIMS_ANNOTATION = f"{GROUP}/claims"
 CLAIM_STATUSES_ANNOTATION = f"{GROUP}/claim-statuses"
 POD_CLAIM_NAME_ANNOTATION = f"{GROUP}/pod-claim-name"
-POD_UID_LABEL = f"{GROUP}/pod-uid"
 FINALIZER = f"{GROUP}/delete-protection"
 SCHEDULER_NAME = "kdra-scheduler"
 GPU_DRIVER = "gpu.kdra.dev"
@@ -173,7 +172,7 @@ def pod_is_done(pod: Mapping[str, Any]) -> bool:
 def pod_ref(pod: Mapping[str, Any]) -> dict[str, str]:
     """The pod as a ``reservedFor`` entry."""
     meta = pod["metadata"]
-    return {"apiGroup": "", "resource": "pods", "name": meta["name"], "uid": meta["uid"]}
+    return {"resource": "pods", "name": meta["name"], "uid": meta["uid"]}  # core: no apiGroup
 
 
 def protected_by_kdra(claim: Mapping[str, Any]) -> bool:
@@ -198,23 +197,23 @@ def generated_claim(template: Mapping[str, Any], pod: Mapping[str, Any],
     tmeta = template.get("spec", {}).get("metadata", {}) or {}
     annotations = dict(tmeta.get("annotations") or {})
     annotations[POD_CLAIM_NAME_ANNOTATION] = pod_claim.name
-    labels = dict(tmeta.get("labels") or {})
-    labels[POD_UID_LABEL] = meta["uid"]
+    metadata: dict[str, Any] = {
+        "generateName": generate_name_prefix(meta["name"], pod_claim.name),
+        "namespace": meta["namespace"],
+        "annotations": annotations,
+        "ownerReferences": [{
+            "apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"],
+            "controller": True, "blockOwnerDeletion": True,
+        }],
+        # Set at birth, so the binder needs no extra write before allocating it; the
+        # claim controller removes it once the claim is deallocated or deleted unused.
+        "finalizers": [FINALIZER],
+    }
+    if tmeta.get("labels"):  # the template's labels, as upstream (none: no labels key)
+        metadata["labels"] = dict(tmeta["labels"])
     return {
         "apiVersion": f"{GROUP}/v1alpha3",
         "kind": "ResourceClaim",
-        "metadata": {
-            "generateName": generate_name_prefix(meta["name"], pod_claim.name),
-            "namespace": meta["namespace"],
-            "annotations": annotations,
-            "labels": labels,
-            "ownerReferences": [{
-                "apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"],
-                "controller": True, "blockOwnerDeletion": True,
-            }],
-            # Set at birth, so the binder needs no extra write before allocating it; the
-            # claim controller removes it once the claim is deallocated or deleted unused.
-            "finalizers": [FINALIZER],
-        },
+        "metadata": metadata,
         "spec": template.get("spec", {}).get("spec", {}) or {},
     }

@@ -9,8 +9,10 @@ import pytest
 
 from kdra.domain.errors import InvalidObject
 from kdra.domain.models import (
+    AllocationResult,
     dump,
     field_path,
+    parse,
     parse_claim,
     parse_class,
     parse_slice,
@@ -58,6 +60,19 @@ def test_claim_round_trips_to_camel_case() -> None:
     assert out["spec"]["devices"]["requests"][0]["deviceClassName"] == "gpu.kdra.dev"
     assert out["spec"]["devices"]["constraints"][0]["matchAttribute"] == "gpu.kdra.dev/pcieRoot"
     assert "allocation" not in out["status"]
+
+
+def test_dump_omits_empty_lists_as_upstream_omitempty() -> None:
+    result = parse(AllocationResult, {
+        "devices": {"results": [{"request": "gpu", "driver": "gpu.kdra.dev", "pool": "n1",
+                                 "device": "gpu-0"}]},
+        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}})
+    assert dump(result) == {
+        "devices": {"results": [{"request": "gpu", "driver": "gpu.kdra.dev", "pool": "n1",
+                                 "device": "gpu-0"}]},  # no "config": []
+        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [  # no "matchExpressions": []
+            {"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}}
 
 
 def test_slice_attribute_kinds() -> None:

@@ -13,7 +13,6 @@ from kdra.domain.podclaims import (
     CLAIMS_ANNOTATION,
     FINALIZER,
     POD_CLAIM_NAME_ANNOTATION,
-    POD_UID_LABEL,
     PodClaim,
     claim_statuses,
     generate_name_prefix,
@@ -22,6 +21,7 @@ from kdra.domain.podclaims import (
     parse_pod_claims,
     pod_claims,
     pod_is_done,
+    pod_ref,
 )
 
 SEED = """
@@ -124,6 +124,19 @@ def test_claim_statuses_tolerates_damage() -> None:
     assert claim_statuses(with_("[1]")) == {}
 
 
+def test_generated_claim_without_template_labels_has_none() -> None:
+    template = {"spec": {"spec": {"devices": {"requests": [
+        {"name": "gpu", "deviceClassName": "gpu.kdra.dev"}]}}}}
+    owner = {"metadata": {"name": "train", "namespace": "default", "uid": "u1"}}
+    claim = generated_claim(template, owner, PodClaim("gpu", resource_claim_template_name="t"))
+    assert "labels" not in claim["metadata"]
+
+
+def test_pod_ref_is_a_core_group_consumer_without_api_group() -> None:
+    ref = pod_ref({"metadata": {"name": "train", "uid": "u1"}})
+    assert ref == {"resource": "pods", "name": "train", "uid": "u1"}  # apiGroup "" omitted
+
+
 def test_generated_claim_copies_template() -> None:
     template = {"spec": {"metadata": {"labels": {"team": "cats"}, "annotations": {"x": "y"}},
                          "spec": {"devices": {"requests": [
@@ -133,7 +146,7 @@ def test_generated_claim_copies_template() -> None:
     meta = claim["metadata"]
     assert meta["generateName"] == "pod-with-cats-cat-1-"
     assert meta["annotations"] == {"x": "y", POD_CLAIM_NAME_ANNOTATION: "cat-1"}
-    assert meta["labels"] == {"team": "cats", POD_UID_LABEL: "u1"}
+    assert meta["labels"] == {"team": "cats"}  # the template's, nothing added (upstream)
     assert meta["ownerReferences"] == [{"apiVersion": "v1", "kind": "Pod",
                                         "name": "pod-with-cats", "uid": "u1",
                                         "controller": True, "blockOwnerDeletion": True}]
