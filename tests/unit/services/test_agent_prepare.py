@@ -160,6 +160,23 @@ def test_prepare_then_unprepare(tmp_path: Path) -> None:
     assert preparer.prepared_count == 0
 
 
+def test_each_status_write_is_handed_to_written_as_the_server_stored_it(
+        tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    node.client.put(claim_obj(["gpu-1"]))
+    preparer = node.preparer()
+    answers: list[dict[str, Any]] = []
+    preparer.written = answers.append
+    sync(preparer, node)  # Ready
+    sync(preparer, node)  # nothing to write
+    unreserved = claim_obj(["gpu-1"], reserved=False)
+    unreserved["status"]["devices"] = node.claim()["status"]["devices"]  # type: ignore[index]
+    node.client.put(unreserved)
+    sync(preparer, node)  # unprepared: its entries removed
+    assert [a["metadata"]["resourceVersion"] for a in answers] == ["102", "104"]
+    assert answers[-1] == node.claim()
+
+
 def test_unreserved_or_deleted_claims_are_unprepared(tmp_path: Path) -> None:
     node = Node(tmp_path)
     node.client.put(claim_obj(["gpu-0"]))

@@ -121,10 +121,12 @@ class Preparer:
                  checkpoint_file: CheckpointFile, inventory: Callable[[], Inventory],
                  drivers: Callable[[], Sequence[str]],
                  holders: HolderIndex | None = None,
-                 claims: Callable[[str, str], JSON | None] | None = None) -> None:
+                 claims: Callable[[str, str], JSON | None] | None = None,
+                 written: Callable[[JSON], None] | None = None) -> None:
         """``claims(namespace, name)``: the newest version of a claim the agent has seen (None:
         gone), to tell a device's previous claim that released it from one that still holds
-        it. Without it every holder still holds its devices."""
+        it. Without it every holder still holds its devices. ``written(claim)``: called with
+        the server's answer to each status write of this preparer (the claim as stored)."""
         self.client = client
         self.node = node
         self.cdi = cdi
@@ -133,6 +135,7 @@ class Preparer:
         self.drivers = drivers
         self.holders = holders or HolderIndex()
         self.claims = claims
+        self.written = written
         self._waiting: dict[tuple[str, str], tuple[str, float]] = {}  # key → (uid, since)
         self._checkpoint = Checkpoint(node)  # empty: nothing for the holder index yet
         self._write_lock = asyncio.Lock()
@@ -387,8 +390,7 @@ class Preparer:
                 new_status.pop("devices")
             body = {**claim, "status": new_status}  # shallow: nothing nested is mutated
             try:
-                await self.client.replace_status(CLAIMS, body)
-                return
+                answer = await self.client.replace_status(CLAIMS, body)
             except NotFound:
                 return
             except Conflict:
@@ -403,4 +405,8 @@ class Preparer:
                     raise Retry("claim changed while reporting status") from None
             except ApiError as exc:
                 raise Retry(f"status write failed: {exc}") from exc
+            else:
+                if self.written is not None:
+                    self.written(answer)
+                return
         raise Retry("claim keeps changing while reporting device status")

@@ -84,7 +84,8 @@ class NodeAgent:
     def __init__(self, client: KubeClient, settings: AgentSettings, node: str,
                  discovery: Discovery, identity: str, holders: HolderIndex, *,
                  own_heartbeats: bool = True,
-                 claims: Callable[[str, str], JSON | None] | None = None) -> None:
+                 claims: Callable[[str, str], JSON | None] | None = None,
+                 written: Callable[[JSON], None] | None = None) -> None:
         """``own_heartbeats``: renew this node's Leases (else the process's shared Lease
         vouches for the node: :class:`AgentRunner` with many nodes)."""
         self.own_heartbeats = own_heartbeats
@@ -101,7 +102,7 @@ class NodeAgent:
             client, node, cdi=CdiDir(Path(settings.cdi_dir)),
             checkpoint_file=CheckpointFile(Path(settings.state_dir), node),
             inventory=lambda: self.inventory, drivers=lambda: self.claim_drivers,
-            holders=holders, claims=claims)
+            holders=holders, claims=claims, written=written)
 
     @property
     def drivers(self) -> tuple[str, ...]:
@@ -197,9 +198,10 @@ class AgentRunner:
         self.heartbeats: dict[str, Heartbeat] = {}  # driver → the shared Lease
         self.nodes = {node: NodeAgent(client, settings, node, discovery, self.identity,
                                       self.holders, own_heartbeats=not self.shared,
-                                      claims=self._claim)
+                                      claims=self._claim, written=self._wrote)
                       for node in nodes}
         self.claims: dict[Key, JSON] = {}
+        self._echoes: dict[Key, str] = {}  # claim → resourceVersion of our last status write
         self._prepared: dict[str, int] = {}  # node → prepared claims (the gauge's parts)
         self.queue: WorkQueue[ClaimKey] = WorkQueue("agent-claims", self._sync,
                                                     workers=settings.workers)
@@ -313,9 +315,20 @@ class AgentRunner:
         """Nodes whose checkpoint holds a claim of this namespace/name."""
         return self.holders.nodes(*key)
 
+    def _wrote(self, claim: JSON) -> None:
+        """One of our preparers wrote ``claim``'s status: its watch event will be an echo."""
+        self._echoes[key_of(claim)] = claim["metadata"].get("resourceVersion", "")
+
     def _on_claim(self, event: str, claim: JSON) -> None:
         key = key_of(claim)
         old = self.claims.get(key)
+        echo = self._echoes.pop(key, None)
+        if event != "DELETED" and old is not None and echo \
+                and echo == claim["metadata"].get("resourceVersion"):
+            # The version our own status write made: a sync would find it as that write left
+            # it (nothing to do), so it is only cached. Any other version is synced.
+            self.claims[key] = claim
+            return
         nodes = self._interested(claim) | self._interested(old) | self._holders(key)
         if event != "DELETED" and nodes:
             self.claims[key] = claim  # cached: it concerns one of our nodes
@@ -328,6 +341,7 @@ class AgentRunner:
         """A (re)list: the complete truth. Sync every claim that names our pools now or did
         before, and every claim a checkpoint holds."""
         before = self.claims
+        self._echoes.clear()
         self.claims = {key_of(c): c for c in items
                        if self._interested(c) or self._holders(key_of(c))}
         for key, claim in [*self.claims.items(), *before.items()]:
