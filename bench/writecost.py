@@ -56,7 +56,7 @@ def node(i: int) -> str:
 
 
 def pod_ref(i: int) -> JSON:
-    return {"apiGroup": "", "resource": "pods", "name": f"pod-{i}",
+    return {"resource": "pods", "name": f"pod-{i}",
             "uid": f"00000000-0000-0000-0000-{i:012d}"}
 
 
@@ -101,7 +101,6 @@ class Kdra(Lifecycle):
                 "apiVersion": "resource.kdra.dev/v1alpha3", "kind": "ResourceClaim",
                 "metadata": {"generateName": f"pod-{i}-gpu-", "namespace": NAMESPACE,
                              "annotations": {"resource.kdra.dev/pod-claim-name": "gpu"},
-                             "labels": {"resource.kdra.dev/pod-uid": pod_ref(i)["uid"]},
                              "finalizers": [FINALIZER_KDRA]},
                 "spec": {"devices": {"requests": [{"name": REQUEST, "deviceClassName": CLASS,
                                                    "allocationMode": "ExactCount",
