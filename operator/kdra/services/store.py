@@ -78,6 +78,16 @@ def is_older(obj: JSON, than: JSON | None) -> bool:
     return new_rv is not None and held_rv is not None and new_rv < held_rv
 
 
+def is_not_newer(obj: JSON, than: JSON | None) -> bool:
+    """``obj`` is the version ``than`` holds or an older one, so it carries nothing ``than``
+    lacks: e.g. the watch event of a write whose response was cached already. False when
+    either has no numeric resourceVersion (then ``obj`` counts as news)."""
+    if than is None:
+        return False
+    new_rv, held_rv = _rv(obj), _rv(than)
+    return new_rv is not None and held_rv is not None and new_rv <= held_rv
+
+
 class Store:
     def __init__(self, kind: str, indexes: dict[str, IndexFn] | None = None) -> None:
         self.kind = kind

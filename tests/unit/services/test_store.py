@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kdra.services import store as store_module
-from kdra.services.store import Store, is_older
+from kdra.services.store import Store, is_not_newer, is_older
 
 
 def obj(name: str, uid: str, rv: int, **meta: Any) -> dict[str, Any]:
@@ -71,6 +71,17 @@ def test_is_older_compares_resource_versions_only_when_both_are_numeric() -> Non
     assert not is_older(rv("5"), None)
     assert not is_older(rv(None), rv("7"))
     assert not is_older(rv("5"), rv("abc"))
+
+
+def test_is_not_newer_holds_for_the_same_or_an_older_numeric_version() -> None:
+    def rv(value: str | None) -> dict[str, Any]:
+        return {"metadata": {"name": "x", "uid": "u", "resourceVersion": value}}
+    assert is_not_newer(rv("7"), rv("7"))
+    assert is_not_newer(rv("5"), rv("7"))
+    assert not is_not_newer(rv("9"), rv("7"))
+    assert not is_not_newer(rv("5"), None)
+    assert not is_not_newer(rv(None), rv("7"))  # cannot tell: news
+    assert not is_not_newer(rv("5"), rv("abc"))
 
 
 def test_newest_is_what_upsert_would_keep() -> None:

@@ -64,7 +64,7 @@ from kdra.services.agent.discovery import (
 from kdra.services.agent.heartbeat import Heartbeat
 from kdra.services.agent.prepare import HolderIndex, Preparer
 from kdra.services.agent.publisher import SlicePublisher
-from kdra.services.store import JSON, Key, key_of
+from kdra.services.store import JSON, Key, is_not_newer, key_of
 from kdra.services.workqueue import WorkQueue
 from kdra.settings import AgentSettings
 
@@ -201,7 +201,6 @@ class AgentRunner:
                                       claims=self._claim, written=self._wrote)
                       for node in nodes}
         self.claims: dict[Key, JSON] = {}
-        self._echoes: dict[Key, str] = {}  # claim → resourceVersion of our last status write
         self._prepared: dict[str, int] = {}  # node → prepared claims (the gauge's parts)
         self.queue: WorkQueue[ClaimKey] = WorkQueue("agent-claims", self._sync,
                                                     workers=settings.workers)
@@ -316,18 +315,19 @@ class AgentRunner:
         return self.holders.nodes(*key)
 
     def _wrote(self, claim: JSON) -> None:
-        """One of our preparers wrote ``claim``'s status: its watch event will be an echo."""
-        self._echoes[key_of(claim)] = claim["metadata"].get("resourceVersion", "")
+        """One of our preparers wrote ``claim``'s status: cache the server's answer, as the
+        operator's controllers do with theirs, so queued syncs build on it."""
+        key = key_of(claim)
+        held = self.claims.get(key)
+        if held is not None and not is_not_newer(claim, held):
+            self.claims[key] = claim
 
     def _on_claim(self, event: str, claim: JSON) -> None:
         key = key_of(claim)
         old = self.claims.get(key)
-        echo = self._echoes.pop(key, None)
-        if event != "DELETED" and old is not None and echo \
-                and echo == claim["metadata"].get("resourceVersion"):
-            # The version our own status write made: a sync would find it as that write left
-            # it (nothing to do), so it is only cached. Any other version is synced.
-            self.claims[key] = claim
+        if event != "DELETED" and is_not_newer(claim, old):
+            # No newer than what is cached: the echo of our own status write (a sync would
+            # find it as that write left it) or a version already synced. Nothing to do.
             return
         nodes = self._interested(claim) | self._interested(old) | self._holders(key)
         if event != "DELETED" and nodes:
@@ -341,7 +341,6 @@ class AgentRunner:
         """A (re)list: the complete truth. Sync every claim that names our pools now or did
         before, and every claim a checkpoint holds."""
         before = self.claims
-        self._echoes.clear()
         self.claims = {key_of(c): c for c in items
                        if self._interested(c) or self._holders(key_of(c))}
         for key, claim in [*self.claims.items(), *before.items()]:
