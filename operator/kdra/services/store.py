@@ -68,24 +68,26 @@ def _rv(obj: JSON | None) -> int | None:
         return None
 
 
+def _versions(obj: JSON, than: JSON | None) -> tuple[int, int] | None:
+    """The resourceVersions of ``obj`` and ``than`` when both are numeric, else None."""
+    new_rv, held_rv = _rv(obj), _rv(than)
+    return None if new_rv is None or held_rv is None else (new_rv, held_rv)
+
+
 def is_older(obj: JSON, than: JSON | None) -> bool:
     """``obj`` was written before ``than`` (a smaller resourceVersion; one etcd revision
     orders every object of a kind): e.g. a watch event that arrives after a write's response
     was applied. False when either has no numeric resourceVersion."""
-    if than is None:
-        return False
-    new_rv, held_rv = _rv(obj), _rv(than)
-    return new_rv is not None and held_rv is not None and new_rv < held_rv
+    versions = _versions(obj, than)
+    return versions is not None and versions[0] < versions[1]
 
 
 def is_not_newer(obj: JSON, than: JSON | None) -> bool:
     """``obj`` is the version ``than`` holds or an older one, so it carries nothing ``than``
     lacks: e.g. the watch event of a write whose response was cached already. False when
     either has no numeric resourceVersion (then ``obj`` counts as news)."""
-    if than is None:
-        return False
-    new_rv, held_rv = _rv(obj), _rv(than)
-    return new_rv is not None and held_rv is not None and new_rv <= held_rv
+    versions = _versions(obj, than)
+    return versions is not None and versions[0] <= versions[1]
 
 
 class Store:
