@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the real Kubernetes control-plane binaries that kdra's tests and demo run against.
 #
-# kube-apiserver, kube-controller-manager, kube-scheduler and kubectl come from the pinned
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kubelet come from the pinned
 # k8s.io/kubernetes release, etcd from go.etcd.io/etcd/server/v3 at the version that release
 # pins. Everything is fetched through the Go module proxy and compiled here; nothing is vendored
 # into this repository. Binaries are cached outside the repo, keyed by version:
@@ -12,7 +12,7 @@ set -euo pipefail
 KUBE_VERSION="${KDRA_KUBE_VERSION:-1.35.4}"
 CACHE="${KDRA_CACHE:-$HOME/.cache/kdra}"
 BIN="$CACHE/bin/v$KUBE_VERSION"
-TOOLS=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd)
+TOOLS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet etcd)
 
 have_all() {
   local t
@@ -78,6 +78,7 @@ CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out/" \
   k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kube-scheduler \
   k8s.io/kubernetes/cmd/kubectl \
+  k8s.io/kubernetes/cmd/kubelet \
   ./etcd >&2
 rm -rf "$BIN"; mv "$out" "$BIN"
 have_all || { echo "build-control-plane: missing binaries in $BIN" >&2; exit 1; }
