@@ -94,6 +94,8 @@ class NriPlugin:
         """Set while the plugin is registered (tests and start-up wait for it)."""
         self.synchronized = asyncio.Event()
         """Set once the runtime's Synchronize is answered on the current connection."""
+        self.registrations = 0
+        """How many times the plugin has registered (reconnections included)."""
         self._session: Session | None = None
 
     async def run(self) -> None:
@@ -142,6 +144,7 @@ class NriPlugin:
                 return False
             log.info("NRI: registered as plugin %s-%s on %s", self.index, self.name,
                      self.socket_path)
+            self.registrations += 1
             self.registered.set()
             metrics.set_nri_connected(True)
             await asyncio.shield(serving)
