@@ -114,7 +114,11 @@ class NriPlugin:
                     quiet = True
                 await self._pause(failures)
                 continue
-            registered = await self._serve(reader, writer)
+            try:
+                registered = await self._serve(reader, writer)
+            except Exception:  # a bug must cost at most this connection, never the agent
+                log.exception("NRI: the connection to %s failed", self.socket_path)
+                registered = False
             if registered:
                 failures, quiet = 0, False
             failures += 1
