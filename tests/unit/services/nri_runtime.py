@@ -93,12 +93,14 @@ class PluginConnection:
     def write_raw(self, data: bytes) -> None:
         self.writer.write(data)
 
-    async def call(self, method: str, payload: bytes, within: float = 2.0) -> Response:
+    async def call(self, method: str, payload: bytes, within: float = 2.0,
+                   deadline: float | None = None) -> Response:
+        """Call the plugin; ``deadline`` (default ``within``) is the one the request says."""
         stream, self._stream = self._stream, self._stream + 2
         future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         self._answers[stream] = future
         self.write(ttrpc_frame(stream, REQUEST, encode_request(
-            Request(PLUGIN, method, payload, int(within * 1e9)))))
+            Request(PLUGIN, method, payload, int((deadline or within) * 1e9)))))
         return await asyncio.wait_for(future, within)
 
     async def close(self) -> None:

@@ -27,6 +27,7 @@ from kdra.services.agent.nri.messages import (
     encode_synchronize,
 )
 from kdra.services.agent.nri.plugin import EVENTS, NriPlugin
+from kdra.services.agent.nri.session import Session
 from kdra.services.agent.nri.wire import REQUEST, ttrpc_frame
 from tests.unit.services.nri_runtime import PluginConnection, Runtime
 
@@ -206,3 +207,27 @@ def test_runtime_restart_and_missing_socket(tmp_path: Path,
         run(tmp_path, scenario, start_runtime=False)
     cannot = [r for r in caplog.records if "cannot connect" in r.getMessage()]
     assert len(cannot) == 2  # once per outage, however many attempts
+
+
+def test_a_handler_past_the_callers_deadline_is_answered_deadline_exceeded(
+        tmp_path: Path) -> None:
+    async def slow(service: str, method: str, payload: bytes) -> bytes:
+        await asyncio.sleep(5)
+        return b""
+
+    async def main() -> None:
+        runtime = Runtime(tmp_path / "s.sock")
+        await runtime.start()
+        reader, writer = await asyncio.open_unix_connection(str(runtime.path))
+        session = Session(reader, writer, slow)
+        serving = asyncio.create_task(session.run())
+        conn = await runtime.next()
+        answer = await conn.call("CreateContainer", b"", within=3, deadline=0.2)
+        assert answer.code == 4  # DEADLINE_EXCEEDED, and the session goes on
+        assert not session.closed
+        session.close("done")
+        await session.wait_closed()
+        await asyncio.gather(serving, return_exceptions=True)
+        await runtime.stop()
+
+    asyncio.run(main())
