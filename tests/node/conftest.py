@@ -21,11 +21,17 @@ import pytest
 from kdra.devenv.containerd import missing_prerequisites
 from tests.node import hoststate
 
+#: Seconds a test of the tier may take, its fixtures included: the first one builds kdra's image
+#: and the node's base image when they are not cached (10-15 minutes on 2 busy cores).
+TIMEOUT = 2700
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if Path(str(item.fspath)).is_relative_to(Path(__file__).parent):
             item.add_marker(pytest.mark.node)
+            if item.get_closest_marker("timeout") is None:
+                item.add_marker(pytest.mark.timeout(TIMEOUT))
 
 
 def why_not() -> str:

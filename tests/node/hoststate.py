@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 from kdra.devenv.hostledger import cgroup_hierarchies
-from kdra.devenv.node import CHANGED_SYSCTLS
+from kdra.devenv.node import CHANGED_SYSCTLS, ledger
 
 WATCHED = ("/var/run/cdi", "/var/run/nri", "/run/containerd", "/var/lib/cni",
            "/var/log/containers", "/var/log/pods", "/var/lib/kdra", "/var/lib/kubelet",
@@ -71,6 +71,7 @@ def snapshot() -> dict[str, str]:
             f"{key}={Path('/proc/sys', key.replace('.', '/')).read_text().strip()}"
             for key in CHANGED_SYSCTLS if Path("/proc/sys", key.replace(".", "/")).exists()),
         "files": "\n".join(entry for path in WATCHED for entry in _tree(Path(path))),
+        "node runtime directory": "\n".join(_tree(ledger().directory / "rt", depth=0)),
     }
     marked = []
     for entry in Path("/proc").iterdir():

@@ -258,18 +258,18 @@ class HostLedger:
 
     def watch_directory(self, path: Path, *, owned: bool = False, prefix: str | None = None,
                         links_into: Path | None = None, stale_sockets: bool = False,
-                        owned_if_created: bool = False) -> None:
+                        mentions: str | None = None, owned_if_created: bool = False) -> None:
         """Record ``path``'s entries now. At undo, of the entries added since: all if
         ``owned`` (or ``owned_if_created`` and ``path`` does not exist now); those whose name
         starts with ``prefix``; symbolic links pointing below ``links_into``; unix sockets
-        nobody listens on (``stale_sockets``). ``path`` itself is removed if it did not exist
-        and is then empty."""
+        nobody listens on (``stale_sockets``); files whose first 64 KiB contain ``mentions``.
+        ``path`` itself is removed if it did not exist and is then empty."""
         existed = path.is_dir()
         names = sorted(os.listdir(path)) if existed else []
         self.record({"kind": "dir", "path": str(path), "existed": existed, "entries": names,
                      "owned": owned or (owned_if_created and not existed), "prefix": prefix,
                      "links_into": str(links_into) if links_into else None,
-                     "stale_sockets": stale_sockets})
+                     "stale_sockets": stale_sockets, "mentions": mentions})
 
     def workdir(self, path: Path, *, remove: Path | None = None) -> None:
         """A node's work directory: at undo, processes marked as started for a run under it
@@ -425,6 +425,16 @@ def _stale_socket(path: Path) -> bool:
     return False
 
 
+def _mentions(path: Path, text: str) -> bool:
+    if not path.is_file() or path.is_symlink():
+        return False
+    try:
+        with path.open("rb") as data:
+            return text.encode() in data.read(65536)
+    except OSError:
+        return False
+
+
 def _undo_dir(entry: Entry) -> None:
     path = Path(entry["path"])
     if not path.is_dir():
@@ -437,6 +447,7 @@ def _undo_dir(entry: Entry) -> None:
         remove = remove or bool(target and item.is_symlink()
                                 and os.readlink(item).startswith(str(target) + "/"))
         remove = remove or bool(entry.get("stale_sockets") and _stale_socket(item))
+        remove = remove or bool(entry.get("mentions") and _mentions(item, entry["mentions"]))
         if not remove:
             continue
         if item.is_dir() and not item.is_symlink():

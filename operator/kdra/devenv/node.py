@@ -20,8 +20,12 @@ What it sets up, each change recorded first in the host ledger (:mod:`kdra.deven
 - kubelet: client certificate ``system:node:kdra-node`` and a serving certificate from the
   control plane's CA, x509 + webhook authorization, cgroupfs, the fixes of shared/NODE.md
   (``oomScoreAdj: 0``, ``failCgroupV1: false``), no iptables chains of its own, every
-  directory of its own under the work directory except ``/var/log/containers`` (links into
-  it, removed at the end).
+  directory of its own under the runtime directory except ``/var/log/containers`` (links
+  into it, removed at the end).
+
+Logs and certificates go to the caller's work directory; containerd's and kubelet's state
+(sockets among it) to a short runtime directory beside the ledger (``~/.cache/kdra/node/rt``),
+emptied at start and removed at the end.
 
 :func:`control_plane` makes the matching control plane: kube-scheduler, the controllers that
 Deployments, DaemonSets, Services and node lifecycle need, webhooks called at their pods'
@@ -39,6 +43,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -197,7 +202,9 @@ class Node:
         self.workdir = workdir
         self.images = tuple(images)
         self.host = host or ledger()
-        self.runtime_dir = workdir / "rt"
+        # containerd's and kubelet's state, sockets included: a short path (a unix socket's
+        # is at most 104 bytes) of its own on the host, as there is one node per host.
+        self.runtime_dir = self.host.directory / "rt"
         self.containerd: Containerd | None = None
         self.kubelet: Any = None
         self._kubelet_log: IO[bytes] | None = None
@@ -246,7 +253,8 @@ class Node:
             raise NodeError("start the control plane before the node")
         host = self.host
         self.workdir.mkdir(parents=True, exist_ok=True)
-        host.workdir(self.workdir, remove=self.runtime_dir)
+        host.workdir(self.workdir)
+        host.workdir(self.runtime_dir, remove=self.runtime_dir)
         shutil.rmtree(self.runtime_dir, ignore_errors=True)
         self.runtime_dir.mkdir(parents=True)
         host.watch_directory(Path("/run/containerd"))
@@ -254,11 +262,12 @@ class Node:
         host.watch_directory(Path("/var/lib/kubelet"))  # kubelet's device-plugin socket
         host.watch_directory(Path("/var/lib/kubelet/device-plugins"), stale_sockets=True)
         host.watch_directory(Path("/var/lib/cni"))
-        host.watch_directory(Path("/var/lib/cni/results"), prefix=f"{NETWORK}-")
+        # libcni's cache of each pod's networks (this node's name its netns, under runtime_dir)
+        host.watch_directory(Path("/var/lib/cni/results"), mentions=str(self.runtime_dir))
         host.watch_directory(CDI_DIR, owned=True)
         host.watch_directory(NRI_SOCKET.parent, owned=True)
         host.watch_directory(AGENT_STATE_DIR, owned=True)
-        host.watch_directory(CONTAINER_LOGS, links_into=self.workdir)
+        host.watch_directory(CONTAINER_LOGS, links_into=self.runtime_dir)
         for key in CHANGED_SYSCTLS:
             host.keep_sysctl(key)
 
@@ -398,6 +407,9 @@ class Node:
             self._kubelet_log = None
         if self.containerd is not None:
             self.containerd.stop()
+            # The runtime directory goes with the host changes; its log stays beside kubelet's.
+            with contextlib.suppress(OSError):
+                shutil.copyfile(self.containerd.log_path, self.workdir / "containerd.log")
             self.containerd = None
         errors: list[str] = []
         if self.host.held:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from kdra.devenv.controlplane import repo_root
 from kdra.devenv.realcluster import RealCluster
 from tests.node.conftest import require_node
 
@@ -47,6 +48,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         real = item.funcargs.get("cluster")
         if isinstance(real, RealCluster):
             report.sections.append(("real node", real.diagnose()))
+
+
+@pytest.fixture
+def gpu_class(cluster: RealCluster) -> None:
+    """The DeviceClass gpu.kdra.dev of manifests/examples/gpu (each test may run alone)."""
+    cluster.kubectl("apply", "-f", str(repo_root() / "manifests" / "examples" / "gpu" /
+                                       "deviceclass.yaml"))
 
 
 def get_json(cluster: RealCluster, *args: str) -> Any:

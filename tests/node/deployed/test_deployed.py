@@ -5,7 +5,7 @@ with exactly their devices - seen from inside the container.
 The tests run in file order on one cluster (package fixture ``cluster``): the examples first,
 then a pod that asks for every H100 (only possible once the examples freed theirs), then a
 pod that tries to widen its GPUs through env. The burst with killed kdra pods is in
-test_chaos.py.
+test_faults.py.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def test_examples_run_and_see_exactly_their_devices(cluster: RealCluster) -> Non
     assert len(seen_devices["all-a100-pod/main"]) == 3  # the fourth A100 is unhealthy
 
 
-def test_deleted_pods_free_their_devices(cluster: RealCluster) -> None:
+def test_deleted_pods_free_their_devices(cluster: RealCluster, gpu_class: None) -> None:
     """Deleting the examples frees every device (claims deallocated, CDI specs gone); a pod
     that needs all eight H100s then runs with them."""
     cluster.kubectl("delete", "pods", "-n", "default", "--all", "--wait=true",
@@ -194,7 +194,7 @@ def greedy_image(cluster: RealCluster, tmp_path: Path) -> str:
     return name
 
 
-def test_a_pod_asking_for_all_gpus_sees_only_its_own(cluster: RealCluster,
+def test_a_pod_asking_for_all_gpus_sees_only_its_own(cluster: RealCluster, gpu_class: None,
                                                       greedy_image: str) -> None:
     """NVIDIA_VISIBLE_DEVICES=all, set by the pod or by its image, is overridden with the
     container's own GPU: the runtime (NRI) decides, not the pod's author."""

@@ -71,7 +71,7 @@ def _delete_leader(cluster: RealCluster) -> str:
 
 
 def test_killing_the_agent_and_the_operator_mid_burst_loses_nothing(
-        cluster: RealCluster) -> None:
+        cluster: RealCluster, gpu_class: None) -> None:
     cluster.kubectl("apply", "-f", "-", input=TEMPLATE)
     pods = {"apiVersion": "v1", "kind": "List", "items": [_burst_pod(i) for i in range(PODS)]}
     cluster.kubectl("apply", "-f", "-", input=json.dumps(pods))
