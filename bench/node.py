@@ -11,7 +11,9 @@ Dockerfile, manifests/overlays/node applied, operator and agent as pods) and pri
   built again, as on a machine without the cache; the Kubernetes and containerd binaries are
   not rebuilt - hack/build-*.sh say how long that takes);
 - create → Running for ``--pods`` pods created at once, each with its own claim (from a
-  template) for one device: p50, p99, max, and the time until all run. The devices are 64
+  template) for one device: p50, p99, max, the time until all run, and the split at the
+  binding (create → bound is kdra: webhook, claim controller, binder, the agent's prepare;
+  bound → Running is the node: kubelet, containerd, CNI, NRI). The devices are 64
   fake ``slot`` devices of driver ``bench.kdra.dev`` that the bench adds to the node's
   inventory (ConfigMap kdra-inventory, then the agent's pod is restarted to read it);
 - the agent's NRI adjustment time per container (``kdra_agent_nri_adjustment_seconds``,
@@ -106,6 +108,7 @@ def start_latency(cluster: RealCluster, pods: int) -> dict[str, float]:
     api = kubernetes.config.new_client_from_config(config_file=str(cluster.plane.kubeconfig))
     core = kubernetes.client.CoreV1Api(api)
     running: dict[str, float] = {}
+    bound: dict[str, float] = {}
     done = threading.Event()
     watching = threading.Event()
 
@@ -115,6 +118,8 @@ def start_latency(cluster: RealCluster, pods: int) -> dict[str, float]:
         for event in watcher.stream(core.list_namespaced_pod, "default",
                                     label_selector="kdra-bench=node", timeout_seconds=600):
             pod = event["object"]
+            if pod.spec and pod.spec.node_name:
+                bound.setdefault(pod.metadata.name, time.monotonic())
             if pod.status and pod.status.phase == "Running":
                 running.setdefault(pod.metadata.name, time.monotonic())
             if len(running) >= pods or done.is_set():
@@ -135,13 +140,24 @@ def start_latency(cluster: RealCluster, pods: int) -> dict[str, float]:
     latencies = sorted(running[name] - created[name] for name in created if name in running)
     if not latencies:
         return {"running": 0.0}
+    to_bind = sorted(bound[name] - created[name] for name in created if name in bound)
+    to_run = sorted(running[name] - bound[name] for name in running if name in bound)
     return {
         "running": float(len(latencies)),
         "p50": statistics.median(latencies),
-        "p99": latencies[min(len(latencies) - 1, round(0.99 * (len(latencies) - 1)))],
+        "p99": _p99(latencies),
         "max": latencies[-1],
+        "all created after": max(created.values()) - first,
         "all running after": max(running.values()) - first,
+        "create -> bound p50": statistics.median(to_bind),
+        "create -> bound p99": _p99(to_bind),
+        "bound -> Running p50": statistics.median(to_run),
+        "bound -> Running p99": _p99(to_run),
     }
+
+
+def _p99(values: list[float]) -> float:
+    return values[min(len(values) - 1, round(0.99 * (len(values) - 1)))]
 
 
 def nri_adjustments(cluster: RealCluster) -> dict[str, Any]:
