@@ -33,8 +33,8 @@ addresses (``--enable-aggregator-routing``), kubelets reached at their InternalI
 
 Invariants:
 - One node per host, named ``kdra-node``: the ledger's lock is held from :meth:`Node.start`
-  to :meth:`Node.stop`; a previous holder's changes are undone first, also when it was
-  SIGKILLed.
+  to :meth:`Node.stop`; a start while another node runs fails (``kdra node down`` stops it);
+  a previous holder's changes are undone first, also when it was SIGKILLed.
 - :meth:`Node.stop` (also after a failed start) leaves the host as it was found: kubelet, then
   every pod and containerd, then the ledger's undo (processes, cgroups, mounts, network,
   sysctls, files in the watched directories).
@@ -206,7 +206,7 @@ class Node:
         # is at most 104 bytes) of its own on the host, as there is one node per host.
         self.runtime_dir = self.host.directory / "rt"
         self.containerd: Containerd | None = None
-        self.kubelet: Any = None
+        self.kubelet: subprocess.Popen[bytes] | None = None
         self._kubelet_log: IO[bytes] | None = None
         self._locked = False
         self.timings: dict[str, float] = {}
@@ -234,7 +234,7 @@ class Node:
     def start(self, timeout: float = 120.0) -> Node:
         if not self.host.held:  # else the caller holds it (and undoes and releases it)
             try:
-                self.host.acquire()
+                self.host.acquire(take_over=False)  # a running node is stopped by `down` only
             except LedgerError as exc:
                 raise NodeError(str(exc)) from exc
             self._locked = True
@@ -372,6 +372,7 @@ class Node:
         ], run_dir=self.workdir, stdout=self._kubelet_log, stderr=subprocess.STDOUT)
 
     def _wait_ready(self, timeout: float) -> None:
+        assert self.kubelet is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.kubelet.poll() is not None:

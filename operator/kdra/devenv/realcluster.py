@@ -108,7 +108,7 @@ class RealCluster:
         self._step("packages and binaries", started)
 
         try:  # the host, from here on: the image build changes it too (buildah)
-            self.host.acquire()
+            self.host.acquire(take_over=False)  # a running node is stopped by `down` only
         except LedgerError as exc:
             raise NodeError(str(exc)) from exc
         for path in BUILDAH_PATHS:
