@@ -60,6 +60,20 @@ class OperatorSettings:
     """Seconds the binder waits for the node agent to report a pod's devices Ready before it
     undoes the allocation and tries another node."""
 
+    allocation_search_steps: int = 1_000_000
+    """Search steps (devices tried) the binder may spend on one pod's attempt to place its
+    claims; each node's search gets at most an eighth of it (a half with two candidate nodes,
+    all of it with one). A pod that finds no placement
+    within it gets PodScheduled=False with reason AllocationSearchExhausted and is retried
+    after a backoff. Normal pods need tens of steps; the budget only bounds adversarial
+    shapes (many claims competing for the same devices), which would otherwise try every
+    combination."""
+
+    allocation_search_timeout: float = 10.0
+    """Seconds one pod's allocation search may run (as upstream's scheduler filter timeout,
+    DRASchedulerFilterTimeout, 10 s). A long search runs in slices beside the scheduling
+    loop, so other pods are scheduled meanwhile."""
+
     slice_gc_grace: float = 40.0
     """Seconds a node agent's Lease may stay expired before the slice garbage collector
     deletes that agent's ResourceSlices (a restarting agent returns within it)."""
