@@ -14,8 +14,9 @@ Invariants:
 - One long search runs at a time, in the order they were handed over. Its step budget counts
   every step of the pod's attempt; its deadline counts from when it starts running, so
   waiting behind another search does not use it up.
-- Between two slices the event loop runs: watch events, bind tasks and the scheduling loop
-  (which yields once per pod while a search is waiting, see ``Binder._run``) all get turns.
+- After each slice the search sleeps as long as the slice took, so it never takes more than
+  half of the event loop: watch events, bind tasks and the scheduling loop (which yields once
+  per pod while a search is waiting, see ``Binder._run``) get the rest.
 - A cancelled search (its pod was deleted or bound meanwhile) never calls back.
 - Nothing here touches the snapshot directly; the callback re-checks a placement against the
   snapshot as it is then (``Placing.still_fits``) before the binder takes it.
@@ -49,8 +50,8 @@ class SearchBudget:
     """Search steps (devices tried) one pod's attempt may spend."""
     timeout: float = 10.0
     """Seconds one pod's attempt may search (wall clock, slices of other work included)."""
-    slice: int = 5_000
-    """Steps between two yields to the event loop (a few milliseconds)."""
+    slice: int = 1_000
+    """Steps between two yields to the event loop (about 3 ms)."""
 
     def node_steps(self, nodes: int) -> int:
         """Steps one node's search may spend when ``nodes`` are candidates: the pod's budget
@@ -126,9 +127,6 @@ class Searches:
         deadline = started + budget.timeout
         limit: Limit = ""
         while True:
-            await asyncio.sleep(0)
-            if self._jobs.get(job.key) is not job:
-                return  # cancelled meanwhile
             if placing.steps >= budget.steps:  # the binder's inline slice included
                 limit = "steps"
             elif time.monotonic() >= deadline:
@@ -136,9 +134,14 @@ class Searches:
             if limit:
                 outcome = placing.give_up()
                 break
+            began = time.monotonic()
             result = placing.advance(min(budget.slice, budget.steps - placing.steps))
             if result is not None:
                 outcome = result
                 break
+            # As long again for everything else: the search takes at most half the loop.
+            await asyncio.sleep(time.monotonic() - began)
+            if self._jobs.get(job.key) is not job:
+                return  # cancelled meanwhile
         del self._jobs[job.key]
         await job.done(outcome, limit, time.monotonic() - started)
