@@ -47,7 +47,9 @@ class OperatorSettings:
     over when the leader's Lease expires."""
 
     leader_lease_duration: float = 15.0
-    """Seconds a leader's Lease stays valid without renewal (renewed every third of it)."""
+    """Seconds a leader's Lease stays valid without renewal (renewed every third of it). A
+    standby honours at most four times this (at least 60 s) of whatever duration a Lease
+    claims, so a Lease written with an absurd one does not keep it waiting for ever."""
 
     identity: str = ""
     """This replica's identity in the leader Lease; empty: '<hostname>-<pid>'."""

@@ -46,6 +46,7 @@ __all__ = [
     "VALIDATING_CONFIG",
     "Endpoint",
     "mutating_configuration",
+    "operator_username",
     "service_dns_names",
     "validating_configuration",
 ]
@@ -63,6 +64,7 @@ HEALTHZ_PATH = "/healthz"
 MUTATE_PODS_WEBHOOK = f"mutate-pods.{GROUP}"
 VALIDATE_PODS_WEBHOOK = f"validate-pods.{GROUP}"
 VALIDATE_WEBHOOK = f"validate.{GROUP}"
+VALIDATE_BINDINGS_WEBHOOK = f"validate-bindings.{GROUP}"
 
 POD_MATCH_CONDITION = (
     f"has(object.metadata.annotations) && '{CLAIMS_ANNOTATION}' in object.metadata.annotations"
@@ -128,6 +130,33 @@ def _pod_webhook(name: str, endpoint: Endpoint, path: str,
     }
 
 
+def operator_username(namespace: str) -> str:
+    """The user name kdra's operator has in requests: its service account's."""
+    return f"system:serviceaccount:{namespace}:kdra-operator"
+
+
+def _binding_webhook(endpoint: Endpoint, ca_bundle: bytes | None) -> dict[str, Any]:
+    """The operator's own bindings, checked by its own webhook (kdra.domain.bindings): only
+    the kdra-operator service account's are sent, so no other binding in the cluster waits
+    for kdra or fails while it is down."""
+    username = operator_username(endpoint.namespace)
+    return {
+        "name": VALIDATE_BINDINGS_WEBHOOK,
+        "admissionReviewVersions": ["v1"],
+        "clientConfig": endpoint.client_config(VALIDATE_PATH, ca_bundle),
+        "failurePolicy": "Fail",
+        "matchPolicy": "Equivalent",
+        "sideEffects": "None",
+        "timeoutSeconds": TIMEOUT_SECONDS,
+        "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                   "resources": ["pods/binding"], "scope": "Namespaced"}],
+        "namespaceSelector": {},
+        "objectSelector": {},
+        "matchConditions": [{"name": "is-kdra-operator",
+                             "expression": f"request.userInfo.username == '{username}'"}],
+    }
+
+
 def mutating_configuration(endpoint: Endpoint, ca_bundle: bytes | None) -> dict[str, Any]:
     """``kdra-mutating``: pods with the claims annotation get schedulerName and env."""
     webhook = _pod_webhook(MUTATE_PODS_WEBHOOK, endpoint, MUTATE_PODS_PATH, ca_bundle)
@@ -143,7 +172,8 @@ def mutating_configuration(endpoint: Endpoint, ca_bundle: bytes | None) -> dict[
 
 def validating_configuration(endpoint: Endpoint, ca_bundle: bytes | None) -> dict[str, Any]:
     """``kdra-validating``: pods with the claims annotation, and kdra's claims, templates and
-    classes (claims' and templates' specs are immutable, so only their creation is sent)."""
+    classes (claims' and templates' specs are immutable, so only their creation is sent); and
+    the operator's own pod bindings (only pods with schedulerName kdra-scheduler)."""
     objects = {
         "name": VALIDATE_WEBHOOK,
         "admissionReviewVersions": ["v1"],
@@ -169,5 +199,6 @@ def validating_configuration(endpoint: Endpoint, ca_bundle: bytes | None) -> dic
         "webhooks": [
             _pod_webhook(VALIDATE_PODS_WEBHOOK, endpoint, VALIDATE_PATH, ca_bundle),
             objects,
+            _binding_webhook(endpoint, ca_bundle),
         ],
     }

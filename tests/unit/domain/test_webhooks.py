@@ -53,7 +53,8 @@ def test_policies() -> None:
                 + validating_configuration(Endpoint(), None)["webhooks"])
     assert {w["name"] for w in webhooks} == {"mutate-pods.resource.kdra.dev",
                                              "validate-pods.resource.kdra.dev",
-                                             "validate.resource.kdra.dev"}
+                                             "validate.resource.kdra.dev",
+                                             "validate-bindings.resource.kdra.dev"}
     for webhook in webhooks:
         assert webhook["failurePolicy"] == "Fail"
         assert webhook["sideEffects"] == "None"
@@ -64,3 +65,14 @@ def test_policies() -> None:
             assert webhook["matchConditions"] == [{"name": "has-claims-annotation",
                                                    "expression": POD_MATCH_CONDITION}]
             assert webhook["rules"][0]["operations"] == ["CREATE"]
+
+
+def test_only_the_operators_own_bindings_go_to_the_binding_webhook() -> None:
+    webhook = next(w for w in validating_configuration(Endpoint(namespace="ops"), None)["webhooks"]
+                   if w["name"] == "validate-bindings.resource.kdra.dev")
+    assert webhook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"],
+                                 "operations": ["CREATE"], "resources": ["pods/binding"],
+                                 "scope": "Namespaced"}]
+    assert webhook["matchConditions"] == [{
+        "name": "is-kdra-operator",
+        "expression": "request.userInfo.username == 'system:serviceaccount:ops:kdra-operator'"}]
