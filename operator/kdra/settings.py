@@ -103,8 +103,11 @@ class OperatorSettings:
 
     webhook_manage_config: bool = True
     """Create and keep up to date the MutatingWebhookConfiguration kdra-mutating and the
-    ValidatingWebhookConfiguration kdra-validating, with the serving CA bundle. Off: install
-    them yourself (manifests/webhooks) and keep their caBundle current."""
+    ValidatingWebhookConfiguration kdra-validating, with the serving CA bundle. Where the
+    operator may change only their CA bundle (in a cluster: manifests/base's policy
+    kdra-operator-webhooks), it keeps that current and warns when the rest differs from its
+    version (re-apply manifests/webhooks). Off: install them yourself and keep their
+    caBundle current."""
 
 
 @dataclass(frozen=True)

@@ -239,7 +239,9 @@ class Binder:
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop_task: asyncio.Task[None] | None = None
         self._flush_task: asyncio.Task[None] | None = None
-        self.searches = Searches(self.settings.search)  # long allocation searches
+        self.searches = Searches(  # long allocation searches
+            self.settings.search,
+            on_error=lambda key: self._retry_later(key, self._backoff(key)))
 
     # ------------------------------------------------------------------ lifecycle
 

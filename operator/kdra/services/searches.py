@@ -17,7 +17,8 @@ Invariants:
 - After each slice the search sleeps as long as the slice took, so it never takes more than
   half of the event loop: watch events, bind tasks and the scheduling loop (which yields once
   per pod while a search is waiting, see ``Binder._run``) get the rest.
-- A cancelled search (its pod was deleted or bound meanwhile) never calls back.
+- A cancelled search (its pod was deleted or bound meanwhile) never calls back; one that
+  fails with an unexpected exception calls ``on_error`` instead, so its pod is retried.
 - Nothing here touches the snapshot directly; the callback re-checks a placement against the
   snapshot as it is then (``Placing.still_fits``) before the binder takes it.
 """
@@ -70,8 +71,12 @@ class _Job:
 class Searches:
     """The long searches the binder handed over; :meth:`stop` cancels them."""
 
-    def __init__(self, budget: SearchBudget) -> None:
+    def __init__(self, budget: SearchBudget,
+                 on_error: Callable[[Key], None] | None = None) -> None:
+        """``on_error(key)``: a search failed with an unexpected exception (a bug); the
+        caller retries the pod later."""
         self.budget = budget
+        self.on_error = on_error
         self._jobs: dict[Key, _Job] = {}
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -116,6 +121,8 @@ class Searches:
                 raise
             except Exception:
                 log.exception("searching a placement for pod %s/%s failed", *job.key)
+                if self.on_error is not None:
+                    self.on_error(job.key)
             finally:
                 if self._jobs.get(job.key) is job:
                     del self._jobs[job.key]

@@ -208,3 +208,29 @@ def test_a_search_out_of_time_gives_up_with_the_deadline() -> None:
         return result[0]
 
     assert asyncio.run(scenario()) == ("deadline", 0)
+
+
+def test_a_search_that_fails_unexpectedly_has_its_pod_retried() -> None:
+    class Broken:
+        steps = 0
+
+        def advance(self, steps: int) -> None:
+            raise RuntimeError("a bug")
+
+    async def scenario() -> list[Any]:
+        failed: list[Any] = []
+        searches = Searches(SearchBudget(), on_error=failed.append)
+
+        async def never(*_: Any) -> None:
+            raise AssertionError("no outcome for a failed search")
+
+        searches.start((NS, "p"), Broken(), never)  # type: ignore[arg-type]
+        for _ in range(100):
+            await asyncio.sleep(0)
+            if failed:
+                break
+        await searches.stop()
+        assert (NS, "p") not in searches
+        return failed
+
+    assert asyncio.run(scenario()) == [(NS, "p")]

@@ -88,7 +88,7 @@ class Placement:
         if picks is None and search is None:
             raise ValueError("a placement needs its picks or what to search them with")
         self._search = search
-        self.pools = pools if pools is not None else (search[0] if search else None)
+        self.pools = pools
         """The node's pools the placement was made from (None for a placement without
         claims)."""
         self._results: tuple[AllocationResult, ...] | None = None
@@ -244,40 +244,50 @@ class Placing:
             return self._outcome
         stop = None if steps is None else self.steps + steps
         snapshot = self.snapshot
-        busy = busy_view(snapshot, self.in_flight)
+        in_flight = self.in_flight
+        busy = busy_view(snapshot, in_flight)
         stats = snapshot.stats
         nodes = self.nodes
         total = len(nodes)
-        while True:
-            if self._current is not None:
-                if not self._search_on(stop, stats):
-                    return None
-                continue
-            if self._processed >= total or (
-                    self.limit is not None and len(self.placements) >= self.limit):
-                return self._finish()
-            if stop is not None and self.steps >= stop:
-                return None
-            node = nodes[(self.start + self._processed) % total]
-            self._processed += 1
-            pools = snapshot.node_pools(node)
-            stamp = None if self.in_flight else snapshot.busy_stamp(node.name)
-            sole = self._sole
-            if sole is not None:
-                _, free, unsure = count_request(pools, sole, busy, stats, stamp)
-                if not unsure and free >= sole.count:
-                    class_free = raw_counts(pools, sole.class_selectors, sole.class_key, busy,
-                                            stats, stamp)[1]
-                    self.placements[node.name] = Placement(
-                        node.name, self.prepared, None, {sole.class_name: class_free - sole.count},
-                        (pools, busy, stats))
+        limit = total + 1 if self.limit is None else self.limit
+        placements, reasons, prepared, memo = self.placements, self.reasons, self.prepared, \
+            self._memo
+        sole = self._sole
+        start = self.start
+        processed = self._processed
+        try:
+            while True:
+                if self._current is not None:
+                    if not self._search_on(stop, stats):
+                        return None
                     continue
-            reason = diagnose(self.prepared, pools, busy, stats, searched=False, stamp=stamp,
-                              memo=self._memo)
-            if reason is not None:
-                self.reasons[node.name] = reason
-                continue
-            self._current = (node, pools, stamp, NodeSearch(self.prepared, pools, busy, stats))
+                if processed >= total or len(placements) >= limit:
+                    self._processed = processed
+                    return self._finish()
+                if stop is not None and self.steps >= stop:
+                    return None
+                node = nodes[(start + processed) % total]
+                processed += 1
+                pools = snapshot.node_pools(node)
+                stamp = None if in_flight else snapshot.busy_stamp(node.name)
+                if sole is not None:
+                    _, free, unsure = count_request(pools, sole, busy, stats, stamp)
+                    if not unsure and free >= sole.count:
+                        class_free = raw_counts(pools, sole.class_selectors, sole.class_key,
+                                                busy, stats, stamp)[1]
+                        placements[node.name] = Placement(
+                            node.name, prepared, None,
+                            {sole.class_name: class_free - sole.count}, (pools, busy, stats),
+                            pools)
+                        continue
+                reason = diagnose(prepared, pools, busy, stats, searched=False, stamp=stamp,
+                                  memo=memo)
+                if reason is not None:
+                    reasons[node.name] = reason
+                    continue
+                self._current = (node, pools, stamp, NodeSearch(prepared, pools, busy, stats))
+        finally:
+            self._processed = processed
 
     def _search_on(self, stop: int | None, stats: Stats) -> bool:
         """Step the current node's search; True when that node is decided."""
