@@ -393,9 +393,10 @@ def test_attack_3_an_agent_cannot_rewrite_another_nodes_claim(cluster: Cluster) 
 
     # Clear the allocation of a claim whose pod is bound (before: a new pod then got the
     # same GPU), drop the reservation, or mark another pool's device.
+    cleared = {"allocation": None, "allocatedDevices": None, "reservedFor": None,
+               "devices": None}
     stranger.denied("replace", "--subresource=status", "-f", "-", *ns,
-                    input=status_write({"allocation": None, "reservedFor": None,
-                                        "devices": None}),
+                    input=status_write(cleared),
                     says="kdra agents may not change status.allocation")
     stranger.denied("replace", "--subresource=status", "-f", "-", *ns,
                     input=status_write({"reservedFor": None}),
@@ -412,8 +413,7 @@ def test_attack_3_an_agent_cannot_rewrite_another_nodes_claim(cluster: Cluster) 
     # agent token bound to no node may write no claim status at all.
     cluster.who(SIMULATION).denied(
         "replace", "--subresource=status", "-f", "-", *ns,
-        input=status_write({"allocation": None, "reservedFor": None, "devices": None}),
-        says="kdra agents may not change status.allocation")
+        input=status_write(cleared), says="kdra agents may not change status.allocation")
     cluster.who(AGENT).denied("replace", "--subresource=status", "-f", "-", *ns,
                               input=status_write({}),
                               says="only with a token bound to a pod on a node")
