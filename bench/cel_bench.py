@@ -8,6 +8,10 @@ Compares, on the same expressions and the same device:
   script registers its own module there (only here; kdra itself never does);
 * ``kdra``: :func:`kdra.domain.cel.compile_selector`, what the allocator uses.
 
+A second table times kdra alone on selectors that use the libraries of upstream's
+environment (strings, regex, lists, two-variable comprehensions, IP/CIDR), which cel-python's
+runners do not have, with each selector's estimated cost.
+
 Run: ``.venv/bin/python bench/cel_bench.py``
 """
 
@@ -37,6 +41,16 @@ EXPRESSIONS = {
     "driver": f'device.driver == "{DRIVER}"',
     "quantity": f'device.capacity["{DRIVER}"].memory.compareTo(quantity("40Gi")) >= 0',
     "exists": f'device.attributes["{DRIVER}"].exists(k, k == "size")',
+}
+_A = f'device.attributes["{DRIVER}"]'
+LIBRARY_EXPRESSIONS = {
+    "twenty-in": " && ".join(f'"size" in {_A}' for _ in range(20)),
+    "lowerAscii": f'{_A}.color.lowerAscii().startsWith("bl")',
+    "split": f'{_A}.size.split("r").exists(p, p == "la")',
+    "find": f'{_A}.color.find("b[a-z]") == "bl"',
+    "two-var": f'{_A}.all(k, v, k != "" && v != "")',
+    "bind": f'cel.bind(cat, {_A}, cat.color == "black" && cat.size == "large")',
+    "cidr": f'cidr("10.0.0.0/8").containsIP({_A}.address)',
 }
 
 
@@ -97,7 +111,13 @@ def main() -> None:
     celpy_program(celpy.CompiledRunner, "true")
     cel_device = celpy_device()
     kdra_device = make_device(
-        DRIVER, {"color": ("string", "black"), "size": ("string", "large")}, {"memory": "80Gi"}
+        DRIVER,
+        {
+            "color": ("string", "black"),
+            "size": ("string", "large"),
+            "address": ("string", "10.1.2.3"),
+        },
+        {"memory": "80Gi"},
     )
 
     print("evaluation, microseconds per call (best of 5)")
@@ -126,6 +146,16 @@ def main() -> None:
             f"{name:<10} kdra cold {cold:9.0f}   kdra cached {warm:6.2f}   "
             f"celpy-compiled {celpy_compile:9.0f}"
         )
+
+    print()
+    print("kdra only: selectors using upstream's libraries")
+    print(f"{'expression':<11} {'eval us':>8} {'cold compile us':>16} {'estimated cost':>15}")
+    for name, text in LIBRARY_EXPRESSIONS.items():
+        selector = compile_selector(text)
+        assert selector.matches(kdra_device) is True, name
+        evaluate = per_call_us(partial(selector.matches, kdra_device))
+        cold = per_call_us(partial(_selector._compile.__wrapped__, text))
+        print(f"{name:<11} {evaluate:>8.2f} {cold:>16.0f} {selector.cost_estimate:>15}")
 
     print()
     build = per_call_us(

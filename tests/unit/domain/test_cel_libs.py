@@ -297,3 +297,6 @@ def test_join() -> None:
 def test_find_all_limit_and_empty_matches() -> None:
     _true("'aaa'.findAll('a', 2) == ['a', 'a'] && 'aaa'.findAll('a', 0) == []")
     _true("'hello'.findAll('l') == ['l', 'l'] && 'hello'.find('l+') == 'll'")
+    # Go's FindAllString drops an empty match right after a match (Python's re keeps it)
+    _true("'baaab'.findAll('a*') == ['', 'aaa', '']")
+    _true("'héllo wörld'.findAll('[^ ]+') == ['héllo', 'wörld'] && 'é'.findAll('') == ['', '']")

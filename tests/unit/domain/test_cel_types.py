@@ -76,6 +76,7 @@ def test_type_errors_are_compile_errors(expression: str, message: str) -> None:
         (f"{A}.index + 1 == 4", True),
         (f"{A}.index.size() == 1", None),  # ... and the run time decides
         (f"{A}.model", None),  # an attribute value may be the result
+        (f"({A}.index > 5 ? true : {A}.index) && true", None),  # typed bool, yet an int
         (f"{A}.model.startsWith('a') ? {A}.index > 2 : {A}.missing", True),
         (f"[{A}.model, {A}.model].size() == 2", True),  # same (unknown) types
         ("1 < 2.5 && 2u < 3 && 1.0 > 0u", True),  # cross-type numeric ordering

@@ -23,17 +23,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final, NoReturn
 
-import re2  # type: ignore[import-untyped]
-
 from kdra.domain.errors import CelCompileError
 
 from . import _ast as a
 from . import _types as t
 from ._decls import FUNCTIONS, TYPE_NAMES, Overload
 from ._parse import DEVICE_SLOT
+from ._regex import RegexError, compile_regex
 from ._values import Uint
 
-__all__ = ["DEVICE_FIELD_TYPES", "Checked", "check", "operator_name"]
+__all__ = ["DEVICE_FIELD_TYPES", "Checked", "check", "operator_name", "proven_bools"]
 
 ATTRIBUTES: Final = t.map_of(t.STRING, t.map_of(t.STRING, t.ANY))
 CAPACITY: Final = t.map_of(t.STRING, t.map_of(t.STRING, t.QUANTITY))
@@ -42,8 +41,6 @@ _OPERATORS: Final = {
     "+": "_+_", "-": "_-_", "*": "_*_", "/": "_/_", "%": "_%_", "==": "_==_", "!=": "_!=_",
     "<": "_<_", "<=": "_<=_", ">": "_>_", ">=": "_>=_", "in": "@in",
 }  # fmt: skip
-_RE2_OPTIONS: Final = re2.Options()
-_RE2_OPTIONS.log_errors = False
 
 
 def operator_name(node: a.Binary | a.Unary) -> str:
@@ -80,8 +77,8 @@ def check(expression: str, root: a.Node) -> Checked:
 
 def _regex_error(pattern: str) -> str | None:
     try:
-        re2.compile(pattern, options=_RE2_OPTIONS)
-    except re2.error as exc:
+        compile_regex(pattern)
+    except RegexError as exc:
         return str(exc)
     return None
 
@@ -336,6 +333,40 @@ class _Checker:
         if not self.assignable(t.optional_of(result), value):
             self.mismatch(node.xform, t.optional_of(t.DYN), value)
         return t.optional_of(result)
+
+
+_BOOL_OPERATORS: Final = frozenset(("==", "!=", "<", "<=", ">", ">=", "in"))
+
+
+def proven_bools(root: a.Node, checked: Checked) -> frozenset[int]:
+    """Ids of the nodes whose *run-time* value is certainly a bool: comparisons, ``!``,
+    ``&&``/``||``, ``has``, quantifiers, bool constants and calls whose every matched
+    overload returns bool. (A static type of bool is not enough: ``c ? true : attr`` is typed
+    bool but may yield an attribute of another type, which must fail at run time.)"""
+    found: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        stack.extend(a.children(node))
+        if isinstance(node, a.Binary):
+            proven = node.op in _BOOL_OPERATORS
+        elif isinstance(node, a.Unary):
+            proven = node.op == "!"
+        elif isinstance(node, (a.Logic, a.Has)):
+            proven = True
+        elif isinstance(node, a.Const):
+            proven = node.value is True or node.value is False
+        elif isinstance(node, a.Comprehension):
+            proven = node.kind in ("all", "exists", "exists_one")
+        elif isinstance(node, a.Call):
+            matched = set(checked.overloads.get(id(node), ()))
+            results = [o.result for o in FUNCTIONS[node.function] if o.id in matched]
+            proven = bool(results) and all(result == t.BOOL for result in results)
+        else:
+            proven = False
+        if proven:
+            found.add(id(node))
+    return frozenset(found)
 
 
 class _Homogeneous:

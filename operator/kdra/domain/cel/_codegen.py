@@ -73,7 +73,8 @@ def _type_value(name: str) -> CelType:
 
 
 class _Generator:
-    def __init__(self) -> None:
+    def __init__(self, bools: frozenset[int]) -> None:
+        self.bools = bools  # ids of the nodes proven to yield a bool: no truth() needed
         self.lines: list[str] = []
         self.indent = 1
         self.counter = 0
@@ -176,6 +177,12 @@ class _Generator:
         self.indent -= 1
         self.blocks -= 1
 
+    def truth(self, node: a.Node) -> str:
+        """An expression for the Python truth of a CEL bool (checked at run time unless the
+        node is proven to yield a bool, see ``_check.proven_bools``)."""
+        value = self.expr(node)
+        return value if id(node) in self.bools else f"truth({value})"
+
     def assign(self, code: str) -> str:
         target = self.fresh("t")
         self.emit(f"{target} = {code}")
@@ -204,7 +211,7 @@ class _Generator:
         self.open("while True:")
         for operand in node.operands:
             self.open("try:")
-            self.emit(f"{flag} = truth({self.expr(operand)})")
+            self.emit(f"{flag} = {self.truth(operand)}")
             self.close()
             self.emit("except CEL_ERRORS as exc:")
             self.emit(f"    {error} = {error} or exc")
@@ -220,7 +227,7 @@ class _Generator:
 
     def cond(self, node: a.Cond) -> str:
         result = self.fresh("t")
-        self.emit(f"if truth({self.expr(node.cond)}):")
+        self.emit(f"if {self.truth(node.cond)}:")
         self.indent += 1
         self.emit(f"{result} = {self.expr(node.then)}")
         self.indent -= 1
@@ -251,7 +258,7 @@ class _Generator:
         self.open(f"for {target} in {source}:")
         self.charge(charge)
         if node.pred is not None and kind not in ("all", "exists"):
-            self.emit(f"if truth({self.expr(node.pred)}):")
+            self.emit(f"if {self.truth(node.pred)}:")
             self.indent += 1
         if kind == "exists_one":
             self.emit(f"{result} += 1")
@@ -304,7 +311,7 @@ class _Generator:
         self.open(f"for {target} in {source}:")
         self.charge(charge)
         self.open("try:")
-        self.emit(f"{flag} = truth({self.expr(node.pred)})")
+        self.emit(f"{flag} = {self.truth(node.pred)}")
         self.close()
         self.emit("except CEL_ERRORS as exc:")
         self.emit(f"    {error} = {error} or exc")
@@ -323,12 +330,13 @@ class _Generator:
         self.emit("    over_budget()")
 
 
-def generate(node: a.Node) -> tuple[str, Callable[[Any], Any]]:
-    """Python source for ``node`` and the compiled function ``selector(device)``.
+def generate(node: a.Node, bools: frozenset[int]) -> tuple[str, Callable[[Any], Any]]:
+    """Python source for ``node`` and the compiled function ``selector(device)``; ``bools``
+    are the ids of the nodes whose static type is bool.
 
     Raises :class:`TooComplex` when the code would nest too deeply for CPython.
     """
-    gen = _Generator()
+    gen = _Generator(bools)
     gen.emit(f"budget = {COST_LIMIT}")
     result = gen.expr(node)
     gen.emit(f"return {result}")

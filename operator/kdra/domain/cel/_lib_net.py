@@ -18,6 +18,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from typing import Any, Final
 
@@ -42,7 +43,9 @@ def _address(raw: str) -> Address:
         raise ValueError(f'ParseAddr("{raw}"): invalid IP address') from None
 
 
+@functools.lru_cache(maxsize=1024)
 def parse_ip(raw: str) -> IPAddress:
+    """An address value (cached: values are immutable, parsing is pure Python)."""
     try:
         address = _address(raw)
     except ValueError as exc:
@@ -56,7 +59,9 @@ def parse_ip(raw: str) -> IPAddress:
     return IPAddress(address)
 
 
+@functools.lru_cache(maxsize=1024)
 def parse_cidr(raw: str) -> CIDRValue:
+    """A CIDR value (cached, as :func:`parse_ip`)."""
     prefix = "network address parse error during conversion from string: "
     address_text, slash, bits_text = raw.rpartition("/")
     try:
@@ -172,6 +177,7 @@ def g_isCIDR(text: Any) -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=1024)
 def _network(cidr: CIDRValue) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
     return ipaddress.ip_network(f"{cidr.address}/{cidr.bits}", strict=False)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from ._rt_core import EvalError, check_int, equal, no_overload
+from ._rt_core import EvalError, equal, no_overload
 from ._rt_std import regex
 
 __all__ = ["FUNCTIONS", "go_quote"]
@@ -205,22 +205,13 @@ def go_quote(text: str) -> str:
 def m_find(text: Any, pattern: Any) -> str:
     s = _string("find", text, pattern)
     p = _string("find", pattern, text)
-    match = regex(p).search(s)
-    return match.group(0) if match is not None else ""
+    return regex(p).find(s)
 
 
 def m_findAll(text: Any, pattern: Any, limit: Any = -1) -> list[str]:
     s = _string("findAll", text, pattern)
     p = _string("findAll", pattern, text)
-    n = check_int(_int_arg("findAll", limit, text, pattern))
-    if n == 0:
-        return []
-    found: list[str] = []
-    for match in regex(p).finditer(s):
-        found.append(match.group(0))
-        if len(found) == n:
-            break
-    return found
+    return regex(p).find_all(s, _int_arg("findAll", limit, text, pattern))
 
 
 FUNCTIONS: Final[dict[str, object]] = {

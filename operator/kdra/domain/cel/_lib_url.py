@@ -16,6 +16,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, Final
 from urllib.parse import quote, unquote_to_bytes
@@ -107,7 +108,9 @@ def _parse(raw: str, via_request: bool) -> tuple[str, str, str, str, str, str]:
     return scheme, host, hostname, port, rest, query
 
 
+@functools.lru_cache(maxsize=1024)
 def parse_url(raw: str) -> URLValue:
+    """A URL value (cached: values are immutable)."""
     _parse(raw, via_request=True)  # ParseRequestURI decides validity ...
     text, _, _fragment = raw.partition("#")
     scheme, host, hostname, port, path, query = _parse(

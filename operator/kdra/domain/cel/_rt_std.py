@@ -11,12 +11,10 @@ Invariants:
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any, Final
 
-import re2  # type: ignore[import-untyped]
-
+from ._regex import Regex, RegexError, compile_regex
 from ._rt_core import EvalError, check_int, check_uint, no_overload
 from ._values import (
     MAP_TYPES,
@@ -58,21 +56,17 @@ def m_endsWith(a: Any, b: Any) -> bool:
     return text.endswith(part)
 
 
-_RE2_OPTIONS: Final = re2.Options()
-_RE2_OPTIONS.log_errors = False
-
-
-@functools.lru_cache(maxsize=256)
-def regex(pattern: str) -> Any:
+def regex(pattern: str) -> Regex:
+    """The compiled pattern; a CEL error naming it when RE2 refuses it."""
     try:
-        return re2.compile(pattern, options=_RE2_OPTIONS)
-    except re2.error as exc:
+        return compile_regex(pattern)
+    except RegexError as exc:
         raise EvalError(f"invalid regular expression {pattern!r}: {exc}") from None
 
 
 def g_matches(a: Any, b: Any) -> bool:
     text, pattern = strings("matches", a, b)
-    return regex(pattern).search(text) is not None
+    return regex(pattern).search(text)
 
 
 def g_int(value: Any) -> int:

@@ -97,7 +97,7 @@ def _compile(expression: str) -> DeviceSelector | _Failure:
                 f"estimated cost {cost} exceeds the limit of {_cost.COST_LIMIT}; "
                 "reduce nested iteration or the size of lists"
             )
-        source, function = _codegen.generate(tree)
+        source, function = _codegen.generate(tree, _check.proven_bools(tree, checked))
     except CelCompileError as exc:
         return _Failure(exc.message)
     except (_codegen.TooComplex, RecursionError):
