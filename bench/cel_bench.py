@@ -12,16 +12,25 @@ A second table times kdra alone on selectors that use the libraries of upstream'
 environment (strings, regex, lists, two-variable comprehensions, IP/CIDR), which cel-python's
 runners do not have, with each selector's estimated cost.
 
-Run: ``.venv/bin/python bench/cel_bench.py``
+With ``--baseline DIR`` (the ``kdra/domain/cel`` directory of another checkout, e.g. from
+``git worktree add /tmp/base <commit>``) it instead compares that version ("before") with
+this one ("after") on the same selectors, interleaved in one process and timed in CPU time,
+best of ``--rounds``: a before/after that holds on a busy machine.
+
+Run: ``.venv/bin/python bench/cel_bench.py [--baseline DIR] [--rounds N]``
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import logging
 import sys
+import time
 import timeit
 from collections.abc import Callable
 from functools import partial
+from types import ModuleType
 from typing import Any
 
 import celpy
@@ -101,7 +110,59 @@ def celpy_program(runner: type[celpy.Runner], text: str) -> celpy.Runner:
     return env.program(env.compile(text), functions=CELPY_FUNCTIONS)
 
 
+def load_baseline(directory: str) -> ModuleType:
+    """Another version of ``kdra.domain.cel`` (its modules import each other relatively and
+    only unchanged kdra modules absolutely), loaded as the package ``basecel``."""
+    spec = importlib.util.spec_from_file_location(
+        "basecel", f"{directory}/__init__.py", submodule_search_locations=[directory]
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["basecel"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def cpu_us(func: Callable[[], object], number: int) -> float:
+    return timeit.Timer(func, timer=time.process_time).timeit(number) / number * 1e6
+
+
+def before_after(baseline: ModuleType, rounds: int) -> None:
+    after: Any = sys.modules["kdra.domain.cel"]
+    versions = (baseline, after)
+    attributes = {"color": ("string", "black"), "size": ("string", "large")}
+    devices = {id(v): v.make_device(DRIVER, attributes, {"memory": "80Gi"}) for v in versions}
+    expressions = {**EXPRESSIONS, "in-5": " && ".join([f'"size" in {_A}'] * 5)}
+    print("evaluation, CPU microseconds per call (best of rounds)")
+    print(f"{'expression':<10} {'before':>8} {'after':>8} {'after/before':>13}")
+    for name, text in expressions.items():
+        best: dict[int, float] = {}
+        for _ in range(rounds):
+            for v in versions:
+                selector, device = v.compile_selector(text), devices[id(v)]
+                assert selector.matches(device) is True, (name, v.__name__)
+                spent = cpu_us(partial(selector.matches, device), 20000)
+                best[id(v)] = min(best.get(id(v), spent), spent)
+        ratio = best[id(after)] / best[id(baseline)]
+        print(f"{name:<10} {best[id(baseline)]:>8.2f} {best[id(after)]:>8.2f} {ratio:>13.2f}")
+    print()
+    print("cold compilation, CPU microseconds (best of 3)")
+    for name, text in expressions.items():
+        cold = [
+            min(cpu_us(partial(v._selector._compile.__wrapped__, text), 20) for _ in range(3))
+            for v in versions
+        ]
+        print(f"{name:<10} {cold[0]:>8.0f} {cold[1]:>8.0f}")
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline", help="another version's kdra/domain/cel directory")
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args()
+    if args.baseline:
+        before_after(load_baseline(args.baseline), args.rounds)
+        return
     logging.getLogger("celpy").setLevel(logging.CRITICAL)  # the transpiler logs every error
     root = __name__.split(".")[0]
     celpy.evaluation.__dict__[root] = sys.modules[__name__]  # see the module docstring
