@@ -365,8 +365,7 @@ class _Lowering:
         operand = self.lower(operand_tree)
         field = str(name)
         if isinstance(operand, a.Var) and operand.slot == DEVICE_SLOT:
-            self._check_device_field(name, field)
-            return a.Const(pos, True)  # the device always has its three fields
+            self._check_device_field(name, field)  # (the device always has its three fields)
         return a.Has(pos, operand, field)
 
     def _macro(self, tree: Tree, pos: a.Pos, name: str, receiver: Tree, args: list[Tree]) -> a.Node:
