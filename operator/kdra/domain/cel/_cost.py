@@ -19,8 +19,11 @@ Costs and sizes are (min, max) ranges; the limit applies to the max. In cel-go's
 * unknown sizes are 2^64 - 1 and every sum or product saturates there, as in cel-go: an
   expression whose cost depends on the size of something unbounded is never accepted.
 
-Invariants: :func:`estimate` needs the checked types (``_check``) and never evaluates
-anything; ``_codegen`` enforces the same limit at run time by charging comprehension steps.
+Invariants:
+
+* :func:`estimate` needs the checked types (``_check``) and never evaluates anything.
+* ``_codegen`` enforces the same limit at run time by charging comprehension steps and
+  concatenations.
 """
 
 from __future__ import annotations

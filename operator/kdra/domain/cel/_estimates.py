@@ -7,8 +7,10 @@ extension registers (lists, sets), the environment's estimator (Kubernetes'
 (``in`` on a list, string comparison, ``matches``, ``contains``, ``+`` on strings); anything
 else costs 1. Every estimate includes the cost of the arguments (not the receiver's).
 
-Invariants: arithmetic saturates at :data:`U64` (2^64 - 1) exactly as cel-go's does, and
-fractional costs round up (``multiplyByCostFactor``).
+Invariants:
+
+* Arithmetic saturates at :data:`U64` (2^64 - 1) exactly as cel-go's does.
+* Fractional costs round up (``multiplyByCostFactor``).
 """
 
 from __future__ import annotations

@@ -4,8 +4,10 @@
 ``<format>.validate(s)``, which is ``optional.none()`` when ``s`` is valid and otherwise an
 optional list of the problems, worded as Kubernetes' apimachinery words them.
 
-Invariants: the names are exactly upstream's (``_decls.NAMED_FORMATS``); an unknown name
-gives ``optional.none()``, never an error.
+Invariants:
+
+* The names are exactly upstream's (``_decls.NAMED_FORMATS``).
+* An unknown name gives ``optional.none()``, never an error.
 """
 
 from __future__ import annotations

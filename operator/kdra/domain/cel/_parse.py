@@ -16,8 +16,10 @@ what cel-go's parser and the name-resolution part of its checker do:
   recursion), which keeps every later pass well inside Python's recursion limit. Long
   ``a || b || c ...`` chains do not count as nesting.
 
-Invariants: every error is a :class:`CelCompileError` whose message starts with the line and
-column; nothing here evaluates the expression.
+Invariants:
+
+* Every error is a :class:`CelCompileError` whose message starts with the line and column.
+* Nothing here evaluates the expression.
 """
 
 from __future__ import annotations
