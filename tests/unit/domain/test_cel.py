@@ -324,10 +324,8 @@ def test_list_doubling_is_accepted_like_upstream_but_stopped_by_the_budget() -> 
     # accepts this; kdra's concatenation copies, so its size is charged at run time.
     selector = compile_selector("[[1, 2]]" + ".map(l, l + l)" * 30 + ".size() > 0")
     assert selector.cost_estimate == 802  # 30 maps of 26, plus size() and >
-    started = time.monotonic()
     with pytest.raises(CelRuntimeError, match="exceeded its cost budget"):
-        selector.matches(GPU)
-    assert time.monotonic() - started < 5
+        selector.matches(GPU)  # 2^31 elements otherwise
 
 
 def test_compile_cache_returns_the_same_object() -> None:
