@@ -15,6 +15,8 @@ Invariants:
   happened while the watch was down.
 - A handler that raises is logged and skipped; the informer keeps running (one bad object
   never stops the operator serving the others).
+- An object the client could not decode (:class:`kdra.kube.client.Skipped`) is neither
+  delivered nor taken for deleted by a relist: what was known of it stays as it was.
 """
 
 from __future__ import annotations
@@ -59,16 +61,21 @@ class Informer:
         async for event, obj in self.client.watch(self.resource, self.namespace,
                                                   label_selector=self.label_selector):
             if event == "LIST":
-                self.relist(obj["items"])
+                self.relist(obj["items"], obj.get("skipped", ()))
             else:
                 self.deliver(event, obj)
 
-    def relist(self, items: Iterable[JSON]) -> None:
-        """A complete list: deliver every object, then the deletions the list implies."""
+    def relist(self, items: Iterable[JSON], skipped: Iterable[JSON] = ()) -> None:
+        """A complete list: deliver every object, then the deletions the list implies.
+        ``skipped`` objects (undecodable) are in the list but unknown: kept as they were."""
         before = self.known
         self.known = {}
         for obj in items:
             self.deliver(None, obj)
+        for stub in skipped:
+            key = key_of(stub)
+            if key in before and key not in self.known:
+                self.known[key] = before[key]
         for key, obj in before.items():
             if key not in self.known:
                 self.deliver("DELETED", obj)
