@@ -23,7 +23,8 @@ from typing import Any
 
 import orjson
 
-__all__ = ["ScanError", "element_spans", "member_spans", "path_value"]
+__all__ = ["ScanError", "Undecoded", "decode_list", "element_spans", "member_spans",
+           "path_value"]
 
 _WS = re.compile(rb"[ \t\r\n]*")
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
@@ -143,3 +144,60 @@ def path_value(raw: bytes, path: Sequence[str],
         return orjson.loads(raw[current[0]:current[1]])
     except (ScanError, orjson.JSONDecodeError):
         return None
+
+
+class Undecoded:
+    """An item of a list that could not be decoded: what its metadata says, and why."""
+
+    __slots__ = ("name", "namespace", "reason", "resource_version", "uid")
+
+    def __init__(self, raw: bytes, reason: str) -> None:
+        def text(name: str) -> str:
+            value = path_value(raw, ("metadata", name))
+            return value if isinstance(value, str) else ""
+
+        self.namespace = text("namespace")
+        self.name = text("name")
+        self.uid = text("uid")
+        self.resource_version = text("resourceVersion")
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return (f"Undecoded({self.namespace!r}, {self.name!r}, {self.uid!r}, "
+                f"{self.resource_version!r}, {self.reason!r})")
+
+
+def decode_list(raw: bytes) -> tuple[dict[str, Any], list[Any], list[Undecoded]]:
+    """A list document (``{"metadata": ..., "items": [...]}``) decoded item by item: its
+    metadata, the items that decode, and what is known of those that do not. Raises
+    ScanError when the document itself is malformed (or its metadata undecodable)."""
+    try:
+        return _decode_whole(raw)
+    except orjson.JSONDecodeError:
+        pass
+    members = member_spans(raw)
+    meta: Any = {}
+    if "metadata" in members:
+        start, end = members["metadata"]
+        try:
+            meta = orjson.loads(raw[start:end])
+        except orjson.JSONDecodeError as exc:
+            raise ScanError(f"the list's metadata cannot be decoded: {exc}") from exc
+    items: list[Any] = []
+    bad: list[Undecoded] = []
+    if "items" in members:
+        for start, end in element_spans(raw, members["items"]):
+            try:
+                items.append(orjson.loads(raw[start:end]))
+            except orjson.JSONDecodeError as exc:
+                bad.append(Undecoded(raw[start:end], " ".join(str(exc).split())[:200]))
+    return (meta if isinstance(meta, dict) else {}), items, bad
+
+
+def _decode_whole(raw: bytes) -> tuple[dict[str, Any], list[Any], list[Undecoded]]:
+    data = orjson.loads(raw)
+    if not isinstance(data, dict):
+        raise ScanError("a list must be a JSON object")
+    meta = data.get("metadata")
+    items = data.get("items")
+    return (meta if isinstance(meta, dict) else {}), (items if isinstance(items, list) else []), []

@@ -42,7 +42,7 @@ from kubernetes_asyncio import config as k8s_config
 
 from kdra import GROUP, VERSION, __version__, metrics
 from kdra.domain.backoff import backoff_delay
-from kdra.domain.jsonscan import ScanError, element_spans, member_spans, path_value
+from kdra.domain.jsonscan import ScanError, decode_list, member_spans, path_value
 
 log = logging.getLogger(__name__)
 
@@ -402,31 +402,22 @@ class KubeClient:
         deep) is decoded item by item, and the items that still fail are skipped."""
         status, raw = await self._call("GET", path, query, None)
         try:
-            return _decoded(raw, status, f"GET {path}"), []
-        except Undecodable:
-            pass
-        try:
-            members = member_spans(raw)
-            meta_span = members.get("metadata")
-            meta = orjson.loads(raw[meta_span[0]:meta_span[1]]) if meta_span else {}
-            items_span = members.get("items")
-            spans = list(element_spans(raw, items_span)) if items_span else []
-        except (ScanError, orjson.JSONDecodeError) as exc:
+            meta, decoded, bad = decode_list(raw)
+        except ScanError as exc:
             raise Undecodable(status, "Undecodable", f"GET {path}: the list cannot be "
                               f"decoded: {_reason(exc)}") from None
         items: Items = []
+        for item in decoded:
+            if isinstance(item, dict):
+                _strip_managed_fields(item)
+                items.append(item)
         skipped: Skips = []
-        for start, end in spans:
-            try:
-                item = orjson.loads(raw[start:end])
-            except orjson.JSONDecodeError as exc:
-                skip = _skim(raw[start:end], res.kind, _reason(exc))
-                self.skipped(skip)
-                skipped.append(skip)
-                continue
-            _strip_managed_fields(item)
-            items.append(item)
-        return {"metadata": meta if isinstance(meta, dict) else {}, "items": items}, skipped
+        for undecoded in bad:
+            skip = Skipped(res.kind, undecoded.namespace, undecoded.name, undecoded.uid,
+                           undecoded.resource_version, undecoded.reason)
+            self.skipped(skip)
+            skipped.append(skip)
+        return {"metadata": meta, "items": items}, skipped
 
     async def watch(self, res: Resource, namespace: str | None = None, *,
                     label_selector: str | None = None, field_selector: str | None = None,
