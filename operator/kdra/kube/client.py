@@ -9,9 +9,14 @@ Invariants:
 - A failed call raises :class:`ApiError` or one of its subclasses — :class:`NotFound`,
   :class:`Conflict` (409: a resourceVersion precondition failed, or the object exists),
   :class:`Invalid` (422: the server's validation rejected the object; ``message`` names the
-  field) — or :class:`Unreachable` (an ``OSError``) when the server cannot be reached, the
-  connection breaks mid-request or the server stops answering (``REQUEST_TIMEOUT``); callers
-  treat that as "retry later". Never a transport-specific (aiohttp) exception.
+  field), :class:`Undecodable` (an answer, or a body, too deep or malformed for JSON) — or
+  :class:`Unreachable` (an ``OSError``) when the server cannot be reached, the connection
+  breaks mid-request or the server stops answering (``REQUEST_TIMEOUT``); callers treat that
+  as "retry later". Never a transport-specific (aiohttp) or a decoder's exception.
+- One object never stops a list or a watch: an item or event that cannot be decoded is
+  skipped (logged once, counted in ``kdra_watch_decode_errors_total``), the watch's
+  resourceVersion moves past it, and a list reports it in ``skipped`` (see :data:`WatchEvent`).
+- Names are URL path segments, percent-quoted (:meth:`Resource.path`).
 - Objects come back without ``metadata.managedFields`` (from reads, lists, watches and write
   responses alike): kdra never reads them, they were half the bytes of an allocated claim,
   and client-go's informers strip them too (``TransformStripManagedFields``). A PUT built

@@ -1,10 +1,12 @@
-"""Informers: one watch per hot kind, every change handed to the services in order.
+"""Informers: one watch per kind, every change handed to the services in order.
 
-The operator's hot kinds (pods, ResourceClaims, ResourceSlices, Nodes) are watched here with
+The operator's kinds (pods, ResourceClaims, ResourceSlices, Nodes, agent Leases, and the rare
+ones, DeviceClasses and ResourceClaimTemplates) are watched here with
 :meth:`kdra.kube.client.KubeClient.watch` rather than through kopf: kopf runs every event
 through its per-object worker machinery (measured at ~35% of the operator's CPU in the scale
-benchmark, see bench/RESULTS.md), and kdra's handlers only update caches and enqueue keys.
-kopf keeps the rare kinds (classes, templates, agent Leases) and the operator's lifecycle.
+benchmark, see bench/RESULTS.md), kdra's handlers only update caches and enqueue keys, and
+kdra's watch skips an object it cannot decode where kopf's would replay it forever. kopf keeps
+the operator's lifecycle.
 
 Invariants:
 - Handlers see events in the order of the watch stream, one at a time, on the event loop;

@@ -79,6 +79,10 @@ class Operator:
                           Informer(client, CLAIMS, self.on_claim),
                           Informer(client, SLICES, self.on_slice),
                           Informer(client, NODES, self.on_node),
+                          # The rare kinds too: a kopf watch would replay forever an object
+                          # it cannot decode (kdra's informers skip it, kdra.kube.client).
+                          Informer(client, CLASSES, self.binder.on_class),
+                          Informer(client, TEMPLATES, self.claim_controller.on_template),
                           # node agents' heartbeats: one renewal per node every few seconds
                           Informer(client, LEASES, self.slice_gc.on_lease,
                                    namespace=settings.namespace,
