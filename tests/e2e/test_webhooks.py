@@ -161,10 +161,12 @@ def test_configurations_carry_the_ca_bundle(control_plane: ControlPlane,
             assert webhook["failurePolicy"] == "Fail"
             assert webhook["sideEffects"] == "None"
             assert webhook["timeoutSeconds"] == 5
-            if webhook["rules"][0]["resources"] == ["pods"]:
+            if webhook["name"] == "mutate-pods.resource.kdra.dev":
                 assert webhook["matchConditions"][0]["expression"] == (
                     "has(object.metadata.annotations) && "
                     "'resource.kdra.dev/claims' in object.metadata.annotations")
+            elif webhook["rules"][0]["resources"] == ["pods"]:  # issue 22: updates too
+                assert webhook["rules"][0]["operations"] == ["CREATE", "UPDATE"]
 
 
 def test_claim_with_invalid_cel_is_rejected(control_plane: ControlPlane, webhooks: Webhooks,

@@ -263,3 +263,33 @@ def test_the_binder_does_not_use_another_pods_generated_claim() -> None:
     (condition,) = client.conditions
     assert "belongs to another pod" in condition["message"]
     assert ("ns", "thief") not in binder.binding
+
+
+def test_an_api_error_is_retried_with_one_log_line_not_a_traceback(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Attack 6's 403 target was retried forever, each time with a traceback."""
+    from kdra.kube.client import Forbidden
+    from kdra.services.workqueue import WorkQueue
+
+    calls: list[str] = []
+
+    async def handler(key: str) -> None:
+        calls.append(key)
+        if len(calls) < 3:
+            raise Forbidden(403, "Forbidden", "secrets is forbidden")
+
+    async def run() -> None:
+        queue: WorkQueue[str] = WorkQueue("test", handler, workers=1, base_delay=0.01)
+        queue.start()
+        queue.add("k")
+        for _ in range(200):
+            if len(calls) >= 3:
+                break
+            await asyncio.sleep(0.01)
+        await queue.stop()
+
+    asyncio.run(run())
+    assert calls == ["k", "k", "k"]
+    failures = [r for r in caplog.records if "reconciling" in r.getMessage()]
+    assert len(failures) == 2 and all(r.exc_info is None for r in failures)
+    assert "403 Forbidden: secrets is forbidden" in failures[0].getMessage()
