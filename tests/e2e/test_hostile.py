@@ -132,15 +132,14 @@ def test_attack1_a_bad_claims_annotation_added_by_update(hostile: Hostile) -> No
 
 
 def alias_bomb(size: int) -> str:
-    """Anchors and aliases in ``containers`` (each level nine aliases of the last), padded
-    with a comment to ``size`` bytes."""
-    lines = ["- name: gpu", "  resourceClaimTemplateName: gpu",
-             '  l0: &l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
-    for level in range(1, 9):
-        lines.append(f"  l{level}: &l{level} [" + ",".join([f"*l{level - 1}"] * 9) + "]")
-    lines.append("  containers: *l8")
-    text = "\n".join(lines) + "\n"
-    return text + "#" * (size - len(text))
+    """The issue's bomb: one long container name anchored once and aliased thousands of
+    times in ``containers``, ``size`` bytes in all (each alias is an error to report: the
+    old webhook built one message per alias, each repeating the 2,000-character name)."""
+    head = ('- name: gpu\n  resourceClaimTemplateName: gpu\n  containers: [&c "'
+            + "c" * 2000 + '"')
+    aliases = (size - len(head) - 1) // 4
+    text = head + ", *c" * aliases + "]"
+    return text + " " * (size - len(text))
 
 
 def reset_peak(pid: int) -> None:
