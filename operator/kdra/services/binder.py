@@ -65,10 +65,12 @@ from kdra.domain.podclaims import (
     SCHEDULER_NAME,
     PodClaim,
     claim_statuses,
+    clear_allocation,
     kdra_owned,
     owned_by,
     pod_claims,
     pod_ref,
+    set_allocation,
 )
 from kdra.domain.scheduling import (
     NodeView,
@@ -681,7 +683,7 @@ class Binder:
         status = dict(body.get("status") or {})
         body = {**body, "status": status}
         if result is not None:
-            status["allocation"] = dump(result)
+            set_allocation(status, dump(result))
         status["reservedFor"] = [*(status.get("reservedFor") or []), pod_ref(pod)]
         updated = await self.client.replace_status(CLAIMS, body)
         self.claims.upsert(updated)
@@ -738,8 +740,7 @@ class Binder:
             body = {**raw, "status": dict(status)}  # shallow: only status keys change
             body["status"]["reservedFor"] = keep
             if not keep and deallocate:
-                body["status"].pop("allocation", None)
-                body["status"].pop("devices", None)
+                clear_allocation(body["status"])
             try:
                 updated = await self.client.replace_status(CLAIMS, body)
             except Conflict:

@@ -41,6 +41,7 @@ from kdra.domain.podclaims import (
     POD_CLAIM_NAME_ANNOTATION,
     PodClaim,
     claim_statuses,
+    clear_allocation,
     generated_claim,
     is_object_name,
     owned_by,
@@ -343,8 +344,7 @@ class ClaimController:
             body = _with_status(claim)
             body["status"]["reservedFor"] = valid
             if not valid:
-                body["status"].pop("allocation", None)
-                body["status"].pop("devices", None)
+                clear_allocation(body["status"])
                 deallocated = allocated
             claim = await self._write_status(body)
             for _ in range(len(reserved) - len(valid)):
