@@ -109,6 +109,14 @@ class OperatorSettings:
     version (re-apply manifests/webhooks). Off: install them yourself and keep their
     caBundle current."""
 
+    trusted_users: str = ""
+    """Usernames (comma-separated) whose pod writes are kdra's own: only they may write the
+    kdra-owned pod annotations (resource.kdra.dev/claim-statuses, devices.resource.kdra.dev/*,
+    gpus.resource.kdra.dev/*), which the validating webhook denies to everyone else. Empty:
+    system:serviceaccount:<namespace>:kdra-operator (the Deployment's ServiceAccount, which
+    manifests/webhooks names) plus the operator's own username, asked of the API server at
+    start-up (a SelfSubjectReview). Set it when replicas run under other identities."""
+
 
 @dataclass(frozen=True)
 class AgentSettings:
@@ -175,6 +183,14 @@ class AgentSettings:
 
     workers: int = 4
     """Concurrent claim prepare/unprepare operations per process."""
+
+    nri_socket: str = "/var/run/nri/nri.sock"
+    """The container runtime's NRI socket: the agent registers there as NRI plugin
+    '10-kdra' and gives each container exactly the CDI devices of its pod's prepared claims
+    (and refuses containers whose claims are not prepared). Empty turns it off; a missing
+    socket is retried in the background. Never used for simulated nodes (--simulate-nodes,
+    --create-nodes: there is no runtime). Without it, containers see their devices only
+    through the webhook's env (not tamper-proof)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser,

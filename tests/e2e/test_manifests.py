@@ -365,6 +365,15 @@ def test_operator_may_not(control_plane: ControlPlane, installed: Any,
     assert not can_i(control_plane, OPERATOR, *args)
 
 
+def test_base_leaves_every_webhooks_ca_bundle_to_the_operator(
+        control_plane: ControlPlane) -> None:
+    """Re-applying the base never overwrites the CA bundle the operator keeps current."""
+    for doc in build(control_plane, "base"):
+        if doc["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+            for webhook in doc["webhooks"]:
+                assert "caBundle" not in webhook["clientConfig"], webhook["name"]
+
+
 def test_roles_use_no_wildcards(control_plane: ControlPlane) -> None:
     for directory in ("overlays/kind", "overlays/nvidia", "simulation"):
         for doc in build(control_plane, directory):
