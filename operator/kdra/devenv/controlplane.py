@@ -9,8 +9,9 @@ Invariants:
 - Authentication is by client certificates from a CA made fresh for each control plane;
   authorization is ``Node,RBAC``, as on a real cluster, so RBAC manifests can be tested.
 - kube-controller-manager runs only the controllers tests rely on (garbage collector,
-  namespace lifecycle, service accounts and their tokens' root CA), unless told more (the
-  real node, :mod:`kdra.devenv.node`, adds what Deployments and DaemonSets need).
+  namespace lifecycle, service accounts and their tokens' root CA, ClusterRole aggregation),
+  unless told more (the real node, :mod:`kdra.devenv.node`, adds what Deployments and
+  DaemonSets need).
 - kube-scheduler runs only when asked (``with_scheduler``: pods that kdra does not schedule,
   on a real node).
 - The API server reaches kubelets with a client certificate of the same CA (group
@@ -53,6 +54,8 @@ CONTROLLERS = (
     "namespace-controller",
     "serviceaccount-controller",
     "root-ca-certificate-publisher-controller",
+    # edit/view/admin aggregate labelled roles (kdra-user): users' rights as on a cluster
+    "clusterrole-aggregation-controller",
 )
 TOOLS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 

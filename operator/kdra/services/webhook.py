@@ -3,7 +3,9 @@
 The operator starts one :class:`WebhookServer` (unless ``webhook_port`` is 0). It serves
 
 * ``POST /validate`` — :func:`kdra.domain.admission.validate` (claims, templates, classes, and
-  pods with the claims annotation),
+  pods whose kdra keys are written; kdra's own identities, :attr:`WebhookServer.trusted`,
+  may write kdra-owned keys), and :func:`kdra.domain.bindings.binding_decision` for the
+  operator's own pod bindings (the pod read from the API server),
 * ``POST /mutate-pods`` — :func:`kdra.domain.admission.mutate_pod`,
 * ``GET /healthz`` — ``ok``,
 
@@ -11,7 +13,9 @@ over TLS with either a supplied certificate (``webhook_cert_dir``, re-read perio
 generated one kept in the Secret ``kdra-webhook-tls`` (shared by replicas, rotated by whichever
 replica first finds it due, see :mod:`kdra.services.certs`). With ``webhook_manage_config`` it
 creates and keeps the ``kdra-mutating`` / ``kdra-validating`` configurations
-(:mod:`kdra.domain.webhooks`) current, CA bundle included.
+(:mod:`kdra.domain.webhooks`) current, CA bundle included; where it may change only their CA
+bundle (in a cluster, the ValidatingAdmissionPolicy ``kdra-operator-webhooks``), it keeps that
+current and warns that the rest differs from this version's (re-apply manifests/webhooks).
 
 Invariants:
 - The server listens before the configurations are written, so the API server never calls a
@@ -23,13 +27,17 @@ Invariants:
   :mod:`kdra.domain.webhooks` for why ordinary pods are unaffected).
 - Decisions run in a worker thread: compiling a 10 KiB CEL selector must not stall kopf's
   event loop.
+- Every review gets an AdmissionReview answer, even one whose object cannot be decoded (nested
+  deeper than the JSON decoder's limit): it is denied, naming why, if its uid can be read.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import datetime as dt
+import functools
 import logging
 import ssl
 import tempfile
@@ -38,10 +46,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+import orjson
 from aiohttp import web
 
 from kdra.domain import admission
+from kdra.domain.bindings import binding_decision, is_binding
 from kdra.domain.errors import InvalidObject
+from kdra.domain.jsonscan import path_value
 from kdra.domain.webhooks import (
     HEALTHZ_PATH,
     LABELS,
@@ -52,10 +63,12 @@ from kdra.domain.webhooks import (
     Endpoint,
     mutating_configuration,
     service_dns_names,
+    trusted_usernames,
     validating_configuration,
 )
 from kdra.kube.client import (
     MUTATING_WEBHOOKS,
+    PODS,
     SECRETS,
     SERVICES,
     VALIDATING_WEBHOOKS,
@@ -114,6 +127,8 @@ class WebhookServer:
         self.check_interval = check_interval
         self.clock = clock
         self.endpoint = Endpoint(namespace=settings.namespace, url=settings.webhook_url)
+        self.trusted: tuple[str, ...] = trusted_usernames(settings.namespace)
+        """Usernames that may write kdra-owned pod annotations (settings.trusted_users)."""
         self.bundle: TlsBundle | None = None
         self.port = settings.webhook_port
         self._ssl = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -136,6 +151,8 @@ class WebhookServer:
         return hosts
 
     async def start(self) -> None:
+        self.trusted = await self._trusted()
+        log.info("kdra-owned pod annotations may be written by %s", ", ".join(self.trusted))
         bundle = await self._fetch_bundle()
         self._load(bundle)
         app = web.Application(client_max_size=MAX_BODY)
@@ -189,6 +206,21 @@ class WebhookServer:
             except Exception:
                 log.exception("webhook certificate/configuration check failed; "
                               "retrying in %.0fs", self.check_interval)
+
+    async def _trusted(self) -> tuple[str, ...]:
+        """settings.trusted_users, or the operator's ServiceAccount and its own username."""
+        configured = [u.strip() for u in self.settings.trusted_users.split(",") if u.strip()]
+        if configured:
+            return tuple(sorted(set(configured)))
+        own: list[str] = []
+        if self.client is not None:
+            try:
+                own.append(await self.client.whoami())
+            except (ApiError, OSError) as exc:
+                log.warning("cannot tell the operator's own username (%s); trusting only the "
+                            "ServiceAccount %s", exc, trusted_usernames(
+                                self.settings.namespace)[0])
+        return trusted_usernames(self.settings.namespace, own)
 
     # ------------------------------------------------------------------ certificates
 
@@ -276,7 +308,8 @@ class WebhookServer:
                                "webhook_cert_dir, or turn webhook_manage_config off")
         for resource, desired in (
             (MUTATING_WEBHOOKS, mutating_configuration(self.endpoint, bundle.ca_pem)),
-            (VALIDATING_WEBHOOKS, validating_configuration(self.endpoint, bundle.ca_pem)),
+            (VALIDATING_WEBHOOKS, validating_configuration(self.endpoint, bundle.ca_pem,
+                                                           self.trusted)),
         ):
             await self._apply(resource, desired)
 
@@ -303,9 +336,42 @@ class WebhookServer:
                 await self.client.replace(resource, body)
             except Conflict:
                 continue
+            except ApiError as exc:
+                if exc.status not in (403, 422):
+                    raise
+                # Not allowed to change more than the CA bundle (kdra-operator-webhooks).
+                if not await self._update_ca_bundle(resource, live, desired, exc):
+                    continue
+                return
             log.info("updated %s %s", resource.kind, name)
             return
         raise WebhookError(f"{resource.kind} {name} kept changing while being updated")
+
+    async def _update_ca_bundle(self, resource: Resource, live: dict[str, Any],
+                                desired: dict[str, Any], refused: ApiError) -> bool:
+        """Put ``desired``'s CA bundle into ``live``, changing nothing else; False on
+        Conflict (the caller reads again)."""
+        assert self.client is not None
+        name = live["metadata"]["name"]
+        bundles = {w["name"]: w["clientConfig"].get("caBundle")
+                   for w in desired.get("webhooks") or []}
+        body = copy.deepcopy(live)
+        for webhook in body.get("webhooks") or []:
+            bundle = bundles.get(webhook.get("name"))
+            if bundle:
+                webhook.setdefault("clientConfig", {})["caBundle"] = bundle
+        differs = not _contains(body, desired)
+        if body != live:
+            try:
+                await self.client.replace(resource, body)
+            except Conflict:
+                return False
+            log.info("updated the CA bundle of %s %s", resource.kind, name)
+        if differs:
+            log.warning("%s %s differs from this kdra version's beyond the CA bundle, which is all "
+                        "this operator may change (%s): re-apply manifests/webhooks",
+                        resource.kind, name, refused.message)
+        return True
 
     async def _check_service(self) -> None:
         if self.endpoint.url:
@@ -328,16 +394,48 @@ class WebhookServer:
         return web.Response(text="ok")
 
     async def _validate(self, request: web.Request) -> web.Response:
-        return await self._review(request, admission.validate)
+        return await self._review(request, functools.partial(
+            admission.validate, trusted=frozenset(self.trusted)), bindings=True)
+
+    async def _validate_binding(self, body: Any, review: Mapping[str, Any]) -> web.Response:
+        """The operator's own bindings: only pods with schedulerName kdra-scheduler."""
+        pod: dict[str, Any] | None = None
+        namespace, name = review.get("namespace"), review.get("name")
+        if self.client is not None and isinstance(namespace, str) and isinstance(name, str):
+            try:
+                pod = await self.client.get(PODS, name, namespace)
+            except NotFound:
+                pod = None
+            except (ApiError, OSError) as exc:  # the API server applies the failure policy
+                return web.json_response({"error": f"reading pod {namespace}/{name}: {exc}"},
+                                         status=503)
+        try:
+            answer = admission.review(body, lambda request: binding_decision(request, pod))
+        except InvalidObject as exc:
+            return web.json_response({"error": str(exc)}, status=400)
+        if not answer["response"]["allowed"]:
+            log.warning("denied %s: %s", _describe(body), answer["response"]["status"]["message"])
+        return web.json_response(answer)
 
     async def _mutate_pods(self, request: web.Request) -> web.Response:
         return await self._review(request, admission.mutate_pod)
 
-    async def _review(self, request: web.Request, decide: admission.Decide) -> web.Response:
+    async def _review(self, request: web.Request, decide: admission.Decide, *,
+                      bindings: bool = False) -> web.Response:
+        """``bindings``: a pod Binding goes to :meth:`_validate_binding` instead."""
+        raw = await request.read()
         try:
-            body = await request.json()
-        except ValueError:
-            return web.json_response({"error": "the body is not JSON"}, status=400)
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            uid = path_value(raw, ("request", "uid"))
+            if not isinstance(uid, str):
+                return web.json_response({"error": "the body is not JSON"}, status=400)
+            log.info("denied an AdmissionReview that cannot be decoded: %s", exc)
+            return web.json_response(admission.undecodable(uid, str(exc)).to_review())
+        if bindings:
+            review = body.get("request") if isinstance(body, Mapping) else None
+            if isinstance(review, Mapping) and is_binding(review):
+                return await self._validate_binding(body, review)
         loop = asyncio.get_running_loop()
         try:
             answer = await loop.run_in_executor(None, admission.review, body, decide)
