@@ -194,25 +194,48 @@ def greedy_image(cluster: RealCluster, tmp_path: Path) -> str:
     return name
 
 
+GREEDY_ENV = """
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: all-gpus, namespace: default}
+data: {NVIDIA_VISIBLE_DEVICES: all, KDRA_DEVICES: gpu.kdra.dev/kdra-node/gpu-99}
+"""
+
+
 def test_a_pod_asking_for_all_gpus_sees_only_its_own(cluster: RealCluster, gpu_class: None,
                                                       greedy_image: str) -> None:
-    """NVIDIA_VISIBLE_DEVICES=all, set by the pod or by its image, is overridden with the
-    container's own GPU: the runtime (NRI) decides, not the pod's author."""
-    claims = "- name: gpu\n  resourceClaimTemplateName: one-gpu\n"
+    """NVIDIA_VISIBLE_DEVICES=all, set by the pod (from a ConfigMap: the webhook sees no
+    value) or by its image, is overridden with the container's own GPU, and a container of
+    the pod without devices that sets it itself sees no GPU: the runtime (NRI) decides, not
+    the pod's author. The value written in a consuming container's own env is refused at
+    admission (issue 22: the webhook names the field)."""
+    claims = ("- name: gpu\n  resourceClaimTemplateName: one-gpu\n"
+              "  containers: [pod-env, image-env]\n")
+    greedy = {"name": "pod-env", "image": "localhost/busybox:static",
+              "command": ["sh", "-c", PRINT_DEVICES],
+              "envFrom": [{"configMapRef": {"name": "all-gpus"}}]}
     pod = {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "greedy", "namespace": "default",
                      "annotations": {"resource.kdra.dev/claims": claims}},
         "spec": {"restartPolicy": "Never", "containers": [
-            {"name": "pod-env", "image": "localhost/busybox:static",
-             "command": ["sh", "-c", PRINT_DEVICES],
-             "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
-                     {"name": "KDRA_DEVICES", "value": "gpu.kdra.dev/kdra-node/gpu-99"}]},
+            greedy,
             {"name": "image-env", "image": greedy_image,
              "command": ["sh", "-c", PRINT_DEVICES]},
+            {"name": "bystander", "image": "localhost/busybox:static",
+             "command": ["sh", "-c", PRINT_DEVICES],
+             "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]},
         ]},
     }
-    cluster.kubectl("apply", "-f", "-", input=ONE_GPU)
+    cluster.kubectl("apply", "-f", "-", input=ONE_GPU + "---" + GREEDY_ENV)
+    own_env = json.loads(json.dumps(pod))
+    own_env["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES",
+                                                "value": "all"}]
+    refused = cluster.kubectl("apply", "-f", "-", input=json.dumps(own_env), check=False)
+    assert refused.returncode != 0, refused.stdout
+    assert "spec.containers[0].env[" in refused.stderr, refused.stderr
+    assert "NVIDIA_VISIBLE_DEVICES is set by kdra" in refused.stderr, refused.stderr
+
     cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))
     pods = wait_running(cluster, ["greedy"])
     for container in ("pod-env", "image-env"):
@@ -224,4 +247,7 @@ def test_a_pod_asking_for_all_gpus_sees_only_its_own(cluster: RealCluster, gpu_c
         assert seen.env["KDRA_DEVICES"] == devices[0].listed, container
         assert seen.files == {f"/dev/kdra/{devices[0].name}"}, container
         assert as_sets(seen) == as_sets(expected(cluster, pods["greedy"], container))
+    bystander = logs(cluster, "greedy", "bystander")
+    assert bystander.env.get("NVIDIA_VISIBLE_DEVICES") == "void", bystander
+    assert not bystander.files, bystander
     cluster.kubectl("delete", "pod", "greedy", "--wait=true")
