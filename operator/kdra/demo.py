@@ -166,9 +166,7 @@ def run_demo(interactive: bool = True, workdir: str | None = None, timeout: floa
                     ready="kdra operator started")
         _step("applying the seed's cats (class, shared claim, template, pod-with-cats) and "
               "GPU pods")
-        for name in ("deviceclass.yaml", "resourceclaim.yaml", "resourceclaimtemplate.yaml",
-                     "pod.yaml"):
-            print(plane.kubectl("apply", "-f", str(seed / name)).stdout, end="")
+        print(plane.kubectl("apply", "-k", str(seed)).stdout, end="")
         print(plane.kubectl("apply", "-f", "-", input=GPU_OBJECTS).stdout, end="")
         pods = [_gpu_pod(name, template) for name, template in DEMO_PODS if template]
         print(plane.kubectl("apply", "-f", "-",

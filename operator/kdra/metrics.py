@@ -115,6 +115,15 @@ agent_slice_publishes = Counter(
     "kdra_agent_slice_publishes_total",
     "ResourceSlices the agent created or replaced (each bumps or starts a pool generation).",
 )
+AGENT_SLICE_DELETION_REASONS = ("start-up", "superseded", "foreign", "driver-gone")
+agent_slice_deletions = Counter(
+    "kdra_agent_slice_deletions_total",
+    "ResourceSlices the agent deleted, by reason: start-up (the node's slices, replaced when "
+    "the agent starts), superseded (its own slice a new generation no longer uses), foreign "
+    "(a slice in the agent's pool that it did not write, e.g. applied by hand), driver-gone "
+    "(no devices of that driver left on the node).",
+    ["reason"],
+)
 agent_prepare_errors = Counter(
     "kdra_agent_prepare_errors_total",
     "Claims whose preparation failed (bad device, file or API error); they are retried.",
@@ -129,6 +138,12 @@ def init_agent_series() -> None:
     for health in DEVICE_HEALTH:
         agent_devices.labels(health=health).set(0)
     agent_prepared_claims.set(0)
+    for reason in AGENT_SLICE_DELETION_REASONS:
+        agent_slice_deletions.labels(reason=reason)
+
+
+def record_agent_slice_deletion(reason: str) -> None:
+    agent_slice_deletions.labels(reason=reason).inc()
 
 
 def observe_prepare(seconds: float, ok: bool) -> None:

@@ -36,7 +36,8 @@ NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 REAL_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
               "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 KUSTOMIZATIONS = ("base", "base/crds", "overlays/kind", "overlays/nvidia",
-                  "overlays/servicemonitor", "webhooks", "examples/gpu", "examples/seed")
+                  "overlays/servicemonitor", "webhooks", "examples/gpu", "examples/seed",
+                  "examples/seed-static-slice")
 DRY_RUN = ("base", "overlays/kind", "overlays/nvidia", "examples/gpu")
 
 

@@ -712,6 +712,8 @@ class Binder:
                 return
             body = copy.deepcopy(raw)
             body["status"]["reservedFor"] = keep
+            if not keep:
+                del body["status"]["reservedFor"]  # no field, as upstream (omitempty)
             if not keep and deallocate:
                 body["status"].pop("allocation", None)
                 body["status"].pop("devices", None)

@@ -327,6 +327,9 @@ class ClaimController:
             body = copy.deepcopy(claim)
             body.setdefault("status", {})["reservedFor"] = valid
             if not valid:
+                # No consumer left: no field at all, as upstream leaves it (omitempty), rather
+                # than an empty list.
+                body["status"].pop("reservedFor")
                 body["status"].pop("allocation", None)
                 body["status"].pop("devices", None)
                 deallocated = allocated

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import functools
 import logging
 import ssl
 import tempfile
@@ -67,6 +68,7 @@ from kdra.kube.client import (
 )
 from kdra.services import certs
 from kdra.services.certs import TlsBundle
+from kdra.services.gpu_lookup import GpuClaimLookup
 from kdra.settings import OperatorSettings
 
 __all__ = ["CHECK_INTERVAL", "WebhookServer", "start_webhooks"]
@@ -331,13 +333,17 @@ class WebhookServer:
         return await self._review(request, admission.validate)
 
     async def _mutate_pods(self, request: web.Request) -> web.Response:
-        return await self._review(request, admission.mutate_pod)
+        return await self._review(request, admission.mutate_pod, gpu_lookup=True)
 
-    async def _review(self, request: web.Request, decide: admission.Decide) -> web.Response:
+    async def _review(self, request: web.Request, decide: admission.Decide, *,
+                      gpu_lookup: bool = False) -> web.Response:
         try:
             body = await request.json()
         except ValueError:
             return web.json_response({"error": "the body is not JSON"}, status=400)
+        if gpu_lookup and self.client is not None:  # which claims may get GPUs (env vars)
+            gpu_claims = await GpuClaimLookup(self.client).gpu_claims(body)
+            decide = functools.partial(admission.mutate_pod, gpu_claims=gpu_claims)
         loop = asyncio.get_running_loop()
         try:
             answer = await loop.run_in_executor(None, admission.review, body, decide)
