@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from kdra import metrics
-from kdra.domain.allocator import Placement, Snapshot, place, selector_matches
+from kdra.domain.allocator import Placement, Snapshot, place
 from kdra.domain.backoff import backoff_delay
 from kdra.domain.errors import InvalidObject
 from kdra.domain.models import (
@@ -75,6 +75,7 @@ from kdra.domain.scheduling import (
     best,
     container_devices,
     explain,
+    node_rejection,
     node_view,
     pod_policy,
     pod_requests,
@@ -512,15 +513,8 @@ class Binder:
             if excluded.get(node.name, 0) > now:
                 reasons["node(s) failed to prepare this pod's devices recently"] += 1
                 continue
-            why = fit.why_not(node, self.node_used.get(node.name, NO_RESOURCES))
-            if why is None:
-                for claim in parsed:
-                    if claim.allocated and claim.status.allocation is not None and \
-                            not selector_matches(claim.status.allocation.node_selector,
-                                                 node.info):
-                        why = (f"node(s) didn't match the node selector of allocated claim "
-                               f"{claim.metadata.name!r}")
-                        break
+            why = node_rejection(fit, node, self.node_used.get(node.name, NO_RESOURCES),
+                                 parsed)
             if why is not None:
                 reasons[why] += 1
                 continue
@@ -661,6 +655,8 @@ class Binder:
         updated = await self.client.replace_status(CLAIMS, body)
         self.claims.upsert(updated)
         self._snapshot_claim(updated)
+        if result is not None:
+            metrics.observe_claim_allocated(updated)
         return updated
 
     async def _roll_back(self, attempt: _Attempt, *, every_claim: bool = False) -> None:

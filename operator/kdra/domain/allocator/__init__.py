@@ -6,12 +6,13 @@ A pure library over an in-memory :class:`Snapshot` of slices, classes and device
   :class:`~kdra.domain.errors.AllocationError` (bad input);
 - :func:`place` — many nodes for the binder: placements (with what a scorer needs) or a
   :class:`Reason` per node, and :func:`summarize` to explain a pod that fits nowhere;
-- :func:`selector_matches` — core NodeSelector matching (also for pods' node selection).
+- :func:`selector_matches` — core NodeSelector matching (also for pods' node selection);
+- :func:`nearest_fits` — where a pod that fits nowhere would fit if devices were freed.
 
 The caller persists: nothing here talks to the API server. Modules, one job each:
 ``nodeselector`` (NodeSelector), ``pools`` (devices, slices, pools per node), ``snapshot``
 (incremental indexes), ``search`` (per-node backtracking), ``results`` (AllocationResult
-building), ``cluster`` (many nodes, reasons), ``reasons``, ``stats``.
+building), ``cluster`` (many nodes, reasons), ``reasons``, ``stats``, ``whatif`` (devices to free).
 """
 
 from kdra.domain.allocator.cluster import ClusterOutcome, Placement, place, summarize
@@ -21,10 +22,12 @@ from kdra.domain.allocator.reasons import Reason, ReasonCode
 from kdra.domain.allocator.search import allocate
 from kdra.domain.allocator.snapshot import Snapshot, devices_in_use
 from kdra.domain.allocator.stats import Stats
+from kdra.domain.allocator.whatif import Freeing, nearest_fits
 
 __all__ = [
     "ClusterOutcome",
     "DeviceId",
+    "Freeing",
     "NodeInfo",
     "Placement",
     "Reason",
@@ -33,6 +36,7 @@ __all__ = [
     "Stats",
     "allocate",
     "devices_in_use",
+    "nearest_fits",
     "node_name_selector",
     "place",
     "selector_matches",
