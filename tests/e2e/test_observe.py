@@ -46,6 +46,8 @@ pytestmark = pytest.mark.slow
 READY = "Ctrl-C stops everything."
 DASHBOARD = ROOT / "manifests" / "overlays" / "servicemonitor" / "dashboards" / "kdra.json"
 GPU = "gpu.kdra.dev"
+PACE = 8.0
+"""Seconds between the load's steps (Prometheus scrapes every second)."""
 H100 = 'device.attributes["gpu.kdra.dev"].productName.contains("H100")'
 
 
@@ -204,10 +206,12 @@ def loaded(demo: Demo, request: pytest.FixtureRequest) -> Demo:
                     "name": "gpu", "deviceClassName": GPU, "count": 8,
                     "selectors": [{"cel": {"expression": H100}}]}]}}}}
     demo.kubectl("apply", "-f", "-", input=json.dumps(template))
+    time.sleep(PACE)  # a few scrapes before, between and after the steps: the PNG shows them
     for name in ("fill-1", "fill-2"):
         demo.kubectl("apply", "-f", "-", input=json.dumps(gpu_pod(name, "eight-h100")))
         wait_for(lambda n=name: demo.get("pod", n)["spec"].get("nodeName"), timeout=60,
                  what=f"{name} bound")
+        time.sleep(PACE)
     demo.kubectl("apply", "-f", "-", input=json.dumps(gpu_pod("big", "eight-h100")))
 
     def refused() -> bool:
@@ -388,6 +392,10 @@ def test_every_dashboard_query_parses_and_returns_data(prometheus: Prometheus,
         GPU: 12.0, "resource.example.com": 4.0}
     pending = prometheus.query("sum(kdra_scheduler_pending_pods)")["data"]["result"]
     assert float(pending[0]["value"][1]) == 1.0  # big
+    reasons = {r["metric"]["reason"]: float(r["value"][1]) for r in prometheus.query(
+        "kdra_scheduler_unschedulable_reasons_total")["data"]["result"]}
+    assert reasons["devices-busy"] > 0 and reasons["no-matching-device"] > 0
+    assert reasons["other"] == 0  # the allocator's rejections count once, by their code
     bad = prometheus.query("sum(kdra_devices{state=}")
     assert bad["status"] == "error" and bad["errorType"] == "bad_data"  # parsing is checked
 
@@ -408,12 +416,13 @@ def test_key_panels_render_to_a_png(prometheus: Prometheus, loaded: Demo,
     dashboard = json.loads(DASHBOARD.read_text())
     for panel in dashboard["panels"]:
         if panel["title"] in KEY_PANELS:
-            queries[panel["title"]] = [
-                (t["expr"].replace("$class", ".*").replace("$__rate_interval", "10m"),
+            queries[panel["title"]] = [  # rates over 30 s: the steps show as they happened
+                (t["expr"].replace("$class", ".*").replace("$__rate_interval", "30s"),
                  t.get("legendFormat", "")) for t in panel["targets"]]
     assert sorted(queries) == sorted(KEY_PANELS)
-    end = time.time()
-    start = min(prometheus.started, end - 60)
+    start = prometheus.started
+    end = time.time() + PACE
+    time.sleep(PACE)  # a flat tail after the last step
     figure, axes = pyplot.subplots(2, 3, figsize=(16, 8))
     plotted = 0
     for axis, title in zip(axes.flat, KEY_PANELS, strict=True):
@@ -421,13 +430,15 @@ def test_key_panels_render_to_a_png(prometheus: Prometheus, loaded: Demo,
             for series in prometheus.query_range(expr, start, end, 1):
                 times = [float(t) - start for t, _ in series["values"]]
                 values = [float(v) for _, v in series["values"]]
+                if not any(values):
+                    continue  # e.g. one of the 15 rejection reasons that never happened
                 label = re.sub(r"\{\{(\w+)\}\}",
                                lambda m, s=series: str(s["metric"].get(m.group(1), "")),
                                legend) or expr[:30]
                 axis.plot(times, values, label=label)
                 plotted += 1
         axis.set_title(title, fontsize=10)
-        axis.set_xlabel("seconds")
+        axis.set_xlabel("seconds since Prometheus started")
         axis.legend(fontsize=7, loc="upper left")
         axis.grid(alpha=0.3)
     figure.suptitle("kdra dashboard — key panels, from Prometheus scraping `kdra demo`")

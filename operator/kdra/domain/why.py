@@ -375,10 +375,19 @@ def render_why(explanation: Explanation, *, bold: bool = False) -> str:
             lines.append(f"  {nearest.node} would fit if {n} device{'s' if n != 1 else ''} "
                          f"{'were' if n != 1 else 'was'} freed"
                          f"{'' if nearest.minimal else ' (or fewer)'}: "
-                         f"{', '.join(nearest.devices)} — held by {held}")
+                         f"{_by_pool(nearest.devices)} — held by {held}")
         out.append("\n".join(lines))
     out.extend(f"Note: {note}" for note in explanation.notes)
     return "\n\n".join(out) + "\n"
+
+
+def _by_pool(devices: Sequence[str]) -> str:
+    """``driver/pool/a``, ``driver/pool/b`` → ``driver/pool: a, b`` (pools in order)."""
+    pools: dict[str, list[str]] = {}
+    for device in devices:
+        pool, _, name = device.rpartition("/")
+        pools.setdefault(pool, []).append(name)
+    return "; ".join(f"{pool}: {', '.join(names)}" for pool, names in pools.items())
 
 
 def _names(nodes: Sequence[str]) -> str:

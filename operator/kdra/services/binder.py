@@ -520,6 +520,7 @@ class Binder:
                 continue
             candidates.append(node.info)
 
+        filtered = reasons.copy()  # the node filters' rejections (the allocator's: by code)
         unallocated = [c for c in parsed if not c.allocated]
         placements: dict[str, Placement] = {}
         policy = pod_policy(pod, self.settings.policy)
@@ -547,8 +548,8 @@ class Binder:
         if choice is None and unallocated and self._wait_for_releases(key):
             return "releasing"
         if choice is None:
-            for message in reasons:
-                metrics.record_unschedulable(_reason_label(message))
+            for message, count in filtered.items():
+                metrics.record_unschedulable(_reason_label(message), count)
             await self._unschedulable(pod, explain(reasons, len(nodes)))
             return "unschedulable"
         return self._reserve(key, pod, resolved, parsed, unallocated, choice)

@@ -81,7 +81,8 @@ def test_unschedulable_pod_groups_nodes_and_names_the_nearest_fit() -> None:
     text = render_why(found)
     assert "kdra-scheduler said: 0/3 nodes available: (what the binder said)" in text
     assert "  node-b would fit if 1 device was freed: " \
-           f"{GPU}/node-b/gpu-0 — held by default/held-b-0 (pod p-b0)" in text
+           f"{GPU}/node-b: gpu-0 — held by default/held-b-0 (pod p-b0)" in text
+    assert f"  node-a would fit if 2 devices were freed: {GPU}/node-a: gpu-0, gpu-1 — " in text
     assert json.loads(json.dumps(found.to_json()))["nearest"][0]["free"] == 1
 
 
