@@ -86,6 +86,7 @@ from kapi import (
     rss_mib,
 )
 from kdra.devenv.controlplane import CONTROLLERS, ControlPlane, binaries, free_port
+from kdra.devenv.process import spawn
 from kdra.domain.podclaims import CLAIM_STATUSES_ANNOTATION
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -141,9 +142,8 @@ class Proc:
 
     def start(self) -> Proc:
         with self.log.open("ab") as out:
-            self.popen = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, start_new_session=True,
-                                          env={**os.environ, **self.env})
+            self.popen = spawn(self.args, run_dir=self.log.parent, stdout=out,
+                               stderr=subprocess.STDOUT, env={**os.environ, **self.env})
         return self
 
     @property
@@ -579,10 +579,10 @@ class Profiler:
             if not proc.name.startswith("kdra") or not proc.alive():
                 continue
             path = self.out / f"{tag}-{proc.name}.txt"
-            popen = subprocess.Popen(
+            popen = spawn(
                 [spy, "record", "--pid", str(proc.pid), "--format", "raw", "--rate", "50",
                  "--nonblocking", "--gil", "-o", str(path)],  # GIL holders: ~CPU, not I/O waits
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                run_dir=self.out, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             self.running.append((proc.name, popen, path))
 
     def stop(self) -> list[tuple[str, Path]]:

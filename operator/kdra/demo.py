@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from kdra.devenv.controlplane import ControlPlane, ControlPlaneError, binaries, free_port, repo_root
+from kdra.devenv.process import spawn, terminate
 
 GPU_NODES = "gpu-node-{0..2}"
 CATS_NODE = "worker-1"
@@ -91,9 +92,8 @@ class _Procs:
     def start(self, name: str, *args: str, ready: str, timeout: float = 90) -> None:
         log = self.directory / f"{name}.log"
         with log.open("ab") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "kdra", *args], stdout=out,
-                                    stderr=subprocess.STDOUT, env=self.env,
-                                    start_new_session=True)
+            proc = spawn([sys.executable, "-m", "kdra", *args], run_dir=self.directory,
+                         stdout=out, stderr=subprocess.STDOUT, env=self.env)
         self.procs.append((name, proc))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -106,13 +106,7 @@ class _Procs:
 
     def stop(self) -> None:
         for _, proc in reversed(self.procs):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for _, proc in self.procs:
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+            terminate(proc, grace=15)
 
 
 def _exit_on_signal(signum: int, _frame: object) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from kdra.devenv.controlplane import ControlPlane, binaries
+from kdra.devenv.process import sweep
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = ROOT / "crds"
@@ -29,6 +30,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    # Left-overs of an earlier run that was killed before it could stop its processes (they
+    # die with their parent, but a grandchild may not): only processes kdra's tooling started
+    # for a run under the same root, whose owner is gone. Concurrent runs are left alone.
+    root = Path(os.environ["KDRA_E2E_DIR"]) if os.environ.get("KDRA_E2E_DIR") \
+        else tmp_path_factory.getbasetemp().parent
+    if swept := sweep(root):
+        print(f"killed {len(swept)} left-over processes of earlier runs under {root}")
     workdir = Path(os.environ.get("KDRA_E2E_DIR") or tmp_path_factory.mktemp("control-plane"))
     plane = ControlPlane(workdir, binaries()).start()
     try:

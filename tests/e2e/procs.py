@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from kdra.devenv.controlplane import free_port
+from kdra.devenv.process import spawn
 
 
 class KdraProcess:
@@ -33,10 +34,10 @@ class KdraProcess:
         env = {"KDRA_WEBHOOK_PORT": "0", **os.environ, "KUBECONFIG": str(self.kubeconfig),
                **self.env}
         with self.log.open("ab") as out:
-            self.popen = subprocess.Popen(
+            self.popen = spawn(
                 [sys.executable, "-m", "kdra", *self.args,
                  "--metrics-port", str(self.metrics_port)],
-                stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                run_dir=self.log.parent, stdout=out, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.popen.poll() is not None:

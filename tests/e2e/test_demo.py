@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from kdra.devenv.process import spawn
+
 READY = "Ctrl-C stops everything."
 
 
@@ -25,8 +27,8 @@ def processes_under(directory: Path) -> list[str]:
 def test_demo_prints_the_allocation_table_and_stops_everything_on_sigterm(
         tmp_path: Path) -> None:
     workdir = tmp_path / "demo"
-    demo = subprocess.Popen([sys.executable, "-m", "kdra", "demo", "--dir", str(workdir)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    demo = spawn([sys.executable, "-m", "kdra", "demo", "--dir", str(workdir)],
+                 run_dir=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert demo.stdout is not None
     lines: list[str] = []
     deadline = time.monotonic() + 600

@@ -22,7 +22,6 @@ import math
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -37,6 +36,7 @@ import pytest
 import yaml
 
 from kdra.devenv.controlplane import binaries, free_port
+from kdra.devenv.process import spawn, terminate
 from kdra.domain.podclaims import CLAIMS_ANNOTATION
 from tests.e2e.conftest import ROOT
 from tests.e2e.procs import wait_for
@@ -79,9 +79,10 @@ class Demo:
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
-    workdir = tmp_path_factory.mktemp("observe") / "demo"
-    process = subprocess.Popen([sys.executable, "-m", "kdra", "demo", "--dir", str(workdir)],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    run_dir = tmp_path_factory.mktemp("observe")
+    workdir = run_dir / "demo"
+    process = spawn([sys.executable, "-m", "kdra", "demo", "--dir", str(workdir)],
+                    run_dir=run_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert process.stdout is not None
     lines: list[str] = []
     try:
@@ -98,12 +99,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
         yield Demo(process, output, Path(kubeconfig.group(1)), urls.group(1),
                    [url.strip() for url in urls.group(2).split(",")])
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        terminate(process, grace=120)  # SIGTERM: the demo stops what it started, as on Ctrl-C
 
 
 @dataclass
@@ -157,10 +153,10 @@ def prometheus(demo: Demo, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     (home / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = free_port()
     log = (home / "prometheus.log").open("wb")
-    process = subprocess.Popen(
+    process = spawn(
         [binary, f"--config.file={home / 'prometheus.yml'}",
          f"--storage.tsdb.path={home / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        run_dir=home, stdout=log, stderr=subprocess.STDOUT)
     prom = Prometheus(f"http://127.0.0.1:{port}", time.time())
     try:
         def ready() -> bool:
@@ -178,11 +174,7 @@ def prometheus(demo: Demo, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         wait_for(scraping, timeout=60, what="the operator and both agents scraped")
         yield prom
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+        terminate(process, grace=30)
         log.close()
 
 

@@ -12,6 +12,9 @@ Invariants:
   namespace lifecycle, service accounts and their tokens' root CA).
 - :meth:`ControlPlane.stop` ends every process it started, even after a failed start; each
   process's output goes to ``<workdir>/<name>.log`` (read by :meth:`ControlPlane.logs`).
+- Every process is started by :func:`kdra.devenv.process.spawn`: it dies with the process that
+  started it, however that one ends (``kdra controlplane`` stops them in order on SIGINT,
+  SIGTERM and SIGHUP; a SIGKILL leaves the kernel to do it).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kdra.devenv.pki import CertificateAuthority, KeyPair, service_account_key
+from kdra.devenv.process import spawn, terminate
 
 KUBE_VERSION = os.environ.get("KDRA_KUBE_VERSION", "1.35.4")
 SERVICE_CIDR = "10.96.0.0/16"
@@ -151,10 +155,10 @@ class ControlPlane:
 
     def kubectl_async(self, *args: str, input: str | None = None) -> subprocess.Popen[str]:
         """Start kubectl without waiting for it (e.g. a burst of creates during a fault)."""
-        proc = subprocess.Popen(
-            [str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            text=True,
+        proc: subprocess.Popen[str] = spawn(
+            [self.bin_dir / "kubectl", "--kubeconfig", self.kubeconfig, *args],
+            run_dir=self.workdir, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, text=True,
         )
         stdin = proc.stdin
         assert stdin is not None
@@ -256,10 +260,8 @@ class ControlPlane:
     def _spawn(self, name: str, args: list[str]) -> None:
         log = self.workdir / f"{name}.log"
         with log.open("ab") as out:
-            popen = subprocess.Popen(
-                [str(self.bin_dir / name), *args], stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True,
-            )
+            popen = spawn([self.bin_dir / name, *args], run_dir=self.workdir, stdout=out,
+                          stderr=subprocess.STDOUT)
         self.processes.append(_Process(name, popen, log))
 
     def _check_alive(self) -> None:
@@ -291,7 +293,7 @@ class ControlPlane:
         proc = next(p for p in self.processes if p.name == name)
         args = proc.popen.args
         assert isinstance(args, list)
-        _terminate(proc.popen)
+        terminate(proc.popen)
         self.processes.remove(proc)
         self.stopped[name] = [str(a) for a in args[1:]]
 
@@ -301,7 +303,7 @@ class ControlPlane:
 
     def stop(self) -> None:
         for proc in reversed(self.processes):
-            _terminate(proc.popen)
+            terminate(proc.popen)
         self.processes.clear()
 
     def logs(self, lines: int = 60) -> str:
@@ -309,20 +311,6 @@ class ControlPlane:
             f"===== {log.name} (last {lines} lines) =====\n{_tail(log, lines)}"
             for log in sorted(self.workdir.glob("*.log"))
         )
-
-
-def _terminate(popen: subprocess.Popen[bytes], grace: float = 10.0) -> None:
-    if popen.poll() is not None:
-        return
-    try:
-        os.killpg(popen.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        popen.wait(grace)
-    except subprocess.TimeoutExpired:
-        os.killpg(popen.pid, signal.SIGKILL)
-        popen.wait()
 
 
 def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
@@ -380,11 +368,33 @@ def main(argv: list[str] | None = None) -> int:
     if args.build_only:
         print(binaries())
         return 0
-    with running(args.dir) as plane:
-        print(f"export KUBECONFIG={plane.kubeconfig}", flush=True)
-        with suppress(KeyboardInterrupt):
-            signal.pause()
-    return 0
+    # Started in the background by a shell, SIGINT arrives ignored (and Python then installs no
+    # handler of its own); SIGTERM and SIGHUP would end the process without stopping etcd and
+    # the apiserver. Each of the three stops the control plane the same way.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _stop_on_signal)
+    try:
+        with running(args.dir) as plane:
+            print(f"export KUBECONFIG={plane.kubeconfig}", flush=True)
+            while True:
+                signal.pause()
+    except _Stopped as stopped:
+        return 128 + stopped.signum
+
+
+class _Stopped(BaseException):
+    """Raised by a stop signal's handler: unwinds ``running`` so every process is stopped."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop_on_signal(signum: int, _frame: object) -> None:
+    # Once: a second signal while stopping must not interrupt the clean-up.
+    for each in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(each, signal.SIG_IGN)
+    raise _Stopped(signum)
 
 
 if __name__ == "__main__":

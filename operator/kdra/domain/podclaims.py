@@ -175,6 +175,25 @@ def pod_ref(pod: Mapping[str, Any]) -> dict[str, str]:
     return {"resource": "pods", "name": meta["name"], "uid": meta["uid"]}  # core: no apiGroup
 
 
+#: kdra's summary of ``status.allocation`` for ``kubectl get``: every allocated device's name,
+#: comma-separated (a printer column's JSONPath shows only the first element of a list).
+ALLOCATED_DEVICES = "allocatedDevices"
+
+
+def set_allocation(status: dict[str, Any], allocation: Mapping[str, Any]) -> None:
+    """Put ``allocation`` (API form) into a claim's ``status``, with its device summary."""
+    status["allocation"] = allocation
+    results = (allocation.get("devices") or {}).get("results") or ()
+    status[ALLOCATED_DEVICES] = ",".join(str(r.get("device", "")) for r in results)
+
+
+def clear_allocation(status: dict[str, Any]) -> None:
+    """Deallocate in a claim's ``status``: the allocation, its summary and the devices' status
+    (what the agent reported about devices the claim no longer has)."""
+    for key in ("allocation", ALLOCATED_DEVICES, "devices"):
+        status.pop(key, None)
+
+
 def protected_by_kdra(claim: Mapping[str, Any]) -> bool:
     """Whether the claim carries kdra's finalizer: kdra generated it or allocated it (the
     binder adds the finalizer before it writes an allocation)."""

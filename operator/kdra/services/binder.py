@@ -65,8 +65,10 @@ from kdra.domain.podclaims import (
     SCHEDULER_NAME,
     PodClaim,
     claim_statuses,
+    clear_allocation,
     pod_claims,
     pod_ref,
+    set_allocation,
 )
 from kdra.domain.scheduling import (
     NodeView,
@@ -651,7 +653,7 @@ class Binder:
         status = dict(body.get("status") or {})
         body = {**body, "status": status}
         if result is not None:
-            status["allocation"] = dump(result)
+            set_allocation(status, dump(result))
         status["reservedFor"] = [*(status.get("reservedFor") or []), pod_ref(pod)]
         updated = await self.client.replace_status(CLAIMS, body)
         self.claims.upsert(updated)
@@ -712,8 +714,7 @@ class Binder:
             if not keep:
                 del body["status"]["reservedFor"]  # no field, as upstream (omitempty)
             if not keep and deallocate:
-                body["status"].pop("allocation", None)
-                body["status"].pop("devices", None)
+                clear_allocation(body["status"])
             try:
                 updated = await self.client.replace_status(CLAIMS, body)
             except Conflict:

@@ -42,6 +42,7 @@ from kdra.domain.podclaims import (
     POD_CLAIM_NAME_ANNOTATION,
     PodClaim,
     claim_statuses,
+    clear_allocation,
     generated_claim,
     owned_by,
     pod_claims,
@@ -330,8 +331,7 @@ class ClaimController:
                 # No consumer left: no field at all, as upstream leaves it (omitempty), rather
                 # than an empty list.
                 body["status"].pop("reservedFor")
-                body["status"].pop("allocation", None)
-                body["status"].pop("devices", None)
+                clear_allocation(body["status"])
                 deallocated = allocated
             claim = await self._write_status(body)
             for _ in range(len(reserved) - len(valid)):

@@ -153,3 +153,18 @@ def test_generated_claim_copies_template() -> None:
     assert meta["finalizers"] == [FINALIZER]
     assert claim["spec"] == template["spec"]["spec"]
     assert owned_by(claim, "u1") and not owned_by(claim, "u2")
+
+
+def test_allocation_summary_names_every_device_and_goes_with_the_allocation() -> None:
+    from kdra.domain.podclaims import ALLOCATED_DEVICES, clear_allocation, set_allocation
+
+    allocation = {"devices": {"results": [
+        {"request": "gpus", "driver": "gpu.kdra.dev", "pool": "n1", "device": "gpu-8"},
+        {"request": "gpus", "driver": "gpu.kdra.dev", "pool": "n1", "device": "gpu-9"}]}}
+    status: dict[str, object] = {"reservedFor": [{"name": "p", "uid": "u"}]}
+    set_allocation(status, allocation)
+    assert status[ALLOCATED_DEVICES] == "gpu-8,gpu-9"
+    assert status["allocation"] is allocation
+    status["devices"] = [{"driver": "gpu.kdra.dev", "pool": "n1", "device": "gpu-8"}]
+    clear_allocation(status)
+    assert status == {"reservedFor": [{"name": "p", "uid": "u"}]}
