@@ -16,7 +16,8 @@ from kdra import __version__
 
 
 def _common(parser: argparse.ArgumentParser, *, namespaced: bool = True,
-            formats: Sequence[str] = ("table", "json", "yaml")) -> None:
+            formats: Sequence[str] = ("table", "json", "yaml"),
+            impersonate: bool = True) -> None:
     parser.add_argument("--kubeconfig", default=None,
                         help="kubeconfig file(s) (default: $KUBECONFIG, ~/.kube/config, or "
                         "the pod's service account)")
@@ -28,10 +29,11 @@ def _common(parser: argparse.ArgumentParser, *, namespaced: bool = True,
                         help=f"{' | '.join(formats)} (default: {formats[0]})")
     parser.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                         help="colour the tables: auto (on a terminal, unless NO_COLOR is set)")
-    parser.add_argument("--as", dest="as_user", default=None, metavar="USER",
-                        help="impersonate USER (as kubectl --as)")
-    parser.add_argument("--as-group", dest="as_group", default=None, metavar="GROUP",
-                        help="impersonate GROUP too (with --as)")
+    if impersonate:
+        parser.add_argument("--as", dest="as_user", default=None, metavar="USER",
+                            help="impersonate USER (as kubectl --as)")
+        parser.add_argument("--as-group", dest="as_group", default=None, metavar="GROUP",
+                            help="impersonate GROUP too (with --as)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="kdra check from your kubeconfig: no device allocated twice, bound pods' "
         "claims allocated, reserved and prepared on their node, no stale reservations or "
         "slices. Exit code 0: all hold; 1: violations; 2: the cluster could not be read.")
-    _common(chk, namespaced=False, formats=("text", "json"))
+    _common(chk, namespaced=False, formats=("text", "json"), impersonate=False)
     chk.add_argument("--system-namespace", default="kdra-system",
                      help="namespace of the agents' heartbeat Leases (default: kdra-system)")
     chk.add_argument("--lease-grace", type=float, default=None,

@@ -112,9 +112,10 @@ class Operator:
             informer.start()
         # Utilisation gauges, computed from the caches at scrape time (leader only: a
         # standby has no caches, and the sums over replicas stay right).
+        rows = utilisation.ClaimRows()
         metrics.register_utilisation(
             utilisation.loop_source(asyncio.get_running_loop(), lambda: utilisation.figures(
-                operator.binder.snapshot, operator.claims)),
+                operator.binder.snapshot, operator.claims, rows)),
             metrics.Limits(max_nodes=settings.metrics_max_nodes,
                            max_namespaces=settings.metrics_max_namespaces))
         log.info("kdra operator started: %d pods with claims, %d claims, %d templates",

@@ -23,18 +23,43 @@ from collections.abc import Callable, Iterable
 
 from kdra import metrics
 from kdra.domain.allocator import Snapshot
-from kdra.domain.describe import claims_of
+from kdra.domain.describe import ClaimRow, claims_of
 from kdra.domain.utilisation import namespace_usage, pool_totals, utilisation
 from kdra.services.store import JSON
 
 
-def figures(snapshot: Snapshot, claims: Iterable[JSON]) -> metrics.Utilisation:
-    """The utilisation of the cluster the caches describe."""
-    rows = claims_of(claims)
+class ClaimRows:
+    """Each claim's row (:func:`kdra.domain.describe.claims_of`), kept per claim (namespace,
+    name, uid) and resourceVersion from one scrape to the next: a claim that did not change
+    is not read again."""
+
+    def __init__(self) -> None:
+        self._rows: dict[str, tuple[str, ClaimRow]] = {}
+
+    def __call__(self, claims: Iterable[JSON]) -> list[ClaimRow]:
+        rows: dict[str, tuple[str, ClaimRow]] = {}
+        for claim in claims:
+            meta = claim.get("metadata") or {}
+            key = f"{meta.get('namespace')}/{meta.get('name')}/{meta.get('uid')}"
+            version = str(meta.get("resourceVersion", ""))
+            known = self._rows.get(key)
+            if known is None or known[0] != version or not version:
+                (row,) = claims_of([claim])
+                known = (version, row)
+            rows[key] = known
+        self._rows = rows
+        return [row for _, row in rows.values()]
+
+
+def figures(snapshot: Snapshot, claims: Iterable[JSON],
+            rows: ClaimRows | None = None) -> metrics.Utilisation:
+    """The utilisation of the cluster the caches describe (``rows``: a cache kept between
+    calls)."""
+    found = (rows or ClaimRows())(claims)
     devices = {(u.device_class, u.node, u.driver, u.pool): (u.free, u.allocated, u.unhealthy)
-               for u in utilisation(snapshot, rows)}
+               for u in utilisation(snapshot, found, sort=False)}
     return metrics.Utilisation(devices=devices, pools=pool_totals(snapshot),
-                               namespaces=dict(namespace_usage(rows)))
+                               namespaces=dict(namespace_usage(found)))
 
 
 def loop_source(loop: asyncio.AbstractEventLoop, compute: Callable[[], metrics.Utilisation],
