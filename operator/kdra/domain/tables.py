@@ -25,10 +25,11 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]],
     for number, row in enumerate([headers, *rows]):
         cells = []
         for header, cell, width in zip(headers, row, widths, strict=True):
-            text = str(cell).ljust(width)
-            code = paint(header, str(cell)) if paint is not None and number else ""
+            text = str(cell)
+            code = paint(header, text) if paint is not None and number else ""
             if number == 0 and paint is not None:
                 code = "1"  # headers in bold
-            cells.append(f"\033[{code}m{text}{RESET}" if code else text)
+            padding = " " * (width - len(text))  # outside the codes: rstrip still trims it
+            cells.append(f"\033[{code}m{text}{RESET}{padding}" if code else text + padding)
         lines.append("   ".join(cells).rstrip())
     return "\n".join(lines)
