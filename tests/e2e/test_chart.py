@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import difflib
 import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -117,7 +118,7 @@ def test_helm_lint(helm: str) -> None:
 
 
 def test_the_copied_parts_are_up_to_date() -> None:
-    result = subprocess.run(["python3", str(ROOT / "hack" / "sync-chart.py"), "--check"],
+    result = subprocess.run([sys.executable, str(ROOT / "hack" / "sync-chart.py"), "--check"],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr
 
