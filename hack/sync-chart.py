@@ -12,8 +12,8 @@ templates with values; everything else is copied from the manifests by this scri
   PodDisruptionBudget, webhook configurations); the chart puts them in the release namespace
 - charts/kdra/files/dashboards/kdra.json ← manifests/overlays/servicemonitor/dashboards/
 
-    hack/sync-chart.py            # write them
-    hack/sync-chart.py --check    # exit 1 (with a diff) if they are out of date
+    .venv/bin/python hack/sync-chart.py           # write them (needs PyYAML)
+    .venv/bin/python hack/sync-chart.py --check   # exit 1 (with a diff) if out of date
 
 kubectl: $KUBECTL, else the one hack/build-control-plane.sh built, else kubectl on PATH.
 """
