@@ -103,8 +103,9 @@ def drift(chart: Sequence[dict[str, Any]], manifests: Sequence[dict[str, Any]],
     if not report:
         return ""
     return (f"charts/kdra and {what} have drifted apart:\n" + "\n".join(report) +
-            "\n\nRun .venv/bin/python hack/sync-chart.py for the copied parts (CRDs, RBAC, policies, Services, "
-            "webhooks, dashboard); edit charts/kdra/templates/ for the workloads.")
+            "\n\nRun .venv/bin/python hack/sync-chart.py for the copied parts (CRDs, RBAC, "
+            "policies, Services, webhooks, dashboard); edit charts/kdra/templates/ for the "
+            "workloads.")
 
 
 def test_helm_lint(helm: str) -> None:
