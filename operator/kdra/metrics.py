@@ -143,6 +143,26 @@ agent_unprepare_errors = Counter(
     "Claims whose clean-up failed (file or API error); they are retried.",
 )
 
+NRI_RESULTS = ("adjusted", "no_devices", "refused", "error")
+
+agent_nri_adjustments = Counter(
+    "kdra_agent_nri_adjustments_total",
+    "Containers the agent's NRI plugin answered at creation, by result: adjusted (given "
+    "its devices), no_devices (no kdra devices; device env overridden if set), refused "
+    "(a claim of its pod is not prepared on the node: creation fails naming it), error.",
+    ["result"],
+)
+agent_nri_adjustment_seconds = Histogram(
+    "kdra_agent_nri_adjustment_seconds",
+    "Time the agent's NRI plugin took to decide a container's adjustment (the runtime "
+    "waits at most its request timeout, 2 s by default).",
+    buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 2.0),
+)
+agent_nri_connected = Gauge(
+    "kdra_agent_nri_connected",
+    "1 while the agent's NRI plugin is registered with the container runtime, else 0.",
+)
+
 
 def init_agent_series() -> None:
     for health in DEVICE_HEALTH:
@@ -150,10 +170,22 @@ def init_agent_series() -> None:
     agent_prepared_claims.set(0)
     for reason in AGENT_SLICE_DELETION_REASONS:
         agent_slice_deletions.labels(reason=reason)
+    for result in NRI_RESULTS:
+        agent_nri_adjustments.labels(result=result)
+    agent_nri_connected.set(0)
 
 
 def record_agent_slice_deletion(reason: str) -> None:
     agent_slice_deletions.labels(reason=reason).inc()
+
+
+def observe_nri_adjustment(result: str, seconds: float) -> None:
+    agent_nri_adjustments.labels(result=result if result in NRI_RESULTS else "error").inc()
+    agent_nri_adjustment_seconds.observe(seconds)
+
+
+def set_nri_connected(connected: bool) -> None:
+    agent_nri_connected.set(1 if connected else 0)
 
 
 def observe_prepare(seconds: float, ok: bool) -> None:

@@ -166,6 +166,14 @@ class AgentSettings:
     workers: int = 4
     """Concurrent claim prepare/unprepare operations per process."""
 
+    nri_socket: str = "/var/run/nri/nri.sock"
+    """The container runtime's NRI socket: the agent registers there as NRI plugin
+    '10-kdra' and gives each container exactly the CDI devices of its pod's prepared claims
+    (and refuses containers whose claims are not prepared). Empty turns it off; a missing
+    socket is retried in the background. Never used for simulated nodes (--simulate-nodes,
+    --create-nodes: there is no runtime). Without it, containers see their devices only
+    through the webhook's env (not tamper-proof)."""
+
 
 def add_arguments(parser: argparse.ArgumentParser,
                   settings_class: type[OperatorSettings] | type[AgentSettings] = OperatorSettings,

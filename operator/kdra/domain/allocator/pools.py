@@ -3,7 +3,8 @@
 - :class:`DeviceEntry` wraps one device of one ResourceSlice *object*. It memoises selector
   results per expression: a slice object never changes (models are frozen, and a device is
   immutable within a pool generation), and a new version of the slice gets new entries, so a
-  memoised result can never be stale.
+  memoised result can never be stale. A device of a type kdra does not know (no ``basic``:
+  some future device type) matches no selector, as upstream's allocator skips it.
 - :func:`gather_pools` groups the slices a node can see into pools (upstream's GatherPools):
   per (driver, pool name) only the slices of the highest ``generation`` count; a pool is
   *incomplete* when that generation has fewer (or more) slices than ``resourceSliceCount``;
@@ -64,7 +65,7 @@ class Selector:
 class DeviceEntry:
     """One device of one slice object, with its CEL view and selector memo."""
 
-    __slots__ = ("_cel", "_memo", "attributes", "id", "index", "slice")
+    __slots__ = ("_cel", "_memo", "attributes", "id", "index", "known", "slice")
 
     def __init__(self, slice_: ResourceSlice, index: int) -> None:
         device = slice_.spec.devices[index]
@@ -72,6 +73,7 @@ class DeviceEntry:
         self.index = index
         self.id = DeviceId(slice_.spec.driver, slice_.spec.pool.name, device.name)
         basic = device.basic
+        self.known = basic is not None
         self.attributes: dict[str, AttributeValue] = (
             {name: (attr.kind, attr.value) for name, attr in basic.attributes.items()}
             if basic is not None
@@ -106,8 +108,10 @@ class DeviceEntry:
         """The selector's verdict on this device, memoised per expression.
 
         Raises CelRuntimeError / InvalidObject (also memoised: evaluating again would fail
-        the same way).
+        the same way). A device of an unknown type matches nothing.
         """
+        if not self.known:
+            return False
         hit = self._memo.get(selector.expression)
         if hit is None:
             if len(self._memo) >= CACHE_LIMIT:
@@ -212,6 +216,8 @@ class NodePools:
         items: list[MatchItem] = []
         for pool in self.pools:
             for entry in pool.entries:
+                if not entry.known:
+                    continue  # a device type kdra does not know is never offered
                 failure = None
                 matched = True
                 for selector in selectors:

@@ -61,6 +61,7 @@ from kdra.services.agent.discovery import (
     FakeDiscovery,
     NvmlDiscovery,
 )
+from kdra.services.agent.exposure import ExposurePolicy, make_nri_plugin
 from kdra.services.agent.heartbeat import Heartbeat
 from kdra.services.agent.prepare import HolderIndex, Preparer
 from kdra.services.agent.publisher import SlicePublisher
@@ -208,6 +209,10 @@ class AgentRunner:
         self.reread = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._signature: object | None = None
+        first = self.nodes[nodes[0]]
+        self.nri = make_nri_plugin(settings, nodes, ExposurePolicy(
+            first.node, claims=lambda: self.claims.values(),
+            checkpoint=lambda: first.preparer.checkpoint, drivers=lambda: first.claim_drivers))
 
     # ------------------------------------------------------------------ start-up
 
@@ -227,6 +232,8 @@ class AgentRunner:
         self.queue.start()
         self._tasks += [asyncio.create_task(self._poll(), name="agent-inventory-poll"),
                         asyncio.create_task(self._resync(), name="agent-resync")]
+        if self.nri is not None:  # after the first LIST: see services.agent.exposure
+            self._tasks.append(asyncio.create_task(self.nri.run(), name="agent-nri"))
         devices = sum(len(agent.inventory.devices) for agent in self.nodes.values())
         log.info("kdra agent started: %d node(s), %d device(s), drivers %s", len(self.nodes),
                  devices, ", ".join(sorted({d for a in self.nodes.values() for d in a.drivers})))
