@@ -67,7 +67,30 @@ slice_gc_deletions = Counter(
 )
 
 
+# --------------------------------------------------------------------------- watches (both)
+
+WATCH_KINDS = ("Pod", "ResourceClaim", "ResourceClaimTemplate", "DeviceClass", "ResourceSlice",
+               "Node", "Lease", "other")
+
+watch_decode_errors = Counter(
+    "kdra_watch_decode_errors_total",
+    "Objects in watch events and lists that could not be decoded (e.g. nested deeper than "
+    "the JSON decoder's limit) and were skipped, by kind. Each is logged once.",
+    ["kind"],
+)
+
+
+def init_watch_series() -> None:
+    for kind in WATCH_KINDS:
+        watch_decode_errors.labels(kind=kind)
+
+
+def record_watch_decode_error(kind: str) -> None:
+    watch_decode_errors.labels(kind=kind if kind in WATCH_KINDS else "other").inc()
+
+
 def init_series() -> None:
+    init_watch_series()
     for status in CREATE_STATUSES:
         claim_creates.labels(status=status)
     for allocated in ("true", "false"):
@@ -165,6 +188,7 @@ agent_nri_connected = Gauge(
 
 
 def init_agent_series() -> None:
+    init_watch_series()
     for health in DEVICE_HEALTH:
         agent_devices.labels(health=health).set(0)
     agent_prepared_claims.set(0)

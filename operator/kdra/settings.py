@@ -99,6 +99,14 @@ class OperatorSettings:
     ValidatingWebhookConfiguration kdra-validating, with the serving CA bundle. Off: install
     them yourself (manifests/webhooks) and keep their caBundle current."""
 
+    trusted_users: str = ""
+    """Usernames (comma-separated) whose pod writes are kdra's own: only they may write the
+    kdra-owned pod annotations (resource.kdra.dev/claim-statuses, devices.resource.kdra.dev/*,
+    gpus.resource.kdra.dev/*), which the validating webhook denies to everyone else. Empty:
+    system:serviceaccount:<namespace>:kdra-operator (the Deployment's ServiceAccount, which
+    manifests/webhooks names) plus the operator's own username, asked of the API server at
+    start-up (a SelfSubjectReview). Set it when replicas run under other identities."""
+
 
 @dataclass(frozen=True)
 class AgentSettings:

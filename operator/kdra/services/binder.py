@@ -37,14 +37,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import heapq
 import itertools
 import logging
 import random
 import time
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -61,11 +60,14 @@ from kdra.domain.models import (
     parse_slice,
 )
 from kdra.domain.podclaims import (
+    CLAIM_STATUSES_ANNOTATION,
     FINALIZER,
     SCHEDULER_NAME,
     PodClaim,
     claim_statuses,
     clear_allocation,
+    kdra_owned,
+    owned_by,
     pod_claims,
     pod_ref,
     set_allocation,
@@ -83,6 +85,7 @@ from kdra.domain.scheduling import (
     pod_requests,
     search_window,
 )
+from kdra.domain.untrusted import shorten
 from kdra.kube.client import CLAIMS, PODS, ApiError, Conflict, KubeClient, NotFound
 from kdra.kube.events import EventRecorder
 from kdra.services.store import JSON, Key, RecentSet, Store, is_older, key_of
@@ -219,16 +222,21 @@ class Binder:
 
     def prime(self, *, nodes: list[JSON], slices: list[JSON], classes: list[JSON],
               pods: list[JSON]) -> None:
-        for node in nodes:
-            self.on_node(None, node)
-        for slice_ in slices:
-            self.on_slice(None, slice_)
-        for device_class in classes:
-            self.on_class(None, device_class)
+        """Fill the caches from start-up LISTs. An object whose handling fails is logged and
+        left out, as a watch event would be: one object never stops a start."""
+        def each(handler: Callable[[str | None, JSON], None], objects: list[JSON]) -> None:
+            for obj in objects:
+                try:
+                    handler(None, obj)
+                except Exception:
+                    log.exception("%s/%s: left out at start-up", *key_of(obj))
+
+        each(self.on_node, nodes)
+        each(self.on_slice, slices)
+        each(self.on_class, classes)
         for claim in self.claims:
             self._snapshot_claim(claim)
-        for pod in pods:
-            self.on_pod(None, pod)
+        each(self.on_pod, pods)
 
     def start(self) -> None:
         self._loop_task = asyncio.create_task(self._run(), name="binder")
@@ -459,12 +467,23 @@ class Binder:
 
     async def _schedule(self, key: Key, pod: JSON) -> str:
         namespace = key[0]
+        forged = sorted(k for k in kdra_owned(pod["metadata"].get("annotations"))
+                        if k != CLAIM_STATUSES_ANNOTATION)
+        if forged:
+            # Only kdra writes these, in the Binding: an unbound pod carrying them was given
+            # them by someone else (its env would read devices it does not hold).
+            more = f" (and {len(forged) - 1} more)" if len(forged) > 1 else ""
+            await self._unschedulable(pod, f"annotation {shorten(forged[0], 100)}{more} is "
+                                      "written by kdra only, when it binds the pod; delete the "
+                                      "pod and create it without it", reason="InvalidPod")
+            return "invalid"
         try:
             entries = pod_claims(pod)
         except InvalidObject:
             self.parked.add(key)  # the claim controller reports the bad annotation
             return "invalid"
         recorded = claim_statuses(pod)
+        uid = pod["metadata"]["uid"]
         resolved: list[tuple[PodClaim, str, JSON]] = []
         for entry in entries:
             # A generated claim only once the pod's claim-statuses annotation names it: two
@@ -477,6 +496,13 @@ class Binder:
                     self.waiting_for_claim[(namespace, name)].add(key)
                 log.debug("pod %s/%s waits for claim %s", *key, name or entry.name)
                 return "waiting"  # the pod or claim event re-enqueues it
+            if entry.from_template and not owned_by(raw, uid):
+                # Upstream's IsForPod: a generated claim serves only the pod that owns it.
+                # The claim controller records the pod's own claim; its write wakes the pod.
+                await self._unschedulable(pod, f"claim {name!r} recorded for entry "
+                                          f"{entry.name!r} belongs to another pod; waiting for "
+                                          "the pod's own claim")
+                return "unschedulable"
             owner = self.in_flight.get((namespace, name))
             if owner is not None and owner != key:
                 # Another pod's allocation of this (shared) claim is being written: wait for
@@ -492,7 +518,6 @@ class Binder:
         except InvalidObject as exc:
             await self._unschedulable(pod, f"invalid claim: {exc}")
             return "unschedulable"
-        uid = pod["metadata"]["uid"]
         for claim in parsed:
             reserved = claim.status.reserved_for
             if claim.allocated and not any(r.uid == uid for r in reserved) \
@@ -709,7 +734,7 @@ class Binder:
             keep = [r for r in reserved if r.get("uid") != uid]
             if len(keep) == len(reserved):
                 return
-            body = copy.deepcopy(raw)
+            body = {**raw, "status": dict(status)}  # shallow: only status keys change
             body["status"]["reservedFor"] = keep
             if not keep:
                 del body["status"]["reservedFor"]  # no field, as upstream (omitempty)
@@ -851,11 +876,12 @@ class Binder:
 
     # ------------------------------------------------------------------ reporting
 
-    async def _unschedulable(self, pod: JSON, message: str) -> None:
+    async def _unschedulable(self, pod: JSON, message: str,
+                             reason: str = "Unschedulable") -> None:
         key = key_of(pod)
         self.parked.add(key)
         log.info("pod %s/%s is unschedulable: %s", *key, message)
-        condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+        condition = {"type": "PodScheduled", "status": "False", "reason": reason,
                      "message": message}
         current = next((c for c in pod.get("status", {}).get("conditions") or []
                         if c.get("type") == "PodScheduled"), None)

@@ -3,7 +3,8 @@
 The operator starts one :class:`WebhookServer` (unless ``webhook_port`` is 0). It serves
 
 * ``POST /validate`` — :func:`kdra.domain.admission.validate` (claims, templates, classes, and
-  pods with the claims annotation),
+  pods whose kdra keys are written; kdra's own identities, :attr:`WebhookServer.trusted`,
+  may write kdra-owned keys),
 * ``POST /mutate-pods`` — :func:`kdra.domain.admission.mutate_pod`,
 * ``GET /healthz`` — ``ok``,
 
@@ -23,6 +24,8 @@ Invariants:
   :mod:`kdra.domain.webhooks` for why ordinary pods are unaffected).
 - Decisions run in a worker thread: compiling a 10 KiB CEL selector must not stall kopf's
   event loop.
+- Every review gets an AdmissionReview answer, even one whose object cannot be decoded (nested
+  deeper than the JSON decoder's limit): it is denied, naming why, if its uid can be read.
 """
 
 from __future__ import annotations
@@ -39,10 +42,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+import orjson
 from aiohttp import web
 
 from kdra.domain import admission
 from kdra.domain.errors import InvalidObject
+from kdra.domain.jsonscan import path_value
 from kdra.domain.webhooks import (
     HEALTHZ_PATH,
     LABELS,
@@ -53,6 +58,7 @@ from kdra.domain.webhooks import (
     Endpoint,
     mutating_configuration,
     service_dns_names,
+    trusted_usernames,
     validating_configuration,
 )
 from kdra.kube.client import (
@@ -116,6 +122,8 @@ class WebhookServer:
         self.check_interval = check_interval
         self.clock = clock
         self.endpoint = Endpoint(namespace=settings.namespace, url=settings.webhook_url)
+        self.trusted: tuple[str, ...] = trusted_usernames(settings.namespace)
+        """Usernames that may write kdra-owned pod annotations (settings.trusted_users)."""
         self.bundle: TlsBundle | None = None
         self.port = settings.webhook_port
         self._ssl = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -138,6 +146,8 @@ class WebhookServer:
         return hosts
 
     async def start(self) -> None:
+        self.trusted = await self._trusted()
+        log.info("kdra-owned pod annotations may be written by %s", ", ".join(self.trusted))
         bundle = await self._fetch_bundle()
         self._load(bundle)
         app = web.Application(client_max_size=MAX_BODY)
@@ -191,6 +201,21 @@ class WebhookServer:
             except Exception:
                 log.exception("webhook certificate/configuration check failed; "
                               "retrying in %.0fs", self.check_interval)
+
+    async def _trusted(self) -> tuple[str, ...]:
+        """settings.trusted_users, or the operator's ServiceAccount and its own username."""
+        configured = [u.strip() for u in self.settings.trusted_users.split(",") if u.strip()]
+        if configured:
+            return tuple(sorted(set(configured)))
+        own: list[str] = []
+        if self.client is not None:
+            try:
+                own.append(await self.client.whoami())
+            except (ApiError, OSError) as exc:
+                log.warning("cannot tell the operator's own username (%s); trusting only the "
+                            "ServiceAccount %s", exc, trusted_usernames(
+                                self.settings.namespace)[0])
+        return trusted_usernames(self.settings.namespace, own)
 
     # ------------------------------------------------------------------ certificates
 
@@ -278,7 +303,8 @@ class WebhookServer:
                                "webhook_cert_dir, or turn webhook_manage_config off")
         for resource, desired in (
             (MUTATING_WEBHOOKS, mutating_configuration(self.endpoint, bundle.ca_pem)),
-            (VALIDATING_WEBHOOKS, validating_configuration(self.endpoint, bundle.ca_pem)),
+            (VALIDATING_WEBHOOKS, validating_configuration(self.endpoint, bundle.ca_pem,
+                                                           self.trusted)),
         ):
             await self._apply(resource, desired)
 
@@ -330,17 +356,23 @@ class WebhookServer:
         return web.Response(text="ok")
 
     async def _validate(self, request: web.Request) -> web.Response:
-        return await self._review(request, admission.validate)
+        return await self._review(request, functools.partial(
+            admission.validate, trusted=frozenset(self.trusted)))
 
     async def _mutate_pods(self, request: web.Request) -> web.Response:
         return await self._review(request, admission.mutate_pod, gpu_lookup=True)
 
     async def _review(self, request: web.Request, decide: admission.Decide, *,
                       gpu_lookup: bool = False) -> web.Response:
+        raw = await request.read()
         try:
-            body = await request.json()
-        except ValueError:
-            return web.json_response({"error": "the body is not JSON"}, status=400)
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            uid = path_value(raw, ("request", "uid"))
+            if not isinstance(uid, str):
+                return web.json_response({"error": "the body is not JSON"}, status=400)
+            log.info("denied an AdmissionReview that cannot be decoded: %s", exc)
+            return web.json_response(admission.undecodable(uid, str(exc)).to_review())
         if gpu_lookup and self.client is not None:  # which claims may get GPUs (env vars)
             gpu_claims = await GpuClaimLookup(self.client).gpu_claims(body)
             decide = functools.partial(admission.mutate_pod, gpu_claims=gpu_claims)

@@ -14,6 +14,7 @@ from kdra.domain.webhooks import (
     Endpoint,
     mutating_configuration,
     service_dns_names,
+    trusted_usernames,
     validating_configuration,
 )
 
@@ -53,14 +54,38 @@ def test_policies() -> None:
                 + validating_configuration(Endpoint(), None)["webhooks"])
     assert {w["name"] for w in webhooks} == {"mutate-pods.resource.kdra.dev",
                                              "validate-pods.resource.kdra.dev",
+                                             "protect-pods.resource.kdra.dev",
                                              "validate.resource.kdra.dev"}
     for webhook in webhooks:
         assert webhook["failurePolicy"] == "Fail"
         assert webhook["sideEffects"] == "None"
         assert webhook["timeoutSeconds"] == 5
         assert webhook["admissionReviewVersions"] == ["v1"]
-        if webhook["rules"][0]["resources"] == ["pods"]:
+        if webhook["name"] == "mutate-pods.resource.kdra.dev":
             # Only pods with the annotation reach the webhook: an outage never blocks others.
             assert webhook["matchConditions"] == [{"name": "has-claims-annotation",
                                                    "expression": POD_MATCH_CONDITION}]
             assert webhook["rules"][0]["operations"] == ["CREATE"]
+        elif webhook["rules"][0]["resources"] == ["pods"]:
+            # Creations and updates, but only those that write kdra's keys (matchConditions,
+            # checked against the real API server in tests/e2e/test_hostile.py).
+            assert webhook["rules"][0]["operations"] == ["CREATE", "UPDATE"]
+            assert webhook["matchConditions"]
+            assert webhook["namespaceSelector"]["matchExpressions"][0]["values"] == [
+                "kube-system"]
+
+
+def test_kdra_own_identities_skip_the_protection_webhook() -> None:
+    """The protect-pods webhook is not sent kdra's own writes (its claim-statuses patches),
+    so they never wait for (or fail on) a webhook; the usernames follow the namespace."""
+    def conditions(config: dict[str, Any]) -> dict[str, str]:
+        (hook,) = [w for w in config["webhooks"] if w["name"].startswith("protect-pods")]
+        return {c["name"]: c["expression"] for c in hook["matchConditions"]}
+
+    default = conditions(validating_configuration(Endpoint(namespace="ops"), None))
+    assert default["not-kdra"] == (
+        '!(request.userInfo.username in ["system:serviceaccount:ops:kdra-operator"])')
+    assert trusted_usernames("ops", ["admin", 'we"ird']) == (
+        "admin", "system:serviceaccount:ops:kdra-operator", 'we"ird')
+    custom = conditions(validating_configuration(Endpoint(), None, ["a", 'we"ird']))
+    assert custom["not-kdra"] == '!(request.userInfo.username in ["a", "we\\"ird"])'

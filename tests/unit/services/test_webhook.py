@@ -42,6 +42,9 @@ class FakeClient:
         self.writes: list[tuple[str, str, str]] = []
         self.fail_next_create = False
 
+    async def whoami(self) -> str:
+        return "operator-user"
+
     def _key(self, res: Resource, name: str, namespace: str | None) -> tuple[str, str | None, str]:
         return (res.plural, namespace if res.namespaced else None, name)
 

@@ -344,12 +344,17 @@ class AgentRunner:
         for node in nodes:
             self.queue.add((node, key[0], key[1]))
 
-    def _on_list(self, items: Iterable[JSON]) -> None:
+    def _on_list(self, items: Iterable[JSON], skipped: Iterable[JSON] = ()) -> None:
         """A (re)list: the complete truth. Sync every claim that names our pools now or did
-        before, and every claim a checkpoint holds."""
+        before, and every claim a checkpoint holds. A claim that could not be decoded
+        (``skipped``) keeps the version cached before, if any."""
         before = self.claims
         self.claims = {key_of(c): c for c in items
                        if self._interested(c) or self._holders(key_of(c))}
+        for stub in skipped:
+            key = key_of(stub)
+            if key in before:
+                self.claims.setdefault(key, before[key])
         for key, claim in [*self.claims.items(), *before.items()]:
             for node in self._interested(claim):
                 self.queue.add((node, key[0], key[1]))
@@ -360,10 +365,14 @@ class AgentRunner:
 
     async def _watch_claims(self) -> None:
         async for event, obj in self.client.watch(CLAIMS):
-            if event == "LIST":
-                self._on_list(obj["items"])
-            else:
-                self._on_claim(event, obj)
+            try:
+                if event == "LIST":
+                    self._on_list(obj["items"], obj.get("skipped", ()))
+                else:
+                    self._on_claim(event, obj)
+            except Exception:  # one bad object must not stop the watch
+                log.exception("claim %s/%s: handling a %s event failed",
+                              *key_of(obj) if event != "LIST" else ("", ""), event)
 
     async def _sync(self, key: ClaimKey) -> None:
         node, namespace, name = key
