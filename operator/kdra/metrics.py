@@ -244,12 +244,14 @@ def serve(port: int, registry: CollectorRegistry = REGISTRY) -> None:
 # --------------------------------------------------------------------------- binder
 
 SCHEDULE_RESULTS = ("allocated", "unschedulable", "waiting", "releasing", "conflict", "invalid",
-                    "error", "prepare-failed")
+                    "error", "prepare-failed", "searching", "exhausted")
 UNSCHEDULABLE_REASONS = (
     "no-matching-device", "devices-busy", "constraint-unsatisfiable", "pool-incomplete",
     "pool-invalid", "too-many-devices", "cel-error", "class-missing", "taint", "unschedulable",
-    "affinity", "resources", "prepare-failed", "claim-node-selector", "other",
+    "affinity", "resources", "prepare-failed", "claim-node-selector", "search-exhausted",
+    "other",
 )
+SEARCH_LIMITS = ("steps", "deadline", "node-steps")
 
 schedule_attempts = Counter(
     "kdra_scheduler_schedule_attempts_total",
@@ -270,6 +272,13 @@ allocator_duration = Histogram(
     "Time the allocator took to evaluate the candidate nodes for one pod.",
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
 )
+search_exhausted = Counter(
+    "kdra_allocator_search_exhausted_total",
+    "Pods' scheduling attempts whose allocation search ended without a placement because it "
+    "ran out of budget, by limit: steps (the pod's step budget), deadline (its time budget), "
+    "node-steps (every node searched hit its per-node step budget). The pod is retried later.",
+    ["limit"],
+)
 unschedulable_reasons = Counter(
     "kdra_scheduler_unschedulable_reasons_total",
     "Why nodes were rejected for pods (one count per node and attempt), by reason.",
@@ -282,6 +291,8 @@ def init_binder_series() -> None:
         schedule_attempts.labels(result=result)
     for reason in UNSCHEDULABLE_REASONS:
         unschedulable_reasons.labels(reason=reason)
+    for limit in SEARCH_LIMITS:
+        search_exhausted.labels(limit=limit)
     pending_pods.set(0)
 
 
@@ -295,6 +306,10 @@ def set_pending_pods(count: int) -> None:
 
 def observe_allocator(seconds: float) -> None:
     allocator_duration.observe(seconds)
+
+
+def record_search_exhausted(limit: str) -> None:
+    search_exhausted.labels(limit=limit if limit in SEARCH_LIMITS else "steps").inc()
 
 
 def record_unschedulable(reason: str, nodes: int = 1) -> None:

@@ -59,6 +59,7 @@ __all__ = [
     "VALIDATING_CONFIG",
     "Endpoint",
     "mutating_configuration",
+    "operator_username",
     "service_dns_names",
     "trusted_usernames",
     "validating_configuration",
@@ -78,6 +79,7 @@ MUTATE_PODS_WEBHOOK = f"mutate-pods.{GROUP}"
 VALIDATE_PODS_WEBHOOK = f"validate-pods.{GROUP}"
 PROTECT_PODS_WEBHOOK = f"protect-pods.{GROUP}"
 VALIDATE_WEBHOOK = f"validate.{GROUP}"
+VALIDATE_BINDINGS_WEBHOOK = f"validate-bindings.{GROUP}"
 OPERATOR_SERVICE_ACCOUNT = "kdra-operator"
 
 
@@ -184,6 +186,33 @@ def _pod_webhook(name: str, endpoint: Endpoint, path: str, ca_bundle: bytes | No
     }
 
 
+def operator_username(namespace: str) -> str:
+    """The user name kdra's operator has in requests: its service account's."""
+    return f"system:serviceaccount:{namespace}:{OPERATOR_SERVICE_ACCOUNT}"
+
+
+def _binding_webhook(endpoint: Endpoint, ca_bundle: bytes | None) -> dict[str, Any]:
+    """The operator's own bindings, checked by its own webhook (kdra.domain.bindings): only
+    the kdra-operator service account's are sent, so no other binding in the cluster waits
+    for kdra or fails while it is down."""
+    username = operator_username(endpoint.namespace)
+    return {
+        "name": VALIDATE_BINDINGS_WEBHOOK,
+        "admissionReviewVersions": ["v1"],
+        "clientConfig": endpoint.client_config(VALIDATE_PATH, ca_bundle),
+        "failurePolicy": "Fail",
+        "matchPolicy": "Equivalent",
+        "sideEffects": "None",
+        "timeoutSeconds": TIMEOUT_SECONDS,
+        "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                   "resources": ["pods/binding"], "scope": "Namespaced"}],
+        "namespaceSelector": {},
+        "objectSelector": {},
+        "matchConditions": [{"name": "is-kdra-operator",
+                             "expression": f"request.userInfo.username == '{username}'"}],
+    }
+
+
 def mutating_configuration(endpoint: Endpoint, ca_bundle: bytes | None) -> dict[str, Any]:
     """``kdra-mutating``: pods with the claims annotation get schedulerName and env."""
     webhook = _pod_webhook(MUTATE_PODS_WEBHOOK, endpoint, MUTATE_PODS_PATH, ca_bundle)
@@ -202,7 +231,8 @@ def validating_configuration(endpoint: Endpoint, ca_bundle: bytes | None,
     """``kdra-validating``: pods whose claims annotation is created or changed, pods whose
     kdra-owned keys anyone but ``trusted`` (default: :func:`trusted_usernames` of the
     endpoint's namespace) writes, and kdra's claims, templates and classes (claims' and
-    templates' specs are immutable, so only their creation is sent)."""
+    templates' specs are immutable, so only their creation is sent); and the operator's own
+    pod bindings (only pods with schedulerName kdra-scheduler)."""
     users = tuple(trusted) if trusted is not None else trusted_usernames(endpoint.namespace)
     objects = {
         "name": VALIDATE_WEBHOOK,
@@ -235,5 +265,6 @@ def validating_configuration(endpoint: Endpoint, ca_bundle: bytes | None,
                          (("not-kdra", _not_trusted(users)),
                           ("kdra-owned-keys-written", OWNED_KEYS_CHANGED_CONDITION))),
             objects,
+            _binding_webhook(endpoint, ca_bundle),
         ],
     }

@@ -38,6 +38,7 @@ from kdra.services.binder import Binder, BinderSettings
 from kdra.services.claim_controller import ClaimController, claim_store, pod_store
 from kdra.services.informer import Informer
 from kdra.services.leader import LeaderElector
+from kdra.services.searches import SearchBudget
 from kdra.services.slice_gc import SliceGC
 from kdra.services.store import JSON, Store
 from kdra.services.webhook import WebhookServer, start_webhooks
@@ -65,7 +66,10 @@ class Operator:
         self.binder = Binder(client, EventRecorder(client, component="kdra-scheduler"),
                              claims=self.claims, settings=BinderSettings(
                                  policy=settings.policy,
-                                 prepare_timeout=settings.prepare_timeout))
+                                 prepare_timeout=settings.prepare_timeout,
+                                 search=SearchBudget(
+                                     steps=settings.allocation_search_steps,
+                                     timeout=settings.allocation_search_timeout)))
         # The controller's write responses go to the binder at once: claim names on a pod,
         # devices freed by a deallocation (the watch events of the same versions follow and
         # change nothing).

@@ -4,7 +4,8 @@ The operator starts one :class:`WebhookServer` (unless ``webhook_port`` is 0). I
 
 * ``POST /validate`` — :func:`kdra.domain.admission.validate` (claims, templates, classes, and
   pods whose kdra keys are written; kdra's own identities, :attr:`WebhookServer.trusted`,
-  may write kdra-owned keys),
+  may write kdra-owned keys), and :func:`kdra.domain.bindings.binding_decision` for the
+  operator's own pod bindings (the pod read from the API server),
 * ``POST /mutate-pods`` — :func:`kdra.domain.admission.mutate_pod`,
 * ``GET /healthz`` — ``ok``,
 
@@ -12,7 +13,9 @@ over TLS with either a supplied certificate (``webhook_cert_dir``, re-read perio
 generated one kept in the Secret ``kdra-webhook-tls`` (shared by replicas, rotated by whichever
 replica first finds it due, see :mod:`kdra.services.certs`). With ``webhook_manage_config`` it
 creates and keeps the ``kdra-mutating`` / ``kdra-validating`` configurations
-(:mod:`kdra.domain.webhooks`) current, CA bundle included.
+(:mod:`kdra.domain.webhooks`) current, CA bundle included; where it may change only their CA
+bundle (in a cluster, the ValidatingAdmissionPolicy ``kdra-operator-webhooks``), it keeps that
+current and warns that the rest differs from this version's (re-apply manifests/webhooks).
 
 Invariants:
 - The server listens before the configurations are written, so the API server never calls a
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import datetime as dt
 import functools
 import logging
@@ -46,6 +50,7 @@ import orjson
 from aiohttp import web
 
 from kdra.domain import admission
+from kdra.domain.bindings import binding_decision, is_binding
 from kdra.domain.errors import InvalidObject
 from kdra.domain.jsonscan import path_value
 from kdra.domain.webhooks import (
@@ -63,6 +68,7 @@ from kdra.domain.webhooks import (
 )
 from kdra.kube.client import (
     MUTATING_WEBHOOKS,
+    PODS,
     SECRETS,
     SERVICES,
     VALIDATING_WEBHOOKS,
@@ -331,9 +337,42 @@ class WebhookServer:
                 await self.client.replace(resource, body)
             except Conflict:
                 continue
+            except ApiError as exc:
+                if exc.status not in (403, 422):
+                    raise
+                # Not allowed to change more than the CA bundle (kdra-operator-webhooks).
+                if not await self._update_ca_bundle(resource, live, desired, exc):
+                    continue
+                return
             log.info("updated %s %s", resource.kind, name)
             return
         raise WebhookError(f"{resource.kind} {name} kept changing while being updated")
+
+    async def _update_ca_bundle(self, resource: Resource, live: dict[str, Any],
+                                desired: dict[str, Any], refused: ApiError) -> bool:
+        """Put ``desired``'s CA bundle into ``live``, changing nothing else; False on
+        Conflict (the caller reads again)."""
+        assert self.client is not None
+        name = live["metadata"]["name"]
+        bundles = {w["name"]: w["clientConfig"].get("caBundle")
+                   for w in desired.get("webhooks") or []}
+        body = copy.deepcopy(live)
+        for webhook in body.get("webhooks") or []:
+            bundle = bundles.get(webhook.get("name"))
+            if bundle:
+                webhook.setdefault("clientConfig", {})["caBundle"] = bundle
+        differs = not _contains(body, desired)
+        if body != live:
+            try:
+                await self.client.replace(resource, body)
+            except Conflict:
+                return False
+            log.info("updated the CA bundle of %s %s", resource.kind, name)
+        if differs:
+            log.warning("%s %s differs from this kdra version's beyond the CA bundle, which is all "
+                        "this operator may change (%s): re-apply manifests/webhooks",
+                        resource.kind, name, refused.message)
+        return True
 
     async def _check_service(self) -> None:
         if self.endpoint.url:
@@ -357,13 +396,35 @@ class WebhookServer:
 
     async def _validate(self, request: web.Request) -> web.Response:
         return await self._review(request, functools.partial(
-            admission.validate, trusted=frozenset(self.trusted)))
+            admission.validate, trusted=frozenset(self.trusted)), bindings=True)
+
+    async def _validate_binding(self, body: Any, review: Mapping[str, Any]) -> web.Response:
+        """The operator's own bindings: only pods with schedulerName kdra-scheduler."""
+        pod: dict[str, Any] | None = None
+        namespace, name = review.get("namespace"), review.get("name")
+        if self.client is not None and isinstance(namespace, str) and isinstance(name, str):
+            try:
+                pod = await self.client.get(PODS, name, namespace)
+            except NotFound:
+                pod = None
+            except (ApiError, OSError) as exc:  # the API server applies the failure policy
+                return web.json_response({"error": f"reading pod {namespace}/{name}: {exc}"},
+                                         status=503)
+        try:
+            answer = admission.review(body, lambda request: binding_decision(request, pod))
+        except InvalidObject as exc:
+            return web.json_response({"error": str(exc)}, status=400)
+        if not answer["response"]["allowed"]:
+            log.warning("denied %s: %s", _describe(body), answer["response"]["status"]["message"])
+        return web.json_response(answer)
 
     async def _mutate_pods(self, request: web.Request) -> web.Response:
         return await self._review(request, admission.mutate_pod, gpu_lookup=True)
 
     async def _review(self, request: web.Request, decide: admission.Decide, *,
-                      gpu_lookup: bool = False) -> web.Response:
+                      gpu_lookup: bool = False, bindings: bool = False) -> web.Response:
+        """``gpu_lookup``: the pod mutation learns which claims may get GPUs (env vars);
+        ``bindings``: a pod Binding goes to :meth:`_validate_binding` instead."""
         raw = await request.read()
         try:
             body = orjson.loads(raw)
@@ -373,6 +434,10 @@ class WebhookServer:
                 return web.json_response({"error": "the body is not JSON"}, status=400)
             log.info("denied an AdmissionReview that cannot be decoded: %s", exc)
             return web.json_response(admission.undecodable(uid, str(exc)).to_review())
+        if bindings:
+            review = body.get("request") if isinstance(body, Mapping) else None
+            if isinstance(review, Mapping) and is_binding(review):
+                return await self._validate_binding(body, review)
         if gpu_lookup and self.client is not None:  # which claims may get GPUs (env vars)
             gpu_claims = await GpuClaimLookup(self.client).gpu_claims(body)
             decide = functools.partial(admission.mutate_pod, gpu_claims=gpu_claims)

@@ -55,7 +55,8 @@ def test_policies() -> None:
     assert {w["name"] for w in webhooks} == {"mutate-pods.resource.kdra.dev",
                                              "validate-pods.resource.kdra.dev",
                                              "protect-pods.resource.kdra.dev",
-                                             "validate.resource.kdra.dev"}
+                                             "validate.resource.kdra.dev",
+                                             "validate-bindings.resource.kdra.dev"}
     for webhook in webhooks:
         assert webhook["failurePolicy"] == "Fail"
         assert webhook["sideEffects"] == "None"
@@ -89,3 +90,14 @@ def test_kdra_own_identities_skip_the_protection_webhook() -> None:
         "admin", "system:serviceaccount:ops:kdra-operator", 'we"ird')
     custom = conditions(validating_configuration(Endpoint(), None, ["a", 'we"ird']))
     assert custom["not-kdra"] == '!(request.userInfo.username in ["a", "we\\"ird"])'
+
+
+def test_only_the_operators_own_bindings_go_to_the_binding_webhook() -> None:
+    webhook = next(w for w in validating_configuration(Endpoint(namespace="ops"), None)["webhooks"]
+                   if w["name"] == "validate-bindings.resource.kdra.dev")
+    assert webhook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"],
+                                 "operations": ["CREATE"], "resources": ["pods/binding"],
+                                 "scope": "Namespaced"}]
+    assert webhook["matchConditions"] == [{
+        "name": "is-kdra-operator",
+        "expression": "request.userInfo.username == 'system:serviceaccount:ops:kdra-operator'"}]

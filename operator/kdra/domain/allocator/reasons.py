@@ -36,6 +36,9 @@ class ReasonCode(StrEnum):
     """A selector does not compile, or fails at run time on a device."""
     CLASS_MISSING = "class-missing"
     """A request names a DeviceClass that does not exist."""
+    SEARCH_EXHAUSTED = "search-exhausted"
+    """The search on the node took more steps than its budget allows (upstream: the filter
+    timeout); a longer search might have found a placement."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""Structured allocation on one node: a depth-first search with backtracking.
+"""Structured allocation on one node: a depth-first search with backtracking, resumable.
 
 :func:`allocate` is the pure core (upstream's ``Allocate(node)``). For a pod's *unallocated*
 claims it returns one ``AllocationResult`` per claim, ``None`` when they do not fit the node,
@@ -8,9 +8,9 @@ allocations, and ``in_flight`` devices are in use (admin-access results are not)
 
 The search, in upstream's order (first complete solution wins; scoring is the binder's job):
 
-1. :func:`prepare` (node-independent): every request needs its DeviceClass; selectors are
-   compiled (class selectors first, then the request's); ExactCount needs ``count`` devices
-   (default 1); more than 32 devices for one claim is an error.
+1. :func:`~.prepared.prepare` (node-independent): every request needs its DeviceClass;
+   selectors are compiled (class selectors first, then the request's); ExactCount needs
+   ``count`` devices (default 1); more than 32 devices for one claim is an error.
 2. Per node, each request gets its list of matching devices in walk order (pools by driver
    and name, slices by name, devices as listed), memoised per device and expression. An
    ``All`` request takes every matching device of the gathered pools; it is an error if one
@@ -18,7 +18,7 @@ The search, in upstream's order (first complete solution wins; scoring is the bi
 3. One slot per device: claims in order → requests in order → devices. A slot takes the next
    matching device that is not in use (adminAccess may take in-use devices, not one already
    picked for the same claim) and not picked by this allocation, and that satisfies the
-   claim's matchAttribute constraints; the search recurses, and on failure undoes the pick
+   claim's matchAttribute constraints; the search descends, and on failure undoes the pick
    and tries the next device.
 
 Differences from a literal transcription, none changing the first solution found:
@@ -28,17 +28,30 @@ Differences from a literal transcription, none changing the first solution found
   when a matchAttribute value is already fixed and fewer free, unpicked candidates carry it
   than the request still needs — only when none of the request's candidates could raise an
   error (upstream would walk on and fail the same way, just slower: without this an
-  unsatisfiable constraint over 128 devices takes ~10^5 steps).
+  unsatisfiable constraint over 128 devices takes ~10^5 steps);
+- upstream's early stop for ``All`` (its allocator's ``errStop``, 1.31): when a device an
+  ``All`` request (without adminAccess) needs is in use outside this allocation, the node
+  does not fit and nothing is searched. No choice of the other slots can free that device,
+  so the backtracking upstream does since 1.32 can only fail, after trying every
+  combination of the slots before it (16 single-device claims ahead of such a request took
+  1.1 M steps). A device taken by *this* allocation's earlier picks is still backtracked
+  over, as upstream does.
 
 Errors met during the walk (a selector failing at run time, an invalid pool holding a matching
 device) are raised only when the walk reaches them, as upstream's lazy evaluation would.
+
+The walk keeps its own stack (a position per slot) instead of recursing, so it can stop after
+a number of steps and resume later (:meth:`NodeSearch.advance`): the binder steps a long search
+in slices between other pods and gives up at its budget. Resuming sees the snapshot as it is
+then (devices taken meanwhile count as taken from then on); a caller that resumes after the
+snapshot changed re-checks the result (the binder does, before it assumes a placement).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Collection, Container, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kdra.domain.allocator.nodeselector import NodeInfo
 from kdra.domain.allocator.pools import (
@@ -47,201 +60,33 @@ from kdra.domain.allocator.pools import (
     DeviceId,
     MatchItem,
     NodePools,
-    Selector,
-    SelectorFailure,
+)
+from kdra.domain.allocator.prepared import (
+    PreparedClaim,
+    PreparedConstraint,
+    PreparedRequest,
+    pool_invalid,
+    prepare,
+    selector_failed,
+    too_many_devices,
 )
 from kdra.domain.allocator.reasons import ReasonCode, Unallocatable
 from kdra.domain.allocator.results import Pick, build_result
 from kdra.domain.allocator.snapshot import Snapshot
 from kdra.domain.allocator.stats import Stats
-from kdra.domain.cel import compile_selector
-from kdra.domain.errors import CelCompileError, CelRuntimeError
-from kdra.domain.models import (
-    MAX_DEVICES_PER_CLAIM,
-    All,
-    AllocationResult,
-    DeviceClass,
-    DeviceSelector,
-    ResourceClaim,
-)
+from kdra.domain.models import MAX_DEVICES_PER_CLAIM, AllocationResult, ResourceClaim
 
-# --------------------------------------------------------------------------- prepared input
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedRequest:
-    """A request with its class resolved and its selectors compiled."""
-
-    name: str
-    class_name: str
-    device_class: DeviceClass
-    selectors: tuple[Selector, ...]
-    """Class selectors, then the request's own."""
-    key: tuple[str, ...]
-    """The selectors' expressions: the cache key of the matching-device lists."""
-    class_selectors: tuple[Selector, ...]
-    class_key: tuple[str, ...]
-    all_devices: bool
-    count: int
-    """Devices needed in ExactCount mode (0 for All)."""
-    admin_access: bool
-    claim_key: str
-    claim_name: str
-
-    def describe(self) -> str:
-        return f"request {self.name} of claim {self.claim_key}"
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedConstraint:
-    attribute: str
-    requests: frozenset[str]
-    """Requests it applies to; empty = all of the claim's."""
-
-    def applies(self, request: str) -> bool:
-        return not self.requests or request in self.requests
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedClaim:
-    claim: ResourceClaim
-    requests: tuple[PreparedRequest, ...]
-    constraints: tuple[PreparedConstraint, ...]
-    exact_devices: int
-    """Devices the ExactCount requests need together."""
-
-    @property
-    def key(self) -> str:
-        return self.claim.key
-
-
-def prepare(claims: Sequence[ResourceClaim], snapshot: Snapshot) -> tuple[PreparedClaim, ...]:
-    """Resolve classes and compile selectors. Raises Unallocatable (node-independent)."""
-    return tuple(_prepare_claim(claim, snapshot) for claim in claims)
-
-
-def _prepare_claim(claim: ResourceClaim, snapshot: Snapshot) -> PreparedClaim:
-    requests = []
-    for request in claim.spec.devices.requests:
-        device_class = snapshot.get_class(request.device_class_name)
-        if device_class is None:
-            raise Unallocatable(
-                ReasonCode.CLASS_MISSING,
-                f'device class "{request.device_class_name}" not found '
-                f'(request "{request.name}" of claim "{claim.metadata.name}")',
-                f"device class {request.device_class_name} not found "
-                f"(request {request.name} of claim {claim.key})",
-            )
-        class_selectors = _compile(
-            device_class.spec.selectors,
-            f"class {device_class.metadata.name} selector",
-            f"device class {device_class.metadata.name} (used by request {request.name} of "
-            f"claim {claim.key})",
-            claim,
-            request.name,
-        )
-        own = _compile(
-            request.selectors,
-            "selector",
-            f"claim {claim.key}, request {request.name}",
-            claim,
-            request.name,
-        )
-        selectors = class_selectors + own
-        all_devices = request.allocation_mode == All
-        requests.append(
-            PreparedRequest(
-                name=request.name,
-                class_name=request.device_class_name,
-                device_class=device_class,
-                selectors=selectors,
-                key=tuple(s.expression for s in selectors),
-                class_selectors=class_selectors,
-                class_key=tuple(s.expression for s in class_selectors),
-                all_devices=all_devices,
-                count=0 if all_devices else request.exact_count,
-                admin_access=request.admin_access,
-                claim_key=claim.key,
-                claim_name=claim.metadata.name,
-            )
-        )
-    exact = sum(r.count for r in requests)
-    if exact > MAX_DEVICES_PER_CLAIM:
-        raise too_many_devices(claim, exact)
-    constraints = tuple(
-        PreparedConstraint(c.match_attribute, frozenset(c.requests))
-        for c in claim.spec.devices.constraints
-    )
-    return PreparedClaim(claim, tuple(requests), constraints, exact)
-
-
-def _compile(
-    selectors: Sequence[DeviceSelector],
-    origin: str,
-    owner: str,
-    claim: ResourceClaim,
-    request: str,
-) -> tuple[Selector, ...]:
-    compiled = []
-    for index, selector in enumerate(selectors):
-        expression = selector.cel.expression
-        try:
-            program = compile_selector(expression)
-        except CelCompileError as exc:
-            raise Unallocatable(
-                ReasonCode.CEL_ERROR,
-                f"{origin} #{index} does not compile "
-                f'(request "{request}" of claim "{claim.metadata.name}")',
-                f"{owner}: selector #{index}: CEL expression does not compile: {exc}",
-            ) from exc
-        compiled.append(Selector(expression, program, f"{origin} #{index}"))
-    return tuple(compiled)
-
-
-def too_many_devices(claim: ResourceClaim, count: int) -> Unallocatable:
-    return Unallocatable(
-        ReasonCode.TOO_MANY_DEVICES,
-        f'claim "{claim.metadata.name}" would get more than {MAX_DEVICES_PER_CLAIM} devices',
-        f"claim {claim.key} asks for {count} devices, more than the limit of "
-        f"{MAX_DEVICES_PER_CLAIM} per claim",
-    )
-
-
-# --------------------------------------------------------------------------- errors in the walk
-
-
-def pool_invalid(item: MatchItem, request: PreparedRequest) -> Unallocatable:
-    return Unallocatable(
-        ReasonCode.POOL_INVALID,
-        f'a resource pool with devices for request "{request.name}" of claim '
-        f'"{request.claim_name}" is invalid (duplicate device names)',
-        f"resource pool {item.pool.id} is invalid: device name {item.pool.duplicate} appears "
-        f"more than once ({request.describe()})",
-    )
-
-
-def selector_failed(
-    entry: DeviceEntry, failure: tuple[Selector, SelectorFailure], request: PreparedRequest
-) -> Unallocatable:
-    selector, exc = failure
-    if isinstance(exc, CelRuntimeError):
-        what = "CEL runtime error: " + exc.message.removesuffix(f" on device {exc.device}")
-    else:
-        what = f"cannot be evaluated: {exc}"
-    problem = Unallocatable(
-        ReasonCode.CEL_ERROR,
-        f"selector {_short(selector.expression)} fails at run time "
-        f'(request "{request.name}" of claim "{request.claim_name}")',
-        f"claim {request.claim_key}, request {request.name}: {selector.origin} on device "
-        f"{entry.id}: {what} (expression: {_short(selector.expression)})",
-    )
-    problem.__cause__ = exc
-    return problem
-
-
-def _short(text: str, limit: int = 120) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
+__all__ = [
+    "InUse",
+    "NodeSearch",
+    "PreparedClaim",
+    "PreparedConstraint",
+    "PreparedRequest",
+    "allocate",
+    "busy_view",
+    "prepare",
+    "search_node",
+]
 
 # --------------------------------------------------------------------------- the search
 
@@ -276,6 +121,20 @@ class _Slot:
     supply: tuple[_Supply, ...] | None = None
     """Per applying constraint, where devices for its value can come from (prunable,
     non-admin ExactCount slots only)."""
+    frame: _Frame = field(init=False)
+    """What the walk reads at every visit, in one tuple."""
+
+    def __post_init__(self) -> None:
+        # A prunable slot stops where too few candidates remain for its request's slots.
+        end = len(self.items)
+        if self.prunable and not self.fixed:
+            end = min(end, end - self.remaining + 1)
+        self.frame = (self.items, end, self.claim, self.request, self.request.admin_access,
+                      self.fixed, bool(self.constraints))
+
+
+_Frame = tuple[tuple[MatchItem, ...], int, int, PreparedRequest, bool, bool, bool]
+"""items, where the scan ends, claim index, request, adminAccess, fixed (All), constrained."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,8 +158,12 @@ class _RequestPlan:
     """Per constraint index: value → positions of free candidates (filled lazily)."""
 
 
+_NO_LIMIT = 1 << 62
+
+
 class NodeSearch:
-    """One search on one node. ``run()`` returns the picks per claim, or None.
+    """One search on one node: ``run()`` returns the picks per claim, or None; or step it
+    with :meth:`advance` and read :attr:`result` once it is :attr:`finished`.
 
     Raises Unallocatable for bad input met on the way.
     """
@@ -319,11 +182,41 @@ class NodeSearch:
         self.picked: dict[DeviceId, list[int]] = {}
         self.picks: list[list[Pick]] = [[] for _ in claims]
         self.slots: list[_Slot] = []
+        self.steps = 0
+        """Devices tried so far (also added to ``stats.search_steps``)."""
+        self.finished = False
+        self.result: list[list[Pick]] | None = None
+        """Once finished: the picks per claim, or None (does not fit)."""
+        self._planned = False
+        self._blocked = False
+        self._level = 0
+        self._back = False
+        self._positions: list[int] = []
+        self._starts: list[int] = []
 
     def run(self) -> list[list[Pick]] | None:
-        self.stats.searches += 1
-        self._plan()
-        return self.picks if self._fill(0, 0) else None
+        """Search to the end."""
+        self.advance(None)
+        return self.result
+
+    def advance(self, steps: int | None) -> bool:
+        """Search on for about ``steps`` more devices tried (None: no limit); True once
+        finished. A pause happens between slots, so a call may overrun ``steps`` by the
+        devices one slot scans."""
+        if self.finished:
+            return True
+        if not self._planned:
+            self.stats.searches += 1
+            self._plan()
+            self._planned = True
+            self._positions = [0] * len(self.slots)
+            self._starts = [0] * (len(self.slots) + 1)
+        found = False if self._blocked else self._walk(steps)
+        if found is None:
+            return False
+        self.finished = True
+        self.result = self.picks if found else None
+        return True
 
     def _plan(self) -> None:
         """Lay out the slots (validating All requests, counting devices per claim)."""
@@ -336,6 +229,9 @@ class NodeSearch:
                 if request.all_devices:
                     self._check_all(items, request)
                     total += len(items)
+                    if not request.admin_access and any(
+                            item.entry.id in self.busy for item in items):
+                        self._blocked = True  # in use elsewhere: never all of them
                 applies = tuple(
                     k for k, c in enumerate(claim.constraints) if c.applies(request.name)
                 )
@@ -449,69 +345,104 @@ class NodeSearch:
             if item.failure is not None:
                 raise selector_failed(item.entry, item.failure, request)
 
-    def _fill(self, index: int, start: int) -> bool:
-        if index == len(self.slots):
-            return True
-        slot = self.slots[index]
-        claim = slot.claim
-        request = slot.request
-        admin = request.admin_access
-        busy = self.busy
+    def _walk(self, limit: int | None) -> bool | None:
+        """Depth-first over the slots from where the last call stopped: True (every slot
+        filled), False (no solution), None (paused after ``limit`` steps)."""
+        slots = self.slots
+        count = len(slots)
+        positions = self._positions
+        starts = self._starts
         picked = self.picked
-        items = slot.items
-        stats = self.stats
-        if slot.fixed:
-            if not items:
-                return False  # an All request without any device (1.33+: does not fit)
-            entry = items[0].entry
-            holders = picked.get(entry.id)
-            if admin:
-                if holders and claim in holders:
-                    return False
-            elif holders or entry.id in busy:
-                return False  # All needs every matching device, and this one is taken
-            stats.search_steps += 1
-            if not self._constrain(slot, entry):
-                raise Unallocatable(
-                    ReasonCode.CONSTRAINT_UNSATISFIABLE,
-                    f'request "{request.name}" of claim "{request.claim_name}" asks for all '
-                    "devices, but they do not satisfy the claim's matchAttribute",
-                    f"claim {request.claim_key}, request {request.name} asks for all devices, "
-                    f"but device {entry.id} does not satisfy matchAttribute "
-                    + ", ".join(state.attribute for state in slot.constraints),
-                )
-            self._pick(slot, entry)
-            if self._fill(index + 1, 0):
-                return True
-            self._unpick(slot, entry)
-            return False
-
-        if slot.supply is not None and self._hopeless(slot, start):
-            return False
-        last = len(items) - slot.remaining  # past it, too few candidates remain
-        for position in range(start, len(items)):
-            if slot.prunable and position > last:
-                break
-            entry, pool, failure = items[position]
-            if pool.duplicate is not None:
-                raise pool_invalid(items[position], request)
-            device = entry.id
-            holders = picked.get(device)
-            if admin:
-                if holders and claim in holders:
+        picks = self.picks
+        busy = self.busy
+        unpick = self._unpick
+        constrain = self._constrain
+        level = self._level
+        back = self._back
+        stop = _NO_LIMIT if limit is None else limit
+        steps = 0
+        try:
+            while True:
+                if level == count:
+                    return True
+                if steps >= stop:
+                    self._level, self._back = level, back
+                    return None
+                slot = slots[level]
+                items, end, claim, request, admin, fixed, constrained = slot.frame
+                if back:  # the deeper slots failed: undo this slot's pick, try its next
+                    unpick(slot, items[positions[level]].entry)
+                    if fixed:
+                        level -= 1
+                        if level < 0:
+                            return False
+                        continue
+                    start = positions[level] + 1
+                elif fixed:  # an All slot: its one device, or the slots before must change
+                    taken = True  # also when the request has no device (1.33+: no fit)
+                    if items:
+                        entry = items[0].entry
+                        device = entry.id
+                        holders = picked.get(device)
+                        taken = bool((holders and claim in holders) if admin else (
+                            holders or device in busy))
+                    if taken:
+                        level -= 1
+                        back = True
+                        if level < 0:
+                            return False
+                        continue
+                    steps += 1
+                    if constrained and not constrain(slot, entry):
+                        raise _all_unconstrained(slot, entry)
+                    picked.setdefault(device, []).append(claim)
+                    picks[claim].append(Pick(request, entry))
+                    positions[level] = 0
+                    level += 1
+                    starts[level] = 0
                     continue
-            elif holders or device in busy:
-                continue
-            if failure is not None:
-                raise selector_failed(entry, failure, request)
-            stats.search_steps += 1
-            if slot.constraints and not self._constrain(slot, entry):
-                continue
-            self._pick(slot, entry)
-            if self._fill(index + 1, position + 1 if slot.continues else 0):
-                return True
-            self._unpick(slot, entry)
-        return False
+                else:
+                    start = starts[level]
+                    if slot.supply is not None and self._hopeless(slot, start):
+                        level -= 1
+                        back = True
+                        if level < 0:
+                            return False
+                        continue
+                chosen = None
+                for index in range(start, end):
+                    entry, pool, failure = items[index]
+                    if pool.duplicate is not None:
+                        raise pool_invalid(items[index], request)
+                    device = entry.id
+                    holders = picked.get(device)
+                    if admin:
+                        if holders and claim in holders:
+                            continue
+                    elif holders or device in busy:
+                        continue
+                    if failure is not None:
+                        raise selector_failed(entry, failure, request)
+                    steps += 1
+                    if constrained and not constrain(slot, entry):
+                        continue
+                    chosen = index
+                    break
+                if chosen is None:
+                    level -= 1
+                    back = True
+                    if level < 0:
+                        return False
+                    continue
+                picked.setdefault(device, []).append(claim)
+                picks[claim].append(Pick(request, entry))
+                positions[level] = chosen
+                level += 1
+                starts[level] = chosen + 1 if slot.continues else 0
+                back = False
+        finally:
+            self.steps += steps
+            self.stats.search_steps += steps
 
     def _constrain(self, slot: _Slot, entry: DeviceEntry) -> bool:
         for done, state in enumerate(slot.constraints):
@@ -532,11 +463,26 @@ class NodeSearch:
     def _unpick(self, slot: _Slot, entry: DeviceEntry) -> None:
         for state in slot.constraints:
             state.count -= 1
-        holders = self.picked[entry.id]
+        picked = self.picked
+        holders = picked[entry.id]
         holders.pop()
         if not holders:
-            del self.picked[entry.id]
+            del picked[entry.id]
         self.picks[slot.claim].pop()
+
+
+
+def _all_unconstrained(slot: _Slot, entry: DeviceEntry) -> Unallocatable:
+    """All must take every matching device; the claim's matchAttribute rejects one."""
+    request = slot.request
+    return Unallocatable(
+        ReasonCode.CONSTRAINT_UNSATISFIABLE,
+        f'request "{request.name}" of claim "{request.claim_name}" asks for all '
+        "devices, but they do not satisfy the claim's matchAttribute",
+        f"claim {request.claim_key}, request {request.name} asks for all devices, "
+        f"but device {entry.id} does not satisfy matchAttribute "
+        + ", ".join(state.attribute for state in slot.constraints),
+    )
 
 
 class InUse:
