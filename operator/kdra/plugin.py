@@ -75,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
         "with its requests and selectors, the nodes grouped by why they cannot take the pod, "
         "and the nearest node that would fit if N devices were freed (and who holds them).")
     why.add_argument("pod", metavar="POD", help="the pod's name")
+    why.add_argument("--search-steps", type=int, default=None, metavar="N",
+                     help="allocation search budget in steps (devices tried), shared as "
+                     "kdra-scheduler shares it; default: the operator's default "
+                     "--allocation-search-steps (1000000)")
     _common(why)
 
     tops = sub.add_parser(

@@ -36,6 +36,9 @@ from kdra.domain.quantity import InvalidQuantity, parse_quantity
 JSON = Mapping[str, Any]
 POLICIES = ("binpack", "spread", "first-fit")
 POLICY_ANNOTATION = "resource.kdra.dev/placement-policy"
+SEARCH_EXHAUSTED = "AllocationSearchExhausted"
+"""PodScheduled=False reason of a pod whose allocation search ran out of budget (the binder
+sets it; ``kubectl kdra why`` explains it)."""
 
 
 # --------------------------------------------------------------------------- resources

@@ -5,7 +5,9 @@ filters (:func:`~kdra.domain.scheduling.node_rejection`), the same allocator ent
 (:func:`~kdra.domain.allocator.place`, every node, no feasible-node limit) — over the objects
 the caller read, and returns an :class:`Explanation`:
 
-- the pod's state and what kdra-scheduler last told it (its ``PodScheduled`` condition);
+- the pod's state and what kdra-scheduler last told it (its ``PodScheduled`` condition, with
+  its reason: ``Unschedulable``, or ``AllocationSearchExhausted`` when the binder's search ran
+  out of budget — then also what that means and what to do, in :attr:`Explanation.hints`);
 - each claim of the pod: its state, and for a pending claim every request with its class and
   the selectors involved (the class's, then the request's own);
 - the nodes grouped by why they cannot take the pod (the binder's messages, most frequent
@@ -16,7 +18,13 @@ the caller read, and returns an :class:`Explanation`:
 What could not be read is passed as ``None`` and said in :attr:`Explanation.notes` (e.g. no
 Nodes: taints, selectors and capacity are not checked, nodes are taken from the slices).
 
+The search is bounded like the binder's: ``steps`` for the whole evaluation (and again for
+the nearest fits), ``node_steps(candidates)`` per node — pass the binder's budget
+(``kdra.services.searches.SearchBudget``) to see what it sees. Out of budget with no node
+found, the verdict is ``search-exhausted``.
+
 Invariants:
+- Bounded: with ``steps`` given, no search runs past it (see above).
 - Never raises on bad input: an unparsable annotation, claim, class or slice becomes a note
   or the explanation's ``problem``; invalid slices and classes are left out as the binder
   leaves them out.
@@ -27,11 +35,18 @@ Invariants:
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kdra.domain.allocator import DeviceId, NodeInfo, ReasonCode, Snapshot, nearest_fits, place
+from kdra.domain.allocator import (
+    DeviceId,
+    NodeInfo,
+    Placing,
+    ReasonCode,
+    Snapshot,
+    nearest_fits,
+)
 from kdra.domain.describe import claims_of, natural
 from kdra.domain.errors import InvalidObject
 from kdra.domain.models import ResourceClaim, parse_claim, parse_class, parse_slice
@@ -42,6 +57,7 @@ from kdra.domain.podclaims import (
     pod_claims,
 )
 from kdra.domain.scheduling import (
+    SEARCH_EXHAUSTED,
     NodeView,
     PodFit,
     Resources,
@@ -59,6 +75,15 @@ JSON = Mapping[str, Any]
 MAX_NODES_LISTED = 6
 """Node names shown per group (the rest are counted)."""
 UNLIMITED = Resources(cpu=10**12, memory=10**18, pods=10**6)
+SEARCH_EXHAUSTED_HINT = (
+    f"{SEARCH_EXHAUSTED}: kdra-scheduler's allocation search for this pod ran out of its "
+    "budget (the operator's --allocation-search-steps, --allocation-search-timeout) before "
+    "it found a placement; it retries after a backoff. Long searches come from claims "
+    "competing for the same devices (many requests, matchAttribute constraints, "
+    "allocationMode All): fewer, larger requests or looser constraints search quickly; "
+    "otherwise an operator may raise the budget.")
+"""What ``AllocationSearchExhausted`` means and what to do (in :attr:`Explanation.hints`)."""
+NOT_EVALUATED = "not evaluated: the search budget ran out first"
 """Allocatable of a node known only from its slices (its Node could not be read)."""
 
 
@@ -106,8 +131,9 @@ class Nearest:
 class Explanation:
     pod: str
     verdict: str
-    """``bound``, ``fits`` (some node can take it now), ``unschedulable``, ``waiting`` (for
-    its claims), ``invalid`` or ``not-kdra`` (kdra does not schedule it)."""
+    """``bound``, ``fits`` (some node can take it now), ``unschedulable``,
+    ``search-exhausted`` (no node found within the search budget), ``waiting`` (for its
+    claims), ``invalid`` or ``not-kdra`` (kdra does not schedule it)."""
     summary: str
     node: str = ""
     condition: str = ""
@@ -117,11 +143,17 @@ class Explanation:
     fits: tuple[str, ...] = ()
     nearest: tuple[Nearest, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
+    hints: tuple[str, ...] = ()
+    """What a reason means and what to do (e.g. :data:`SEARCH_EXHAUSTED_HINT`)."""
+    condition_reason: str = ""
+    """The ``PodScheduled=False`` condition's reason (``Unschedulable``,
+    ``AllocationSearchExhausted``...)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
             "pod": self.pod, "verdict": self.verdict, "summary": self.summary,
             "node": self.node, "condition": self.condition,
+            "conditionReason": self.condition_reason,
             "claims": [{"entry": c.entry, "name": c.name, "state": c.state, "node": c.node,
                         "devices": list(c.devices), "problem": c.problem,
                         "requests": [{"name": r.name, "class": r.device_class, "count": r.count,
@@ -134,6 +166,7 @@ class Explanation:
                          "heldBy": list(n.holders), "minimal": n.minimal}
                         for n in self.nearest],
             "notes": list(self.notes),
+            "hints": list(self.hints),
         }
 
 
@@ -142,15 +175,35 @@ class Explanation:
 
 def explain_pod(pod: JSON, *, claims: Iterable[JSON], classes: Iterable[JSON],
                 slices: Iterable[JSON], nodes: Iterable[JSON] | None,
-                pods: Iterable[JSON] | None, notes: Sequence[str] = ()) -> Explanation:
+                pods: Iterable[JSON] | None, notes: Sequence[str] = (),
+                steps: int | None = None,
+                node_steps: Callable[[int], int] | None = None) -> Explanation:
     """Evaluate ``pod`` against the cluster as given (module doc). ``claims`` should hold
-    every claim (the pod's, and those holding devices); ``nodes`` / ``pods`` None: not read."""
-    notes = list(notes)
+    every claim (the pod's, and those holding devices); ``nodes`` / ``pods`` None: not read.
+    ``steps`` / ``node_steps(candidates)``: the search budget (None: unbounded)."""
+    found = _evaluate(pod, claims, classes, slices, nodes, pods, list(notes),
+                      _Budget(steps, node_steps))
+    reason = _scheduled_condition(pod)[1]
+    exhausted = found.verdict == "search-exhausted"
+    if exhausted or (reason == SEARCH_EXHAUSTED and found.verdict != "bound"):
+        found = replace(found, hints=(*found.hints, SEARCH_EXHAUSTED_HINT))
+    return replace(found, condition_reason=reason)
+
+
+@dataclass(frozen=True)
+class _Budget:
+    steps: int | None
+    node_steps: Callable[[int], int] | None
+
+
+def _evaluate(pod: JSON, claims: Iterable[JSON], classes: Iterable[JSON],
+              slices: Iterable[JSON], nodes: Iterable[JSON] | None,
+              pods: Iterable[JSON] | None, notes: list[str], budget: _Budget) -> Explanation:
     meta = pod.get("metadata") or {}
     key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
     namespace = str(meta.get("namespace") or "")
     spec = pod.get("spec") or {}
-    condition = _scheduled_condition(pod)
+    condition = _scheduled_condition(pod)[0]
     if CLAIMS_ANNOTATION not in (meta.get("annotations") or {}):
         return Explanation(key, "not-kdra", f"the pod has no {CLAIMS_ANNOTATION} annotation: "
                            "kdra allocates no devices for it", spec.get("nodeName") or "",
@@ -236,7 +289,9 @@ def explain_pod(pod: JSON, *, claims: Iterable[JSON], classes: Iterable[JSON],
     if not unallocated:
         fits = [node.name for node in candidates]
     elif candidates:
-        outcome = place(snapshot, unallocated, candidates)
+        placing = Placing(snapshot, unallocated, candidates, node_steps=(
+            budget.node_steps(len(candidates)) if budget.node_steps is not None else None))
+        outcome = placing.advance(budget.steps) or placing.give_up()
         if outcome.fatal is not None:
             return Explanation(key, "unschedulable", outcome.summary(len(views)),
                                condition=condition, claims=tuple(infos),
@@ -248,7 +303,19 @@ def explain_pod(pod: JSON, *, claims: Iterable[JSON], classes: Iterable[JSON],
                 and outcome.reasons[node.name].code in (ReasonCode.DEVICES_BUSY,
                                                         ReasonCode.CONSTRAINT_UNSATISFIABLE)]
         if not fits and busy:
-            nearest = _nearest(snapshot, unallocated, busy, raw_claims)
+            nearest = _nearest(snapshot, unallocated, busy, raw_claims, budget.steps, notes)
+        if outcome.exhausted and not fits:
+            skipped = [node.name for node in candidates if node.name not in outcome.reasons
+                       and node.name not in outcome.placements]
+            if skipped:
+                groups[NOT_EVALUATED] = skipped
+            counts = Counter({reason: len(names) for reason, names in groups.items()})
+            return Explanation(
+                key, "search-exhausted", f"no placement found within the search budget "
+                f"({outcome.steps} steps spent"
+                f"{f' of {budget.steps}' if budget.steps is not None else ''}); "
+                + explain(counts, len(views)), condition=condition, claims=tuple(infos),
+                groups=_sorted_groups(groups), nearest=tuple(nearest), notes=tuple(notes))
     counts = Counter({reason: len(names) for reason, names in groups.items()})
     summary = explain(counts, len(views), len(fits))
     verdict = "fits" if fits else "unschedulable"
@@ -257,12 +324,16 @@ def explain_pod(pod: JSON, *, claims: Iterable[JSON], classes: Iterable[JSON],
                        nearest=tuple(nearest), notes=tuple(notes))
 
 
-def _scheduled_condition(pod: JSON) -> str:
-    for condition in (pod.get("status") or {}).get("conditions") or ():
+def _scheduled_condition(pod: JSON) -> tuple[str, str]:
+    """The pod's PodScheduled=False message (else its reason) and reason; empty if none."""
+    status = pod.get("status")
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    for condition in conditions if isinstance(conditions, list) else ():
         if isinstance(condition, Mapping) and condition.get("type") == "PodScheduled" and \
                 condition.get("status") == "False":
-            return str(condition.get("message") or condition.get("reason") or "")
-    return ""
+            reason = str(condition.get("reason") or "")
+            return str(condition.get("message") or reason), reason
+    return "", ""
 
 
 def _classes(classes: Iterable[JSON], notes: list[str]) -> dict[str, Any]:
@@ -310,7 +381,7 @@ def _views(nodes: Iterable[JSON] | None, from_slices: set[str],
 
 
 def _nearest(snapshot: Snapshot, claims: Sequence[ResourceClaim], nodes: Sequence[NodeInfo],
-             raw_claims: Sequence[JSON]) -> list[Nearest]:
+             raw_claims: Sequence[JSON], steps: int | None, notes: list[str]) -> list[Nearest]:
     holders: dict[DeviceId, list[str]] = defaultdict(list)
     for row in claims_of(raw_claims):
         pods = ", ".join(pod.split("/", 1)[-1] for pod in row.pods)
@@ -318,7 +389,11 @@ def _nearest(snapshot: Snapshot, claims: Sequence[ResourceClaim], nodes: Sequenc
         for device in row.devices:
             holders[DeviceId(device.driver, device.pool, device.device)].append(text)
     found = []
-    for freeing in nearest_fits(snapshot, claims, nodes):
+    whatif = nearest_fits(snapshot, claims, nodes, steps=steps)
+    if not whatif.complete:
+        notes.append(f"the search for the nearest fit ran out of its budget ({whatif.steps} "
+                     "steps): a node it did not reach might need fewer devices freed")
+    for freeing in whatif.fits:
         held = dict.fromkeys(h for device in freeing.devices for h in holders.get(device, ()))
         found.append(Nearest(freeing.node, tuple(str(d) for d in freeing.devices),
                              tuple(held), freeing.minimal))
@@ -334,14 +409,18 @@ def _sorted_groups(groups: Mapping[str, list[str]]) -> tuple[Group, ...]:
 
 
 def render_why(explanation: Explanation, *, bold: bool = False) -> str:
-    """The explanation as text: a headline, what kdra-scheduler said, the claims, the node
-    groups, the nearest fits, and notes on what could not be read."""
+    """The explanation as text: a headline, what kdra-scheduler said (and why, unless plainly
+    Unschedulable), the claims, the node groups, the nearest fits, hints on what a reason
+    means, and notes on what could not be read."""
     def strong(text: str) -> str:
         return f"\033[1m{text}\033[0m" if bold else text
 
     out = [strong(f"Pod {explanation.pod}: {explanation.summary}")]
     if explanation.condition:
-        out.append(f"kdra-scheduler said: {explanation.condition}")
+        reason = explanation.condition_reason
+        shown = f" ({reason})" if reason not in ("", "Unschedulable", explanation.condition) \
+            else ""
+        out.append(f"kdra-scheduler said{shown}: {explanation.condition}")
     if explanation.claims:
         rows = []
         for claim in explanation.claims:
@@ -377,6 +456,7 @@ def render_why(explanation: Explanation, *, bold: bool = False) -> str:
                          f"{'' if nearest.minimal else ' (or fewer)'}: "
                          f"{_by_pool(nearest.devices)} — held by {held}")
         out.append("\n".join(lines))
+    out.extend(f"Hint: {hint}" for hint in explanation.hints)
     out.extend(f"Note: {note}" for note in explanation.notes)
     return "\n\n".join(out) + "\n"
 

@@ -6,7 +6,8 @@ kubeconfig and RBAC), hands plain dicts to a pure view in ``kdra.domain`` and pr
 
 - ``free`` — :func:`kdra.domain.utilisation.utilisation`: per class, node and pool;
 - ``describe`` — :func:`kdra.domain.describe.describe`: per device, and each claim;
-- ``why POD`` — :func:`kdra.domain.why.explain_pod`;
+- ``why POD`` — :func:`kdra.domain.why.explain_pod`, within kdra-scheduler's search budget
+  (:class:`kdra.services.searches.SearchBudget`, default or ``--search-steps``);
 - ``top`` — :func:`kdra.domain.utilisation.top`: per namespace and pod;
 - ``check`` — ``kdra check`` (:mod:`kdra.handlers.check`), as is.
 
@@ -49,6 +50,7 @@ from kdra.kube.reader import (
     Reader,
     Unreadable,
 )
+from kdra.services.searches import SearchBudget
 
 JSON = dict[str, Any]
 GREEN, RED, YELLOW = "32", "31", "33"
@@ -175,8 +177,11 @@ def cmd_why(session: Session, args: argparse.Namespace) -> int:
     slices = session.optional(SLICES, meaning="no devices are known: nothing can fit")
     nodes = session.optional(NODES)
     pods = session.optional(PODS, meaning="the nodes' cpu/memory/pod capacity is not checked")
+    budget = SearchBudget() if args.search_steps is None else \
+        SearchBudget(steps=max(1, args.search_steps))
     explanation = explain_pod(pod, claims=claims, classes=classes or [], slices=slices or [],
-                              nodes=nodes, pods=pods)
+                              nodes=nodes, pods=pods, steps=budget.steps,
+                              node_steps=budget.node_steps)
     emit(args, explanation.to_json(), lambda paint: render_why(explanation, bold=bool(paint)),
          [*session.notes, *explanation.notes])
     return 0

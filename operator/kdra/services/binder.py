@@ -80,6 +80,7 @@ from kdra.domain.podclaims import (
     set_allocation,
 )
 from kdra.domain.scheduling import (
+    SEARCH_EXHAUSTED,
     NodeView,
     PodFit,
     Resources,
@@ -105,8 +106,6 @@ BOUND_REMEMBERED = 4096
 lags the Binding by milliseconds; thousands is ample)."""
 
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
-SEARCH_EXHAUSTED = "AllocationSearchExhausted"
-"""PodScheduled=False reason of a pod whose allocation search ran out of budget."""
 
 
 @dataclass(frozen=True)

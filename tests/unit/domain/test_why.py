@@ -130,3 +130,74 @@ def test_bad_input_is_explained_not_raised() -> None:
     no_class["spec"]["devices"]["requests"][0]["deviceClassName"] = "nope"
     found = explain(pod([{"name": "gpu", "resourceClaimName": "c"}]), [no_class])
     assert found.verdict == "unschedulable" and "device class nope not found" in found.summary
+
+
+# --------------------------------------------------------------------------- search budget
+
+
+def three_claims() -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+    """A pod of three one-GPU claims; node-d and node-e (4 free GPUs each) take it after a few
+    search steps (three claims: no counted placement, a real search)."""
+    claims = [pending_claim(f"c{i}") for i in range(3)]
+    target = pod([{"name": f"g{i}", "resourceClaimName": f"c{i}"} for i in range(3)])
+    cluster = {"slices": [*SLICES, raw_slice("node-d", *gpus(4)), raw_slice("node-e", *gpus(4))],
+               "nodes": [*NODES, node("node-d"), node("node-e")]}
+    return target, [*claims, *HELD], cluster
+
+
+def test_out_of_search_budget_is_its_own_verdict_with_a_hint() -> None:
+    target, claims, cluster = three_claims()
+    unbounded = explain(target, claims, **cluster)
+    assert unbounded.fits == ("node-d", "node-e") and not unbounded.hints
+    # Each node's search capped (node_steps): both give up.
+    capped = explain(target, claims, **cluster, steps=100, node_steps=lambda candidates: 2)
+    assert capped.verdict == "search-exhausted" and not capped.fits
+    groups = {g.reason: g.nodes for g in capped.groups}
+    assert groups['allocation search gave up (claims "c0", "c1", "c2")'] == ("node-d", "node-e")
+    # The pod's budget spent on node-d: node-e is not evaluated, and says so.
+    found = explain(target, claims, **cluster, steps=2, node_steps=lambda candidates: 100)
+    assert found.verdict == "search-exhausted" and not found.fits
+    assert found.summary.startswith("no placement found within the search budget (")
+    assert "of 2); 0/5 nodes available: " in found.summary
+    groups = {g.reason: g.nodes for g in found.groups}
+    assert groups['allocation search gave up (claims "c0", "c1", "c2")'] == ("node-d",)
+    assert groups["not evaluated: the search budget ran out first"] == ("node-e",)
+    assert found.hints and found.hints[0].startswith("AllocationSearchExhausted: ")
+    text = render_why(found)
+    assert "\n\nHint: AllocationSearchExhausted: kdra-scheduler's allocation search" in text
+    assert "--allocation-search-steps" in text
+    assert json.loads(json.dumps(found.to_json()))["verdict"] == "search-exhausted"
+
+
+def test_the_binders_search_exhausted_condition_is_shown_with_its_reason() -> None:
+    target = pod([{"name": "gpu", "resourceClaimName": "big-gpu"}])
+    target["status"]["conditions"][0].update(
+        reason="AllocationSearchExhausted",
+        message="allocation search for claims 'big-gpu' exhausted its budget (...)")
+    found = explain(target, [pending_claim("big-gpu", count=2), *HELD])
+    assert found.verdict == "unschedulable"  # now: the recomputation differs, both shown
+    assert found.condition_reason == "AllocationSearchExhausted"
+    text = render_why(found)
+    assert "kdra-scheduler said (AllocationSearchExhausted): allocation search for claims " \
+           "'big-gpu' exhausted its budget (...)" in text
+    assert "Hint: AllocationSearchExhausted: " in text
+    assert found.to_json()["conditionReason"] == "AllocationSearchExhausted"
+    # A plain Unschedulable condition: no reason in brackets, no hint.
+    plain = explain(pod([{"name": "gpu", "resourceClaimName": "big-gpu"}]),
+                    [pending_claim("big-gpu", count=2), *HELD])
+    assert plain.condition_reason == "Unschedulable" and not plain.hints
+    assert "kdra-scheduler said: " in render_why(plain)
+
+
+def test_the_nearest_fit_search_is_bounded_and_says_so() -> None:
+    target = pod([{"name": "gpu", "resourceClaimName": "big-gpu"}])
+    claims = [pending_claim("big-gpu", count=2), *HELD]
+    # A counted request: placing it costs no search steps; the nearest fits' searches do.
+    found = explain(target, claims, steps=1, node_steps=lambda candidates: 1)
+    assert found.verdict == "unschedulable"
+    assert len(found.nearest) < 2  # node-a was not reached
+    assert any(note.startswith("the search for the nearest fit ran out of its budget (")
+               for note in found.notes)
+    whole = explain(target, claims, steps=1000, node_steps=lambda candidates: 1000)
+    assert [n.node for n in whole.nearest] == ["node-b", "node-a"]
+    assert not any("nearest fit" in note for note in whole.notes)

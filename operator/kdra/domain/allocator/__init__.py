@@ -25,7 +25,7 @@ from kdra.domain.allocator.reasons import Reason, ReasonCode
 from kdra.domain.allocator.search import allocate
 from kdra.domain.allocator.snapshot import Snapshot, devices_in_use
 from kdra.domain.allocator.stats import Stats
-from kdra.domain.allocator.whatif import Freeing, nearest_fits
+from kdra.domain.allocator.whatif import Freeing, WhatIf, nearest_fits
 
 __all__ = [
     "ClusterOutcome",
@@ -38,6 +38,7 @@ __all__ = [
     "ReasonCode",
     "Snapshot",
     "Stats",
+    "WhatIf",
     "allocate",
     "devices_in_use",
     "nearest_fits",

@@ -20,7 +20,10 @@ Per node, in the order given:
 Invariants:
 - Pure; every answer is verified by a search (steps 2 and 3 both name a set with which the
   search succeeds), never estimated.
-- Bounded: at most three searches per node, and the caller chooses the nodes.
+- Bounded: at most three searches per node, the caller chooses the nodes, and ``steps`` caps
+  the search steps (devices tried) of all searches together, as the binder's budget caps its
+  own: a node whose search the budget cuts short is left out and the answer says it is
+  incomplete (:attr:`WhatIf.complete`).
 - Admin-access requests take devices in use anyway: they never need anything freed.
 """
 
@@ -32,12 +35,13 @@ from dataclasses import dataclass
 from kdra.domain.allocator.nodeselector import NodeInfo
 from kdra.domain.allocator.pools import DeviceId, NodePools
 from kdra.domain.allocator.reasons import Unallocatable
+from kdra.domain.allocator.results import Pick
 from kdra.domain.allocator.search import NodeSearch, PreparedClaim, prepare
 from kdra.domain.allocator.snapshot import Snapshot
 from kdra.domain.allocator.stats import Stats
 from kdra.domain.models import ResourceClaim
 
-__all__ = ["Freeing", "nearest_fits"]
+__all__ = ["Freeing", "WhatIf", "nearest_fits"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,32 +67,75 @@ class _Without:
         return device in self.busy and device not in self.freed
 
 
+@dataclass(frozen=True, slots=True)
+class WhatIf:
+    """:func:`nearest_fits`' answer."""
+
+    fits: list[Freeing]
+    complete: bool
+    """False when the step budget ran out: nodes not (fully) searched may need fewer."""
+    steps: int
+    """Search steps spent."""
+
+
+class _OutOfSteps(Exception):
+    """Internal: the budget ran out in the middle of a node's searches."""
+
+
+class _Budget:
+    __slots__ = ("left", "spent")
+
+    def __init__(self, steps: int | None) -> None:
+        self.left = steps
+        self.spent = 0
+
+    def run(self, search: NodeSearch) -> list[list[Pick]] | None:
+        """Run ``search`` within what is left; raises _OutOfSteps when it is not enough."""
+        if self.left is not None and self.left <= 0:
+            raise _OutOfSteps
+        finished = search.advance(self.left)
+        self.spent += search.steps
+        if self.left is not None:
+            self.left -= search.steps
+        if not finished:
+            raise _OutOfSteps
+        return search.result
+
+
 def nearest_fits(snapshot: Snapshot, claims: Sequence[ResourceClaim],
-                 nodes: Sequence[NodeInfo], *, limit: int = 3) -> list[Freeing]:
+                 nodes: Sequence[NodeInfo], *, limit: int = 3,
+                 steps: int | None = None) -> WhatIf:
     """The ``limit`` nodes of ``nodes`` needing the fewest devices freed for ``claims`` (the
     pod's unallocated claims) to fit, fewest first (ties by node name). Nodes where the claims
-    fit now, or never could, are left out; bad input (a missing class...) gives no answer."""
+    fit now, or never could, are left out; bad input (a missing class...) gives no answer.
+    ``steps``: the search steps all searches together may spend (None: no limit)."""
     stats = Stats()
     try:
         prepared = prepare(claims, snapshot)
     except Unallocatable:
-        return []
+        return WhatIf([], True, 0)
     busy = snapshot.devices_in_use
+    budget = _Budget(steps)
     found = []
+    complete = True
     for node in nodes:
-        freeing = _freeing(prepared, snapshot.node_pools(node), busy, stats)
+        try:
+            freeing = _freeing(prepared, snapshot.node_pools(node), busy, stats, budget)
+        except _OutOfSteps:
+            complete = False
+            break
         if freeing is not None:
             found.append(Freeing(node.name, *freeing))
     found.sort(key=lambda f: (len(f.devices), f.node))
-    return found[:limit]
+    return WhatIf(found[:limit], complete, budget.spent)
 
 
-def _freeing(prepared: Sequence[PreparedClaim], pools: NodePools,
-             busy: Container[DeviceId], stats: Stats) -> tuple[tuple[DeviceId, ...], bool] | None:
+def _freeing(prepared: Sequence[PreparedClaim], pools: NodePools, busy: Container[DeviceId],
+             stats: Stats, budget: _Budget) -> tuple[tuple[DeviceId, ...], bool] | None:
     try:
-        if NodeSearch(prepared, pools, busy, stats).run() is not None:
+        if budget.run(NodeSearch(prepared, pools, busy, stats)) is not None:
             return None  # fits now
-        ideal = NodeSearch(prepared, pools, frozenset(), stats).run()
+        ideal = budget.run(NodeSearch(prepared, pools, frozenset(), stats))
         if ideal is None:
             return None  # never
         shortfall: dict[DeviceId, None] = {}
@@ -106,7 +153,7 @@ def _freeing(prepared: Sequence[PreparedClaim], pools: NodePools,
                     if item.entry.id in busy and item.entry.id not in shortfall:
                         shortfall[item.entry.id] = None
                         missing -= 1
-        if NodeSearch(prepared, pools, _Without(busy, shortfall), stats).run() is not None:
+        if budget.run(NodeSearch(prepared, pools, _Without(busy, shortfall), stats)) is not None:
             return tuple(shortfall), True
     except Unallocatable:
         return None
