@@ -11,9 +11,11 @@ Helm's own bookkeeping labels):
 | manifests/overlays/kind            | agent.discovery=inventory, image kdra:dev, the kind  |
 |                                    | overlay's inventory files, namespace.create          |
 | manifests/overlays/servicemonitor  | serviceMonitor.enabled, dashboard.enabled (those)     |
+| manifests/simulation               | simulation.enabled (those objects)                   |
 
 A difference fails with a unified diff per object. Fix it where it comes from: the copied
-parts (CRDs, RBAC, admission policies, Services, webhook configurations, the dashboard) with
+parts (CRDs, RBAC, admission policies, Services, webhook configurations, the simulation
+agent's objects, the dashboard) with
 ``hack/sync-chart.py``; the templated workloads in ``charts/kdra/templates/``.
 
 helm is built from Go modules by ``hack/build-helm.sh`` (cached in ~/.cache/kdra/bin).
@@ -110,7 +112,7 @@ def drift(chart: Sequence[dict[str, Any]], manifests: Sequence[dict[str, Any]],
 
 def test_helm_lint(helm: str) -> None:
     everything = [*inventory_values(), "--set", "serviceMonitor.enabled=true",
-                  "--set", "dashboard.enabled=true"]
+                  "--set", "dashboard.enabled=true", "--set", "simulation.enabled=true"]
     for args in ([], everything):
         result = subprocess.run([helm, "lint", "--strict", str(CHART), *args],
                                 capture_output=True, text=True)
@@ -148,6 +150,16 @@ def test_the_chart_renders_what_the_servicemonitor_overlay_renders(
     assert not report, report
 
 
+def test_the_chart_renders_what_the_simulation_kustomization_renders(
+        helm: str, control_plane: ControlPlane) -> None:
+    plain = {key(doc) for doc in render(helm)}
+    chart = [doc for doc in render(helm, "--set", "simulation.enabled=true")
+             if key(doc) not in plain]
+    assert chart, "simulation.enabled adds nothing"
+    report = drift(chart, kustomize(control_plane, "simulation"), "manifests/simulation")
+    assert not report, report
+
+
 def test_a_drift_is_reported_with_a_diff() -> None:
     deployment = {"kind": "Deployment", "metadata": {"name": "kdra-operator",
                                                      "namespace": "kdra-system"},
@@ -162,12 +174,13 @@ def test_a_drift_is_reported_with_a_diff() -> None:
 
 def test_another_namespace_is_used_throughout(helm: str) -> None:
     docs = render(helm, "--set", "serviceMonitor.enabled=true", "--set", "dashboard.enabled=true",
-                  namespace="gpu-system")
+                  "--set", "simulation.enabled=true", namespace="gpu-system")
     text = yaml.safe_dump_all(docs)
     assert "kdra-system" not in text
     namespaced = [d for d in docs if d["metadata"].get("namespace")]
     assert namespaced and {d["metadata"]["namespace"] for d in namespaced} == {"gpu-system"}
     assert "system:serviceaccount:gpu-system:kdra-agent" in text
+    assert "system:serviceaccount:gpu-system:kdra-agent-simulation" in text
     webhooks = [d for d in docs if d["kind"].endswith("WebhookConfiguration")]
     assert webhooks and all(w["clientConfig"]["service"]["namespace"] == "gpu-system"
                             for d in webhooks for w in d["webhooks"])
@@ -185,7 +198,8 @@ def test_rendered_manifests_apply_server_side(helm: str, control_plane: ControlP
     try:
         for args in (["--set", "namespace.create=true"],
                      ["--set", "namespace.create=true", "--set", "serviceMonitor.enabled=true",
-                      "--set", "dashboard.enabled=true", *inventory_values()]):
+                      "--set", "dashboard.enabled=true", "--set", "simulation.enabled=true",
+                      *inventory_values()]):
             rendered = tmp_path / "rendered.yaml"
             result = subprocess.run([helm, "template", "kdra", str(CHART), "--namespace",
                                      "kdra-system", "--include-crds", *args],
