@@ -296,18 +296,17 @@ def test_describe_and_check_from_the_users_kubeconfig(loaded: Demo) -> None:
 
 
 def test_a_user_with_little_rbac_is_told_what_could_not_be_read(loaded: Demo) -> None:
-    """alice may read pods and claims in default and the cluster's slices and classes, not
-    nodes nor other namespaces' claims; nobody may read nothing."""
+    """alice has the default ``view`` role in default (kdra's kdra-user-view, from
+    manifests/base, aggregated into it: claims and templates) and may list the cluster's
+    slices and classes (the user guide's kdra-devices-viewer), not nodes nor other namespaces'
+    claims; nobody may read nothing."""
+    loaded.kubectl("apply", "--server-side", "-f",
+                   str(ROOT / "manifests" / "base" / "user-roles.yaml"))
     rbac = [
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-         "metadata": {"name": "kdra-viewer", "namespace": "default"},
-         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
-                   {"apiGroups": ["resource.kdra.dev"], "resources": ["resourceclaims"],
-                    "verbs": ["get", "list"]}]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-         "metadata": {"name": "alice-kdra-viewer", "namespace": "default"},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                     "name": "kdra-viewer"},
+         "metadata": {"name": "alice-view", "namespace": "default"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": "view"},
          "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
                        "name": "alice"}]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
@@ -323,6 +322,11 @@ def test_a_user_with_little_rbac_is_told_what_could_not_be_read(loaded: Demo) ->
                        "name": "alice"}]},
     ]
     loaded.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(o) for o in rbac))
+    # kube-controller-manager aggregates kdra-user-view into view (asynchronously).
+    wait_for(lambda: loaded.kubectl("auth", "can-i", "list", "resourceclaims.resource.kdra.dev",
+                                    "-n", "default", "--as", "alice",
+                                    check=False).stdout.strip() == "yes",
+             timeout=60, what="kdra-user-view aggregated into view")
     free = loaded.kubectl("kdra", "free", "--as", "alice")
     assert "could not read ResourceClaims in all namespaces: 403 Forbidden" in free.stderr
     assert "only namespace default's claims are counted" in free.stderr
