@@ -19,8 +19,8 @@
 #   3. installs the CRDs, then manifests/overlays/kind (operator, agents, RBAC, policies),
 #   4. waits for the operator (its webhook must answer before pods with claims can be
 #      created) and the agents' slices,
-#   5. applies manifests/examples/gpu and the seed's cats (manifests/examples/seed, without its
-#      hand-written slice: the agent on kdra-worker3 publishes the cats),
+#   5. applies manifests/examples/gpu and the seed's cats (manifests/examples/seed: the agent
+#      on kdra-worker3 publishes the cats),
 #   6. prints what got allocated (`kdra describe`, run in the operator's pod) and the pods.
 #
 # Re-running it is safe: every step is an apply or a wait. (It cannot run on kdra's CI
@@ -114,9 +114,7 @@ done
 
 step "examples: GPUs (manifests/examples/gpu) and the seed's cats"
 "${KUBECTL[@]}" apply -k manifests/examples/gpu
-for file in deviceclass resourceclaim resourceclaimtemplate pod; do
-  "${KUBECTL[@]}" apply -f "manifests/examples/seed/${file}.yaml"
-done
+"${KUBECTL[@]}" apply -k manifests/examples/seed
 
 step "waiting for the example pods (images are pulled from the internet)"
 "${KUBECTL[@]}" wait --for condition=Ready --timeout 300s pod \

@@ -80,6 +80,7 @@ from kdra.kube.client import (
 )
 from kdra.services import certs
 from kdra.services.certs import TlsBundle
+from kdra.services.gpu_lookup import GpuClaimLookup
 from kdra.settings import OperatorSettings
 
 __all__ = ["CHECK_INTERVAL", "WebhookServer", "start_webhooks"]
@@ -418,11 +419,12 @@ class WebhookServer:
         return web.json_response(answer)
 
     async def _mutate_pods(self, request: web.Request) -> web.Response:
-        return await self._review(request, admission.mutate_pod)
+        return await self._review(request, admission.mutate_pod, gpu_lookup=True)
 
     async def _review(self, request: web.Request, decide: admission.Decide, *,
-                      bindings: bool = False) -> web.Response:
-        """``bindings``: a pod Binding goes to :meth:`_validate_binding` instead."""
+                      gpu_lookup: bool = False, bindings: bool = False) -> web.Response:
+        """``gpu_lookup``: the pod mutation learns which claims may get GPUs (env vars);
+        ``bindings``: a pod Binding goes to :meth:`_validate_binding` instead."""
         raw = await request.read()
         try:
             body = orjson.loads(raw)
@@ -436,6 +438,9 @@ class WebhookServer:
             review = body.get("request") if isinstance(body, Mapping) else None
             if isinstance(review, Mapping) and is_binding(review):
                 return await self._validate_binding(body, review)
+        if gpu_lookup and self.client is not None:  # which claims may get GPUs (env vars)
+            gpu_claims = await GpuClaimLookup(self.client).gpu_claims(body)
+            decide = functools.partial(admission.mutate_pod, gpu_claims=gpu_claims)
         loop = asyncio.get_running_loop()
         try:
             answer = await loop.run_in_executor(None, admission.review, body, decide)
