@@ -166,8 +166,9 @@ SCHEDULE_RESULTS = ("allocated", "unschedulable", "waiting", "releasing", "confl
                     "error", "prepare-failed")
 UNSCHEDULABLE_REASONS = (
     "no-matching-device", "devices-busy", "constraint-unsatisfiable", "pool-incomplete",
-    "pool-invalid", "too-many-devices", "cel-error", "class-missing", "taint", "unschedulable",
-    "affinity", "resources", "prepare-failed", "claim-node-selector", "other",
+    "pool-invalid", "too-many-devices", "cel-error", "class-missing", "unsupported",
+    "too-many-choices", "taint", "unschedulable", "affinity", "resources", "prepare-failed",
+    "claim-node-selector", "other",
 )
 
 schedule_attempts = Counter(

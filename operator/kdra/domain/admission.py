@@ -1,14 +1,19 @@
 """Admission decisions for kdra's webhooks: pure functions from an AdmissionReview request to
 an answer (allowed, denied with field-named errors, or a JSONPatch).
 
-Two webhooks use this module (``kdra.services.webhook`` serves them over TLS):
+Two webhooks use this module (``kdra.services.webhook`` serves them over TLS); the checks of
+kdra's own objects are in :mod:`kdra.domain.admission_objects`:
 
 * **validating** (:func:`validate`): ResourceClaims, ResourceClaimTemplates and DeviceClasses
-  must parse with kdra's models (types, one-of rules, unique and known request names, upstream's
-  limits), every CEL selector must compile (syntax, environment, cost, length), opaque
-  parameters must fit in 10 KiB and a claim may not ask for more devices than one allocation
-  can hold. Pods with the ``resource.kdra.dev/claims`` annotation must have a well-formed
-  annotation whose ``containers`` name containers of the pod.
+  (always in ``v1``: the API server converts v1alpha3 requests first; error paths are given
+  back in the user's version) must parse with kdra's models (types, one-of rules, unique and
+  known request names, upstream's limits), every CEL selector must compile (syntax,
+  environment, cost, length), opaque parameters must fit in 10 KiB, a claim may not ask for
+  more devices than one allocation can hold, and admin access needs the namespace label
+  ``resource.kdra.dev/admin-access: "true"``. Fields kdra does not act on yet (tolerations,
+  capacity requests) are admitted with a warning. Pods with the
+  ``resource.kdra.dev/claims`` annotation must have a well-formed annotation whose
+  ``containers`` name containers of the pod.
 * **mutating** (:func:`mutate_pod`): a pod with claims gets ``schedulerName: kdra-scheduler``
   (when unset or ``default-scheduler``) and, in every container that consumes a claim, the env
   vars ``KDRA_DEVICES`` and ``NVIDIA_VISIBLE_DEVICES`` read through the downward API from the
@@ -36,21 +41,24 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kdra import GROUP
-from kdra.domain.cel import compile_selector
-from kdra.domain.errors import CelCompileError, InvalidObject
-from kdra.domain.models import (
-    MAX_DEVICES_PER_CLAIM,
-    DeviceClaim,
-    ExactCount,
-    parse_claim,
-    parse_class,
-    parse_template,
+from kdra.domain.admission_objects import (
+    ADMIN_ACCESS_LABEL,
+    MAX_OPAQUE_PARAMETERS_BYTES,
+    FieldError,
+    admin_access_errors,
+    admin_access_requested,
+    claim_errors,
+    class_errors,
+    object_warnings,
+    template_errors,
+    v1alpha3_paths,
 )
+from kdra.domain.errors import InvalidObject
 from kdra.domain.podclaims import (
     CLAIMS_ANNOTATION,
     DEVICES_ANNOTATION_PREFIX,
@@ -63,16 +71,20 @@ from kdra.domain.podclaims import (
 )
 
 __all__ = [
+    "ADMIN_ACCESS_LABEL",
     "ADMISSION_API_VERSION",
     "DEFAULT_SCHEDULER",
     "MAX_OPAQUE_PARAMETERS_BYTES",
     "AdmissionResponse",
     "FieldError",
+    "admin_access_errors",
+    "admin_access_requested",
     "claim_errors",
     "class_errors",
     "consuming_containers",
     "injected_env",
     "mutate_pod",
+    "object_warnings",
     "pod_errors",
     "pod_patch",
     "pod_warnings",
@@ -83,25 +95,11 @@ __all__ = [
 
 ADMISSION_API_VERSION = "admission.k8s.io/v1"
 DEFAULT_SCHEDULER = "default-scheduler"
-# Upstream's OpaqueParametersMaxLength: the raw JSON of one opaque configuration's parameters.
-MAX_OPAQUE_PARAMETERS_BYTES = 10 * 1024
 # The status the API server passes on to the client when the webhook denies a request.
 DENIED_CODE = 422
 DENIED_REASON = "Invalid"
 
 _ANNOTATION_FIELD = f"metadata.annotations[{CLAIMS_ANNOTATION}]"
-
-
-@dataclass(frozen=True)
-class FieldError:
-    """One reason for a denial: the offending field and what is wrong with it."""
-
-    field: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.message}"
-
 
 @dataclass(frozen=True)
 class AdmissionResponse:
@@ -176,10 +174,13 @@ def review(body: Any, decide: Decide) -> dict[str, Any]:
 # --------------------------------------------------------------------------- dispatch
 
 
-def validate(request: Mapping[str, Any]) -> AdmissionResponse:
+def validate(request: Mapping[str, Any],
+             namespace_labels: Mapping[str, str] | None = None) -> AdmissionResponse:
     """The validating webhook: claims, templates, classes, and pods with the annotation.
 
     Kinds it does not know, and operations other than CREATE and UPDATE, are allowed.
+    ``namespace_labels`` are the labels of the object's namespace, read by the caller when
+    :func:`admin_access_requested` (None: they could not be read).
     """
     uid = str(request.get("uid", ""))
     kind = request.get("kind") or {}
@@ -211,7 +212,15 @@ def validate(request: Mapping[str, Any]) -> AdmissionResponse:
         "DeviceClass": class_errors,
     }
     check = checks.get(name)
-    return AdmissionResponse(uid, tuple(check(obj, old)) if check else (), **target)
+    if check is None:
+        return AdmissionResponse(uid, **target)
+    errors = check(obj, old)
+    if name != "DeviceClass":
+        errors += admin_access_errors(obj, namespace_labels)
+    if (request.get("requestKind") or {}).get("version") == "v1alpha3":
+        errors = v1alpha3_paths(errors)
+    return AdmissionResponse(uid, tuple(errors), warnings=tuple(object_warnings(obj)),
+                             **target)
 
 
 def mutate_pod(request: Mapping[str, Any]) -> AdmissionResponse:
@@ -230,109 +239,6 @@ def mutate_pod(request: Mapping[str, Any]) -> AdmissionResponse:
         return AdmissionResponse(uid)
     return AdmissionResponse(uid, patch=tuple(pod_patch(pod, claims)),
                              warnings=tuple(pod_warnings(pod, claims)))
-
-
-# --------------------------------------------------------------------------- kdra objects
-
-
-def claim_errors(obj: Mapping[str, Any],
-                 old: Mapping[str, Any] | None = None) -> list[FieldError]:
-    """Why a ResourceClaim must be rejected (empty: it is fine)."""
-    try:
-        claim = parse_claim(obj)
-    except InvalidObject as exc:
-        return [FieldError(exc.field, exc.message)]
-    return _device_claim_errors(claim.spec.devices, "spec.devices", _old_expressions(old))
-
-
-def template_errors(obj: Mapping[str, Any],
-                    old: Mapping[str, Any] | None = None) -> list[FieldError]:
-    """Why a ResourceClaimTemplate must be rejected (its claim spec is ``spec.spec``)."""
-    try:
-        template = parse_template(obj)
-    except InvalidObject as exc:
-        return [FieldError(exc.field, exc.message)]
-    return _device_claim_errors(template.spec.spec.devices, "spec.spec.devices",
-                                _old_expressions(old))
-
-
-def class_errors(obj: Mapping[str, Any],
-                 old: Mapping[str, Any] | None = None) -> list[FieldError]:
-    """Why a DeviceClass must be rejected."""
-    try:
-        device_class = parse_class(obj)
-    except InvalidObject as exc:
-        return [FieldError(exc.field, exc.message)]
-    spec = device_class.spec
-    errors = _selector_errors(
-        ((f"spec.selectors[{j}].cel.expression", s.cel.expression)
-         for j, s in enumerate(spec.selectors)), _old_expressions(old))
-    errors += _parameter_errors(
-        (f"spec.config[{i}].opaque.parameters", c.opaque.parameters)
-        for i, c in enumerate(spec.config))
-    return errors
-
-
-def _device_claim_errors(devices: DeviceClaim, where: str,
-                         known_good: frozenset[str]) -> list[FieldError]:
-    errors = _selector_errors(
-        ((f"{where}.requests[{i}].selectors[{j}].cel.expression", s.cel.expression)
-         for i, request in enumerate(devices.requests)
-         for j, s in enumerate(request.selectors)), known_good)
-    errors += _parameter_errors(
-        (f"{where}.config[{i}].opaque.parameters", c.opaque.parameters)
-        for i, c in enumerate(devices.config))
-    total = sum(r.exact_count for r in devices.requests if r.allocation_mode == ExactCount)
-    if total > MAX_DEVICES_PER_CLAIM:
-        errors.append(FieldError(
-            f"{where}.requests",
-            f"the requests ask for {total} devices in total; one claim can be allocated at "
-            f"most {MAX_DEVICES_PER_CLAIM} (upstream's limit on allocation results)"))
-    return errors
-
-
-def _selector_errors(selectors: Iterable[tuple[str, str]],
-                     known_good: frozenset[str]) -> list[FieldError]:
-    errors: list[FieldError] = []
-    for field, expression in selectors:
-        if expression in known_good:
-            continue
-        try:
-            compile_selector(expression)
-        except CelCompileError as exc:
-            errors.append(FieldError(field, str(exc)))
-    return errors
-
-
-def _parameter_errors(configs: Iterable[tuple[str, Any]]) -> list[FieldError]:
-    errors: list[FieldError] = []
-    for field, parameters in configs:
-        size = len(json.dumps(parameters, separators=(",", ":"), ensure_ascii=False).encode())
-        if size > MAX_OPAQUE_PARAMETERS_BYTES:
-            errors.append(FieldError(field, f"must be at most {MAX_OPAQUE_PARAMETERS_BYTES} "
-                                            f"bytes of JSON (has {size})"))
-    return errors
-
-
-def _old_expressions(old: Mapping[str, Any] | None) -> frozenset[str]:
-    """Every CEL expression text in the old object (ratcheting), whatever its kind."""
-    if old is None:
-        return frozenset()
-    found: set[str] = set()
-
-    def walk(node: Any) -> None:
-        if isinstance(node, Mapping):
-            cel = node.get("cel")
-            if isinstance(cel, Mapping) and isinstance(cel.get("expression"), str):
-                found.add(cel["expression"])
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(old.get("spec"))
-    return frozenset(found)
 
 
 # --------------------------------------------------------------------------- pods

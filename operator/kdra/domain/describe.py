@@ -246,7 +246,7 @@ def _slice_node(spec: JSON) -> str:
 
 
 def _details(device: JSON, driver: str) -> str:
-    attributes = _map(_map(device.get("basic")).get("attributes"))
+    attributes = _map(device.get("attributes"))
     values: dict[str, str] = {}
     for raw_name, raw_value in attributes.items():
         name = str(raw_name)

@@ -18,6 +18,9 @@ Failure policy — the trade-off, written down once:
 * For DeviceClasses, an update that leaves ``spec`` unchanged (labels, finalizers) is not sent
   either, so metadata edits keep working during an outage.
 
+The same server converts kdra's objects between API versions (``/convert``): the CRDs'
+``spec.conversion`` (:func:`conversion`) points there, with the same CA bundle.
+
 Invariants:
 - Pure data: ``clientConfig`` is a URL (out-of-cluster use, tests) or the Service
   ``kdra-webhook`` in the operator's namespace, port 443; the CA bundle is passed in.
@@ -34,6 +37,8 @@ from kdra import GROUP, VERSION
 from kdra.domain.podclaims import CLAIMS_ANNOTATION
 
 __all__ = [
+    "CONVERT_PATH",
+    "CRD_NAMES",
     "HEALTHZ_PATH",
     "LABELS",
     "MUTATE_PODS_PATH",
@@ -45,6 +50,7 @@ __all__ = [
     "VALIDATE_PATH",
     "VALIDATING_CONFIG",
     "Endpoint",
+    "conversion",
     "mutating_configuration",
     "service_dns_names",
     "validating_configuration",
@@ -58,7 +64,11 @@ TLS_SECRET = "kdra-webhook-tls"
 
 VALIDATE_PATH = "/validate"
 MUTATE_PODS_PATH = "/mutate-pods"
+CONVERT_PATH = "/convert"
 HEALTHZ_PATH = "/healthz"
+CRD_NAMES = tuple(f"{plural}.{GROUP}" for plural in (
+    "resourceclaims", "resourceclaimtemplates", "deviceclasses", "resourceslices"))
+"""The CRDs whose versions the operator's ``/convert`` webhook converts."""
 
 MUTATE_PODS_WEBHOOK = f"mutate-pods.{GROUP}"
 VALIDATE_PODS_WEBHOOK = f"validate-pods.{GROUP}"
@@ -171,3 +181,20 @@ def validating_configuration(endpoint: Endpoint, ca_bundle: bytes | None) -> dic
             objects,
         ],
     }
+
+
+def conversion(endpoint: Endpoint, ca_bundle: bytes | None) -> dict[str, Any]:
+    """A CRD's ``spec.conversion``: the webhook at ``/convert``, ConversionReview v1."""
+    return {"strategy": "Webhook", "webhook": {
+        "conversionReviewVersions": ["v1"],
+        "clientConfig": endpoint.client_config(CONVERT_PATH, ca_bundle)}}
+
+
+def conversion_patch(endpoint: Endpoint, ca_bundle: bytes | None) -> dict[str, Any]:
+    """The merge patch that points a CRD's conversion at ``endpoint`` (clearing the other
+    kind of client config, since a merge patch would otherwise keep both)."""
+    desired = conversion(endpoint, ca_bundle)
+    client_config = desired["webhook"]["clientConfig"]
+    client_config.setdefault("url", None)
+    client_config.setdefault("service", None)
+    return {"spec": {"conversion": desired}}

@@ -3,15 +3,18 @@
 The operator starts one :class:`WebhookServer` (unless ``webhook_port`` is 0). It serves
 
 * ``POST /validate`` — :func:`kdra.domain.admission.validate` (claims, templates, classes, and
-  pods with the claims annotation),
+  pods with the claims annotation; for an admin-access claim it reads the namespace's labels),
 * ``POST /mutate-pods`` — :func:`kdra.domain.admission.mutate_pod`,
+* ``POST /convert`` — :func:`kdra.domain.models.conversion.review` (kdra's four kinds between
+  ``v1`` and ``v1alpha3``),
 * ``GET /healthz`` — ``ok``,
 
 over TLS with either a supplied certificate (``webhook_cert_dir``, re-read periodically) or a
 generated one kept in the Secret ``kdra-webhook-tls`` (shared by replicas, rotated by whichever
 replica first finds it due, see :mod:`kdra.services.certs`). With ``webhook_manage_config`` it
 creates and keeps the ``kdra-mutating`` / ``kdra-validating`` configurations
-(:mod:`kdra.domain.webhooks`) current, CA bundle included.
+(:mod:`kdra.domain.webhooks`) current, CA bundle included, and points the four CRDs'
+``spec.conversion`` at this server with the same CA bundle.
 
 Invariants:
 - The server listens before the configurations are written, so the API server never calls a
@@ -21,8 +24,10 @@ Invariants:
   *before* this replica switches to the new certificate.
 - The configurations are left in place on shutdown: failing closed is the point (see
   :mod:`kdra.domain.webhooks` for why ordinary pods are unaffected).
-- Decisions run in a worker thread: compiling a 10 KiB CEL selector must not stall kopf's
-  event loop.
+- Decisions and conversions run in a worker thread: compiling a 10 KiB CEL selector, or
+  converting a list of a thousand objects, must not stall kopf's event loop.
+- A CRD that is missing (not installed yet) is skipped with a warning; the conversion of the
+  others is still kept current.
 """
 
 from __future__ import annotations
@@ -42,7 +47,10 @@ from aiohttp import web
 
 from kdra.domain import admission
 from kdra.domain.errors import InvalidObject
+from kdra.domain.models import conversion
 from kdra.domain.webhooks import (
+    CONVERT_PATH,
+    CRD_NAMES,
     HEALTHZ_PATH,
     LABELS,
     MUTATE_PODS_PATH,
@@ -50,12 +58,15 @@ from kdra.domain.webhooks import (
     TLS_SECRET,
     VALIDATE_PATH,
     Endpoint,
+    conversion_patch,
     mutating_configuration,
     service_dns_names,
     validating_configuration,
 )
 from kdra.kube.client import (
+    CRDS,
     MUTATING_WEBHOOKS,
+    NAMESPACES,
     SECRETS,
     SERVICES,
     VALIDATING_WEBHOOKS,
@@ -74,7 +85,7 @@ __all__ = ["CHECK_INTERVAL", "WebhookServer", "start_webhooks"]
 log = logging.getLogger(__name__)
 
 CHECK_INTERVAL = 300.0  # seconds between certificate / configuration checks
-MAX_BODY = 8 * 1024 * 1024  # an AdmissionReview holds the object and the old object
+MAX_BODY = 64 * 1024 * 1024  # a ConversionReview holds a whole LIST in the old version
 _UNSPECIFIED = frozenset({"", "0.0.0.0", "::", "[::]"})
 _ATTEMPTS = 3
 
@@ -141,6 +152,7 @@ class WebhookServer:
         app = web.Application(client_max_size=MAX_BODY)
         app.router.add_post(VALIDATE_PATH, self._validate)
         app.router.add_post(MUTATE_PODS_PATH, self._mutate_pods)
+        app.router.add_post(CONVERT_PATH, self._convert)
         app.router.add_get(HEALTHZ_PATH, self._healthz)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -279,6 +291,28 @@ class WebhookServer:
             (VALIDATING_WEBHOOKS, validating_configuration(self.endpoint, bundle.ca_pem)),
         ):
             await self._apply(resource, desired)
+        await self._apply_conversion(bundle)
+
+    async def _apply_conversion(self, bundle: TlsBundle) -> None:
+        """Point each CRD's conversion webhook at this server (only when it does not yet)."""
+        assert self.client is not None
+        patch = conversion_patch(self.endpoint, bundle.ca_pem)
+        wanted = {k: v for k, v in patch["spec"]["conversion"]["webhook"]["clientConfig"].items()
+                  if v is not None}
+        for name in CRD_NAMES:
+            try:
+                live = await self.client.get(CRDS, name)
+            except NotFound:
+                log.warning("CRD %s is not installed: its conversion webhook is not configured "
+                            "(install crds/, then the operator configures it)", name)
+                continue
+            current = ((live.get("spec") or {}).get("conversion") or {}).get("webhook") or {}
+            if _contains(current.get("clientConfig") or {}, wanted) and \
+                    set(current.get("clientConfig") or {}) == set(wanted):
+                continue
+            await self.client.patch(CRDS, name, patch)
+            log.info("pointed the conversion webhook of CRD %s at %s", name,
+                     self.endpoint.url or f"Service {self.settings.namespace}/{SERVICE_NAME}")
 
     async def _apply(self, resource: Resource, desired: dict[str, Any]) -> None:
         assert self.client is not None
@@ -328,7 +362,49 @@ class WebhookServer:
         return web.Response(text="ok")
 
     async def _validate(self, request: web.Request) -> web.Response:
-        return await self._review(request, admission.validate)
+        try:
+            body = await request.json()
+        except ValueError:
+            return web.json_response({"error": "the body is not JSON"}, status=400)
+        labels = await self._namespace_labels(body)
+        return await self._decide(
+            body, lambda req: admission.validate(req, namespace_labels=labels))
+
+    async def _namespace_labels(self, body: Any) -> dict[str, str] | None:
+        """The labels of the reviewed object's namespace when the admin-access rule needs
+        them (else, and when they cannot be read, None)."""
+        request = body.get("request") if isinstance(body, Mapping) else None
+        if not isinstance(request, Mapping):
+            return None
+        obj = request.get("object")
+        if (self.client is None or not isinstance(obj, Mapping)
+                or not admission.admin_access_requested(obj)):
+            return None
+        try:
+            namespace = await self.client.get(NAMESPACES, str(request.get("namespace")))
+        except (ApiError, OSError) as exc:
+            log.warning("cannot read namespace %s for the admin-access rule: %s",
+                        request.get("namespace"), exc)
+            return None
+        return dict((namespace.get("metadata") or {}).get("labels") or {})
+
+    async def _convert(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except (ValueError, RecursionError):
+            return web.json_response({"error": "the body is not JSON"}, status=400)
+        loop = asyncio.get_running_loop()
+        try:
+            answer = await loop.run_in_executor(None, conversion.review, body)
+        except InvalidObject as exc:
+            return web.json_response({"error": str(exc)}, status=400)
+        except RecursionError:  # nothing the API server sends is nested this deep
+            return web.json_response({"error": "the objects are nested too deeply"},
+                                     status=400)
+        result = answer["response"]["result"]
+        if result["status"] != "Success":
+            log.warning("conversion failed: %s", result.get("message"))
+        return web.json_response(answer)
 
     async def _mutate_pods(self, request: web.Request) -> web.Response:
         return await self._review(request, admission.mutate_pod)
@@ -338,6 +414,9 @@ class WebhookServer:
             body = await request.json()
         except ValueError:
             return web.json_response({"error": "the body is not JSON"}, status=400)
+        return await self._decide(body, decide)
+
+    async def _decide(self, body: Any, decide: admission.Decide) -> web.Response:
         loop = asyncio.get_running_loop()
         try:
             answer = await loop.run_in_executor(None, admission.review, body, decide)

@@ -10,15 +10,16 @@ A pure library over an in-memory :class:`Snapshot` of slices, classes and device
 
 The caller persists: nothing here talks to the API server. Modules, one job each:
 ``nodeselector`` (NodeSelector), ``pools`` (devices, slices, pools per node), ``snapshot``
-(incremental indexes), ``search`` (per-node backtracking), ``results`` (AllocationResult
-building), ``cluster`` (many nodes, reasons), ``reasons``, ``stats``.
+(incremental indexes), ``search`` (per-node backtracking), ``choices`` (``firstAvailable``
+alternatives, the one-node entry point), ``results`` (AllocationResult building), ``cluster``
+(many nodes, reasons), ``reasons``, ``stats``.
 """
 
+from kdra.domain.allocator.choices import allocate, preference
 from kdra.domain.allocator.cluster import ClusterOutcome, Placement, place, summarize
 from kdra.domain.allocator.nodeselector import NodeInfo, node_name_selector, selector_matches
 from kdra.domain.allocator.pools import DeviceId
 from kdra.domain.allocator.reasons import Reason, ReasonCode
-from kdra.domain.allocator.search import allocate
 from kdra.domain.allocator.snapshot import Snapshot, devices_in_use
 from kdra.domain.allocator.stats import Stats
 
@@ -35,6 +36,7 @@ __all__ = [
     "devices_in_use",
     "node_name_selector",
     "place",
+    "preference",
     "selector_matches",
     "summarize",
 ]

@@ -42,17 +42,13 @@ from collections.abc import Collection, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, overload
 
+from kdra.domain.allocator.choices import preference, search_choices
 from kdra.domain.allocator.nodeselector import NodeInfo
 from kdra.domain.allocator.pools import DeviceId, MatchItem, NodePools, Selector
+from kdra.domain.allocator.prepared import PreparedClaim, PreparedRequest, prepare
 from kdra.domain.allocator.reasons import Reason, ReasonCode, Unallocatable
 from kdra.domain.allocator.results import Pick, build_result
-from kdra.domain.allocator.search import (
-    NodeSearch,
-    PreparedClaim,
-    PreparedRequest,
-    busy_view,
-    prepare,
-)
+from kdra.domain.allocator.search import NodeSearch, busy_view
 from kdra.domain.allocator.snapshot import Snapshot
 from kdra.domain.allocator.stats import Stats
 from kdra.domain.models import AllocationResult, ResourceClaim
@@ -67,7 +63,8 @@ class Placement:
     before the snapshot changes (the binder takes its choice's results in the same step as
     :func:`place`); ``free_after`` needs no search."""
 
-    __slots__ = ("_devices", "_picks", "_prepared", "_results", "_search", "free_after", "node")
+    __slots__ = ("_devices", "_picks", "_prepared", "_results", "_search", "free_after", "node",
+                 "preference")
 
     def __init__(
         self,
@@ -76,8 +73,13 @@ class Placement:
         picks: list[list[Pick]] | None,
         free_after: Mapping[str, int],
         search: tuple[NodePools, Container[DeviceId], Stats] | None = None,
+        *,
+        preference: int = 0,
     ) -> None:
         self.node = node
+        self.preference = preference
+        """How good the ``firstAvailable`` choices are (:func:`~.choices.preference`);
+        the binder prefers nodes with a higher one, then applies its placement policy."""
         self._prepared = prepared
         self._picks = picks
         if picks is None and search is None:
@@ -189,16 +191,18 @@ def place(
             reasons[node.name] = reason
             continue
         try:
-            picks = NodeSearch(prepared, pools, busy, stats).run()
+            chosen = search_choices(prepared, pools, busy, stats)
         except Unallocatable as problem:
             reasons[node.name] = problem.to_reason()
             continue
-        if picks is None:
+        if chosen is None:
             reasons[node.name] = diagnose(prepared, pools, busy, stats, searched=True,
                                           stamp=stamp, memo=memo)
             continue
+        resolved, picks = chosen
         placements[node.name] = Placement(
-            node.name, prepared, picks, _free_after(prepared, picks, pools, busy, stats)
+            node.name, resolved, picks, _free_after(resolved, picks, pools, busy, stats),
+            preference=preference(resolved),
         )
     return ClusterOutcome(
         placements, reasons, None, total - processed, (start + processed) % total if total else 0
@@ -213,7 +217,9 @@ def _sole_request(prepared: Sequence[PreparedClaim]) -> PreparedRequest | None:
     if len(prepared) != 1 or len(prepared[0].requests) != 1 or prepared[0].constraints:
         return None
     request = prepared[0].requests[0]
-    return None if request.all_devices or request.admin_access else request
+    if request.all_devices or request.admin_access or request.choices > 1:
+        return None
+    return request
 
 
 def _free_after(
@@ -290,35 +296,30 @@ def diagnose(
     counts be reused from ``pools.counts``; ``memo`` shares equal reasons between nodes.
     """
     for claim_index, claim in enumerate(prepared):
-        for request_index, request in enumerate(claim.requests):
-            if request.all_devices and not searched:
-                continue
-            matching, free, unsure = _count(pools, request, busy, stats, stamp)
-            if unsure and not searched:
-                continue
-            if (0 < matching == free) if request.all_devices else free >= request.count:
-                continue  # this request alone can be served
-            note = _rejecting_selectors(request, pools) if matching < request.count or (
-                not matching) else ""
-            key = (claim_index, request_index, matching, free, note)
-            reason = memo.get(key) if memo is not None else None
-            if reason is None:
-                reason = _request_reason(request, matching, free, note)
+        for request_index, options in enumerate(claim.alternatives or
+                                                 [(r,) for r in claim.requests]):
+            reason = None
+            for request in options:
+                reason = _alone(claim_index, request_index, request, pools, busy, stats,
+                                searched=searched, stamp=stamp, memo=memo)
                 if reason is None:
-                    continue
-                if memo is not None:
-                    memo[key] = reason
+                    break  # this request (this alternative of it) alone can be served
+            if reason is None:
+                continue
+            if len(options) > 1:
+                return Reason(reason.code, f"{reason.message} (and no other firstAvailable "
+                                           f"alternative of it fits either)", reason.detail)
             return reason
     if not searched:
         return None
     for claim in prepared:
         if claim.constraints:
-            attributes = ", ".join(c.attribute for c in claim.constraints)
+            labels = ", ".join(c.label for c in claim.constraints)
             return Reason(
                 ReasonCode.CONSTRAINT_UNSATISFIABLE,
-                f"matchAttribute {attributes} cannot be satisfied by free devices "
+                f"{labels} cannot be satisfied by free devices "
                 f'(claim "{claim.claim.metadata.name}")',
-                f"no set of free matching devices of the node shares {attributes} "
+                f"no set of free matching devices of the node satisfies {labels} "
                 f"(claim {claim.key})",
             )
     return Reason(
@@ -326,6 +327,38 @@ def diagnose(
         "not enough free matching devices for all requests of the pod together",
         "each request alone could be served, but not all of them at once",
     )
+
+
+def _alone(
+    claim_index: int,
+    request_index: int,
+    request: PreparedRequest,
+    pools: NodePools,
+    busy: Container[DeviceId],
+    stats: Stats,
+    *,
+    searched: bool,
+    stamp: tuple[int, int] | None,
+    memo: dict[tuple[int, int, int, int, str], Reason] | None,
+) -> Reason | None:
+    """Why ``request`` on its own does not fit the node; None when it may (or, before the
+    search, when that is not certain)."""
+    if request.all_devices and not searched:
+        return None
+    matching, free, unsure = _count(pools, request, busy, stats, stamp)
+    if unsure and not searched:
+        return None
+    if (0 < matching == free) if request.all_devices else free >= request.count:
+        return None
+    note = _rejecting_selectors(request, pools) if matching < request.count or (
+        not matching) else ""
+    key = (claim_index, request_index * 16 + request.rank, matching, free, note)
+    reason = memo.get(key) if memo is not None else None
+    if reason is None:
+        reason = _request_reason(request, matching, free, note)
+        if reason is not None and memo is not None:
+            memo[key] = reason
+    return reason
 
 
 def _count(
@@ -436,10 +469,18 @@ def _find_rejecting(request: PreparedRequest, pools: NodePools) -> str:
                 if verdict is False:
                     rejecting[selector.expression] = None
                 break
-    if not rejecting:
+    parts = []
+    if rejecting:
+        label = "selector" if len(rejecting) == 1 else "selectors"
+        parts.append(f"{label} " + "; ".join(_short(e) for e in rejecting))
+    unsupported = pools.unsupported()
+    if unsupported:
+        features = sorted({f for entry in unsupported for f in entry.unsupported})
+        parts.append(f"{len(unsupported)} device(s) not usable: they use "
+                     f"{', '.join(features)}, which kdra does not support yet")
+    if not parts:
         return " (no devices on the node)" if not any(p.entries for p in pools.pools) else ""
-    label = "selector" if len(rejecting) == 1 else "selectors"
-    return f" ({label} " + "; ".join(_short(e) for e in rejecting) + ")"
+    return " (" + "; ".join(parts) + ")"
 
 
 def _short(text: str, limit: int = 120) -> str:

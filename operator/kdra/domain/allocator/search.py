@@ -1,16 +1,20 @@
 """Structured allocation on one node: a depth-first search with backtracking.
 
-:func:`allocate` is the pure core (upstream's ``Allocate(node)``). For a pod's *unallocated*
-claims it returns one ``AllocationResult`` per claim, ``None`` when they do not fit the node,
-or raises :class:`~kdra.domain.errors.AllocationError` when the input is bad. It is
-all-or-nothing across the claims. Devices of allocated claims in the snapshot, of assumed
-allocations, and ``in_flight`` devices are in use (admin-access results are not).
+:class:`NodeSearch` is the pure core of upstream's ``Allocate(node)`` for a pod's
+*unallocated* claims, each request already resolved to one alternative (``firstAvailable``
+choices are :mod:`kdra.domain.allocator.choices`' job, which also has :func:`allocate`). It
+returns the devices picked per claim or ``None`` when they do not fit the node, and raises
+:class:`~.reasons.Unallocatable` for bad input. It is all-or-nothing across the claims.
+Devices of allocated claims in the snapshot, of assumed allocations, and ``in_flight``
+devices are in use (admin-access results are not).
 
 The search, in upstream's order (first complete solution wins; scoring is the binder's job):
 
-1. :func:`prepare` (node-independent): every request needs its DeviceClass; selectors are
-   compiled (class selectors first, then the request's); ExactCount needs ``count`` devices
-   (default 1); more than 32 devices for one claim is an error.
+1. :func:`prepare` (node-independent): every request (every ``firstAvailable`` alternative)
+   needs its DeviceClass; selectors are compiled (class selectors first, then the
+   request's); ExactCount needs ``count`` devices (default 1); more than 32 devices for one
+   claim is an error; a claim using fields kdra does not act on yet (tolerations, capacity
+   requests) is refused with that reason instead of being allocated as if they were absent.
 2. Per node, each request gets its list of matching devices in walk order (pools by driver
    and name, slices by name, devices as listed), memoised per device and expression. An
    ``All`` request takes every matching device of the gathered pools; it is an error if one
@@ -18,8 +22,10 @@ The search, in upstream's order (first complete solution wins; scoring is the bi
 3. One slot per device: claims in order → requests in order → devices. A slot takes the next
    matching device that is not in use (adminAccess may take in-use devices, not one already
    picked for the same claim) and not picked by this allocation, and that satisfies the
-   claim's matchAttribute constraints; the search recurses, and on failure undoes the pick
-   and tries the next device.
+   claim's constraints (``matchAttribute``: same value as the devices before it;
+   ``distinctAttribute``: a value none of them has); the search recurses, and on failure
+   undoes the pick and tries the next device. Devices that use features kdra does not
+   implement yet are never candidates; an ``All`` request that would need one fails.
 
 Differences from a literal transcription, none changing the first solution found:
 - slots of one request take devices in increasing walk order (any solution reordered within a
@@ -40,7 +46,6 @@ from bisect import bisect_left
 from collections.abc import Collection, Container, Sequence
 from dataclasses import dataclass
 
-from kdra.domain.allocator.nodeselector import NodeInfo
 from kdra.domain.allocator.pools import (
     AttributeValue,
     DeviceEntry,
@@ -50,162 +55,20 @@ from kdra.domain.allocator.pools import (
     Selector,
     SelectorFailure,
 )
+from kdra.domain.allocator.prepared import (
+    PreparedClaim,
+    PreparedConstraint,
+    PreparedRequest,
+    too_many_devices,
+)
 from kdra.domain.allocator.reasons import ReasonCode, Unallocatable
-from kdra.domain.allocator.results import Pick, build_result
+from kdra.domain.allocator.results import Pick
 from kdra.domain.allocator.snapshot import Snapshot
 from kdra.domain.allocator.stats import Stats
-from kdra.domain.cel import compile_selector
-from kdra.domain.errors import CelCompileError, CelRuntimeError
+from kdra.domain.errors import CelRuntimeError, InvalidObject
 from kdra.domain.models import (
     MAX_DEVICES_PER_CLAIM,
-    All,
-    AllocationResult,
-    DeviceClass,
-    DeviceSelector,
-    ResourceClaim,
 )
-
-# --------------------------------------------------------------------------- prepared input
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedRequest:
-    """A request with its class resolved and its selectors compiled."""
-
-    name: str
-    class_name: str
-    device_class: DeviceClass
-    selectors: tuple[Selector, ...]
-    """Class selectors, then the request's own."""
-    key: tuple[str, ...]
-    """The selectors' expressions: the cache key of the matching-device lists."""
-    class_selectors: tuple[Selector, ...]
-    class_key: tuple[str, ...]
-    all_devices: bool
-    count: int
-    """Devices needed in ExactCount mode (0 for All)."""
-    admin_access: bool
-    claim_key: str
-    claim_name: str
-
-    def describe(self) -> str:
-        return f"request {self.name} of claim {self.claim_key}"
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedConstraint:
-    attribute: str
-    requests: frozenset[str]
-    """Requests it applies to; empty = all of the claim's."""
-
-    def applies(self, request: str) -> bool:
-        return not self.requests or request in self.requests
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedClaim:
-    claim: ResourceClaim
-    requests: tuple[PreparedRequest, ...]
-    constraints: tuple[PreparedConstraint, ...]
-    exact_devices: int
-    """Devices the ExactCount requests need together."""
-
-    @property
-    def key(self) -> str:
-        return self.claim.key
-
-
-def prepare(claims: Sequence[ResourceClaim], snapshot: Snapshot) -> tuple[PreparedClaim, ...]:
-    """Resolve classes and compile selectors. Raises Unallocatable (node-independent)."""
-    return tuple(_prepare_claim(claim, snapshot) for claim in claims)
-
-
-def _prepare_claim(claim: ResourceClaim, snapshot: Snapshot) -> PreparedClaim:
-    requests = []
-    for request in claim.spec.devices.requests:
-        device_class = snapshot.get_class(request.device_class_name)
-        if device_class is None:
-            raise Unallocatable(
-                ReasonCode.CLASS_MISSING,
-                f'device class "{request.device_class_name}" not found '
-                f'(request "{request.name}" of claim "{claim.metadata.name}")',
-                f"device class {request.device_class_name} not found "
-                f"(request {request.name} of claim {claim.key})",
-            )
-        class_selectors = _compile(
-            device_class.spec.selectors,
-            f"class {device_class.metadata.name} selector",
-            f"device class {device_class.metadata.name} (used by request {request.name} of "
-            f"claim {claim.key})",
-            claim,
-            request.name,
-        )
-        own = _compile(
-            request.selectors,
-            "selector",
-            f"claim {claim.key}, request {request.name}",
-            claim,
-            request.name,
-        )
-        selectors = class_selectors + own
-        all_devices = request.allocation_mode == All
-        requests.append(
-            PreparedRequest(
-                name=request.name,
-                class_name=request.device_class_name,
-                device_class=device_class,
-                selectors=selectors,
-                key=tuple(s.expression for s in selectors),
-                class_selectors=class_selectors,
-                class_key=tuple(s.expression for s in class_selectors),
-                all_devices=all_devices,
-                count=0 if all_devices else request.exact_count,
-                admin_access=request.admin_access,
-                claim_key=claim.key,
-                claim_name=claim.metadata.name,
-            )
-        )
-    exact = sum(r.count for r in requests)
-    if exact > MAX_DEVICES_PER_CLAIM:
-        raise too_many_devices(claim, exact)
-    constraints = tuple(
-        PreparedConstraint(c.match_attribute, frozenset(c.requests))
-        for c in claim.spec.devices.constraints
-    )
-    return PreparedClaim(claim, tuple(requests), constraints, exact)
-
-
-def _compile(
-    selectors: Sequence[DeviceSelector],
-    origin: str,
-    owner: str,
-    claim: ResourceClaim,
-    request: str,
-) -> tuple[Selector, ...]:
-    compiled = []
-    for index, selector in enumerate(selectors):
-        expression = selector.cel.expression
-        try:
-            program = compile_selector(expression)
-        except CelCompileError as exc:
-            raise Unallocatable(
-                ReasonCode.CEL_ERROR,
-                f"{origin} #{index} does not compile "
-                f'(request "{request}" of claim "{claim.metadata.name}")',
-                f"{owner}: selector #{index}: CEL expression does not compile: {exc}",
-            ) from exc
-        compiled.append(Selector(expression, program, f"{origin} #{index}"))
-    return tuple(compiled)
-
-
-def too_many_devices(claim: ResourceClaim, count: int) -> Unallocatable:
-    return Unallocatable(
-        ReasonCode.TOO_MANY_DEVICES,
-        f'claim "{claim.metadata.name}" would get more than {MAX_DEVICES_PER_CLAIM} devices',
-        f"claim {claim.key} asks for {count} devices, more than the limit of "
-        f"{MAX_DEVICES_PER_CLAIM} per claim",
-    )
-
 
 # --------------------------------------------------------------------------- errors in the walk
 
@@ -247,14 +110,40 @@ def _short(text: str, limit: int = 120) -> str:
 
 
 class _ConstraintState:
-    """matchAttribute while searching: the first device fixes the value."""
+    """A constraint while searching. ``matchAttribute``: the first device fixes the value,
+    ``count`` devices hold it. ``distinctAttribute``: ``taken`` holds the values of the
+    devices picked so far (each once)."""
 
-    __slots__ = ("attribute", "count", "value")
+    __slots__ = ("attribute", "count", "distinct", "taken", "value")
 
-    def __init__(self, attribute: str) -> None:
-        self.attribute = attribute
+    def __init__(self, constraint: PreparedConstraint) -> None:
+        self.attribute = constraint.attribute
+        self.distinct = constraint.distinct
         self.value: AttributeValue | None = None
         self.count = 0
+        self.taken: set[AttributeValue] = set()
+
+    def add(self, value: AttributeValue | None) -> bool:
+        """Take a device with ``value`` (None: it lacks the attribute); False if the
+        constraint forbids it (then nothing changed)."""
+        if value is None:
+            return False
+        if self.distinct:
+            if value in self.taken:
+                return False
+            self.taken.add(value)
+        elif self.count and value != self.value:
+            return False
+        elif not self.count:
+            self.value = value
+        self.count += 1
+        return True
+
+    def remove(self, value: AttributeValue | None) -> None:
+        """Undo an :meth:`add` of a device with ``value``."""
+        self.count -= 1
+        if self.distinct:
+            self.taken.discard(value)  # type: ignore[arg-type]
 
 
 @dataclass(slots=True)
@@ -273,9 +162,9 @@ class _Slot:
     """No candidate can raise (no failed selector, no invalid pool among ``items``)."""
     fixed: bool
     """An ``All`` slot: exactly ``items[0]``, no alternatives."""
-    supply: tuple[_Supply, ...] | None = None
+    supply: tuple[_Supply | None, ...] | None = None
     """Per applying constraint, where devices for its value can come from (prunable,
-    non-admin ExactCount slots only)."""
+    non-admin ExactCount slots only; None for a distinctAttribute constraint)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,7 +217,7 @@ class NodeSearch:
     def _plan(self) -> None:
         """Lay out the slots (validating All requests, counting devices per claim)."""
         for index, claim in enumerate(self.claims):
-            states = [_ConstraintState(c.attribute) for c in claim.constraints]
+            states = [_ConstraintState(c) for c in claim.constraints]
             total = claim.exact_devices
             plans: list[_RequestPlan] = []
             for request in claim.requests:
@@ -337,7 +226,7 @@ class NodeSearch:
                     self._check_all(items, request)
                     total += len(items)
                 applies = tuple(
-                    k for k, c in enumerate(claim.constraints) if c.applies(request.name)
+                    k for k, c in enumerate(claim.constraints) if c.applies(request)
                 )
                 prunable = request.all_devices or all(
                     item.failure is None and item.pool.duplicate is None for item in items
@@ -368,9 +257,12 @@ class NodeSearch:
                 )
             return
         supply = None
-        if plan.eligible and plan.applies:
-            supplies = []
+        if plan.eligible and any(not states[k].distinct for k in plan.applies):
+            supplies: list[_Supply | None] = []
             for k in plan.applies:
+                if states[k].distinct:
+                    supplies.append(None)  # bounds only matchAttribute values
+                    continue
                 sharing = [other for other in later if k in other.applies]
                 if not all(other.eligible for other in sharing):
                     sharing = []  # bound by this request alone (weaker, still sound)
@@ -410,7 +302,7 @@ class NodeSearch:
         items = slot.items
         picked = self.picked
         for state, supply in zip(slot.constraints, slot.supply, strict=True):
-            if not state.count or state.value is None:
+            if supply is None or not state.count or state.value is None:
                 continue
             value = state.value
             need = slot.remaining + sum(count for _, _, count in supply.later)
@@ -448,6 +340,16 @@ class NodeSearch:
                 raise pool_invalid(item, request)
             if item.failure is not None:
                 raise selector_failed(item.entry, item.failure, request)
+        for entry in self.pools.unsupported():
+            if _matches_quietly(entry, request, self.stats):
+                raise Unallocatable(
+                    ReasonCode.UNSUPPORTED,
+                    f'request "{request.name}" of claim "{request.claim_name}" asks for all '
+                    "devices, but a matching device uses a feature kdra does not support yet",
+                    f"claim {request.claim_key}, request {request.name} asks for all devices, "
+                    f"but matching device {entry.id} uses {', '.join(entry.unsupported)}, "
+                    "which kdra does not support yet",
+                )
 
     def _fill(self, index: int, start: int) -> bool:
         if index == len(self.slots):
@@ -475,10 +377,11 @@ class NodeSearch:
                 raise Unallocatable(
                     ReasonCode.CONSTRAINT_UNSATISFIABLE,
                     f'request "{request.name}" of claim "{request.claim_name}" asks for all '
-                    "devices, but they do not satisfy the claim's matchAttribute",
+                    "devices, but they do not satisfy the claim's constraints",
                     f"claim {request.claim_key}, request {request.name} asks for all devices, "
-                    f"but device {entry.id} does not satisfy matchAttribute "
-                    + ", ".join(state.attribute for state in slot.constraints),
+                    f"but device {entry.id} does not satisfy "
+                    + ", ".join(("distinctAttribute " if state.distinct else "matchAttribute ")
+                                + state.attribute for state in slot.constraints),
                 )
             self._pick(slot, entry)
             if self._fill(index + 1, 0):
@@ -515,14 +418,10 @@ class NodeSearch:
 
     def _constrain(self, slot: _Slot, entry: DeviceEntry) -> bool:
         for done, state in enumerate(slot.constraints):
-            value = entry.attribute(state.attribute)
-            if value is None or (state.count and value != state.value):
+            if not state.add(entry.attribute(state.attribute)):
                 for undo in slot.constraints[:done]:
-                    undo.count -= 1
+                    undo.remove(entry.attribute(undo.attribute))
                 return False
-            if not state.count:
-                state.value = value
-            state.count += 1
         return True
 
     def _pick(self, slot: _Slot, entry: DeviceEntry) -> None:
@@ -531,12 +430,20 @@ class NodeSearch:
 
     def _unpick(self, slot: _Slot, entry: DeviceEntry) -> None:
         for state in slot.constraints:
-            state.count -= 1
+            state.remove(entry.attribute(state.attribute))
         holders = self.picked[entry.id]
         holders.pop()
         if not holders:
             del self.picked[entry.id]
         self.picks[slot.claim].pop()
+
+
+def _matches_quietly(entry: DeviceEntry, request: PreparedRequest, stats: Stats) -> bool:
+    """Whether every selector of ``request`` accepts ``entry``; a failing one counts as no."""
+    try:
+        return all(entry.evaluate(selector, stats) for selector in request.selectors)
+    except (CelRuntimeError, InvalidObject):
+        return False
 
 
 class InUse:
@@ -555,30 +462,3 @@ class InUse:
 def busy_view(snapshot: Snapshot, in_flight: Collection[DeviceId]) -> Container[DeviceId]:
     held = snapshot.devices_in_use
     return InUse(held, in_flight) if in_flight else held
-
-
-def search_node(
-    claims: Sequence[PreparedClaim],
-    snapshot: Snapshot,
-    node: NodeInfo,
-    busy: Container[DeviceId],
-) -> list[list[Pick]] | None:
-    """Run the search for prepared claims on one node. Raises Unallocatable."""
-    return NodeSearch(claims, snapshot.node_pools(node), busy, snapshot.stats).run()
-
-
-def allocate(
-    claims: Sequence[ResourceClaim],
-    snapshot: Snapshot,
-    node: NodeInfo,
-    in_flight: Collection[DeviceId] = (),
-) -> list[AllocationResult] | None:
-    """Allocate ``claims`` (all unallocated) on ``node``: results, None, or AllocationError."""
-    try:
-        prepared = prepare(claims, snapshot)
-        picks = search_node(prepared, snapshot, node, busy_view(snapshot, in_flight))
-    except Unallocatable as problem:
-        raise problem.to_error() from problem.__cause__
-    if picks is None:
-        return None
-    return [build_result(claim, chosen) for claim, chosen in zip(prepared, picks, strict=True)]

@@ -1,0 +1,219 @@
+"""The allocator's input, resolved once per pod and independent of nodes: each claim's
+requests with their DeviceClass found and their CEL selectors compiled, ``firstAvailable``
+alternatives in order, constraints.
+
+Invariants:
+- :func:`prepare` raises :class:`~.reasons.Unallocatable` for node-independent bad input
+  (a missing class, a selector that does not compile, more than 32 devices even with the
+  smallest alternatives, fields kdra does not act on yet) and never touches nodes or devices.
+- A :class:`PreparedClaim`'s ``requests`` are always one alternative per request (the
+  first, until :meth:`PreparedClaim.choose`); ``alternatives`` keeps them all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kdra.domain.allocator.pools import Selector
+from kdra.domain.allocator.reasons import ReasonCode, Unallocatable
+from kdra.domain.allocator.snapshot import Snapshot
+from kdra.domain.cel import compile_selector
+from kdra.domain.errors import CelCompileError
+from kdra.domain.models import (
+    MAX_DEVICES_PER_CLAIM,
+    All,
+    BaseDeviceRequest,
+    DeviceClass,
+    DeviceSelector,
+    ResourceClaim,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedRequest:
+    """A request (or one ``firstAvailable`` alternative) with its class resolved and its
+    selectors compiled."""
+
+    name: str
+    """The name results carry: ``<request>``, or ``<request>/<subrequest>``."""
+    class_name: str
+    device_class: DeviceClass
+    selectors: tuple[Selector, ...]
+    """Class selectors, then the request's own."""
+    key: tuple[str, ...]
+    """The selectors' expressions: the cache key of the matching-device lists."""
+    class_selectors: tuple[Selector, ...]
+    class_key: tuple[str, ...]
+    all_devices: bool
+    count: int
+    """Devices needed in ExactCount mode (0 for All)."""
+    admin_access: bool
+    claim_key: str
+    claim_name: str
+    parent: str = ""
+    """The request's own name (``name`` without ``/<subrequest>``)."""
+    rank: int = 0
+    """Position among the request's ``firstAvailable`` alternatives (0: the first, or an
+    ``exactly`` request)."""
+    choices: int = 1
+    """How many alternatives the request has (1 for ``exactly``)."""
+
+    def describe(self) -> str:
+        return f"request {self.name} of claim {self.claim_key}"
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedConstraint:
+    attribute: str
+    requests: frozenset[str]
+    """Requests it applies to; empty = all of the claim's. ``<request>`` covers every
+    alternative of a ``firstAvailable`` request, ``<request>/<subrequest>`` only that one."""
+    distinct: bool = False
+    """``distinctAttribute``: values must differ (else ``matchAttribute``: must be equal)."""
+
+    def applies(self, request: PreparedRequest) -> bool:
+        return (not self.requests or request.name in self.requests
+                or request.parent in self.requests)
+
+    @property
+    def label(self) -> str:
+        return f"{'distinctAttribute' if self.distinct else 'matchAttribute'} {self.attribute}"
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedClaim:
+    claim: ResourceClaim
+    requests: tuple[PreparedRequest, ...]
+    """The requests to satisfy: for a ``firstAvailable`` request, the alternative chosen by
+    :meth:`choose` (the first one until then)."""
+    constraints: tuple[PreparedConstraint, ...]
+    exact_devices: int
+    """Devices the ExactCount requests need together."""
+    alternatives: tuple[tuple[PreparedRequest, ...], ...] = ()
+    """Per request of the claim, its alternatives in order (one for ``exactly``)."""
+
+    @property
+    def key(self) -> str:
+        return self.claim.key
+
+    @property
+    def prioritized(self) -> bool:
+        """Some request has more than one alternative."""
+        return any(len(options) > 1 for options in self.alternatives)
+
+    def choose(self, picks: Sequence[PreparedRequest]) -> PreparedClaim:
+        """This claim with ``picks`` (one alternative per request) as its requests."""
+        return PreparedClaim(self.claim, tuple(picks), self.constraints,
+                             sum(r.count for r in picks), self.alternatives)
+
+
+def prepare(claims: Sequence[ResourceClaim], snapshot: Snapshot) -> tuple[PreparedClaim, ...]:
+    """Resolve classes and compile selectors. Raises Unallocatable (node-independent)."""
+    return tuple(_prepare_claim(claim, snapshot) for claim in claims)
+
+
+def _prepare_claim(claim: ResourceClaim, snapshot: Snapshot) -> PreparedClaim:
+    unsupported = claim.unsupported()
+    if unsupported:
+        fields = ", ".join(unsupported)
+        raise Unallocatable(
+            ReasonCode.UNSUPPORTED,
+            f'claim "{claim.metadata.name}" uses {fields}, which kdra does not support yet',
+            f"claim {claim.key} uses {fields}, which kdra does not support yet: it will not "
+            "be allocated until kdra implements it (remove the field, or use a claim without "
+            "it)",
+        )
+    alternatives = []
+    for request in claim.spec.devices.requests:
+        options = [
+            _prepare_request(claim, snapshot, name, asked, request.name, rank,
+                             max(len(request.first_available), 1), request.admin_access)
+            for rank, (name, asked) in enumerate(request.alternatives())
+        ]
+        alternatives.append(tuple(options))
+    first = tuple(options[0] for options in alternatives)
+    minimum = sum(min(r.count for r in options) for options in alternatives)
+    if minimum > MAX_DEVICES_PER_CLAIM:
+        raise too_many_devices(claim, minimum)
+    constraints = tuple(
+        PreparedConstraint(c.attribute, frozenset(c.requests), c.distinct)
+        for c in claim.spec.devices.constraints
+    )
+    return PreparedClaim(claim, first, constraints, sum(r.count for r in first),
+                         tuple(alternatives))
+
+
+def _prepare_request(claim: ResourceClaim, snapshot: Snapshot, name: str,
+                     asked: BaseDeviceRequest,
+                     parent: str, rank: int, choices: int, admin: bool) -> PreparedRequest:
+    class_name: str = asked.device_class_name
+    device_class = snapshot.get_class(class_name)
+    if device_class is None:
+        raise Unallocatable(
+            ReasonCode.CLASS_MISSING,
+            f'device class "{class_name}" not found '
+            f'(request "{name}" of claim "{claim.metadata.name}")',
+            f"device class {class_name} not found (request {name} of claim {claim.key})",
+        )
+    class_selectors = _compile(
+        device_class.spec.selectors,
+        f"class {device_class.metadata.name} selector",
+        f"device class {device_class.metadata.name} (used by request {name} of "
+        f"claim {claim.key})",
+        claim,
+        name,
+    )
+    own = _compile(asked.selectors, "selector", f"claim {claim.key}, request {name}", claim,
+                   name)
+    selectors = class_selectors + own
+    all_devices = asked.allocation_mode == All
+    return PreparedRequest(
+        name=name,
+        class_name=class_name,
+        device_class=device_class,
+        selectors=selectors,
+        key=tuple(s.expression for s in selectors),
+        class_selectors=class_selectors,
+        class_key=tuple(s.expression for s in class_selectors),
+        all_devices=all_devices,
+        count=0 if all_devices else asked.exact_count,
+        admin_access=admin,
+        claim_key=claim.key,
+        claim_name=claim.metadata.name,
+        parent=parent,
+        rank=rank,
+        choices=choices,
+    )
+
+
+def _compile(
+    selectors: Sequence[DeviceSelector],
+    origin: str,
+    owner: str,
+    claim: ResourceClaim,
+    request: str,
+) -> tuple[Selector, ...]:
+    compiled = []
+    for index, selector in enumerate(selectors):
+        expression = selector.cel.expression
+        try:
+            program = compile_selector(expression)
+        except CelCompileError as exc:
+            raise Unallocatable(
+                ReasonCode.CEL_ERROR,
+                f"{origin} #{index} does not compile "
+                f'(request "{request}" of claim "{claim.metadata.name}")',
+                f"{owner}: selector #{index}: CEL expression does not compile: {exc}",
+            ) from exc
+        compiled.append(Selector(expression, program, f"{origin} #{index}"))
+    return tuple(compiled)
+
+
+def too_many_devices(claim: ResourceClaim, count: int) -> Unallocatable:
+    return Unallocatable(
+        ReasonCode.TOO_MANY_DEVICES,
+        f'claim "{claim.metadata.name}" would get more than {MAX_DEVICES_PER_CLAIM} devices',
+        f"claim {claim.key} asks for {count} devices, more than the limit of "
+        f"{MAX_DEVICES_PER_CLAIM} per claim",
+    )
