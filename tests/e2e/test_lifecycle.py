@@ -28,6 +28,8 @@ from kdra.devenv.controlplane import ControlPlane, binaries
 from tests.e2e.procs import KdraProcess
 workdir = Path(sys.argv[1])
 plane = ControlPlane(workdir, binaries()).start()
+plane.kubectl("apply", "--server-side", "-k", "crds")
+plane.kubectl("wait", "--for", "condition=Established", "--timeout", "60s", "-f", "crds")
 operator = KdraProcess(["operator", "--health-port", "0"], workdir / "operator.log",
                        plane.kubeconfig, ready_line="kdra operator started").start()
 print("ready", flush=True)

@@ -191,10 +191,10 @@ def test_claim_with_invalid_cel_is_rejected(control_plane: ControlPlane, webhook
 
     message = rejected(control_plane, claim(
         "bad-function", namespace, 'device.driver == "gpu.kdra.dev"',
-        'device.attributes["gpu.kdra.dev"].productName.lowerAscii() == "h100"'),
-        "claim, unknown function")
+        'device.attributes["gpu.kdra.dev"].productName.lowerAscii(1) == "h100"'),
+        "claim, no matching overload")
     assert "spec.devices.requests[0].selectors[1].cel.expression: " in message
-    assert "undeclared reference to 'lowerAscii'" in message
+    assert "found no matching overload for 'lowerAscii' applied to 'any.(int)'" in message
     assert not get_json(control_plane, "resourceclaims.resource.kdra.dev", "-n",
                         namespace)["items"]
 

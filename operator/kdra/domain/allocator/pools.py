@@ -113,7 +113,8 @@ class DeviceEntry:
         """The selector's verdict on this device, memoised per expression.
 
         Raises CelRuntimeError / InvalidObject (also memoised: evaluating again would fail
-        the same way).
+        the same way). The verdict does not look at :attr:`unsupported`: callers that offer
+        devices (:meth:`NodePools.matching`) skip those first.
         """
         hit = self._memo.get(selector.expression)
         if hit is None:

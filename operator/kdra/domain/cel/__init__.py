@@ -8,24 +8,55 @@ Usage::
                                 '.compareTo(quantity("40Gi")) >= 0')
     selector.matches(view, "gpu.kdra.dev/pool-a/gpu-0")   # True
 
-The environment (what a selector may use):
+The environment: what upstream gives a selector in Kubernetes 1.36, which is Kubernetes'
+base CEL environment (``k8s.io/apiserver/pkg/cel/environment``, ``MustBaseEnvSet``) plus
+the ``device`` variable and ``cel.bind`` (see ``_decls``):
 
-* one variable, ``device``, with ``driver`` (string), ``attributes`` (domain -> name ->
-  int | bool | string | semver) and ``capacity`` (domain -> name -> quantity);
-* standard CEL: operators, ``size``, ``int``/``uint``/``double``/``string``/``bool``/
-  ``bytes``/``dyn``, ``contains``/``startsWith``/``endsWith``/``matches`` (RE2), the
+* ``device``: ``driver`` (string), ``attributes`` (domain -> name -> value of the unknown
+  type: int | bool | string | semver, checked at run time) and ``capacity`` (domain -> name
+  -> quantity);
+* standard CEL: operators (ordering across int, uint and double; ``in``; ``?:``),
+  ``size``, ``int``/``uint``/``double``/``string``/``bool``/``bytes``/``dyn``/``type`` and
+  the type names as values, ``contains``/``startsWith``/``endsWith``/``matches`` (RE2), the
   macros ``has``, ``all``, ``exists``, ``exists_one``, ``map``, ``filter``, and
-  ``cel.bind(var, init, expr)`` (upstream enables the bindings extension);
-* the Kubernetes semver library: ``semver(s)``, ``isSemver(s)``, ``v.major()``,
-  ``v.minor()``, ``v.patch()``, ``v.isGreaterThan(w)``, ``v.isLessThan(w)``,
-  ``v.compareTo(w)``;
-* the Kubernetes quantity library: ``quantity(s)``, ``isQuantity(s)``, ``q.compareTo(r)``,
-  ``q.isGreaterThan(r)``, ``q.isLessThan(r)``, ``q.asInteger()``, ``q.isInteger()``,
-  ``q.asApproximateFloat()``, ``q.add(r | int)``, ``q.sub(r | int)``, ``q.sign()``.
+  ``cel.bind(var, init, expr)``;
+* two-variable comprehensions: ``all``/``exists``/``existsOne`` with two variables,
+  ``transformList``, ``transformMap``, ``transformMapEntry``;
+* cel-go's strings extension, version 2: ``charAt``, ``indexOf``, ``lastIndexOf``,
+  ``lowerAscii``, ``upperAscii``, ``replace``, ``split``, ``substring``, ``trim``, ``join``,
+  ``format``, ``strings.quote``;
+* Kubernetes' regex library: ``find``, ``findAll``;
+* lists: Kubernetes' ``isSorted``, ``sum``, ``min``, ``max``, ``indexOf``,
+  ``lastIndexOf``; cel-go's lists extension, version 3: ``slice``, ``flatten``, ``sort``,
+  ``sortBy``, ``lists.range``, ``reverse``, ``distinct``; cel-go's sets extension:
+  ``sets.contains``, ``sets.equivalent``, ``sets.intersects``;
+* optional values: ``optional.of``, ``optional.ofNonZeroValue``, ``optional.none``,
+  ``value``, ``hasValue``, ``or``, ``orValue``, ``optMap``, ``optFlatMap``, ``first``,
+  ``last``, ``optional.unwrap``, ``unwrapOpt``; indexing and field selection on an optional
+  give an optional;
+* Kubernetes' semver library (version 1): ``semver(s)``, ``semver(s, normalize)``,
+  ``isSemver(s[, normalize])``, ``major``, ``minor``, ``patch``, ``isGreaterThan``,
+  ``isLessThan``, ``compareTo``;
+* Kubernetes' quantity library: ``quantity``, ``isQuantity``, ``sign(q)``, ``compareTo``,
+  ``isGreaterThan``, ``isLessThan``, ``asInteger``, ``isInteger``, ``asApproximateFloat``,
+  ``add``, ``sub`` (1.36 has no ``mul``/``div``);
+* Kubernetes' IP and CIDR libraries: ``ip``, ``isIP``, ``ip.isCanonical``, ``family``,
+  ``isUnspecified``, ``isLoopback``, ``isLinkLocalMulticast``, ``isLinkLocalUnicast``,
+  ``isGlobalUnicast``, ``cidr``, ``isCIDR``, ``containsIP``, ``containsCIDR``, ``ip()``,
+  ``masked``, ``prefixLength``, ``string(ip|cidr)``;
+* Kubernetes' URL library: ``url``, ``isURL``, ``getScheme``, ``getHost``,
+  ``getHostname``, ``getPort``, ``getEscapedPath``, ``getQuery``;
+* Kubernetes' format library: ``format.named(name)``, ``format.<name>()``,
+  ``<format>.validate(s)``.
 
-Not provided (a compile error, "undeclared reference"): the other Kubernetes libraries
-(strings extension, lists, regex ``find``, URLs, IPs/CIDRs, ``format``), ``type()``,
-timestamps and durations, and quantity ``mul``/``div`` (added upstream after 1.31).
+Checking is static, as upstream's: an expression whose type is neither bool nor the unknown
+type (``device.driver`` alone), a call with no matching overload (``isSemver(1)``,
+``"a".lowerAscii(1)``, ``q.sign()``), mixed-type list or map literals, and a constant regular
+expression that does not compile are :class:`CelCompileError`; so is an estimated cost above
+1,000,000 (``_cost``: cel-go's estimator with upstream DRA's declared sizes, so
+``"x" in device.attributes["d"]`` costs 4; some things upstream prices out, such as ``!=`` on
+quantities or ``type(x) == int``, are rejected here too). What only the values decide
+(attribute types, missing names) is checked when evaluating.
 
 Semantics that mirror upstream, and why they matter to the allocator:
 
@@ -37,19 +68,25 @@ Semantics that mirror upstream, and why they matter to the allocator:
   a non-semver is an error. ``==`` on two quantities compares values (``quantity("1Gi") ==
   quantity("1024Mi")``); with a non-quantity it is false. ``<``/``>`` are not defined on
   either: use the comparison methods.
-* Cost: upstream rejects expressions whose estimated cost exceeds 1,000,000 and stops
-  evaluations whose actual cost does. kdra estimates the cost when compiling (rejecting
-  with :class:`CelCompileError`) and charges every comprehension iteration against the same
-  budget at run time (stopping with :class:`CelRuntimeError`). Both are approximations of
-  cel-go's cost model, not bit-identical with it.
+* Cost: kdra charges every comprehension iteration, and every concatenation by the size of
+  what it built, against a budget of 1,000,000 at run time (stopping with
+  :class:`CelRuntimeError`), as upstream stops evaluations whose actual cost passes it.
+* A device kdra does not understand (an attribute of an unknown kind, a value of the wrong
+  type) never gets a CEL view: :func:`make_device` raises ``InvalidObject``, so no selector
+  can select it.
+
+Not provided, and said so when used: timestamps and durations (no ``timestamp()``,
+``duration()`` or their accessors), the authorizer library (selectors have no authorizer),
+and the optional *syntax* ``x.?y``/``x[?k]``/``[?x]`` that cel-python's grammar lacks (a
+syntax error; the functions above cover the same ground).
 
 Deliberate differences (documented, tested):
 
-* ``device.driver`` as a whole expression compiles (upstream's type-checker would reject
-  it) and fails at evaluation as "must evaluate to bool".
 * ``q.isInteger()``/``q.asInteger()`` decide by value: ``quantity("1000m").isInteger()`` is
   true here; upstream answers false for some whole numbers, depending on how they were
   written.
+* ``format``'s compile-time check of constant format strings is not done: a bad clause is
+  an evaluation error; ``%e`` prints the en-US notation of version 2 without locale data.
 
 How it runs, and why:
 
@@ -58,9 +95,11 @@ two runners were measured (``bench/cel_bench.py``) and are not used: the
 ``InterpretedRunner`` re-walks the parse tree on every call (hundreds of microseconds per
 evaluation), and the transpiling ``CompiledRunner`` is faster but resolves extension
 functions through ``celpy.evaluation``'s module globals, mishandles ``has()`` inside
-``&&``/``?:`` and evaluates both sides of every ``&&``. kdra instead checks the parse tree
-against this environment (``_parse``), estimates its cost (``_cost``) and compiles it into a
-plain Python function (``_codegen``) that calls the operators in ``_runtime``. Compiling
+``&&``/``?:`` and evaluates both sides of every ``&&``. kdra instead resolves the parse
+tree's names (``_parse``), type-checks it against this environment (``_check``, ``_decls``,
+``_types``), estimates its cost (``_cost``, ``_estimates``) and compiles it into a plain
+Python function (``_codegen``) that calls the operators and library functions gathered in
+``_runtime``. Compiling
 happens once per distinct expression text (:func:`compile_selector` caches), and a
 :class:`CelDevice` is built once per device (:func:`make_device`); an evaluation allocates
 nothing per device beyond its temporaries.

@@ -1,9 +1,16 @@
-"""The checked selector syntax tree that the cost estimator and the code generator share.
+"""The selector syntax tree that the type checker, the cost estimator and the code
+generator share.
 
-``_parse`` builds it from cel-python's parse tree after every name has been resolved, so a
-tree that exists is known to use only the declared variable, functions and macros.
-Variables carry ``slot``: the unique Python local that holds them in generated code, which
-makes shadowing (``[1].all(x, [2].all(x, x > 1))``) a non-issue downstream.
+``_parse`` builds it from cel-python's parse tree after every name has been resolved and
+every macro expanded into its own node, so a tree that exists uses only the declared
+variable, functions (by name; ``_check`` resolves their overloads) and macros.
+
+Invariants:
+
+* Variables carry ``slot``: the unique Python local that holds them in generated code,
+  which makes shadowing (``[1].all(x, [2].all(x, x > 1))``) a non-issue downstream.
+* Nodes are immutable; later passes key what they learn about a node by ``id(node)``
+  while the tree is alive.
 """
 
 from __future__ import annotations
@@ -53,8 +60,14 @@ class Has(Node):
 
 
 @dataclass(frozen=True, slots=True)
+class TypeLit(Node):
+    name: str  # a type denotation used as a value: int, string, list, map, null_type, ...
+
+
+@dataclass(frozen=True, slots=True)
 class Call(Node):
-    helper: str  # name of the runtime function that implements it
+    function: str  # the CEL name: "size", "lowerAscii", "strings.quote", "semver", ...
+    member: bool  # receiver-style (args[0] is the receiver) or global
     args: tuple[Node, ...]
 
 
@@ -96,12 +109,22 @@ class MapLit(Node):
 
 @dataclass(frozen=True, slots=True)
 class Comprehension(Node):
-    kind: str  # all | exists | exists_one | map | filter
+    """A macro over a collection (or, for optMap/optFlatMap, over an optional value).
+
+    ``kind`` is all | exists | exists_one | map | filter | transformList | transformMap |
+    transformMapEntry | sortBy | optMap | optFlatMap. One-variable forms bind ``var`` to
+    list elements or map keys; two-variable forms (``var2`` set) bind ``var`` to the index
+    or key and ``var2`` to the value.
+    """
+
+    kind: str
     var: str
     slot: str
     source: Node
-    pred: Node | None  # the predicate (all/exists/exists_one/filter, map's filter)
-    xform: Node | None  # map's transform
+    pred: Node | None  # the predicate or filter
+    xform: Node | None  # the transform (map, transform*, sortBy's key, optMap's result)
+    var2: str | None = None
+    slot2: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +137,7 @@ class Bind(Node):
 
 def children(node: Node) -> tuple[Node, ...]:
     """The direct sub-expressions of ``node``."""
-    if isinstance(node, (Const, Var, DeviceField)):
+    if isinstance(node, (Const, Var, DeviceField, TypeLit)):
         return ()
     if isinstance(node, (Select, Has, Unary)):
         return (node.operand,)

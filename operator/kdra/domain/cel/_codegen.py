@@ -12,9 +12,10 @@ Invariants:
   the first error only if no operand decides (``false && error`` is false, ``true &&
   error`` is the error); ``?:`` evaluates only the chosen branch; everything else lets an
   error propagate.
-* Every comprehension iteration subtracts a fixed charge (1 + the size of its body) from a
-  local budget that starts at :data:`COST_LIMIT`; when it goes negative the evaluation stops
-  with ``BudgetExceeded``, which no CEL construct absorbs.
+* Every comprehension iteration subtracts a fixed charge (1 + the size of its body), and
+  every ``+`` a tenth of the size of what it built (Python concatenation copies, where
+  cel-go's is lazy), from a local budget that starts at :data:`COST_LIMIT`; when it goes
+  negative the evaluation stops with ``BudgetExceeded``, which no CEL construct absorbs.
 * Generated names cannot clash: temporaries are ``tN``/``eN``/``bN``, variables are the
   unique slots chosen by ``_parse`` (``v_device``, ``vN_name``).
 """
@@ -26,8 +27,10 @@ from typing import Any, Final
 
 from . import _ast as a
 from ._cost import COST_LIMIT
+from ._decls import TYPE_NAMES, helper_name
 from ._parse import DEVICE_SLOT
 from ._runtime import CEL_ERRORS, NAMESPACE, PURE
+from ._values import CelType
 
 __all__ = ["TooComplex", "generate"]
 
@@ -50,21 +53,28 @@ class TooComplex(Exception):
 _NOT_FOLDED: Final = object()
 
 
-def _fold(node: a.Call) -> object:
+def _fold(helper: str, args: tuple[a.Node, ...]) -> object:
     """The value of a pure call on constants (``quantity("40Gi")``), computed now; or
     ``_NOT_FOLDED`` when an argument is not constant or the call fails (the failure must
     then happen at evaluation, as upstream reports it)."""
-    if node.helper not in PURE or not all(isinstance(arg, a.Const) for arg in node.args):
+    if helper not in PURE or not all(isinstance(arg, a.Const) for arg in args):
         return _NOT_FOLDED
-    function: Callable[..., object] = NAMESPACE[node.helper]  # type: ignore[assignment]
+    function: Callable[..., object] = NAMESPACE[helper]  # type: ignore[assignment]
     try:
-        return function(*(arg.value for arg in node.args))  # type: ignore[attr-defined]
+        return function(*(arg.value for arg in args))  # type: ignore[attr-defined]
     except CEL_ERRORS:
         return _NOT_FOLDED
 
 
+def _type_value(name: str) -> CelType:
+    """The value of a type denotation: ``int`` is the type of ints, ``list`` of lists."""
+    declared = TYPE_NAMES[name]
+    return CelType(declared.kind if declared.kind in ("list", "map") else declared.name)
+
+
 class _Generator:
-    def __init__(self) -> None:
+    def __init__(self, bools: frozenset[int]) -> None:
+        self.bools = bools  # ids of the nodes proven to yield a bool: no truth() needed
         self.lines: list[str] = []
         self.indent = 1
         self.counter = 0
@@ -92,6 +102,8 @@ class _Generator:
     def expr(self, node: a.Node) -> str:
         if isinstance(node, a.Const):
             return self.const(node.value)
+        if isinstance(node, a.TypeLit):
+            return self.const(_type_value(node.name))
         if isinstance(node, a.Var):
             return node.slot
         if isinstance(node, a.DeviceField):
@@ -103,18 +115,26 @@ class _Generator:
         if isinstance(node, a.Has):
             return self.assign(f"has({self.expr(node.operand)}, {node.field!r})")
         if isinstance(node, a.Call):
-            folded = _fold(node)
+            if node.function == "dyn":
+                return self.expr(node.args[0])
+            helper = helper_name(node.function, node.member)
+            folded = _fold(helper, node.args)
             if folded is not _NOT_FOLDED:
                 return self.const(folded)
             args = ", ".join(self.expr(arg) for arg in node.args)
-            return self.assign(f"{node.helper}({args})")
+            return self.assign(f"{helper}({args})")
         if isinstance(node, a.Unary):
             helper = "not_" if node.op == "!" else "neg"
             return self.assign(f"{helper}({self.expr(node.operand)})")
         if isinstance(node, a.Binary):
             left = self.expr(node.left)
             right = self.expr(node.right)
-            return self.assign(f"{_BINARY[node.op]}({left}, {right})")
+            result = self.assign(f"{_BINARY[node.op]}({left}, {right})")
+            if node.op == "+":  # concatenation copies: its size counts against the budget
+                self.emit(f"budget -= size_cost({result})")
+                self.emit("if budget < 0:")
+                self.emit("    over_budget()")
+            return result
         if isinstance(node, (a.Logic, a.Comprehension)) and self.blocks >= _SPILL_AT:
             return self.spill(node)
         if isinstance(node, a.Logic):
@@ -122,6 +142,8 @@ class _Generator:
         if isinstance(node, a.Cond):
             return self.cond(node)
         if isinstance(node, a.ListLit):
+            if all(isinstance(item, a.Const) for item in node.items):
+                return self.const([item.value for item in node.items])  # type: ignore[attr-defined]
             items = ", ".join(self.expr(item) for item in node.items)
             return self.assign(f"make_list([{items}])")
         if isinstance(node, a.MapLit):
@@ -155,6 +177,12 @@ class _Generator:
         self.indent -= 1
         self.blocks -= 1
 
+    def truth(self, node: a.Node) -> str:
+        """An expression for the Python truth of a CEL bool (checked at run time unless the
+        node is proven to yield a bool, see ``_check.proven_bools``)."""
+        value = self.expr(node)
+        return value if id(node) in self.bools else f"truth({value})"
+
     def assign(self, code: str) -> str:
         target = self.fresh("t")
         self.emit(f"{target} = {code}")
@@ -183,7 +211,7 @@ class _Generator:
         self.open("while True:")
         for operand in node.operands:
             self.open("try:")
-            self.emit(f"{flag} = truth({self.expr(operand)})")
+            self.emit(f"{flag} = {self.truth(operand)}")
             self.close()
             self.emit("except CEL_ERRORS as exc:")
             self.emit(f"    {error} = {error} or exc")
@@ -199,7 +227,7 @@ class _Generator:
 
     def cond(self, node: a.Cond) -> str:
         result = self.fresh("t")
-        self.emit(f"if truth({self.expr(node.cond)}):")
+        self.emit(f"if {self.truth(node.cond)}:")
         self.indent += 1
         self.emit(f"{result} = {self.expr(node.then)}")
         self.indent -= 1
@@ -210,20 +238,27 @@ class _Generator:
         return result
 
     def comprehension(self, node: a.Comprehension) -> str:
-        source = self.assign(f"iterate({self.expr(node.source)})")
+        kind = node.kind
+        if kind in ("optMap", "optFlatMap"):
+            return self.optional_macro(node)
+        two = node.slot2 is not None
+        iterator = "iterate2" if two else "iterate"
+        source = self.assign(f"{iterator}({self.expr(node.source)})")
+        target = f"{node.slot}, {node.slot2}" if two else node.slot
         charge = 1 + sum(a.size(n) for n in (node.pred, node.xform) if n is not None)
         result = self.fresh("t")
-        kind = node.kind
         if kind in ("all", "exists"):
-            return self.quantifier(node, source, charge, result)
+            return self.quantifier(node, source, target, charge, result)
         if kind == "exists_one":
             self.emit(f"{result} = 0")
+        elif kind in ("transformMap", "transformMapEntry"):
+            self.emit(f"{result} = {{}}")
         else:
             self.emit(f"{result} = []")
-        self.open(f"for {node.slot} in {source}:")
+        self.open(f"for {target} in {source}:")
         self.charge(charge)
-        if node.pred is not None:
-            self.emit(f"if truth({self.expr(node.pred)}):")
+        if node.pred is not None and kind not in ("all", "exists"):
+            self.emit(f"if {self.truth(node.pred)}:")
             self.indent += 1
         if kind == "exists_one":
             self.emit(f"{result} += 1")
@@ -231,25 +266,52 @@ class _Generator:
             self.emit(f"{result}.append({node.slot})")
         else:
             assert node.xform is not None
-            self.emit(f"{result}.append({self.expr(node.xform)})")
+            value = self.expr(node.xform)
+            if kind == "transformMap":
+                self.emit(f"{result}[{node.slot}] = {value}")
+            elif kind == "transformMapEntry":
+                self.emit(f"insert_entries({result}, {value})")
+            else:  # map, transformList, sortBy (the keys)
+                self.emit(f"{result}.append({value})")
         if node.pred is not None:
             self.indent -= 1
         self.close()
         if kind == "exists_one":
             return self.assign(f"{result} == 1")
-        return self.assign(f"make_list({result})")
+        if kind == "sortBy":
+            return self.assign(f"m_sortByAssociatedKeys({source}, {result})")
+        return result
 
-    def quantifier(self, node: a.Comprehension, source: str, charge: int, result: str) -> str:
+    def optional_macro(self, node: a.Comprehension) -> str:
+        """``o.optMap(v, e)``: ``e`` with ``v`` bound to o's value, as an optional;
+        ``optFlatMap``: ``e`` itself, which is an optional; none when ``o`` is none."""
+        source = self.expr(node.source)
+        result = self.fresh("t")
+        assert node.xform is not None
+        self.emit(f"if m_hasValue({source}):")
+        self.indent += 1
+        self.emit(f"{node.slot} = m_value({source})")
+        value = self.expr(node.xform)
+        wrapped = f"g_optional_of({value})" if node.kind == "optMap" else value
+        self.emit(f"{result} = {wrapped}")
+        self.indent -= 1
+        self.emit("else:")
+        self.emit(f"    {result} = g_optional_none()")
+        return result
+
+    def quantifier(
+        self, node: a.Comprehension, source: str, target: str, charge: int, result: str
+    ) -> str:
         assert node.pred is not None
         decided, undecided = ("False", "True") if node.kind == "all" else ("True", "False")
         test = "not " if node.kind == "all" else ""
         error, flag = self.fresh("e"), self.fresh("b")
         self.emit(f"{result} = {undecided}")
         self.emit(f"{error} = None")
-        self.open(f"for {node.slot} in {source}:")
+        self.open(f"for {target} in {source}:")
         self.charge(charge)
         self.open("try:")
-        self.emit(f"{flag} = truth({self.expr(node.pred)})")
+        self.emit(f"{flag} = {self.truth(node.pred)}")
         self.close()
         self.emit("except CEL_ERRORS as exc:")
         self.emit(f"    {error} = {error} or exc")
@@ -268,12 +330,13 @@ class _Generator:
         self.emit("    over_budget()")
 
 
-def generate(node: a.Node) -> tuple[str, Callable[[Any], Any]]:
-    """Python source for ``node`` and the compiled function ``selector(device)``.
+def generate(node: a.Node, bools: frozenset[int]) -> tuple[str, Callable[[Any], Any]]:
+    """Python source for ``node`` and the compiled function ``selector(device)``; ``bools``
+    are the ids of the nodes whose static type is bool.
 
     Raises :class:`TooComplex` when the code would nest too deeply for CPython.
     """
-    gen = _Generator()
+    gen = _Generator(bools)
     gen.emit(f"budget = {COST_LIMIT}")
     result = gen.expr(node)
     gen.emit(f"return {result}")

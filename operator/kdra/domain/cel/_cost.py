@@ -1,19 +1,29 @@
-"""A static upper bound on what evaluating a selector can cost.
+"""The estimated cost of a selector, by cel-go's estimator and upstream DRA's declared sizes.
 
-Upstream (1.32+) rejects a selector whose *estimated* cost exceeds 1,000,000 and also stops
-an evaluation at run time when its *actual* cost passes that limit. kdra does both:
+Upstream (1.32+) rejects a selector whose *estimated* cost exceeds 1,000,000 and stops an
+evaluation whose *actual* cost passes that limit. This module reproduces the estimate:
+cel-go's ``checker/cost.go`` applied to the macro expansions cel-go's parser produces, with
+the function estimates of cel-go's extensions and of Kubernetes' ``library.CostEstimator``,
+and the sizes ``k8s.io/dynamic-resource-allocation/cel`` declares for ``device``:
+driver ≤ 63 characters, at most 32 domains of at most 32 attributes (or capacities),
+domains ≤ 63, names ≤ 32 and attribute values ≤ 64 characters.
 
-* here, at compile time, an estimate in the spirit of cel-go's: every node costs 1, string
-  and list work costs their size, and a comprehension costs its body times the number of
-  elements it can walk. Sizes come from literals and from the API limits on a device
-  (at most 32 attributes and capacities, names of at most 63 characters, string values of
-  at most 64), exactly what upstream's size estimator declares;
-* at run time (see ``_codegen``) every comprehension iteration is charged against a budget,
-  as a backstop for devices that break those limits.
+Costs and sizes are (min, max) ranges; the limit applies to the max. In cel-go's units:
 
-The estimate is a bound, not a prediction: it is deliberately pessimistic (a ``?:`` costs
-its dearer branch, ``==`` on lists the size of the smaller side) and saturates at
-:data:`_CAP` so that even absurd nesting stays cheap to estimate.
+* a constant costs 0, a variable or a field selection on a map or object 1, an operator
+  or function call 1 plus its arguments, a list literal 10 plus its items, a map literal 30;
+* string work costs a tenth of a unit per character (rounded up), ``"x" in list`` the list's
+  size, ``"x" in map`` 1 (so ``"x" in device.attributes["d"]`` costs 4);
+* a comprehension costs its range, plus its size times the cost of one step of its
+  expansion (``l.all(x, p)`` is 3 + p per element, ``exists`` 4 + p, ``map`` 12 + f ...);
+* unknown sizes are 2^64 - 1 and every sum or product saturates there, as in cel-go: an
+  expression whose cost depends on the size of something unbounded is never accepted.
+
+Invariants:
+
+* :func:`estimate` needs the checked types (``_check``) and never evaluates anything.
+* ``_codegen`` enforces the same limit at run time by charging comprehension steps and
+  concatenations.
 """
 
 from __future__ import annotations
@@ -22,217 +32,333 @@ from dataclasses import dataclass
 from typing import Final
 
 from . import _ast as a
+from . import _types as t
+from ._check import Checked, operator_name
+from ._estimates import U64, Range, call_cost, declared_size, exact, mul_factor
 from ._parse import DEVICE_SLOT
 
-__all__ = ["COST_LIMIT", "estimate"]
+__all__ = ["COST_LIMIT", "U64", "Range", "estimate"]
 
 COST_LIMIT: Final = 1_000_000
-_CAP: Final = 10**15
-
-# API limits on one device (resource.k8s.io): upstream's estimator declares the same.
-_MAX_ENTRIES: Final = 32  # attributes + capacities per device
-_MAX_DOMAIN: Final = 63
-_MAX_ID: Final = 32
-_MAX_VALUE: Final = 64  # string/version attribute values
-_MAX_DRIVER: Final = 63
+_UNKNOWN: Final = Range(0, U64)
+_LIST_CREATE: Final = 10
+_MAP_CREATE: Final = 30
 
 
 @dataclass(frozen=True, slots=True)
-class Shape:
-    """Upper bounds for a value: ``length`` (elements, characters), ``weight`` (total size
-    including nested elements), the shape of its elements and, for maps, of its keys."""
+class Entry:
+    """Sizes of a container's keys (or indices) and values, when known."""
 
-    length: int
-    weight: int
-    elem: Shape | None = None
-    key: Shape | None = None
+    kind: str  # list | map
+    key: Range
+    val: Range
 
 
-_SCALAR: Final = Shape(1, 1)
-_ID: Final = Shape(_MAX_ID, _MAX_ID)
-_DOMAIN: Final = Shape(_MAX_DOMAIN, _MAX_DOMAIN)
-_VALUE: Final = Shape(_MAX_VALUE, _MAX_VALUE)
-_INNER_ATTRIBUTES: Final = Shape(
-    _MAX_ENTRIES, _MAX_ENTRIES * (_MAX_ID + _MAX_VALUE), elem=_VALUE, key=_ID
-)
-_INNER_CAPACITY: Final = Shape(_MAX_ENTRIES, _MAX_ENTRIES * (_MAX_ID + 1), elem=_SCALAR, key=_ID)
-_DEVICE_FIELDS: Final = {
-    "driver": Shape(_MAX_DRIVER, _MAX_DRIVER),
-    "attributes": Shape(
-        _MAX_ENTRIES,
-        _MAX_ENTRIES * (_MAX_DOMAIN + _INNER_ATTRIBUTES.weight),
-        elem=_INNER_ATTRIBUTES,
-        key=_DOMAIN,
-    ),
-    "capacity": Shape(
-        _MAX_ENTRIES,
-        _MAX_ENTRIES * (_MAX_DOMAIN + _INNER_CAPACITY.weight),
-        elem=_INNER_CAPACITY,
-        key=_DOMAIN,
-    ),
-}
-# The device object itself, when a selector uses it as a value ([device].all(d, ...)).
-_DEVICE: Final = Shape(
-    3,
-    _DEVICE_FIELDS["driver"].weight
-    + _DEVICE_FIELDS["attributes"].weight
-    + _DEVICE_FIELDS["capacity"].weight,
-)
+@dataclass(frozen=True, slots=True)
+class Local:
+    path: tuple[str, ...] | None
+    size: Range | None
+    entry: Entry | None
 
 
-def _sat(value: int) -> int:
-    return value if value < _CAP else _CAP
-
-
-def _join(x: Shape | None, y: Shape | None) -> Shape | None:
+def _union_entry(x: Entry | None, y: Entry | None) -> Entry | None:
     if x is None or y is None:
-        return x or y
-    return Shape(
-        max(x.length, y.length), max(x.weight, y.weight), _join(x.elem, y.elem), _join(x.key, y.key)
-    )
-
-
-def _element(shape: Shape) -> Shape:
-    return shape.elem if shape.elem is not None else Shape(shape.weight, shape.weight)
-
-
-def _shape_of(value: object) -> Shape:
-    if isinstance(value, (str, bytes)):
-        return Shape(len(value), max(len(value), 1))
-    if isinstance(value, list):
-        elem: Shape | None = None
-        weight = len(value)
-        for item in value:
-            item_shape = _shape_of(item)
-            elem = _join(elem, item_shape)
-            weight += item_shape.weight
-        return Shape(len(value), _sat(max(weight, 1)), elem)
-    return _SCALAR  # numbers, bools, null, Version, Quantity
-
-
-# Extra cost of functions whose work grows with their arguments' size.
-_SIZED_HELPERS: Final = frozenset(
-    (
-        "f_contains", "f_startswith", "f_endswith", "f_matches", "f_string", "f_bytes",
-        "f_int", "f_uint", "f_double", "f_bool", "f_semver", "f_is_semver", "f_quantity",
-        "f_is_quantity",
-    )
-)  # fmt: skip
+        return None
+    return Entry(x.kind, x.key.union(y.key), x.val.union(y.val))
 
 
 class _Estimator:
-    def __init__(self) -> None:
-        self.vars: dict[str, Shape] = {DEVICE_SLOT: _DEVICE}
+    def __init__(self, checked: Checked) -> None:
+        self.checked = checked
+        self.paths: dict[int, tuple[str, ...]] = {}
+        self.sizes: dict[int, Range] = {}
+        self.entries: dict[int, Entry] = {}
+        self.locals: dict[str, Local] = {DEVICE_SLOT: Local((DEVICE_SLOT,), None, None)}
 
-    def run(self, node: a.Node) -> tuple[int, Shape]:
-        cost, shape = self._visit(node)
-        return _sat(cost), shape
+    # -- sizes ---------------------------------------------------------------------
 
-    def _visit(self, node: a.Node) -> tuple[int, Shape]:
+    def path(self, node: a.Node) -> tuple[str, ...] | None:
+        return self.paths.get(id(node))
+
+    def type(self, node: a.Node) -> t.Type:
+        return self.checked.type(node)
+
+    def size(self, node: a.Node) -> Range | None:
+        """cel-go's computeSize: computed, literal, declared, scalar, or a variable's."""
+        found = self.sizes.get(id(node))
+        if found is not None:
+            return found
         if isinstance(node, a.Const):
-            return 1, _shape_of(node.value)
-        if isinstance(node, a.Var):
-            return 1, self.vars[node.slot]
-        if isinstance(node, a.DeviceField):
-            return 1, _DEVICE_FIELDS[node.field]
-        if isinstance(node, (a.Select, a.Index)):
-            cost, shape = self._visit(node.operand)
-            if isinstance(node, a.Index):
-                cost += self._visit(node.index)[0]
-            return _sat(cost + 1), _element(shape)
-        if isinstance(node, a.Has):
-            return _sat(self._visit(node.operand)[0] + 1), _SCALAR
-        if isinstance(node, a.Call):
-            return self._call(node)
-        if isinstance(node, a.Unary):
-            return _sat(self._visit(node.operand)[0] + 1), _SCALAR
-        if isinstance(node, a.Binary):
-            return self._binary(node)
-        if isinstance(node, a.Logic):
-            return _sat(sum(self._visit(n)[0] for n in node.operands) + 1), _SCALAR
-        if isinstance(node, a.Cond):
-            cond = self._visit(node.cond)[0]
-            then_cost, then_shape = self._visit(node.then)
-            other_cost, other_shape = self._visit(node.other)
-            joined = _join(then_shape, other_shape)
-            assert joined is not None
-            return _sat(cond + max(then_cost, other_cost) + 1), joined
+            value = node.value
+            if isinstance(value, (str, bytes)):
+                return exact(len(value))
+            if isinstance(value, (bool, int, float)) or value is None:
+                return exact(1)
+            return None
         if isinstance(node, a.ListLit):
-            visited = [self._visit(item) for item in node.items]
-            elem: Shape | None = None
-            for _, item_shape in visited:
-                elem = _join(elem, item_shape)
-            weight = _sat(sum(s.weight for _, s in visited) + len(visited))
-            cost = _sat(sum(c for c, _ in visited) + len(visited) + 1)
-            return cost, Shape(len(visited), max(weight, 1), elem)
+            return exact(len(node.items))
         if isinstance(node, a.MapLit):
-            cost, weight = 1, 0
-            key: Shape | None = None
-            value: Shape | None = None
+            return exact(len(node.entries))
+        declared = declared_size(self.path(node))
+        if declared is not None:
+            return declared
+        typ = self.type(node)
+        if _scalar(typ):
+            return exact(1)
+        if isinstance(node, a.Var):
+            return self.locals[node.slot].size
+        return None
+
+    def size_or_unknown(self, node: a.Node) -> Range:
+        found = self.size(node)
+        return found if found is not None else _UNKNOWN
+
+    def entry(self, node: a.Node) -> Entry | None:
+        found = self.entries.get(id(node))
+        if found is not None:
+            return found
+        if isinstance(node, a.Var):
+            return self.locals[node.slot].entry
+        return None
+
+    def push(self, slot: str, node: a.Node) -> None:
+        """A bound variable: the path, size and entry sizes of what it is bound to."""
+        self.locals[slot] = Local(self.path(node), self.size(node), self.entry(node))
+
+    def push_iter(self, slot: str, source: a.Node, part: str) -> None:
+        """An iteration variable: ``part`` is "single", "key" or "value"."""
+        entry = self.entry(source)
+        kind = entry.kind if entry is not None else self.type(source).kind
+        is_list = kind == "list"
+        if part == "key":
+            size, sub = (entry.key if entry else None), ("@indices" if is_list else "@keys")
+        elif part == "value" or is_list:
+            size, sub = (entry.val if entry else None), ("@items" if is_list else "@values")
+        else:
+            size, sub = (entry.key if entry else None), "@keys"
+        base = self.path(source)
+        path = (*base, sub) if base is not None else None
+        self.locals[slot] = Local(path, size, None)
+
+    # -- costs ---------------------------------------------------------------------
+
+    def cost(self, node: a.Node) -> Range:
+        if isinstance(node, a.Const):
+            return exact(0)
+        if isinstance(node, (a.Var, a.TypeLit)):
+            if isinstance(node, a.Var):
+                local = self.locals[node.slot]
+                if local.path is not None:
+                    self.paths[id(node)] = local.path
+            return exact(1)
+        if isinstance(node, a.DeviceField):
+            self.paths[id(node)] = (DEVICE_SLOT, node.field)
+            return exact(2)  # the variable, and the field of an object
+        if isinstance(node, a.Select):
+            cost = self.cost(node.operand)
+            if self.type(node.operand).kind in ("map", "struct", "param"):
+                cost = cost + exact(1)
+            base = self.path(node.operand)
+            if base is not None:
+                self.paths[id(node)] = (*base, node.field)
+            return cost
+        if isinstance(node, a.Has):
+            return self.cost(node.operand)  # presence tests are free (upstream's option)
+        if isinstance(node, a.Index):
+            return self.call(node, "_[_]", None, [node.operand, node.index])
+        if isinstance(node, a.Call):
+            if node.function == "dyn":
+                cost = self.cost(node.args[0]) + exact(1)
+                self.copy_sizes(node, node.args[0])
+                return cost
+            if node.member:
+                return self.call(node, node.function, node.args[0], list(node.args[1:]))
+            return self.call(node, node.function, None, list(node.args))
+        if isinstance(node, (a.Unary, a.Binary)):
+            operands = [node.operand] if isinstance(node, a.Unary) else [node.left, node.right]
+            return self.call(node, operator_name(node), None, operands)
+        if isinstance(node, a.Logic):
+            costs = [self.cost(operand) for operand in node.operands]
+            return Range(costs[0].lo, sum_max(costs))
+        if isinstance(node, a.Cond):
+            return self.conditional(node)
+        if isinstance(node, a.ListLit):
+            total = exact(_LIST_CREATE)
+            item_size = Range(0 if not node.items else U64, 0)
+            for item in node.items:
+                total = total + self.cost(item)
+                item_size = item_size.union(self.size_or_unknown(item))
+            self.entries[id(node)] = Entry("list", exact(1), item_size)
+            return total
+        if isinstance(node, a.MapLit):
+            total = exact(_MAP_CREATE)
+            empty = 0 if not node.entries else U64
+            key_size, val_size = Range(empty, 0), Range(empty, 0)
             for k, v in node.entries:
-                k_cost, k_shape = self._visit(k)
-                v_cost, v_shape = self._visit(v)
-                cost += k_cost + v_cost + len(node.entries)  # duplicate-key check
-                key, value = _join(key, k_shape), _join(value, v_shape)
-                weight += k_shape.weight + v_shape.weight
-            return _sat(cost), Shape(len(node.entries), _sat(max(weight, 1)), value, key)
+                total = total + self.cost(k) + self.cost(v)
+                key_size = key_size.union(self.size_or_unknown(k))
+                val_size = val_size.union(self.size_or_unknown(v))
+            self.entries[id(node)] = Entry("map", key_size, val_size)
+            return total
         if isinstance(node, a.Comprehension):
-            return self._comprehension(node)
+            return self.comprehension(node)
         if isinstance(node, a.Bind):
-            init_cost, init_shape = self._visit(node.init)
-            self.vars[node.slot] = init_shape
-            body_cost, body_shape = self._visit(node.body)
-            return _sat(init_cost + body_cost + 1), body_shape
+            init = self.cost(node.init)
+            self.push(node.slot, node.init)
+            body = self.cost(node.body)
+            self.copy_sizes(node, node.body)
+            return exact(_LIST_CREATE) + init + body  # the empty range cel.bind expands to
         raise TypeError(f"unknown node {node!r}")
 
-    def _call(self, node: a.Call) -> tuple[int, Shape]:
-        visited = [self._visit(arg) for arg in node.args]
-        cost = sum(c for c, _ in visited) + 1
-        if node.helper in _SIZED_HELPERS:
-            cost += sum(s.weight for _, s in visited)
-        if node.helper in ("f_string", "f_bytes") and visited:
-            return _sat(cost), Shape(max(visited[0][1].length, 32), max(visited[0][1].weight, 32))
-        return _sat(cost), _SCALAR
+    def copy_sizes(self, dst: a.Node, src: a.Node) -> None:
+        size, entry = self.size(src), self.entry(src)
+        if size is not None:
+            self.sizes[id(dst)] = size
+        if entry is not None:
+            self.entries[id(dst)] = entry
 
-    def _binary(self, node: a.Binary) -> tuple[int, Shape]:
-        left_cost, left = self._visit(node.left)
-        right_cost, right = self._visit(node.right)
-        cost = left_cost + right_cost + 1
-        if node.op == "+":
-            elem = _join(left.elem, right.elem)
-            shape = Shape(
-                _sat(left.length + right.length), _sat(left.weight + right.weight), elem, None
-            )
-            return _sat(cost + left.weight + right.weight), shape
-        if node.op in ("==", "!=", "<", "<=", ">", ">="):
-            return _sat(cost + min(left.weight, right.weight)), _SCALAR
-        if node.op == "in":
-            return _sat(cost + right.weight), _SCALAR
-        return _sat(cost), _SCALAR
+    def conditional(self, node: a.Cond) -> Range:
+        cond, then, other = self.cost(node.cond), self.cost(node.then), self.cost(node.other)
+        self.sizes[id(node)] = self.size_or_unknown(node.then).union(
+            self.size_or_unknown(node.other)
+        )
+        joined = _union_entry(self.entry(node.then), self.entry(node.other))
+        if joined is not None:
+            self.entries[id(node)] = joined
+        return cond + then.union(other)
 
-    def _comprehension(self, node: a.Comprehension) -> tuple[int, Shape]:
-        source_cost, source = self._visit(node.source)
-        var_shape = source.key if source.key is not None else _element(source)
-        self.vars[node.slot] = var_shape
-        body_cost, body_shape = 1, _SCALAR
-        if node.pred is not None:
-            body_cost += self._visit(node.pred)[0]
-        if node.xform is not None:
-            xform_cost, body_shape = self._visit(node.xform)
-            body_cost += xform_cost
-        iterations = source.length
-        cost = _sat(source_cost + iterations * body_cost + 1)
-        if node.kind == "map":
-            return cost, Shape(
-                iterations, _sat(iterations * (body_shape.weight + 1)), body_shape, None
-            )
-        if node.kind == "filter":
-            return cost, Shape(
-                iterations, _sat(iterations * (var_shape.weight + 1)), var_shape, None
-            )
-        return cost, _SCALAR
+    def call(self, node: a.Node, name: str, target: a.Node | None, args: list[a.Node]) -> Range:
+        arg_costs = [self.cost(arg) for arg in args]
+        total = exact(0)
+        if target is not None:
+            total = self.cost(target)
+        overloads = self.checked.overloads.get(id(node), ())
+        fn = Range(U64, 0)
+        result: Range | None = None
+        for overload in overloads:
+            est = call_cost(self, name, overload, target, args, arg_costs)
+            fn = fn.union(est.cost)
+            if est.size is not None:
+                result = est.size if result is None else result.union(est.size)
+            if overload in ("index_list", "index_map", "optional_list_index_int",
+                            "optional_map_index_value"):  # fmt: skip
+                entry = self.entry(args[0])
+                result = entry.val if entry is not None else None
+                base = self.path(args[0])
+                sub = "@items" if "list" in overload else "@values"
+                if base is not None:
+                    self.paths[id(node)] = (*base, sub)
+            if result is None:
+                result = self.size(node)
+        if result is not None:
+            self.sizes[id(node)] = result
+        return total + fn
+
+    def comprehension(self, node: a.Comprehension) -> Range:
+        kind = node.kind
+        source_cost = self.cost(node.source)
+        if kind in ("optMap", "optFlatMap"):
+            return self.optional_macro(node, source_cost)
+        if kind == "sortBy":
+            return self.sort_by(node, source_cost)
+        if node.slot2 is not None:
+            self.push_iter(node.slot, node.source, "key")
+            self.push_iter(node.slot2, node.source, "value")
+        else:
+            self.push_iter(node.slot, node.source, "single")
+        pred = self.cost(node.pred) if node.pred is not None else None
+        xform = self.cost(node.xform) if node.xform is not None else None
+        one = exact(1)
+        if kind == "all":
+            init, result, step = exact(0), one, exact(2) + Range(1, 1 + _max(pred))
+        elif kind == "exists":
+            init, result, step = exact(0), one, exact(3) + Range(1, 1 + _max(pred))
+        elif kind == "exists_one":
+            assert pred is not None
+            init, result, step = exact(0), exact(2), pred + Range(1, 2)
+        else:
+            container = "map" if kind in ("transformMap", "transformMapEntry") else "list"
+            init = exact(_MAP_CREATE if container == "map" else _LIST_CREATE)
+            result = one
+            filt: Range | None
+            if kind == "filter":
+                assert pred is not None
+                body, filt = exact(13), pred  # pred ? accu + [x] : accu
+            else:
+                filt = pred  # the optional filter of map and transform*
+                if kind in ("map", "transformList"):
+                    body = exact(12) + _need(xform)  # accu + [f(x)]
+                elif kind == "transformMap":
+                    body = exact(3) + _need(xform)  # cel.@mapInsert(accu, k, f(k, v))
+                else:
+                    body = exact(2) + _need(xform)  # cel.@mapInsert(accu, f(k, v))
+            step = body if filt is None else filt + body.union(one)
+            self.set_container_sizes(node, container)
+        count = self.size_or_unknown(node.source)
+        return source_cost + init + result + count.times(step)
+
+    def set_container_sizes(self, node: a.Comprehension, container: str) -> None:
+        count = self.size_or_unknown(node.source)
+        self.sizes[id(node)] = count
+        if container == "list":
+            elem = node.xform if node.kind != "filter" else None
+            if elem is not None:
+                val = Range(0, self.size_or_unknown(elem).hi)
+            elif node.kind == "filter":
+                val = Range(0, (self.locals[node.slot].size or _UNKNOWN).hi)
+            else:
+                return
+            self.entries[id(node)] = Entry("list", exact(1), val)
+
+    def optional_macro(self, node: a.Comprehension, source_cost: Range) -> Range:
+        self.locals[node.slot] = Local(None, None, None)
+        body = self.cost(_need_node(node.xform))
+        bound = exact(_LIST_CREATE) + source_cost + exact(1) + body  # cel.bind(v, t.value(), e)
+        if node.kind == "optMap":
+            bound = bound + exact(1)  # optional.of(...)
+        return source_cost + exact(1) + bound.union(exact(1))  # t.hasValue() ? ... : none()
+
+    def sort_by(self, node: a.Comprehension, source_cost: Range) -> Range:
+        self.push(node.slot, node.source)
+        self.push_iter(node.slot, node.source, "single")
+        key = self.cost(_need_node(node.xform))
+        count = self.size_or_unknown(node.source)
+        keys = exact(1 + _LIST_CREATE + 1) + count.times(exact(12) + key)  # l.map(v, key)
+        factor = 2.1 if self.type(_need_node(node.xform)).kind in ("string", "bytes") else 2.0
+        sort = mul_factor(count.times(count), factor) + exact(1 + _LIST_CREATE)
+        self.sizes[id(node)] = count
+        return exact(_LIST_CREATE) + source_cost + exact(1) + keys + sort
 
 
-def estimate(node: a.Node) -> int:
-    """The estimated worst-case cost of evaluating ``node``."""
-    return _Estimator().run(node)[0]
+def sum_max(costs: list[Range]) -> int:
+    total = 0
+    for cost in costs:
+        total = min(U64, total + cost.hi)
+    return total
+
+
+def _max(cost: Range | None) -> int:
+    return cost.hi if cost is not None else 0
+
+
+def _need(cost: Range | None) -> Range:
+    assert cost is not None
+    return cost
+
+
+def _need_node(node: a.Node | None) -> a.Node:
+    assert node is not None
+    return node
+
+
+def _scalar(typ: t.Type) -> bool:
+    if typ.kind in ("bool", "double", "int", "uint", "duration", "timestamp"):
+        return True
+    if typ.kind == "opaque" and typ.name == "optional_type":
+        return _scalar(typ.params[0])
+    return False
+
+
+def estimate(checked: Checked, node: a.Node) -> Range:
+    """The estimated (min, max) cost of evaluating ``node``."""
+    return _Estimator(checked).cost(node)

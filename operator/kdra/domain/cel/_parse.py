@@ -1,25 +1,29 @@
-"""From selector text to a checked tree (``_ast``): parse, resolve names, check calls.
+"""From selector text to a syntax tree (``_ast``): parse, resolve names, expand macros.
 
-cel-python's Lark grammar does the parsing; this module walks its parse tree once and
-enforces what upstream's type-checker would reject at compile time:
+cel-python's Lark grammar does the parsing; this module walks its parse tree once and does
+what cel-go's parser and the name-resolution part of its checker do:
 
-* the only variable is ``device`` (plus the variables that macros and ``cel.bind`` introduce,
-  with lexical scoping); ``device`` has exactly the fields ``driver``, ``attributes`` and
-  ``capacity``;
-* every function and method is one kdra provides, with the right number of arguments
-  (see :data:`FUNCTIONS` / :data:`METHODS`); macros have a plain identifier as variable;
+* the only variable is ``device`` (plus the variables that macros and ``cel.bind``
+  introduce, with lexical scoping); ``device`` has exactly the fields ``driver``,
+  ``attributes`` and ``capacity``; type names (``int``, ``string``, ...) are values;
+* a call names a declared function (``_decls.FUNCTIONS``): ``strings.quote(s)``,
+  ``sets.contains(a, b)``, ``lists.range(n)``, ``optional.of(x)`` and ``format.named(n)``
+  are qualified global names, as in cel-go; which overload applies is ``_check``'s job;
+* macros are recognised by name *and* number of arguments, as in cel-go (``l.all(x, p)``
+  and ``m.all(k, v, p)`` are macros, ``l.all(x)`` is a call to an undeclared function);
 * literals are in range (int64, uint64);
 * the parse tree is not nested deeper than :data:`MAX_DEPTH` (cel-go also limits parser
   recursion), which keeps every later pass well inside Python's recursion limit. Long
   ``a || b || c ...`` chains do not count as nesting.
 
-Type errors that need values (``"a" < 1``) are left to run time, as upstream does for
-``dyn`` attribute values. Every error names the line and column.
+Invariants:
+
+* Every error is a :class:`CelCompileError` whose message starts with the line and column.
+* Nothing here evaluates the expression.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any, Final, NoReturn
 
 import lark
@@ -28,59 +32,33 @@ from celpy.celparser import CELParseError, CELParser
 from kdra.domain.errors import CelCompileError
 
 from . import _ast as a
+from ._decls import FUNCTIONS, NOT_PROVIDED, TYPE_NAMES
+from ._literals import decode_literal, int_literal
 from ._values import Uint
 
-__all__ = ["FUNCTIONS", "MACROS", "MAX_DEPTH", "METHODS", "parse"]
+__all__ = ["DEVICE_SLOT", "MACROS", "MAX_DEPTH", "parse", "warm_up"]
 
 MAX_DEPTH: Final = 250
 
-# name -> (number of arguments, runtime helper)
-FUNCTIONS: Final[dict[str, tuple[int, str]]] = {
-    "size": (1, "f_size"),
-    "int": (1, "f_int"),
-    "uint": (1, "f_uint"),
-    "double": (1, "f_double"),
-    "string": (1, "f_string"),
-    "bool": (1, "f_bool"),
-    "bytes": (1, "f_bytes"),
-    "dyn": (1, ""),  # the identity: lowered away
-    "matches": (2, "f_matches"),
-    "semver": (1, "f_semver"),
-    "isSemver": (1, "f_is_semver"),
-    "quantity": (1, "f_quantity"),
-    "isQuantity": (1, "f_is_quantity"),
-    "sign": (1, "m_sign"),  # upstream declares sign() as a global function ...
-}
-# name -> (number of arguments besides the receiver, runtime helper)
-METHODS: Final[dict[str, tuple[int, str]]] = {
-    "size": (0, "f_size"),
-    "contains": (1, "f_contains"),
-    "startsWith": (1, "f_startswith"),
-    "endsWith": (1, "f_endswith"),
-    "matches": (1, "f_matches"),
-    "major": (0, "m_major"),
-    "minor": (0, "m_minor"),
-    "patch": (0, "m_patch"),
-    "isGreaterThan": (1, "m_is_greater_than"),
-    "isLessThan": (1, "m_is_less_than"),
-    "compareTo": (1, "m_compare_to"),
-    "asInteger": (0, "m_as_integer"),
-    "isInteger": (0, "m_is_integer"),
-    "asApproximateFloat": (0, "m_as_approximate_float"),
-    "sign": (0, "m_sign"),  # ... and documents it as a method: accept both
-    "add": (1, "m_add"),
-    "sub": (1, "m_sub"),
-}
+# receiver macros: name -> accepted numbers of arguments
 MACROS: Final[dict[str, tuple[int, ...]]] = {
-    "all": (2,),
-    "exists": (2,),
-    "exists_one": (2,),
-    "filter": (2,),
+    "all": (2, 3),
+    "exists": (2, 3),
+    "exists_one": (2, 3),
+    "existsOne": (3,),
     "map": (2, 3),
+    "filter": (2,),
+    "transformList": (3, 4),
+    "transformMap": (3, 4),
+    "transformMapEntry": (3, 4),
+    "sortBy": (2,),
+    "optMap": (2,),
+    "optFlatMap": (2,),
 }
 DEVICE: Final = "device"
 DEVICE_SLOT: Final = "v_device"
 DEVICE_FIELDS: Final = frozenset(("driver", "attributes", "capacity"))
+_ACCUMULATORS: Final = frozenset(("__result__", "@result"))
 
 # Rules that only wrap their single child.
 _WRAPPERS: Final = frozenset(
@@ -119,7 +97,7 @@ def warm_up() -> None:
 
 
 def parse(expression: str) -> a.Node:
-    """Parse and check ``expression``; raise :class:`CelCompileError` with a position."""
+    """Parse ``expression`` and resolve its names; raise :class:`CelCompileError`."""
     try:
         tree = _parser().parse(expression)
     except CELParseError as exc:
@@ -135,8 +113,12 @@ def _syntax_message(exc: CELParseError) -> str:
         token = cause.token
         what = "end of expression" if token.type == "$END" else f"token {str(token)!r}"
         detail = f"unexpected {what}"
+        if str(token) == "?":
+            detail += " (optional field selection and indexing are not supported)"
     elif isinstance(cause, lark.exceptions.UnexpectedCharacters):
         detail = f"unexpected character {cause.char!r}"
+        if cause.char == "?":
+            detail += " (optional field selection and indexing are not supported)"
     elif isinstance(cause, lark.exceptions.UnexpectedEOF):
         detail = "unexpected end of expression"
     else:
@@ -194,13 +176,18 @@ class _Lowering:
         line, column = _pos(item)
         raise CelCompileError(self.expression, f"{line}:{column}: {message}")
 
+    def undeclared(self, item: Tree | Token, name: str) -> NoReturn:
+        reason = NOT_PROVIDED.get(name)
+        if reason is not None:
+            self.fail(item, f"undeclared reference to '{name}': {reason}")
+        self.fail(item, f"undeclared reference to '{name}' (in container '')")
+
     # -- entry ---------------------------------------------------------------------
 
     def lower(self, tree: Tree) -> a.Node:
         tree = _unwrap(tree)
         kind = tree.data
         pos = _pos(tree)
-        kids = tree.children
         if kind == "expr":
             cond, then, other = _trees(tree)
             return a.Cond(pos, self.lower(cond), self.lower(then), self.lower(other))
@@ -220,7 +207,7 @@ class _Lowering:
         handler = getattr(self, "lower_" + kind, None)
         if handler is None:
             self.fail(tree, f"unsupported syntax ({kind})")
-        result: a.Node = handler(tree, pos, kids)
+        result: a.Node = handler(tree, pos, tree.children)
         return result
 
     def _chain(self, tree: Tree) -> tuple[a.Node, ...]:
@@ -239,7 +226,7 @@ class _Lowering:
     def _check_device_field(self, name: Any, field: str) -> None:
         """``device`` has exactly three fields; anything else is a compile error."""
         if field not in DEVICE_FIELDS:
-            self.fail(name, f"undefined field {field!r} (device has driver, attributes, capacity)")
+            self.fail(name, f"undefined field '{field}' (device has driver, attributes, capacity)")
 
     def lower_member_dot(self, tree: Tree, pos: a.Pos, kids: list[Any]) -> a.Node:
         operand_tree, name = kids
@@ -259,30 +246,35 @@ class _Lowering:
 
     def lower_member_dot_arg(self, tree: Tree, pos: a.Pos, kids: list[Any]) -> a.Node:
         receiver_tree, name_token = kids[0], kids[1]
-        args = _trees(kids[2]) if len(kids) > 2 else []
+        args = _trees(kids[2]) if len(kids) > 2 and kids[2] is not None else []
         name = str(name_token)
-        if name == "bind" and self._is_free_ident(receiver_tree, "cel"):
+        qualifier = self._qualifier(receiver_tree)
+        if qualifier == "cel" and name == "bind" and len(args) == 3:
             return self._bind(tree, pos, args)
-        if name in MACROS:
+        if name in MACROS and len(args) in MACROS[name]:
             return self._macro(tree, pos, name, receiver_tree, args)
-        if name not in METHODS:
-            self.fail(name_token, f"undeclared reference to {name!r}")
-        arity, helper = METHODS[name]
-        if len(args) != arity:
-            self.fail(
-                name_token, f"found no matching overload for {name!r} with {len(args)} argument(s)"
-            )
+        if qualifier is not None and f"{qualifier}.{name}" in FUNCTIONS:
+            qualified = f"{qualifier}.{name}"
+            return a.Call(pos, qualified, False, tuple(self.lower(t) for t in args))
+        if name not in FUNCTIONS:
+            self.undeclared(name_token, name)
         receiver = self.lower(receiver_tree)
-        return a.Call(pos, helper, (receiver, *(self.lower(t) for t in args)))
+        return a.Call(pos, name, True, (receiver, *(self.lower(t) for t in args)))
 
-    def _is_free_ident(self, tree: Tree, name: str) -> bool:
+    def _qualifier(self, tree: Tree) -> str | None:
+        """``a.b`` when ``tree`` is a chain of identifiers that are not variables."""
+        parts: list[str] = []
         tree = _unwrap(tree)
-        return (
-            tree.data == "ident"
-            and str(tree.children[0]) == name
-            and self._lookup(name) is None
-            and name != DEVICE
-        )
+        while tree.data == "member_dot":
+            operand, name = tree.children
+            parts.append(str(name))
+            tree = _unwrap(operand)
+        if tree.data != "ident":
+            return None
+        root = str(tree.children[0])
+        if self._lookup(root) is not None or root == DEVICE:
+            return None
+        return ".".join([root, *reversed(parts)])
 
     # -- primaries -----------------------------------------------------------------
 
@@ -293,41 +285,36 @@ class _Lowering:
             return a.Var(pos, name, slot)
         if name == DEVICE:
             return a.Var(pos, name, DEVICE_SLOT)
-        self.fail(kids[0], f"undeclared reference to {name!r}")
+        if name in TYPE_NAMES:
+            return a.TypeLit(pos, name)
+        self.undeclared(kids[0], name)
 
     def lower_dot_ident(self, tree: Tree, pos: a.Pos, kids: list[Any]) -> a.Node:
         name = str(kids[0])
         if name == DEVICE:  # ".device" is the root variable even where a macro shadows it
             return a.Var(pos, name, DEVICE_SLOT)
-        self.fail(kids[0], f"undeclared reference to {name!r}")
+        if name in TYPE_NAMES:
+            return a.TypeLit(pos, name)
+        self.undeclared(kids[0], name)
 
     def lower_ident_arg(self, tree: Tree, pos: a.Pos, kids: list[Any]) -> a.Node:
         name_token = kids[0]
         name = str(name_token)
-        args = _trees(kids[1]) if len(kids) > 1 else []
-        if name == "has":
-            return self._has(tree, pos, args)
+        args = _trees(kids[1]) if len(kids) > 1 and kids[1] is not None else []
+        if name == "has" and len(args) == 1:
+            return self._has(tree, pos, args[0])
         if name not in FUNCTIONS:
-            self.fail(name_token, f"undeclared reference to {name!r}")
-        arity, helper = FUNCTIONS[name]
-        if len(args) != arity:
-            self.fail(
-                name_token, f"found no matching overload for {name!r} with {len(args)} argument(s)"
-            )
-        if name == "dyn":
-            return self.lower(args[0])
-        return a.Call(pos, helper, tuple(self.lower(t) for t in args))
+            self.undeclared(name_token, name)
+        return a.Call(pos, name, False, tuple(self.lower(t) for t in args))
 
     lower_dot_ident_arg = lower_ident_arg
 
     def lower_list_lit(self, tree: Tree, pos: a.Pos, kids: list[Any]) -> a.Node:
-        items = tuple(self.lower(t) for t in _trees(kids[0])) if kids else ()
-        if all(isinstance(item, a.Const) for item in items):
-            return a.Const(pos, [item.value for item in items])  # type: ignore[attr-defined]
+        items = tuple(self.lower(t) for t in _trees(kids[0])) if kids and kids[0] else ()
         return a.ListLit(pos, items)
 
     def lower_map_lit(self, tree: Tree, pos: a.Pos, kids: list[Any]) -> a.Node:
-        parts = [self.lower(t) for t in _trees(kids[0])] if kids else []
+        parts = [self.lower(t) for t in _trees(kids[0])] if kids and kids[0] else []
         entries = tuple(zip(parts[::2], parts[1::2], strict=True))
         return a.MapLit(pos, entries)
 
@@ -336,12 +323,12 @@ class _Lowering:
         kind, text = token.type, str(token)
         value: object
         if kind == "INT_LIT":
-            number = _int_literal(text)
+            number = int_literal(text)
             if number not in _INT64:
                 self.fail(token, f"integer literal {text} is out of range")
             value = number
         elif kind == "UINT_LIT":
-            number = _int_literal(text[:-1])
+            number = int_literal(text[:-1])
             if number not in _UINT64:
                 self.fail(token, f"unsigned literal {text} is out of range")
             value = Uint(number)
@@ -349,7 +336,7 @@ class _Lowering:
             value = float(text)
         elif kind in ("STRING_LIT", "MLSTRING_LIT", "BYTES_LIT"):
             try:
-                value = _decode_literal(text)
+                value = decode_literal(text)
             except ValueError as exc:
                 self.fail(token, str(exc))
         elif kind == "BOOL_LIT":
@@ -362,45 +349,69 @@ class _Lowering:
 
     # -- macros --------------------------------------------------------------------
 
-    def _macro_var(self, tree: Tree, what: str) -> tuple[str, str]:
+    def _macro_var(self, tree: Tree, message: str) -> tuple[str, str]:
         inner = _unwrap(tree)
         if inner.data != "ident":
-            self.fail(tree, f"{what} variable must be a simple identifier")
+            self.fail(tree, message)
         name = str(inner.children[0])
+        if name in _ACCUMULATORS:
+            self.fail(tree, "iteration variable overwrites accumulator variable")
         self.slots += 1
         return name, f"v{self.slots}_{name}"
 
-    def _has(self, tree: Tree, pos: a.Pos, args: list[Tree]) -> a.Node:
-        target = _unwrap(args[0]) if len(args) == 1 else None
-        if target is None or target.data != "member_dot":
-            self.fail(tree, "invalid argument to has() macro: expected a field selection a.b")
+    def _has(self, tree: Tree, pos: a.Pos, arg: Tree) -> a.Node:
+        target = _unwrap(arg)
+        if target.data != "member_dot":
+            self.fail(tree, "invalid argument to has() macro")
         operand_tree, name = target.children
         operand = self.lower(operand_tree)
         field = str(name)
         if isinstance(operand, a.Var) and operand.slot == DEVICE_SLOT:
-            self._check_device_field(name, field)
-            return a.Const(pos, True)
+            self._check_device_field(name, field)  # (the device always has its three fields)
         return a.Has(pos, operand, field)
 
     def _macro(self, tree: Tree, pos: a.Pos, name: str, receiver: Tree, args: list[Tree]) -> a.Node:
-        if len(args) not in MACROS[name]:
-            self.fail(tree, f"{name}() takes {' or '.join(map(str, MACROS[name]))} arguments")
         source = self.lower(receiver)
-        var, slot = self._macro_var(args[0], f"{name}()")
-        self.scopes.append({var: slot})
+        two_vars = name in ("transformList", "transformMap", "transformMapEntry") or (
+            name in ("all", "exists", "exists_one", "existsOne") and len(args) == 3
+        )
+        if name in ("map", "filter", "sortBy"):
+            message = "argument is not an identifier"
+        elif name in ("optMap", "optFlatMap"):
+            message = f"{name}() variable name must be a simple identifier"
+        else:
+            message = "argument must be a simple name"
+        var, slot = self._macro_var(args[0], message)
+        scope = {var: slot}
+        var2 = slot2 = None
+        if two_vars:
+            var2, slot2 = self._macro_var(args[1], message)
+            if var2 == var:
+                self.fail(args[1], f"duplicate variable name: {var}")
+            scope[var2] = slot2
+        if name == "sortBy" and isinstance(source, (a.Const, a.MapLit)):
+            self.fail(
+                receiver,
+                "sortBy can only be applied to a list, identifier, comprehension, call or "
+                "select expression",
+            )
+        self.scopes.append(scope)
         try:
-            bodies = [self.lower(t) for t in args[1:]]
+            bodies = [self.lower(t) for t in args[2 if two_vars else 1 :]]
         finally:
             self.scopes.pop()
-        if name == "map":
+        kind = "exists_one" if name == "existsOne" else name
+        pred: a.Node | None
+        xform: a.Node | None
+        if kind in ("all", "exists", "exists_one", "filter"):
+            pred, xform = bodies[0], None
+        else:  # map, transform*, sortBy, optMap, optFlatMap: [filter,] transform
             pred = bodies[0] if len(bodies) == 2 else None
-            return a.Comprehension(pos, name, var, slot, source, pred, bodies[-1])
-        return a.Comprehension(pos, name, var, slot, source, bodies[0], None)
+            xform = bodies[-1]
+        return a.Comprehension(pos, kind, var, slot, source, pred, xform, var2, slot2)
 
     def _bind(self, tree: Tree, pos: a.Pos, args: list[Tree]) -> a.Node:
-        if len(args) != 3:
-            self.fail(tree, "cel.bind() takes 3 arguments")
-        var, slot = self._macro_var(args[0], "cel.bind()")
+        var, slot = self._macro_var(args[0], "cel.bind() variable names must be simple identifiers")
         init = self.lower(args[1])
         self.scopes.append({var: slot})
         try:
@@ -414,56 +425,3 @@ class _Lowering:
             if name in scope:
                 return scope[name]
         return None
-
-
-# One piece of a quoted literal: a run of plain characters, an escape, or a stray backslash.
-_PIECE: Final = re.compile(
-    r"""[^\\]+|\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[0-3][0-7]{2}|[abfnrtv?`"'\\])|\\""",
-    re.DOTALL,
-)
-_SIMPLE_ESCAPES: Final = {
-    "a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v",
-    "?": "?", "`": "`", '"': '"', "'": "'", "\\": "\\",
-}  # fmt: skip
-
-
-def _decode_literal(text: str) -> str | bytes:
-    """The value of a string or bytes literal (CEL escapes; ``r`` raw, ``b`` bytes prefixes).
-
-    In strings, ``\\xHH`` and octal escapes are code points; in bytes, byte values.
-    """
-    prefix_end = min(i for i in (text.find('"'), text.find("'")) if i >= 0)
-    prefix, quoted = text[:prefix_end].lower(), text[prefix_end:]
-    quote = 3 if quoted[:3] in ('"""', "'''") else 1
-    body = quoted[quote:-quote]
-    is_bytes, raw = "b" in prefix, "r" in prefix
-    if raw:
-        return body.encode("utf-8") if is_bytes else body
-    chunks: list[bytes] = []
-    for match in _PIECE.finditer(body):
-        piece, escape = match.group(0), match.group(1)
-        if escape is None:
-            if piece == "\\":
-                raise ValueError("invalid escape sequence in literal")
-            chunks.append(piece.encode("utf-8"))
-        elif escape[0] in "xuU" or escape[0].isdigit():
-            number = int(escape, 8) if escape[0].isdigit() else int(escape[1:], 16)
-            if is_bytes and escape[0] in "x01234567":
-                chunks.append(bytes((number,)))
-            elif number > 0x10FFFF or 0xD800 <= number <= 0xDFFF:
-                raise ValueError(f"invalid code point \\{escape} in literal")
-            else:
-                chunks.append(chr(number).encode("utf-8"))
-        else:
-            chunks.append(_SIMPLE_ESCAPES[escape].encode("utf-8"))
-    data = b"".join(chunks)
-    if is_bytes:
-        return data
-    return data.decode("utf-8")  # code points were encoded as UTF-8 above
-
-
-def _int_literal(text: str) -> int:
-    negative = text.startswith("-")
-    body = text[1:] if negative else text
-    value = int(body[2:], 16) if body[:2].lower() == "0x" else int(body, 10)
-    return -value if negative else value

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from kdra.domain.errors import CelCompileError, CelRuntimeError
 
-from . import _codegen, _cost, _parse
+from . import _check, _codegen, _cost, _parse
 from ._runtime import CEL_ERRORS, BudgetExceeded, describe
 from ._values import CelDevice, type_name
 
@@ -90,13 +90,14 @@ class _Failure:
 def _compile(expression: str) -> DeviceSelector | _Failure:
     try:
         tree = _parse.parse(expression)
-        cost = _cost.estimate(tree)
+        checked = _check.check(expression, tree)
+        cost = _cost.estimate(checked, tree).hi
         if cost > _cost.COST_LIMIT:
             return _Failure(
                 f"estimated cost {cost} exceeds the limit of {_cost.COST_LIMIT}; "
                 "reduce nested iteration or the size of lists"
             )
-        source, function = _codegen.generate(tree)
+        source, function = _codegen.generate(tree, _check.proven_bools(tree, checked))
     except CelCompileError as exc:
         return _Failure(exc.message)
     except (_codegen.TooComplex, RecursionError):
@@ -108,8 +109,9 @@ def compile_selector(expression: str) -> DeviceSelector:
     """Compile a CEL device selector, once per distinct text (cached).
 
     Raises :class:`CelCompileError` for syntax errors, unknown variables, functions or
-    fields, wrong argument counts, an estimated cost above 1,000,000, and expressions
-    longer than :data:`MAX_EXPRESSION_LENGTH` bytes (UTF-8, as upstream counts).
+    fields, calls with no matching overload, a result that is not bool, an estimated cost
+    above 1,000,000, and expressions longer than :data:`MAX_EXPRESSION_LENGTH` bytes
+    (UTF-8, as upstream counts).
     """
     # A character takes at most 4 bytes: only long texts need encoding to be measured.
     if len(expression) * 4 > MAX_EXPRESSION_LENGTH and (

@@ -18,6 +18,12 @@ test and dictionary lookups stay in C (cel-python's ``celtypes`` override ``__eq
     map         ``dict`` (and :class:`DomainMap`, :class:`FrozenMap`)
     semver      :class:`kdra.domain.semver.Version`
     quantity    :class:`kdra.domain.quantity.Quantity`
+    optional    :class:`Optional` (:data:`NONE` when empty)
+    type        :class:`CelType`
+    net.IP      :class:`IPAddress` (``ipaddress.IPv4Address``/``IPv6Address`` inside)
+    net.CIDR    :class:`CIDRValue` (address and prefix length, as Go's ``netip.Prefix``)
+    URL         :class:`URLValue` (the parts Go's ``url.Parse`` yields)
+    format      :class:`NamedFormat`
     ==========  =======================================================
 
 Invariants:
@@ -32,7 +38,9 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import ipaddress
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final, NoReturn
 
 from kdra.domain.errors import InvalidObject
@@ -42,9 +50,16 @@ from kdra.domain.semver import InvalidVersion, Version, parse_version
 __all__ = [
     "EMPTY_MAP",
     "MAP_TYPES",
+    "NONE",
+    "CIDRValue",
     "CelDevice",
+    "CelType",
     "DomainMap",
     "FrozenMap",
+    "IPAddress",
+    "NamedFormat",
+    "Optional",
+    "URLValue",
     "Uint",
     "make_device",
     "type_name",
@@ -86,6 +101,66 @@ class DomainMap(FrozenMap):
 
 
 EMPTY_MAP: Final = FrozenMap()
+
+
+class Optional:
+    """A CEL ``optional_type`` value: :data:`NONE`, or ``Optional(value)``."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return "optional.none()" if self is NONE else f"optional.of({self.value!r})"
+
+
+NONE: Final = Optional(None)
+
+
+@dataclass(frozen=True, slots=True)
+class CelType:
+    """A type as a value (``type(1) == int``)."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class IPAddress:
+    """A ``net.IP``: an IPv4 or IPv6 address without zone, never IPv4-mapped."""
+
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+@dataclass(frozen=True, slots=True)
+class CIDRValue:
+    """A ``net.CIDR``: an address and a prefix length (host bits may be set)."""
+
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address
+    bits: int
+
+
+@dataclass(frozen=True, slots=True)
+class URLValue:
+    """A ``kubernetes.URL``: the components of an absolute URI or absolute path."""
+
+    text: str  # what url() was given; two URLs are equal when these are
+    scheme: str
+    host: str  # with brackets and port, as Go's URL.Host
+    hostname: str
+    port: str
+    escaped_path: str
+    raw_query: str
+
+
+@dataclass(frozen=True, slots=True)
+class NamedFormat:
+    """A ``kubernetes.NamedFormat``: a named string validation (equal by name)."""
+
+    name: str
+    validate: Callable[[str], list[str]] = field(compare=False)
+
+
 MAP_TYPES: Final = frozenset((dict, FrozenMap, DomainMap))
 
 
@@ -204,6 +279,12 @@ _TYPE_NAMES: Final[dict[type, str]] = {
     Version: "kubernetes.Semver",
     Quantity: "kubernetes.Quantity",
     CelDevice: "kubernetes.DRADevice",
+    Optional: "optional_type",
+    CelType: "type",
+    IPAddress: "net.IP",
+    CIDRValue: "net.CIDR",
+    URLValue: "kubernetes.URL",
+    NamedFormat: "kubernetes.NamedFormat",
 }
 
 
