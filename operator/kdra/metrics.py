@@ -57,7 +57,30 @@ slice_gc_deletions = Counter(
 )
 
 
+# --------------------------------------------------------------------------- watches (both)
+
+WATCH_KINDS = ("Pod", "ResourceClaim", "ResourceClaimTemplate", "DeviceClass", "ResourceSlice",
+               "Node", "Lease", "other")
+
+watch_decode_errors = Counter(
+    "kdra_watch_decode_errors_total",
+    "Objects in watch events and lists that could not be decoded (e.g. nested deeper than "
+    "the JSON decoder's limit) and were skipped, by kind. Each is logged once.",
+    ["kind"],
+)
+
+
+def init_watch_series() -> None:
+    for kind in WATCH_KINDS:
+        watch_decode_errors.labels(kind=kind)
+
+
+def record_watch_decode_error(kind: str) -> None:
+    watch_decode_errors.labels(kind=kind if kind in WATCH_KINDS else "other").inc()
+
+
 def init_series() -> None:
+    init_watch_series()
     for status in CREATE_STATUSES:
         claim_creates.labels(status=status)
     for allocated in ("true", "false"):
@@ -124,11 +147,44 @@ agent_unprepare_errors = Counter(
     "Claims whose clean-up failed (file or API error); they are retried.",
 )
 
+NRI_RESULTS = ("adjusted", "no_devices", "refused", "error")
+
+agent_nri_adjustments = Counter(
+    "kdra_agent_nri_adjustments_total",
+    "Containers the agent's NRI plugin answered at creation, by result: adjusted (given "
+    "its devices), no_devices (no kdra devices; device env overridden if set), refused "
+    "(a claim of its pod is not prepared on the node: creation fails naming it), error.",
+    ["result"],
+)
+agent_nri_adjustment_seconds = Histogram(
+    "kdra_agent_nri_adjustment_seconds",
+    "Time the agent's NRI plugin took to decide a container's adjustment (the runtime "
+    "waits at most its request timeout, 2 s by default).",
+    buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 2.0),
+)
+agent_nri_connected = Gauge(
+    "kdra_agent_nri_connected",
+    "1 while the agent's NRI plugin is registered with the container runtime, else 0.",
+)
+
 
 def init_agent_series() -> None:
+    init_watch_series()
     for health in DEVICE_HEALTH:
         agent_devices.labels(health=health).set(0)
     agent_prepared_claims.set(0)
+    for result in NRI_RESULTS:
+        agent_nri_adjustments.labels(result=result)
+    agent_nri_connected.set(0)
+
+
+def observe_nri_adjustment(result: str, seconds: float) -> None:
+    agent_nri_adjustments.labels(result=result if result in NRI_RESULTS else "error").inc()
+    agent_nri_adjustment_seconds.observe(seconds)
+
+
+def set_nri_connected(connected: bool) -> None:
+    agent_nri_connected.set(1 if connected else 0)
 
 
 def observe_prepare(seconds: float, ok: bool) -> None:
@@ -163,13 +219,14 @@ def serve(port: int, registry: CollectorRegistry = REGISTRY) -> None:
 # --------------------------------------------------------------------------- binder
 
 SCHEDULE_RESULTS = ("allocated", "unschedulable", "waiting", "releasing", "conflict", "invalid",
-                    "error", "prepare-failed")
+                    "error", "prepare-failed", "searching", "exhausted")
 UNSCHEDULABLE_REASONS = (
     "no-matching-device", "devices-busy", "constraint-unsatisfiable", "pool-incomplete",
     "pool-invalid", "too-many-devices", "cel-error", "class-missing", "unsupported",
     "too-many-choices", "taint", "unschedulable", "affinity", "resources", "prepare-failed",
-    "claim-node-selector", "other",
+    "claim-node-selector", "search-exhausted", "other",
 )
+SEARCH_LIMITS = ("steps", "deadline", "node-steps")
 
 schedule_attempts = Counter(
     "kdra_scheduler_schedule_attempts_total",
@@ -190,6 +247,13 @@ allocator_duration = Histogram(
     "Time the allocator took to evaluate the candidate nodes for one pod.",
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
 )
+search_exhausted = Counter(
+    "kdra_allocator_search_exhausted_total",
+    "Pods' scheduling attempts whose allocation search ended without a placement because it "
+    "ran out of budget, by limit: steps (the pod's step budget), deadline (its time budget), "
+    "node-steps (every node searched hit its per-node step budget). The pod is retried later.",
+    ["limit"],
+)
 unschedulable_reasons = Counter(
     "kdra_scheduler_unschedulable_reasons_total",
     "Why nodes were rejected for pods (one count per node and attempt), by reason.",
@@ -202,6 +266,8 @@ def init_binder_series() -> None:
         schedule_attempts.labels(result=result)
     for reason in UNSCHEDULABLE_REASONS:
         unschedulable_reasons.labels(reason=reason)
+    for limit in SEARCH_LIMITS:
+        search_exhausted.labels(limit=limit)
     pending_pods.set(0)
 
 
@@ -215,6 +281,10 @@ def set_pending_pods(count: int) -> None:
 
 def observe_allocator(seconds: float) -> None:
     allocator_duration.observe(seconds)
+
+
+def record_search_exhausted(limit: str) -> None:
+    search_exhausted.labels(limit=limit if limit in SEARCH_LIMITS else "steps").inc()
 
 
 def record_unschedulable(reason: str, nodes: int = 1) -> None:

@@ -14,11 +14,13 @@ Invariants:
 - Every error names its field in ``kubectl explain`` notation; :func:`v1alpha3_paths` maps
   v1 paths back for a user who wrote v1alpha3.
 - Ratcheting: CEL expressions the old object already had are not re-checked.
+- Bounded: opaque parameters are measured without recursion (at most
+  :data:`MAX_OPAQUE_PARAMETERS_DEPTH` levels, 10 KiB); the old object is walked without
+  recursion.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -36,10 +38,13 @@ from kdra.domain.models import (
     parse_class,
     parse_template,
 )
+from kdra.domain.untrusted import json_size, too_deep
 
 __all__ = [
     "ADMIN_ACCESS_LABEL",
     "MAX_OPAQUE_PARAMETERS_BYTES",
+    "MAX_OPAQUE_PARAMETERS_DEPTH",
+    "MAX_SPEC_DEPTH",
     "FieldError",
     "admin_access_errors",
     "admin_access_requested",
@@ -52,6 +57,11 @@ __all__ = [
 
 # Upstream's OpaqueParametersMaxLength: the raw JSON of one opaque configuration's parameters.
 MAX_OPAQUE_PARAMETERS_BYTES = 10 * 1024
+MAX_OPAQUE_PARAMETERS_DEPTH = 32
+"""Nesting levels of one configuration's parameters (upstream has no limit but the size;
+kdra's JSON encoder stops at 254 levels, and no driver's configuration comes close to 32)."""
+MAX_SPEC_DEPTH = 48
+"""Nesting levels of a kdra object's ``spec`` (its own fields plus the parameters')."""
 _V1ALPHA3_PATH = re.compile(r"requests\[(\d+)\]\.exactly\.")
 """The v1 path of a request's field, for an object a user wrote in v1alpha3 (the API server
 converts it to v1 before calling the webhook; the user should see their own field names)."""
@@ -217,10 +227,14 @@ def _selector_errors(selectors: Iterable[tuple[str, str]],
 def _parameter_errors(configs: Iterable[tuple[str, Any]]) -> list[FieldError]:
     errors: list[FieldError] = []
     for field, parameters in configs:
-        size = len(json.dumps(parameters, separators=(",", ":"), ensure_ascii=False).encode())
+        if too_deep(parameters, MAX_OPAQUE_PARAMETERS_DEPTH):
+            errors.append(FieldError(field, f"may nest at most {MAX_OPAQUE_PARAMETERS_DEPTH} "
+                                            "levels"))
+            continue
+        size = json_size(parameters, MAX_OPAQUE_PARAMETERS_BYTES)
         if size > MAX_OPAQUE_PARAMETERS_BYTES:
             errors.append(FieldError(field, f"must be at most {MAX_OPAQUE_PARAMETERS_BYTES} "
-                                            f"bytes of JSON (has {size})"))
+                                            f"bytes of JSON (has more)"))
     return errors
 
 
@@ -229,17 +243,14 @@ def _old_expressions(old: Mapping[str, Any] | None) -> frozenset[str]:
     if old is None:
         return frozenset()
     found: set[str] = set()
-
-    def walk(node: Any) -> None:
+    stack: list[Any] = [old.get("spec")]
+    while stack:  # no recursion: the old object may nest a thousand levels deep
+        node = stack.pop()
         if isinstance(node, Mapping):
             cel = node.get("cel")
             if isinstance(cel, Mapping) and isinstance(cel.get("expression"), str):
                 found.add(cel["expression"])
-            for value in node.values():
-                walk(value)
+            stack.extend(node.values())
         elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(old.get("spec"))
+            stack.extend(node)
     return frozenset(found)

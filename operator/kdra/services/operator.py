@@ -36,6 +36,7 @@ from kdra.services.binder import Binder, BinderSettings
 from kdra.services.claim_controller import ClaimController, claim_store, pod_store
 from kdra.services.informer import Informer
 from kdra.services.leader import LeaderElector
+from kdra.services.searches import SearchBudget
 from kdra.services.slice_gc import SliceGC
 from kdra.services.store import JSON, Store
 from kdra.services.webhook import WebhookServer, start_webhooks
@@ -63,7 +64,10 @@ class Operator:
         self.binder = Binder(client, EventRecorder(client, component="kdra-scheduler"),
                              claims=self.claims, settings=BinderSettings(
                                  policy=settings.policy,
-                                 prepare_timeout=settings.prepare_timeout))
+                                 prepare_timeout=settings.prepare_timeout,
+                                 search=SearchBudget(
+                                     steps=settings.allocation_search_steps,
+                                     timeout=settings.allocation_search_timeout)))
         # The controller's write responses go to the binder at once: claim names on a pod,
         # devices freed by a deallocation (the watch events of the same versions follow and
         # change nothing).
@@ -79,6 +83,10 @@ class Operator:
                           Informer(client, CLAIMS, self.on_claim),
                           Informer(client, SLICES, self.on_slice),
                           Informer(client, NODES, self.on_node),
+                          # The rare kinds too: a kopf watch would replay forever an object
+                          # it cannot decode (kdra's informers skip it, kdra.kube.client).
+                          Informer(client, CLASSES, self.binder.on_class),
+                          Informer(client, TEMPLATES, self.claim_controller.on_template),
                           # node agents' heartbeats: one renewal per node every few seconds
                           Informer(client, LEASES, self.slice_gc.on_lease,
                                    namespace=settings.namespace,
@@ -88,29 +96,39 @@ class Operator:
     async def start(cls, settings: OperatorSettings) -> Operator:
         client = await connect(settings.kubeconfig, component="operator")
         operator = cls(settings, client)
+        try:
+            await operator._start()
+        except BaseException:
+            # kopf retries a failed start-up: give back what this attempt took (the webhook
+            # port above all, else every retry fails with "address already in use").
+            await asyncio.shield(operator.stop())
+            raise
+        return operator
+
+    async def _start(self) -> None:
+        settings = self.settings
         # Admission webhooks: stateless, so every replica serves them (standbys too), and
         # before the controllers run, since the claims they create go through the validating
         # webhook (kdra.services.webhook).
-        operator.webhook = await start_webhooks(settings, client)
+        self.webhook = await start_webhooks(settings, self.client)
         if settings.leader_elect:
-            operator.elector = LeaderElector(
-                client, namespace=settings.namespace, name="kdra-operator",
+            self.elector = LeaderElector(
+                self.client, namespace=settings.namespace, name="kdra-operator",
                 identity=settings.identity or f"{socket.gethostname()}-{os.getpid()}",
                 lease_duration=settings.leader_lease_duration,
                 renew_interval=settings.leader_lease_duration / 3)
-            await operator.elector.acquire()  # a standby waits here
-            operator.leadership = asyncio.create_task(
-                operator.elector.keep(_leadership_lost), name="leader-lease")
+            await self.elector.acquire()  # a standby waits here
+            self.leadership = asyncio.create_task(
+                self.elector.keep(_leadership_lost), name="leader-lease")
         await asyncio.to_thread(cel.warm_up)  # else the first allocation pays for it
-        await operator.prime()
-        operator.claim_controller.start()
-        operator.binder.start()
-        operator.slice_gc.start()
-        for informer in operator.informers:
+        await self.prime()
+        self.claim_controller.start()
+        self.binder.start()
+        self.slice_gc.start()
+        for informer in self.informers:
             informer.start()
         log.info("kdra operator started: %d pods with claims, %d claims, %d templates",
-                 len(operator.pods), len(operator.claims), len(operator.templates))
-        return operator
+                 len(self.pods), len(self.claims), len(self.templates))
 
     async def prime(self) -> None:
         self.claims.prime(await self.client.list(CLAIMS))

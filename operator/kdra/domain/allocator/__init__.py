@@ -6,17 +6,19 @@ A pure library over an in-memory :class:`Snapshot` of slices, classes and device
   :class:`~kdra.domain.errors.AllocationError` (bad input);
 - :func:`place` — many nodes for the binder: placements (with what a scorer needs) or a
   :class:`Reason` per node, and :func:`summarize` to explain a pod that fits nowhere;
+  :class:`Placing` — the same in steps, within a budget (a bounded, resumable search);
 - :func:`selector_matches` — core NodeSelector matching (also for pods' node selection).
 
 The caller persists: nothing here talks to the API server. Modules, one job each:
 ``nodeselector`` (NodeSelector), ``pools`` (devices, slices, pools per node), ``snapshot``
-(incremental indexes), ``search`` (per-node backtracking), ``choices`` (``firstAvailable``
-alternatives, the one-node entry point), ``results`` (AllocationResult building), ``cluster``
-(many nodes, reasons), ``reasons``, ``stats``.
+(incremental indexes), ``prepared`` (classes resolved, selectors compiled), ``search``
+(per-node backtracking, resumable), ``choices`` (``firstAvailable`` alternatives, the
+one-node entry point), ``results`` (AllocationResult building), ``cluster`` (many nodes,
+budgets), ``diagnosis`` (reasons from counts), ``reasons``, ``stats``.
 """
 
 from kdra.domain.allocator.choices import allocate, preference
-from kdra.domain.allocator.cluster import ClusterOutcome, Placement, place, summarize
+from kdra.domain.allocator.cluster import ClusterOutcome, Placement, Placing, place, summarize
 from kdra.domain.allocator.nodeselector import NodeInfo, node_name_selector, selector_matches
 from kdra.domain.allocator.pools import DeviceId
 from kdra.domain.allocator.reasons import Reason, ReasonCode
@@ -28,6 +30,7 @@ __all__ = [
     "DeviceId",
     "NodeInfo",
     "Placement",
+    "Placing",
     "Reason",
     "ReasonCode",
     "Snapshot",
