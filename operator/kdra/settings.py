@@ -25,6 +25,15 @@ class OperatorSettings:
     metrics_port: int = 8080
     """Port of the Prometheus ``/metrics`` endpoint; 0 turns it off."""
 
+    metrics_max_nodes: int = 100
+    """Above this many nodes, the utilisation gauges (kdra_devices, kdra_pool_devices_total)
+    sum over nodes and pools (their node and pool labels become <all>) instead of one series
+    per node: bounded label cardinality on large clusters."""
+
+    metrics_max_namespaces: int = 50
+    """kdra_namespace_devices_allocated keeps a series for the namespaces holding the most
+    devices, at most this many; the others are summed under namespace <all>."""
+
     malloc_trim_interval: float = 60.0
     """Seconds between returns of the C heap's free pages to the kernel (``malloc_trim``;
     glibc only): without them RSS creeps up under a steady stream of objects although live

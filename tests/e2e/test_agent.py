@@ -199,7 +199,8 @@ def test_restart_wipes_slices_and_keeps_prepared_claims(
     assert list(agent.checkpoint()) == [claim["metadata"]["uid"]]
     assert ready_devices(control_plane, namespace, "kept") == {"gpu-1": "True"}
     log = agent.proc.tail(200)
-    assert "deleted 1 stale slice(s)" in log
+    assert (f"deleted ResourceSlice {before[0]['metadata']['name']} (driver gpu.kdra.dev, "
+            f"pool {node}, generation 0) at start-up") in log
     assert "unprepared claim" not in log  # the restart did not touch the prepared claim
 
 

@@ -39,7 +39,7 @@ REAL_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"
               "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 KUSTOMIZATIONS = ("base", "base/crds", "overlays/kind", "overlays/nvidia",
                   "overlays/servicemonitor", "webhooks", "examples/gpu", "examples/seed",
-                  "examples/v1", "simulation")
+                  "examples/seed-static-slice", "examples/v1", "simulation")
 DRY_RUN = ("base", "overlays/kind", "overlays/nvidia", "examples/gpu")
 SIMULATION = f"system:serviceaccount:{SYSTEM}:kdra-agent-simulation"
 
@@ -211,9 +211,15 @@ def test_servicemonitor_overlay_dry_run(control_plane: ControlPlane, installed: 
         assert result.stdout.count("servicemonitor.monitoring.coreos.com/") == 2
         services = {(d["metadata"]["name"], p["name"]) for d in build(control_plane, "base")
                     if d["kind"] == "Service" for p in d["spec"]["ports"]}
-        for monitor in build(control_plane, "overlays/servicemonitor"):
+        docs = build(control_plane, "overlays/servicemonitor")
+        for monitor in (d for d in docs if d["kind"] == "ServiceMonitor"):
             name = monitor["metadata"]["name"]
             assert (name, monitor["spec"]["endpoints"][0]["port"]) in services, name
+        # The Grafana dashboard, for the sidecar convention (label grafana_dashboard: "1").
+        dashboard = find(docs, "ConfigMap", "kdra-dashboard")
+        assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert json.loads(dashboard["data"]["kdra.json"])["uid"] == "kdra"
+        assert "configmap/kdra-dashboard" in result.stdout
     finally:
         control_plane.kubectl("delete", "crd", "servicemonitors.monitoring.coreos.com",
                               "--ignore-not-found", "--wait=false", check=False)

@@ -22,8 +22,12 @@ kdra's own objects are in :mod:`kdra.domain.admission_objects`:
   only (``trusted``: the operator's username, from the request's ``userInfo``).
 * **mutating** (:func:`mutate_pod`): a pod with claims gets ``schedulerName: kdra-scheduler``
   (when unset or ``default-scheduler``) and, in every container that consumes a claim, the env
-  vars ``KDRA_DEVICES`` and ``NVIDIA_VISIBLE_DEVICES`` read through the downward API from the
-  per-container annotations the binder writes before it binds the pod.
+  var ``KDRA_DEVICES`` — and ``NVIDIA_VISIBLE_DEVICES`` where a GPU can be involved — read
+  through the downward API from the per-container annotations the binder writes before it
+  binds the pod. A GPU can be involved unless every claim the container consumes is known to
+  ask only for devices of DeviceClasses whose selectors pin another driver
+  (:func:`class_may_select`; the webhook server looks the claims, templates and classes up, and
+  anything it cannot find counts as "may be a GPU").
 
 Invariants:
 - Pure: no I/O, no clock. A request is a plain dict (``AdmissionReview.request``); the answer
@@ -51,7 +55,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,7 +69,9 @@ from kdra.domain.admission_objects import (
     admin_access_errors,
     admin_access_requested,
     claim_errors,
+    claim_request_classes,
     class_errors,
+    class_may_select,
     object_warnings,
     template_errors,
     v1alpha3_paths,
@@ -96,7 +102,9 @@ __all__ = [
     "admin_access_errors",
     "admin_access_requested",
     "claim_errors",
+    "claim_request_classes",
     "class_errors",
+    "class_may_select",
     "consuming_containers",
     "injected_env",
     "mutate_pod",
@@ -260,11 +268,13 @@ def _capped(errors: list[FieldError]) -> tuple[FieldError, ...]:
             FieldError(errors[MAX_REPORTED].field, f"... and {rest} more error(s)"))
 
 
-def mutate_pod(request: Mapping[str, Any]) -> AdmissionResponse:
+def mutate_pod(request: Mapping[str, Any], *,
+               gpu_claims: Collection[str] | None = None) -> AdmissionResponse:
     """The mutating webhook for pods: schedulerName and the device env vars, on CREATE.
 
-    A pod whose annotation does not parse is let through unchanged: the validating webhook
-    rejects it with the precise reason.
+    ``gpu_claims``: the names of the pod's claim entries that may get GPUs (None: all of them;
+    see :func:`pod_patch`). A pod whose annotation does not parse is let through unchanged: the
+    validating webhook rejects it with the precise reason.
     """
     uid = str(request.get("uid", ""))
     pod = request.get("object")
@@ -274,7 +284,7 @@ def mutate_pod(request: Mapping[str, Any]) -> AdmissionResponse:
         claims = pod_claims(pod)
     except InvalidObject:
         return AdmissionResponse(uid)
-    return AdmissionResponse(uid, patch=tuple(pod_patch(pod, claims)),
+    return AdmissionResponse(uid, patch=tuple(pod_patch(pod, claims, gpu_claims=gpu_claims)),
                              warnings=tuple(pod_warnings(pod, claims)))
 
 
@@ -405,11 +415,14 @@ def injected_env(container: str) -> tuple[dict[str, Any], ...]:
 
 
 def pod_patch(pod: Mapping[str, Any],
-              claims: Sequence[PodClaim] | None = None) -> list[dict[str, Any]]:
+              claims: Sequence[PodClaim] | None = None, *,
+              gpu_claims: Collection[str] | None = None) -> list[dict[str, Any]]:
     """The JSONPatch that prepares a pod for kdra (empty when it needs nothing).
 
     ``claims`` defaults to the pod's parsed annotation (raising InvalidObject when it is bad).
-    A pod whose annotation lists no claims needs nothing.
+    A pod whose annotation lists no claims needs nothing. ``NVIDIA_VISIBLE_DEVICES`` goes only
+    into containers that consume an entry named in ``gpu_claims`` (None: every entry may get
+    GPUs), so a pod of cats gets no GPU variable (not even an empty one).
     """
     claims = pod_claims(pod) if claims is None else claims
     if not claims:
@@ -422,6 +435,8 @@ def pod_patch(pod: Mapping[str, Any],
     elif scheduler == DEFAULT_SCHEDULER:
         ops.append({"op": "replace", "path": "/spec/schedulerName", "value": SCHEDULER_NAME})
     consumers = consuming_containers(pod, claims)
+    gpu_consumers = consumers if gpu_claims is None else consuming_containers(
+        pod, [claim for claim in claims if claim.name in gpu_claims])
     for key in ("initContainers", "containers"):
         for index, container in enumerate(spec.get(key) or ()):
             name = container.get("name")
@@ -429,6 +444,8 @@ def pod_patch(pod: Mapping[str, Any],
                 continue
             env = container.get("env")
             present = {e.get("name") for e in env or () if isinstance(e, Mapping)}
+            if name not in gpu_consumers:
+                present.add(GPU_UUIDS_ENV)
             wanted = [e for e in injected_env(name) if e["name"] not in present]
             if not wanted:
                 continue

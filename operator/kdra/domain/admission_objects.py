@@ -6,7 +6,8 @@ known request names, upstream's limits), every CEL selector compiles, opaque par
 in 10 KiB, a claim does not ask for more devices than one allocation holds (counting the
 smallest ``firstAvailable`` alternative), admin access only in a namespace labelled
 ``resource.kdra.dev/admin-access: "true"``; and what to warn about (fields kdra accepts but
-does not act on yet).
+does not act on yet); and, for the mutating webhook, which DeviceClasses a claim may use and
+whether a class can ever select a GPU (:func:`claim_request_classes`, :func:`class_may_select`).
 
 Invariants:
 - Pure: objects are plain dicts in ``v1`` (the API server converts v1alpha3 first); the
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kdra import GROUP
-from kdra.domain.cel import compile_selector
+from kdra.domain.cel import compile_selector, selector_drivers
 from kdra.domain.errors import CelCompileError, InvalidObject
 from kdra.domain.models import (
     MAX_DEVICES_PER_CLAIM,
@@ -38,6 +39,7 @@ from kdra.domain.models import (
     parse_class,
     parse_template,
 )
+from kdra.domain.podclaims import GPU_DRIVER
 from kdra.domain.untrusted import json_size, too_deep
 
 __all__ = [
@@ -49,7 +51,9 @@ __all__ = [
     "admin_access_errors",
     "admin_access_requested",
     "claim_errors",
+    "claim_request_classes",
     "class_errors",
+    "class_may_select",
     "object_warnings",
     "template_errors",
     "v1alpha3_paths",
@@ -254,3 +258,59 @@ def _old_expressions(old: Mapping[str, Any] | None) -> frozenset[str]:
         elif isinstance(node, list):
             stack.extend(node)
     return frozenset(found)
+
+
+# --------------------------------------------------------------------------- GPU or not
+
+
+def class_may_select(device_class: Mapping[str, Any] | None, driver: str = GPU_DRIVER) -> bool:
+    """Whether a DeviceClass (the API object; None: not found) can ever select a device of
+    ``driver``: False only when one of its selectors pins other drivers
+    (:func:`kdra.domain.cel.selector_drivers`), True whenever that is not certain."""
+    if not isinstance(device_class, Mapping):
+        return True
+    spec = device_class.get("spec")
+    selectors = spec.get("selectors") if isinstance(spec, Mapping) else None
+    for selector in selectors if isinstance(selectors, list) else ():
+        cel = selector.get("cel") if isinstance(selector, Mapping) else None
+        expression = cel.get("expression") if isinstance(cel, Mapping) else None
+        if isinstance(expression, str):
+            drivers = selector_drivers(expression)
+            if drivers is not None and driver not in drivers:
+                return False
+    return True
+
+
+def claim_request_classes(claim_spec: Mapping[str, Any] | None,
+                          request: str | None = None) -> list[str] | None:
+    """The DeviceClass names a v1 claim spec (``ResourceClaim.spec``, or a template's
+    ``spec.spec``) asks for: each ``exactly`` request's class and every class its
+    ``firstAvailable`` alternatives name. ``request`` (a pod's claims entry: ``<request>``
+    or ``<request>/<subrequest>``) narrows it to that request or alternative. None when the
+    spec cannot be read (the caller then assumes anything)."""
+    devices = claim_spec.get("devices") if isinstance(claim_spec, Mapping) else None
+    requests = devices.get("requests") if isinstance(devices, Mapping) else None
+    if not isinstance(requests, list):
+        return None
+    parent, _, sub = (request or "").partition("/")
+    names: list[str] = []
+    for entry in requests:
+        if not isinstance(entry, Mapping):
+            return None
+        if request is not None and entry.get("name") != parent:
+            continue
+        exactly = entry.get("exactly")
+        alternatives = entry.get("firstAvailable")
+        if isinstance(exactly, Mapping):
+            asked: list[Any] = [exactly]
+        elif isinstance(alternatives, list) and alternatives:
+            asked = [a for a in alternatives
+                     if not sub or (isinstance(a, Mapping) and a.get("name") == sub)]
+        else:
+            return None
+        for one in asked:
+            name = one.get("deviceClassName") if isinstance(one, Mapping) else None
+            if not isinstance(name, str) or not name:
+                return None
+            names.append(name)
+    return names

@@ -99,12 +99,12 @@ def violations(api: Any, *, local: NodeLocal | None = None, namespace: str = "kd
 
 def run_check(*, kubeconfig: str | None, cdi_dirs: list[str], state_dirs: list[str],
               nodes: list[str], namespace: str, lease_grace: float | None,
-              output: str) -> int:
+              output: str, context: str | None = None) -> int:
     import kubernetes
     import urllib3
 
     try:
-        api = api_client(kubeconfig)
+        api = api_client(kubeconfig, context)
     except Exception as exc:  # any kubeconfig / in-cluster configuration problem
         print(f"kdra check: no cluster configuration: {exc}", file=sys.stderr)
         return 2

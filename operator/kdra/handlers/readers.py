@@ -20,16 +20,17 @@ class UnreadableList(Exception):
     """A LIST answer that is not a JSON list document at all."""
 
 
-def api_client(kubeconfig: str | None) -> Any:
-    """The official client from ``kubeconfig`` (else ``$KUBECONFIG``/``~/.kube/config``),
-    falling back to the in-cluster service account."""
+def api_client(kubeconfig: str | None, context: str | None = None) -> Any:
+    """The official client from ``kubeconfig`` (else ``$KUBECONFIG``/``~/.kube/config``) and
+    its ``context`` (default: the current one), falling back to the in-cluster service
+    account."""
     import kubernetes
 
     try:
         return kubernetes.config.new_client_from_config(  # type: ignore[no-untyped-call]
-            config_file=kubeconfig)
+            config_file=kubeconfig, context=context)
     except (kubernetes.config.ConfigException, FileNotFoundError, TypeError):
-        if kubeconfig:
+        if kubeconfig or context:
             raise
     configuration = kubernetes.client.Configuration()
     kubernetes.config.load_incluster_config(  # type: ignore[no-untyped-call]

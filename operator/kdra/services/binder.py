@@ -55,7 +55,6 @@ from kdra.domain.allocator import (
     Placement,
     Placing,
     Snapshot,
-    selector_matches,
 )
 from kdra.domain.backoff import backoff_delay
 from kdra.domain.errors import InvalidObject
@@ -81,12 +80,14 @@ from kdra.domain.podclaims import (
     set_allocation,
 )
 from kdra.domain.scheduling import (
+    SEARCH_EXHAUSTED,
     NodeView,
     PodFit,
     Resources,
     best,
     container_devices,
     explain,
+    node_rejection,
     node_view,
     pod_policy,
     pod_requests,
@@ -105,8 +106,6 @@ BOUND_REMEMBERED = 4096
 lags the Binding by milliseconds; thousands is ample)."""
 
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
-SEARCH_EXHAUSTED = "AllocationSearchExhausted"
-"""PodScheduled=False reason of a pod whose allocation search ran out of budget."""
 
 
 @dataclass(frozen=True)
@@ -182,6 +181,7 @@ class _Context:
     total: int  # nodes in the cluster
     policy: str
     candidates: list[NodeInfo]
+    filtered: Counter[str]  # the node filters' rejections only (the allocator's: by code)
 
 
 class _Failure(NamedTuple):
@@ -574,22 +574,16 @@ class Binder:
             if excluded.get(node.name, 0) > now:
                 reasons["node(s) failed to prepare this pod's devices recently"] += 1
                 continue
-            why = fit.why_not(node, self.node_used.get(node.name, NO_RESOURCES))
-            if why is None:
-                for claim in parsed:
-                    if claim.allocated and claim.status.allocation is not None and \
-                            not selector_matches(claim.status.allocation.node_selector,
-                                                 node.info):
-                        why = (f"node(s) didn't match the node selector of allocated claim "
-                               f"{claim.metadata.name!r}")
-                        break
+            why = node_rejection(fit, node, self.node_used.get(node.name, NO_RESOURCES),
+                                 parsed)
             if why is not None:
                 reasons[why] += 1
                 continue
             candidates.append(node.info)
 
         attempt = _Context(resolved, parsed, [c for c in parsed if not c.allocated], reasons,
-                           len(nodes), pod_policy(pod, self.settings.policy), candidates)
+                           len(nodes), pod_policy(pod, self.settings.policy), candidates,
+                           reasons.copy())
         if attempt.unallocated and candidates:
             window = search_window(attempt.policy, len(candidates), self._next_start)
             started = time.perf_counter()
@@ -661,8 +655,8 @@ class Binder:
         if choice is None and attempt.unallocated and self._wait_for_releases(key):
             return "releasing"
         if choice is None:
-            for message in attempt.reasons:
-                metrics.record_unschedulable(_reason_label(message))
+            for message, count in attempt.filtered.items():
+                metrics.record_unschedulable(_reason_label(message), count)
             await self._unschedulable(pod, explain(attempt.reasons, attempt.total))
             return "unschedulable"
         return self._reserve(key, pod, attempt.resolved, attempt.parsed, attempt.unallocated,
@@ -789,6 +783,8 @@ class Binder:
         updated = await self.client.replace_status(CLAIMS, body)
         self.claims.upsert(updated)
         self._snapshot_claim(updated)
+        if result is not None:
+            metrics.observe_claim_allocated(updated)
         return updated
 
     async def _roll_back(self, attempt: _Attempt, *, every_claim: bool = False) -> None:
@@ -840,6 +836,8 @@ class Binder:
                 return
             body = {**raw, "status": dict(status)}  # shallow: only status keys change
             body["status"]["reservedFor"] = keep
+            if not keep:
+                del body["status"]["reservedFor"]  # no field, as upstream (omitempty)
             if not keep and deallocate:
                 clear_allocation(body["status"])
             try:

@@ -344,6 +344,9 @@ class ClaimController:
             body = _with_status(claim)
             body["status"]["reservedFor"] = valid
             if not valid:
+                # No consumer left: no field at all, as upstream leaves it (omitempty), rather
+                # than an empty list.
+                body["status"].pop("reservedFor")
                 clear_allocation(body["status"])
                 deallocated = allocated
             claim = await self._write_status(body)

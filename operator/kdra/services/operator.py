@@ -17,6 +17,7 @@ import os
 import signal
 import socket
 
+from kdra import metrics
 from kdra.domain import cel
 from kdra.domain.inventory import AGENT_LEASE_LABEL
 from kdra.domain.podclaims import CLAIMS_ANNOTATION
@@ -32,6 +33,7 @@ from kdra.kube.client import (
     connect,
 )
 from kdra.kube.events import EventRecorder
+from kdra.services import utilisation
 from kdra.services.binder import Binder, BinderSettings
 from kdra.services.claim_controller import ClaimController, claim_store, pod_store
 from kdra.services.informer import Informer
@@ -127,6 +129,14 @@ class Operator:
         self.slice_gc.start()
         for informer in self.informers:
             informer.start()
+        # Utilisation gauges, computed from the caches at scrape time (leader only: a
+        # standby has no caches, and the sums over replicas stay right).
+        rows = utilisation.ClaimRows()
+        metrics.register_utilisation(
+            utilisation.loop_source(asyncio.get_running_loop(), lambda: utilisation.figures(
+                self.binder.snapshot, self.claims, rows)),
+            metrics.Limits(max_nodes=settings.metrics_max_nodes,
+                           max_namespaces=settings.metrics_max_namespaces))
         log.info("kdra operator started: %d pods with claims, %d claims, %d templates",
                  len(self.pods), len(self.claims), len(self.templates))
 

@@ -93,6 +93,7 @@ from kdra.kube.client import (
 )
 from kdra.services import certs
 from kdra.services.certs import TlsBundle
+from kdra.services.gpu_lookup import GpuClaimLookup
 from kdra.settings import OperatorSettings
 
 __all__ = ["CHECK_INTERVAL", "WebhookServer", "start_webhooks"]
@@ -491,11 +492,13 @@ class WebhookServer:
         return web.json_response(answer)
 
     async def _mutate_pods(self, request: web.Request) -> web.Response:
-        return await self._review(request, admission.mutate_pod)
+        return await self._review(request, admission.mutate_pod, gpu_lookup=True)
 
     async def _review(self, request: web.Request, decide: admission.Decide, *,
-                      bindings: bool = False, objects: bool = False) -> web.Response:
-        """``bindings``: a pod Binding goes to :meth:`_validate_binding` instead.
+                      gpu_lookup: bool = False, bindings: bool = False,
+                      objects: bool = False) -> web.Response:
+        """``gpu_lookup``: the pod mutation learns which claims may get GPUs (env vars);
+        ``bindings``: a pod Binding goes to :meth:`_validate_binding` instead;
         ``objects``: ``decide`` is :func:`admission.validate`, given kdra's identities and the
         labels of the object's namespace."""
         raw = await request.read()
@@ -514,6 +517,9 @@ class WebhookServer:
         if objects:  # the validating webhook: kdra's identities, the namespace's labels
             decide = functools.partial(admission.validate, trusted=frozenset(self.trusted),
                                        namespace_labels=await self._namespace_labels(body))
+        if gpu_lookup and self.client is not None:  # which claims may get GPUs (env vars)
+            gpu_claims = await GpuClaimLookup(self.client).gpu_claims(body)
+            decide = functools.partial(admission.mutate_pod, gpu_claims=gpu_claims)
         loop = asyncio.get_running_loop()
         try:
             answer = await loop.run_in_executor(None, admission.review, body, decide)

@@ -16,7 +16,9 @@ from kdra.domain.admission import (
     AdmissionResponse,
     FieldError,
     claim_errors,
+    claim_request_classes,
     class_errors,
+    class_may_select,
     consuming_containers,
     injected_env,
     mutate_pod,
@@ -344,6 +346,75 @@ def test_seed_pod_patch() -> None:
     assert [op["path"] for op in patch[1:]] == ["/spec/containers/0/env",
                                                 "/spec/containers/1/env"]
     assert patch[1]["value"] == list(injected_env("container0"))
+
+
+def test_gpu_env_only_where_a_gpu_can_be_involved() -> None:
+    """The seed's cats: no claim may get a GPU, so no container gets NVIDIA_VISIBLE_DEVICES
+    (not even an empty one); a GPU entry gives it to its containers only."""
+    seed = pod(yaml.safe_load("""
+- {name: cat-0, resourceClaimName: small-white-cat-claim, containers: [container0]}
+- {name: gpu, resourceClaimTemplateName: one-gpu, containers: [container1]}
+"""), containers=("container0", "container1"), scheduler=None)
+    envs = {op["path"]: [e["name"] for e in op["value"]]
+            for op in pod_patch(seed, gpu_claims={"gpu"}) if op["path"].endswith("/env")}
+    assert envs == {"/spec/containers/0/env": ["KDRA_DEVICES"],
+                    "/spec/containers/1/env": ["KDRA_DEVICES", "NVIDIA_VISIBLE_DEVICES"]}
+    nothing = [op for op in pod_patch(seed, gpu_claims=frozenset()) if op["path"].endswith("/env")]
+    assert [[e["name"] for e in op["value"]] for op in nothing] == [["KDRA_DEVICES"]] * 2
+    unknown = [op for op in pod_patch(seed) if op["path"].endswith("/env")]  # None: may be GPUs
+    assert [[e["name"] for e in op["value"]] for op in unknown] == [
+        ["KDRA_DEVICES", "NVIDIA_VISIBLE_DEVICES"]] * 2
+    request = {"uid": "u", "operation": "CREATE", "object": seed}
+    patched = mutate_pod(request, gpu_claims=frozenset()).patch
+    assert "NVIDIA_VISIBLE_DEVICES" not in json.dumps(patched)
+
+
+def device_class(*expressions: str) -> dict[str, Any]:
+    return {"apiVersion": API, "kind": "DeviceClass", "metadata": {"name": "c"},
+            "spec": {"selectors": [{"cel": {"expression": e}} for e in expressions]}}
+
+
+@pytest.mark.parametrize(("expressions", "gpu"), [
+    (('device.driver == "resource-driver.example.com"',), False),
+    (('"resource-driver.example.com" == device.driver',), False),
+    (('device.driver == "gpu.kdra.dev"',), True),
+    (('device.driver in ["a.dev", "b.dev"]',), False),
+    (('device.driver in ["a.dev", "gpu.kdra.dev"]',), True),
+    (('device.driver == "a.dev" && device.attributes["a.dev"].x == 1',), False),
+    (('device.driver == "a.dev" || device.driver == "gpu.kdra.dev"',), True),
+    (('device.driver == "a.dev" || device.attributes["a.dev"].x == 1',), True),  # any driver
+    (('device.driver != "gpu.kdra.dev"',), True),  # not understood: may be a GPU
+    (('device.attributes["a.dev"].x == 1', 'device.driver == "a.dev"'), False),
+    (('device.attributes["a.dev"].x == 1',), True),
+    ((), True),  # no selector: every device
+    (('device.driver == ',), True),  # does not compile: unknown
+])
+def test_class_may_select_reads_the_driver_its_selectors_pin(expressions: tuple[str, ...],
+                                                             gpu: bool) -> None:
+    assert class_may_select(device_class(*expressions)) is gpu
+
+
+def test_a_missing_or_odd_class_may_select_anything() -> None:
+    assert class_may_select(None)
+    assert class_may_select({"spec": {"selectors": "nonsense"}})
+    assert class_may_select({"spec": {"selectors": [{"cel": None}, 3]}})
+
+
+def test_claim_request_classes() -> None:
+    spec = {"devices": {"requests": [
+        {"name": "a", "exactly": {"deviceClassName": "x"}},
+        {"name": "b", "exactly": {"deviceClassName": "y"}},
+        {"name": "c", "firstAvailable": [{"name": "big", "deviceClassName": "z"},
+                                         {"name": "small", "deviceClassName": "y"}]}]}}
+    assert claim_request_classes(spec) == ["x", "y", "z", "y"]
+    assert claim_request_classes(spec, "b") == ["y"]
+    assert claim_request_classes(spec, "c") == ["z", "y"]  # any alternative
+    assert claim_request_classes(spec, "c/big") == ["z"]
+    assert claim_request_classes(None) is None
+    assert claim_request_classes({"devices": {"requests": [{"name": "a"}]}}) is None
+    assert claim_request_classes({"devices": {"requests": [
+        {"name": "a", "exactly": {}}]}}) is None
+    assert claim_request_classes({"devices": {"requests": ["x"]}}) is None
 
 
 # (id, pod, expected schedulerName after the patch, container -> env names after the patch)

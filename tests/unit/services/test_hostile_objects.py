@@ -41,13 +41,14 @@ def pod(name: str, uid: str, annotations: dict[str, str], node: str = "") -> dic
 def generated(name: str, owner: str, owner_uid: str, *, allocated: bool = True,
               reserved: tuple[str, ...] = ()) -> dict[str, Any]:
     claim: dict[str, Any] = {
-        "apiVersion": "resource.kdra.dev/v1alpha3", "kind": "ResourceClaim",
+        "apiVersion": "resource.kdra.dev/v1", "kind": "ResourceClaim",
         "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}", "resourceVersion": "3",
                      "finalizers": [FINALIZER],
                      "annotations": {POD_CLAIM_NAME_ANNOTATION: "gpu"},
                      "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": owner,
                                           "uid": owner_uid, "controller": True}]},
-        "spec": {"devices": {"requests": [{"name": "gpu", "deviceClassName": "gpu.kdra.dev"}]}},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": "gpu.kdra.dev"}}]}},
         "status": {}}
     if allocated:
         claim["status"]["allocation"] = {"devices": {"results": [
@@ -204,7 +205,7 @@ def test_reservations_with_unusable_names_are_dropped_without_a_request() -> Non
     asyncio.run(ctrl.sync_claim(claim))
     assert api.gets == []
     (written,) = api.statuses
-    assert written["status"]["reservedFor"] == []
+    assert "reservedFor" not in written["status"]  # no reservation left: no field (upstream)
     assert "allocation" not in written["status"]  # kdra's allocation nobody reserves: freed
 
 
