@@ -38,13 +38,13 @@ JSON = dict[str, Any]
 
 
 def gpu_slice(node: str, count: int, driver: str = DRIVER) -> JSON:
-    return {"apiVersion": "resource.kdra.dev/v1alpha3", "kind": "ResourceSlice",
+    return {"apiVersion": "resource.kdra.dev/v1", "kind": "ResourceSlice",
             "metadata": {"name": f"{node}-{driver}", "uid": f"uid-{node}-{driver}",
                          "resourceVersion": "1"},
             "spec": {"driver": driver, "nodeName": node,
                      "pool": {"name": node, "generation": 0, "resourceSliceCount": 1},
-                     "devices": [{"name": f"gpu-{i}", "basic": {"attributes": {
-                         "index": {"int": i}}}} for i in range(count)]}}
+                     "devices": [{"name": f"gpu-{i}", "attributes": {
+                         "index": {"int": i}}} for i in range(count)]}}
 
 
 def gpu_class(driver: str = DRIVER) -> JSON:
@@ -53,10 +53,11 @@ def gpu_class(driver: str = DRIVER) -> JSON:
 
 
 def claim(name: str, *, all_devices: bool = False, driver: str = DRIVER) -> JSON:
-    request: JSON = {"name": "gpu", "deviceClassName": driver}
+    exactly: JSON = {"deviceClassName": driver}
     if all_devices:
-        request["allocationMode"] = "All"
-    return {"apiVersion": "resource.kdra.dev/v1alpha3", "kind": "ResourceClaim",
+        exactly["allocationMode"] = "All"
+    request: JSON = {"name": "gpu", "exactly": exactly}
+    return {"apiVersion": "resource.kdra.dev/v1", "kind": "ResourceClaim",
             "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}",
                          "resourceVersion": "1", "finalizers": [FINALIZER]},
             "spec": {"devices": {"requests": [request]}}}

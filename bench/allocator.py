@@ -69,16 +69,14 @@ def gpu_slice(node: str, count: int) -> ResourceSlice:
         uuid = "GPU-" + hashlib.sha1(f"{node}/{i}".encode()).hexdigest()[:32]
         devices.append({
             "name": f"gpu-{i}",
-            "basic": {
-                "attributes": {
-                    "productName": {"string": "NVIDIA H100 80GB HBM3"},
-                    "uuid": {"string": uuid},
-                    "index": {"int": i},
-                    "pcieRoot": {"string": f"pci0000:{i * roots // count:02x}"},
-                    "driverVersion": {"version": "550.54.15"},
-                },
-                "capacity": {"memory": "80Gi"},
+            "attributes": {
+                "productName": {"string": "NVIDIA H100 80GB HBM3"},
+                "uuid": {"string": uuid},
+                "index": {"int": i},
+                "pcieRoot": {"string": f"pci0000:{i * roots // count:02x}"},
+                "driverVersion": {"version": "550.54.15"},
             },
+            "capacity": {"memory": {"value": "80Gi"}},
         })
     return parse_slice({
         "metadata": {"name": f"{node}-{DRIVER}"},
@@ -94,12 +92,12 @@ def gpu_class() -> DeviceClass:
 
 
 def pod_claim(index: int, size: int) -> ResourceClaim:
-    request: dict[str, object] = {"name": "gpu", "deviceClassName": DRIVER}
-    devices: dict[str, object] = {"requests": [request]}
+    exactly: dict[str, object] = {"deviceClassName": DRIVER}
+    devices: dict[str, object] = {"requests": [{"name": "gpu", "exactly": exactly}]}
     if size == 1:
-        request["selectors"] = [{"cel": {"expression": ONE_GPU_SELECTOR}}]
+        exactly["selectors"] = [{"cel": {"expression": ONE_GPU_SELECTOR}}]
     else:
-        request["count"] = size
+        exactly["count"] = size
         devices["constraints"] = [{"matchAttribute": f"{DRIVER}/pcieRoot"}]
     return parse_claim({"metadata": {"name": f"pod-{index}-gpu", "namespace": "bench"},
                         "spec": {"devices": devices}})

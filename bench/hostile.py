@@ -168,7 +168,8 @@ class Bench:
         h.create_as_user({"apiVersion": API, "kind": "ResourceClaim",
                           "metadata": {"name": name, "namespace": h.namespace},
                           "spec": {"devices": {"requests": [
-                              {"name": "gpu", "deviceClassName": GPU_CLASS}]}}})
+                              {"name": "gpu", "exactly": {
+                                  "deviceClassName": GPU_CLASS}}]}}})
         entry = json.dumps({"driver": GPU_CLASS, "pool": h.node, "device": "gpu-0",
                             "data": "DATA"}).replace('"DATA"', '{"x":' * 1100 + "{}" + "}" * 1100)
         written = h.plane.kubectl("patch", CLAIMS, name, "-n", h.namespace,
@@ -261,8 +262,9 @@ class Bench:
         cel = h.create_as_user({"apiVersion": API, "kind": "ResourceClaim",
                                 "metadata": {"name": unique("cel"), "namespace": h.namespace},
                                 "spec": {"devices": {"requests": [{
-                                    "name": "gpu", "deviceClassName": GPU_CLASS,
-                                    "selectors": [{"cel": {"expression": selector}}]}]}}})
+                                    "name": "gpu", "exactly": {
+                                        "deviceClassName": GPU_CLASS,
+                                        "selectors": [{"cel": {"expression": selector}}]}}]}}})
         self.delete(*self._pods())
         return {"attack": "held: cross-namespace claim, ../ claim name, CEL over 10 KiB",
                 "what": f"{outcome(cross)}, {outcome(dots)}, {outcome(cel)}",

@@ -96,7 +96,7 @@ CLASS = "test-class"
 TEMPLATE = "test-claim-template"
 DEVICES_PER_NODE = 10
 KDRA_GROUP = "resource.kdra.dev"
-KDRA_VERSION = "v1alpha3"
+KDRA_VERSION = "v1"
 CLAIMS_ANNOTATION = f"{KDRA_GROUP}/claims"
 MANIFESTS = ROOT / "manifests" / "base"
 PAUSE = "registry.k8s.io/pause:3.10.1"
@@ -294,7 +294,7 @@ class Kdra(Contender):
         return {"apiVersion": f"{KDRA_GROUP}/{KDRA_VERSION}", "kind": "ResourceClaimTemplate",
                 "metadata": {"name": TEMPLATE, "namespace": ns},
                 "spec": {"spec": {"devices": {"requests": [
-                    {"name": "req-0", "deviceClassName": CLASS}]}}}}
+                    {"name": "req-0", "exactly": {"deviceClassName": CLASS}}]}}}}
 
     def pod(self, ns: str, name: str) -> JSON:
         return kdra_pod(ns, name)
@@ -516,7 +516,8 @@ def kdra_pod(ns: str, name: str) -> JSON:
 def kdra_claim(ns: str, name: str) -> JSON:
     return {"apiVersion": f"{KDRA_GROUP}/{KDRA_VERSION}", "kind": "ResourceClaim",
             "metadata": {"name": name, "namespace": ns},
-            "spec": {"devices": {"requests": [{"name": "req-0", "deviceClassName": CLASS}]}}}
+            "spec": {"devices": {"requests": [{"name": "req-0",
+                                               "exactly": {"deviceClassName": CLASS}}]}}}
 
 
 async def create_native_nodes(api: Api, count: int, slices: bool) -> None:

@@ -29,15 +29,16 @@ def gpu_slice(node: str, count: int) -> dict[str, Any]:
     return {"metadata": {"name": f"{node}-gpu"},
             "spec": {"driver": GPU, "nodeName": node,
                      "pool": {"name": node, "generation": 0, "resourceSliceCount": 1},
-                     "devices": [{"name": f"gpu-{i}", "basic": {"attributes": {
+                     "devices": [{"name": f"gpu-{i}", "attributes": {
                          "productName": {"string": "NVIDIA H100 80GB HBM3"},
-                         "index": {"int": i}}}} for i in range(count)]}}
+                         "index": {"int": i}}} for i in range(count)]}}
 
 
 def claim(index: int, node: str, device: int) -> dict[str, Any]:
     return {"metadata": {"name": f"c{index}", "namespace": f"team-{index % 20}",
                          "uid": f"uid-{index}", "resourceVersion": "1"},
-            "spec": {"devices": {"requests": [{"name": "gpu", "deviceClassName": GPU}]}},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": GPU}}]}},
             "status": {"allocation": {"devices": {"results": [
                 {"request": "gpu", "driver": GPU, "pool": node, "device": f"gpu-{device}"}]}},
                 "reservedFor": [{"resource": "pods", "name": f"p{index}", "uid": f"u{index}"}]}}

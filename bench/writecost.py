@@ -98,13 +98,13 @@ class Kdra(Lifecycle):
     def phases(self, api: Api) -> list[tuple[str, Write]]:
         async def create(i: int) -> None:
             self.objects[i] = await api.call("POST", self.path, {
-                "apiVersion": "resource.kdra.dev/v1alpha3", "kind": "ResourceClaim",
+                "apiVersion": "resource.kdra.dev/v1", "kind": "ResourceClaim",
                 "metadata": {"generateName": f"pod-{i}-gpu-", "namespace": NAMESPACE,
                              "annotations": {"resource.kdra.dev/pod-claim-name": "gpu"},
                              "finalizers": [FINALIZER_KDRA]},
-                "spec": {"devices": {"requests": [{"name": REQUEST, "deviceClassName": CLASS,
-                                                   "allocationMode": "ExactCount",
-                                                   "count": 1}]}}})
+                "spec": {"devices": {"requests": [{"name": REQUEST, "exactly": {
+                    "deviceClassName": CLASS, "allocationMode": "ExactCount",
+                    "count": 1}}]}}})
 
         async def allocate(i: int) -> None:
             await self.put(api, i, "status", whole(self.objects[i], status={
@@ -176,7 +176,7 @@ async def run(plane: ControlPlane, claims: int, rounds: int) -> dict[str, dict[s
     def cpu() -> float:
         return sum(cpu_seconds(pid) for pid in pids)
 
-    kdra_path = f"/apis/resource.kdra.dev/v1alpha3/namespaces/{NAMESPACE}/resourceclaims"
+    kdra_path = f"/apis/resource.kdra.dev/v1/namespaces/{NAMESPACE}/resourceclaims"
     native_path = f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims"
     lifecycles: list[Lifecycle] = [Kdra("kdra", kdra_path), Native("native", native_path)]
     samples: dict[str, dict[str, list[float]]] = {lc.name: {} for lc in lifecycles}

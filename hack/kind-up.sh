@@ -20,7 +20,8 @@
 #   4. waits for the operator (its webhook must answer before pods with claims can be
 #      created) and the agents' slices,
 #   5. applies manifests/examples/gpu and the seed's cats (manifests/examples/seed: the agent
-#      on kdra-worker3 publishes the cats),
+#      on kdra-worker3 publishes the cats; both v1alpha3), and the v1 examples
+#      (manifests/examples/v1),
 #   6. prints what got allocated (`kdra describe`, run in the operator's pod) and the pods.
 #
 # Re-running it is safe: every step is an apply or a wait. (It cannot run on kdra's CI
@@ -116,6 +117,9 @@ step "examples: GPUs (manifests/examples/gpu) and the seed's cats"
 "${KUBECTL[@]}" apply -k manifests/examples/gpu
 "${KUBECTL[@]}" apply -k manifests/examples/seed
 
+step "examples in resource.kdra.dev/v1 (manifests/examples/v1: namespaces gpu-test1..5)"
+"${KUBECTL[@]}" apply -k manifests/examples/v1
+
 step "waiting for the example pods (images are pulled from the internet)"
 "${KUBECTL[@]}" wait --for condition=Ready --timeout 300s pod \
   single-gpu-pod shared-gpu-pod-a shared-gpu-pod-b gpu-pair-pod all-a100-pod pod-with-cats \
@@ -128,6 +132,7 @@ step "the agents' NRI plugin"
 step "what got allocated"
 "${KUBECTL[@]}" -n kdra-system exec deployment/kdra-operator -- kdra describe
 "${KUBECTL[@]}" get pods -o wide
+"${KUBECTL[@]}" get kclaim -A
 echo
 echo "A pod's devices:  ${KUBECTL[*]} logs gpu-pair-pod"
 echo "Tear down:        kind delete cluster --name ${CLUSTER}"

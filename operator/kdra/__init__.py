@@ -15,5 +15,5 @@ beside the layers and imports none of them.
 __version__ = "0.1.0"
 
 GROUP = "resource.kdra.dev"
-VERSION = "v1alpha3"
+VERSION = "v1"
 API_VERSION = f"{GROUP}/{VERSION}"

@@ -22,6 +22,13 @@ def _operator(args: argparse.Namespace) -> int:
     return run_operator(from_args(args))
 
 
+def _webhooks(args: argparse.Namespace) -> int:
+    from kdra.handlers.webhooks import run_webhooks
+    from kdra.settings import from_args
+
+    return run_webhooks(from_args(args))
+
+
 def _agent(args: argparse.Namespace) -> int:
     from kdra.services.agent.runner import run_agent
     from kdra.settings import agent_from_args
@@ -119,6 +126,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_arguments(op)
     op.set_defaults(func=_operator)
+
+    hooks = sub.add_parser(
+        "webhooks",
+        help="serve only the webhooks (conversion /convert and admission), no controllers",
+        description="Run kdra's webhook server alone: /convert (resource.kdra.dev v1 <-> "
+        "v1alpha3), /validate, /mutate-pods. Takes the operator's flags; only --webhook-*, "
+        "--namespace, --kubeconfig and --event-loop matter. Every flag also reads "
+        "KDRA_<FLAG> from the environment.",
+    )
+    add_arguments(hooks)
+    hooks.set_defaults(func=_webhooks)
 
     agent = sub.add_parser(
         "agent",

@@ -1,7 +1,8 @@
 """``kdra demo``: the seed article's example, and GPUs, on a local control plane of real binaries.
 
 Starts etcd + kube-apiserver + kube-controller-manager on loopback, installs kdra's CRDs, runs
-``kdra operator`` (claim controller, binder, webhooks, slice GC) and two ``kdra agent``
+``kdra operator`` (claim controller, binder, webhooks — conversion included: the seed's objects
+are v1alpha3, the GPU objects v1 — slice GC) and two ``kdra agent``
 processes — one simulating three GPU nodes with two GPU models, one serving the seed's cats on
 ``worker-1`` — applies the seed's cats example plus a few GPU pods, waits until the pods are
 bound, and prints ``pod → node → devices``. With ``interactive`` it keeps everything running
@@ -32,14 +33,14 @@ GPU_NODES = "gpu-node-{0..2}"
 CATS_NODE = "worker-1"
 
 GPU_OBJECTS = """
-apiVersion: resource.kdra.dev/v1alpha3
+apiVersion: resource.kdra.dev/v1
 kind: DeviceClass
 metadata: {name: gpu.kdra.dev}
 spec:
   selectors:
   - cel: {expression: 'device.driver == "gpu.kdra.dev"'}
 ---
-apiVersion: resource.kdra.dev/v1alpha3
+apiVersion: resource.kdra.dev/v1
 kind: ResourceClaimTemplate
 metadata: {name: one-h100, namespace: default}
 spec:
@@ -47,11 +48,12 @@ spec:
     devices:
       requests:
       - name: gpu
-        deviceClassName: gpu.kdra.dev
-        selectors:
-        - cel: {expression: 'device.attributes["gpu.kdra.dev"].productName.contains("H100")'}
+        exactly:
+          deviceClassName: gpu.kdra.dev
+          selectors:
+          - cel: {expression: 'device.attributes["gpu.kdra.dev"].productName.contains("H100")'}
 ---
-apiVersion: resource.kdra.dev/v1alpha3
+apiVersion: resource.kdra.dev/v1
 kind: ResourceClaimTemplate
 metadata: {name: a100-pair, namespace: default}
 spec:
@@ -59,10 +61,11 @@ spec:
     devices:
       requests:
       - name: gpus
-        deviceClassName: gpu.kdra.dev
-        count: 2
-        selectors:
-        - cel: {expression: 'device.attributes["gpu.kdra.dev"].productName.contains("A100")'}
+        exactly:
+          deviceClassName: gpu.kdra.dev
+          count: 2
+          selectors:
+          - cel: {expression: 'device.attributes["gpu.kdra.dev"].productName.contains("A100")'}
       constraints:
       - matchAttribute: gpu.kdra.dev/pcieRoot
 """

@@ -247,9 +247,9 @@ SCHEDULE_RESULTS = ("allocated", "unschedulable", "waiting", "releasing", "confl
                     "error", "prepare-failed", "searching", "exhausted")
 UNSCHEDULABLE_REASONS = (
     "no-matching-device", "devices-busy", "constraint-unsatisfiable", "pool-incomplete",
-    "pool-invalid", "too-many-devices", "cel-error", "class-missing", "taint", "unschedulable",
-    "affinity", "resources", "prepare-failed", "claim-node-selector", "search-exhausted",
-    "other",
+    "pool-invalid", "too-many-devices", "cel-error", "class-missing", "unsupported",
+    "too-many-choices", "taint", "unschedulable", "affinity", "resources", "prepare-failed",
+    "claim-node-selector", "search-exhausted", "other",
 )
 SEARCH_LIMITS = ("steps", "deadline", "node-steps")
 

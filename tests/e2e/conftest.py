@@ -1,8 +1,10 @@
 """Fixtures for end-to-end tests: a real etcd + kube-apiserver + kube-controller-manager.
 
 The control plane is started once per test session on loopback (``kdra.devenv``), with kdra's
-CRDs installed. When a test fails, the last lines of every component's log are attached to its
-report. Nothing here is mocked: a test that needs an API server gets the real one.
+CRDs installed and their conversion webhook served by a ``kdra webhooks`` process for the
+whole session (tests/e2e/conversion.py says why). When a test fails, the last lines of every
+component's log are attached to its report. Nothing here is mocked: a test that needs an API
+server gets the real one.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,7 @@ import pytest
 
 from kdra.devenv.controlplane import ControlPlane, binaries
 from kdra.devenv.process import sweep
+from tests.e2e.conversion import ConversionServer
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = ROOT / "crds"
@@ -28,8 +32,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
 
 
+@dataclass(frozen=True)
+class Cluster:
+    plane: ControlPlane
+    conversion: ConversionServer
+
+
 @pytest.fixture(scope="session")
-def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+def e2e_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     # Left-overs of an earlier run that was killed before it could stop its processes (they
     # die with their parent, but a grandchild may not): only processes kdra's tooling started
     # for a run under the same root, whose owner is gone. Concurrent runs are left alone.
@@ -39,13 +49,27 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
         print(f"killed {len(swept)} left-over processes of earlier runs under {root}")
     workdir = Path(os.environ.get("KDRA_E2E_DIR") or tmp_path_factory.mktemp("control-plane"))
     plane = ControlPlane(workdir, binaries()).start()
+    conversion = ConversionServer(workdir, plane.kubeconfig)
     try:
-        plane.kubectl("apply", "--server-side", "-k", str(CRDS))
+        # v1 is stored; v1alpha3 objects (the seed's, many tests') need the conversion
+        # webhook from the first test on, operator or not (tests/e2e/conversion.py).
+        conversion.start().install_crds(plane, CRDS)
         plane.kubectl("wait", "--for", "condition=Established", "--timeout", "60s",
                       "-f", str(CRDS))
-        yield plane
+        yield Cluster(plane, conversion)
     finally:
+        conversion.stop()
         plane.stop()
+
+
+@pytest.fixture(scope="session")
+def control_plane(e2e_cluster: Cluster) -> ControlPlane:
+    return e2e_cluster.plane
+
+
+@pytest.fixture(scope="session")
+def conversion_server(e2e_cluster: Cluster) -> ConversionServer:
+    return e2e_cluster.conversion
 
 
 @pytest.fixture(scope="session")

@@ -47,6 +47,7 @@ from kdra.domain.webhooks import (
     validating_configuration,
 )
 from tests.e2e.conftest import ROOT, get_json
+from tests.e2e.conversion import ConversionServer
 from tests.e2e.procs import KdraProcess, wait_for
 
 SYSTEM = "kdra-system"
@@ -56,7 +57,7 @@ AGENT_SA = f"system:serviceaccount:{SYSTEM}:kdra-agent"
 REAL_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
               "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 USER = "mallory"
-API = "resource.kdra.dev/v1alpha3"
+API = "resource.kdra.dev/v1"
 CLAIMS = "resourceclaims.resource.kdra.dev"
 GPU_CLASS = "gpu.kdra.dev"
 PAUSE = "registry.k8s.io/pause:3.10"
@@ -108,7 +109,7 @@ def template_body(name: str, namespace: str) -> dict[str, Any]:
     return {"apiVersion": API, "kind": "ResourceClaimTemplate",
             "metadata": {"name": name, "namespace": namespace},
             "spec": {"spec": {"devices": {"requests": [
-                {"name": "gpu", "deviceClassName": GPU_CLASS}]}}}}
+                {"name": "gpu", "exactly": {"deviceClassName": GPU_CLASS}}]}}}}
 
 
 def peak_rss_kib(pid: int) -> int:
@@ -369,7 +370,7 @@ class WebhookOff:
 
 
 @pytest.fixture(scope="module")
-def hostile(control_plane: ControlPlane,
+def hostile(control_plane: ControlPlane, conversion_server: ConversionServer,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hostile]:
     """kdra installed as deployed, under attack (see :class:`Hostile`)."""
     harness = Hostile(control_plane, tmp_path_factory.mktemp("hostile"))
@@ -379,3 +380,4 @@ def hostile(control_plane: ControlPlane,
         yield harness
     finally:
         harness.stop()
+        conversion_server.point(control_plane)  # the operator pointed the CRDs at itself

@@ -52,8 +52,8 @@ def test_eight_h100s_publish_one_slice(control_plane: ControlPlane,
     assert spec["driver"] == GPU and spec["nodeName"] == node
     assert spec["pool"] == {"name": node, "generation": 0, "resourceSliceCount": 1}
     assert [d["name"] for d in spec["devices"]] == [f"gpu-{i}" for i in range(8)]
-    gpu = spec["devices"][5]["basic"]
-    assert gpu["capacity"] == {"memory": "80Gi"}
+    gpu = spec["devices"][5]  # published in v1: flat, capacities as {value}
+    assert gpu["capacity"] == {"memory": {"value": "80Gi"}}
     assert gpu["attributes"]["uuid"] == {"string": fake_gpu_uuid(node, 5)}
     assert gpu["attributes"]["productName"] == {"string": "NVIDIA H100 80GB HBM3"}
     assert gpu["attributes"]["architecture"] == {"string": "Hopper"}
@@ -97,7 +97,7 @@ def test_300_devices_three_slices_and_edits_bump_the_generation(
              what="generation 1 in two slices, the third one gone")
     slices = slices_of(control_plane, node)
     assert {s["spec"]["pool"]["resourceSliceCount"] for s in slices} == {2}
-    assert slices[0]["spec"]["devices"][0]["basic"]["attributes"]["color"] == {"string": "red"}
+    assert slices[0]["spec"]["devices"][0]["attributes"]["color"] == {"string": "red"}
 
 
 def test_sighup_rereads_the_inventory(control_plane: ControlPlane,
@@ -252,8 +252,8 @@ def test_seed_cats_example(control_plane: ControlPlane, agents: AgentFactory) ->
     agents(node, (EXAMPLES / "cats.yaml").read_text())
     (slice_,) = slices_of(control_plane, node)
     assert slice_["spec"]["driver"] == "resource-driver.example.com"
-    assert slice_["spec"]["devices"][1] == {"name": "kitten-1", "basic": {"attributes": {
-        "color": {"string": "black"}, "size": {"string": "large"}}}}
+    assert slice_["spec"]["devices"][1] == {"name": "kitten-1", "attributes": {
+        "color": {"string": "black"}, "size": {"string": "large"}}}
     assert lease(control_plane, node, "resource-driver.example.com") is not None
     assert lease(control_plane, node) is None  # no GPUs in this inventory
 
@@ -291,7 +291,7 @@ def test_simulated_nodes(control_plane: ControlPlane, agents: AgentFactory) -> N
             "Ready"
         (slice_,) = slices_of(control_plane, node)
         assert slice_["spec"]["pool"]["name"] == node
-        assert slice_["spec"]["devices"][0]["basic"]["attributes"]["uuid"] == \
+        assert slice_["spec"]["devices"][0]["attributes"]["uuid"] == \
             {"string": fake_gpu_uuid(node, 0)}
         assert lease(control_plane, node) is not None
     assert agent.metric('kdra_agent_devices{health="healthy"}') == 10.0

@@ -17,6 +17,7 @@ from kdra.domain.podclaims import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION
 from tests.e2e import agent_helpers
 from tests.e2e.agent_helpers import SYSTEM_NAMESPACE, AgentFactory
 from tests.e2e.conftest import ROOT, get_json
+from tests.e2e.conversion import ConversionServer
 from tests.e2e.procs import KdraProcess, wait_for
 
 agents = agent_helpers.agents  # the node-agent fixture
@@ -77,9 +78,11 @@ def events(plane: ControlPlane, namespace: str, name: str, reason: str) -> list[
 
 
 @pytest.fixture
-def kdra(control_plane: ControlPlane, tmp_path: Path,
+def kdra(control_plane: ControlPlane, conversion_server: ConversionServer, tmp_path: Path,
          request: pytest.FixtureRequest) -> Any:
-    """Start the operator with the binder (and webhooks) — a factory for custom flags."""
+    """Start the operator with the binder (and webhooks) — a factory for custom flags. An
+    operator with webhooks points the CRDs' conversion at itself: it goes back to the
+    session's webhook server before the operator stops."""
     control_plane.kubectl("create", "namespace", SYSTEM_NAMESPACE, check=False)
     started: list[KdraProcess] = []
 
@@ -96,6 +99,7 @@ def kdra(control_plane: ControlPlane, tmp_path: Path,
         return proc.start()
 
     yield start
+    conversion_server.point(control_plane)
     for proc in started:
         proc.stop()
     rep = getattr(request.node, "rep_call", None)

@@ -63,7 +63,9 @@ def test_crds_are_established(control_plane: ControlPlane) -> None:
         conditions = {c["type"]: c["status"] for c in crd["status"]["conditions"]}
         assert conditions["Established"] == "True", kind
         assert crd["spec"]["names"]["categories"] == ["kdra"]
-        assert crd["spec"]["versions"][0]["name"] == "v1alpha3"
+        assert [(v["name"], v["served"], v["storage"]) for v in crd["spec"]["versions"]] == [
+            ("v1", True, True), ("v1alpha3", True, False)]
+        assert crd["spec"]["conversion"]["strategy"] == "Webhook"
     claims = get_json(control_plane, "crd", "resourceclaims.resource.kdra.dev")
     assert claims["spec"]["versions"][0]["subresources"] == {"status": {}}
     assert claims["spec"]["names"]["shortNames"] == ["kclaim"]
@@ -99,23 +101,35 @@ def check_seed_objects(control_plane: ControlPlane) -> None:
     header = slices[0].split()
     assert header[:5] == ["NAME", "NODE", "DRIVER", "POOL", "GENERATION"]
     assert "worker-1" in slices[1] and "resource-driver.example.com" in slices[1]
+    # Applied as v1alpha3, stored as v1: kubectl reads v1 by default (flat devices), and the
+    # v1alpha3 form on request.
     cats = get_json(control_plane, "kslice", "worker-1-cats")["spec"]["devices"]
-    colors = {d["basic"]["attributes"]["color"]["string"] for d in cats}
+    colors = {d["attributes"]["color"]["string"] for d in cats}
     assert {"black", "white"} <= colors
+    # (kubectl expands a short name to its group and drops a version given with it:
+    # `kslice.v1alpha3.resource.kdra.dev` reads v1; the plural keeps the version.)
+    old = get_json(control_plane, "resourceslices.v1alpha3.resource.kdra.dev",
+                   "worker-1-cats")["spec"]["devices"]
+    assert {d["basic"]["attributes"]["color"]["string"] for d in old} == colors
     by_node = control_plane.kubectl("get", "kslice", "--field-selector",
                                     "spec.nodeName=worker-1", "-o", "name").stdout
     assert "worker-1-cats" in by_node
 
 
-@pytest.mark.parametrize(("path", "words"), [
-    ("kclaim.spec.devices.requests.selectors", "CEL"),
-    ("kslice.spec.pool.resourceSliceCount", "slices"),
-    ("kdeviceclass.spec.selectors", "selector"),
-    ("kclaim.status.reservedFor", "pod"),
+@pytest.mark.parametrize(("path", "words", "version"), [
+    ("kclaim.spec.devices.requests.exactly.selectors", "CEL", None),
+    ("kclaim.spec.devices.requests.firstAvailable", "alternatives", None),
+    ("kclaim.spec.devices.constraints.distinctAttribute", "differ", None),
+    ("kslice.spec.devices.taints", "not allocated", None),
+    ("kslice.spec.pool.resourceSliceCount", "slices", None),
+    ("kdeviceclass.spec.selectors", "selector", None),
+    ("kclaim.status.reservedFor", "pod", None),
+    ("kclaim.spec.devices.requests.selectors", "CEL", "resource.kdra.dev/v1alpha3"),
 ])
 def test_kubectl_explain_teaches_the_api(control_plane: ControlPlane, path: str,
-                                         words: str) -> None:
-    out = control_plane.kubectl("explain", path).stdout
+                                         words: str, version: str | None) -> None:
+    extra = ["--api-version", version] if version else []
+    out = control_plane.kubectl("explain", path, *extra).stdout
     assert "DESCRIPTION:" in out
     description = out.split("DESCRIPTION:", 1)[1]
     assert words.lower() in description.lower(), out
@@ -174,6 +188,26 @@ def test_valid_edge_cases_are_accepted(control_plane: ControlPlane) -> None:
          "metadata": {"name": "all-mode", "namespace": "default"},
          "spec": {"devices": {"requests": [{"name": "all", "deviceClassName": "gpu.kdra.dev",
                                             "allocationMode": "All"}]}}},
+        {"apiVersion": "resource.kdra.dev/v1", "kind": "ResourceClaim",
+         "metadata": {"name": "prioritized", "namespace": "default"},
+         "spec": {"devices": {"requests": [{"name": "gpu", "firstAvailable": [
+             {"name": "big", "deviceClassName": "gpu.kdra.dev"},
+             {"name": "small", "deviceClassName": "gpu.kdra.dev", "count": 2}]}],
+             "constraints": [{"requests": ["gpu/small"],
+                              "distinctAttribute": "gpu.kdra.dev/uuid"}],
+             "config": [{"requests": ["gpu/big"], "opaque": {
+                 "driver": "gpu.kdra.dev", "parameters": {"mode": "exclusive"}}}]}}},
+        {"apiVersion": "resource.kdra.dev/v1", "kind": "ResourceSlice",
+         "metadata": {"name": "partitioned"},
+         "spec": {"driver": "gpu.kdra.dev", "nodeName": "worker-1",
+                  "pool": {"name": "worker-1-mig", "generation": 0, "resourceSliceCount": 1},
+                  "devices": [{"name": "gpu-0-mig-1g",
+                               "attributes": {"cores": {"ints": [0, 1]}},
+                               "capacity": {"memory": {"value": "10Gi"}},
+                               "consumesCounters": [{"counterSet": "gpu-0", "counters": {
+                                   "memory": {"value": "10Gi"}}}],
+                               "taints": [{"key": "gpu.kdra.dev/unhealthy",
+                                           "effect": "NoSchedule"}]}]}},
         {"apiVersion": "resource.kdra.dev/v1alpha3", "kind": "ResourceSlice",
          "metadata": {"name": "network-attached"},
          "spec": {"driver": "net.example.com", "allNodes": True,

@@ -27,6 +27,7 @@ from kdra.domain.webhooks import MUTATING_CONFIG, VALIDATING_CONFIG
 from tests.e2e import agent_helpers
 from tests.e2e.agent_helpers import SYSTEM_NAMESPACE, AgentFactory
 from tests.e2e.conftest import get_json
+from tests.e2e.conversion import ConversionServer
 from tests.e2e.procs import KdraProcess, wait_for
 from tests.e2e.test_binder import apply, gpu_class, gpu_pod, template
 from tests.unit.domain.test_fuzz import api_like, claim_dicts, scalars
@@ -41,8 +42,8 @@ FIELD = re.compile(r"\b(spec|metadata|status)(\.[A-Za-z]\w*|\[[^\]]*\])*:")
 
 
 @pytest.fixture
-def webhook_operator(control_plane: ControlPlane, tmp_path: Path,
-                     request: pytest.FixtureRequest) -> Iterator[KdraProcess]:
+def webhook_operator(control_plane: ControlPlane, conversion_server: ConversionServer,
+                     tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[KdraProcess]:
     control_plane.kubectl("create", "namespace", SYSTEM_NAMESPACE, check=False)
     port = free_port()
     proc = KdraProcess(["operator", "--health-port", "0", "--prepare-timeout", "30",
@@ -55,6 +56,7 @@ def webhook_operator(control_plane: ControlPlane, tmp_path: Path,
     try:
         yield proc
     finally:
+        conversion_server.point(control_plane)  # the operator pointed the CRDs at itself
         proc.stop()
         rep = getattr(request.node, "rep_call", None)
         if rep is not None and rep.failed:

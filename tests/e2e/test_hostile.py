@@ -204,7 +204,8 @@ def test_attack4_an_undecodable_claim_does_not_wedge_the_watchers(hostile: Hosti
     created = hostile.create_as_user({
         "apiVersion": API, "kind": "ResourceClaim",
         "metadata": {"name": name, "namespace": hostile.namespace},
-        "spec": {"devices": {"requests": [{"name": "gpu", "deviceClassName": GPU_CLASS}]}}})
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": GPU_CLASS}}]}}})
     assert created.returncode == 0, created.stderr
     entry = json.dumps({"driver": GPU_CLASS, "pool": hostile.node, "device": "gpu-0",
                         "data": "DATA"}).replace('"DATA"', nested(1100))
@@ -336,7 +337,8 @@ def test_held_cross_namespace_claims_dotted_names_and_oversized_cel(hostile: Hos
     shared = unique("theirs")
     body = {"apiVersion": API, "kind": "ResourceClaim",
             "metadata": {"name": shared, "namespace": other},
-            "spec": {"devices": {"requests": [{"name": "gpu", "deviceClassName": GPU_CLASS}]}}}
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": GPU_CLASS}}]}}}
     assert hostile.create_as_user(body, namespace=other).returncode == 0
     hostile.denied(hostile.create_as_user(pod_body(unique("cross"), hostile.namespace, [
         {"name": "gpu", "resourceClaimName": f"{other}/{shared}"}])), "DNS subdomain")
@@ -355,8 +357,9 @@ def test_held_cross_namespace_claims_dotted_names_and_oversized_cel(hostile: Hos
     oversized = {"apiVersion": API, "kind": "ResourceClaim",
                  "metadata": {"name": unique("cel"), "namespace": hostile.namespace},
                  "spec": {"devices": {"requests": [{
-                     "name": "gpu", "deviceClassName": GPU_CLASS,
-                     "selectors": [{"cel": {"expression": selector}}]}]}}}
+                     "name": "gpu", "exactly": {
+                         "deviceClassName": GPU_CLASS,
+                         "selectors": [{"cel": {"expression": selector}}]}}]}}}
     assert len(selector) > 10 * 1024
     hostile.denied(hostile.create_as_user(oversized), "10240")
     delete_pods(hostile, waiting)

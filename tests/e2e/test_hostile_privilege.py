@@ -36,6 +36,7 @@ from kdra.devenv.controlplane import ControlPlane, free_port
 from kdra.domain.podclaims import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION
 from kdra.domain.webhooks import Endpoint, mutating_configuration, validating_configuration
 from tests.e2e.conftest import ROOT, get_json
+from tests.e2e.conversion import ConversionServer
 from tests.e2e.procs import KdraProcess, wait_for
 
 MANIFESTS = ROOT / "manifests"
@@ -243,10 +244,11 @@ class Cluster:
 
 
 @pytest.fixture(scope="module")
-def installed(control_plane: ControlPlane) -> Iterator[None]:
+def installed(control_plane: ControlPlane,
+              conversion_server: ConversionServer) -> Iterator[None]:
     """manifests/base's accounts, RBAC and admission policies, and manifests/simulation's, for
     real (they only concern kdra's accounts and the aggregated user roles)."""
-    control_plane.kubectl("apply", "--server-side", "-k", str(MANIFESTS / "base/crds"))
+    conversion_server.install_crds(control_plane, MANIFESTS / "base/crds")
     control_plane.kubectl("wait", "--for", "condition=Established", "--timeout", "60s", "crd",
                           "-l", "app.kubernetes.io/part-of=kdra")
     real = [doc for directory in ("base", "simulation") for doc in build(control_plane, directory)
@@ -254,6 +256,7 @@ def installed(control_plane: ControlPlane) -> Iterator[None]:
     control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
                           input=yaml.safe_dump_all(real))
     yield
+    conversion_server.point(control_plane)  # the operator pointed the CRDs at itself
     for doc in reversed(real):
         if doc["kind"] in ("Namespace", "ServiceAccount"):
             continue
@@ -314,13 +317,13 @@ def cluster(control_plane: ControlPlane, installed: None,
          "--create-nodes"],
         home / "agent.log", control_plane.kubeconfig, ready_line="kdra agent started").start(90)
     apply(control_plane,
-          {"apiVersion": "resource.kdra.dev/v1alpha3", "kind": "DeviceClass",
+          {"apiVersion": "resource.kdra.dev/v1", "kind": "DeviceClass",
            "metadata": {"name": GPU},
            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{GPU}"'}}]}},
-          *({"apiVersion": "resource.kdra.dev/v1alpha3", "kind": "ResourceClaimTemplate",
+          *({"apiVersion": "resource.kdra.dev/v1", "kind": "ResourceClaimTemplate",
              "metadata": {"name": name, "namespace": namespace},
-             "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "deviceClassName": GPU,
-                                                         **mode}]}}}}
+             "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                 "deviceClassName": GPU, **mode}}]}}}}
             for name, mode in (("one-gpu", {}), ("all-gpus", {"allocationMode": "All"}))))
     port = free_port()
     url = f"https://127.0.0.1:{port}"
@@ -493,11 +496,11 @@ def test_attack_5_an_agent_cannot_vouch_for_other_nodes_or_hold_the_operators_le
 def test_an_agent_still_writes_only_its_own_nodes_slices(cluster: Cluster) -> None:
     """Held before issue 22, kept: an agent cannot publish devices for another node."""
     node, other = cluster.nodes
-    forged = {"apiVersion": "resource.kdra.dev/v1alpha3", "kind": "ResourceSlice",
+    forged = {"apiVersion": "resource.kdra.dev/v1", "kind": "ResourceSlice",
               "metadata": {"name": f"forged-{other}"},
               "spec": {"driver": GPU, "nodeName": other,
                        "pool": {"name": other, "generation": 99, "resourceSliceCount": 1},
-                       "devices": [{"name": "gpu-99", "basic": {}}]}}
+                       "devices": [{"name": "gpu-99"}]}}
     cluster.who(AGENT, node).denied(
         "create", "-f", "-", input=json.dumps(forged),
         says=f"may only write ResourceSlices of its own node, not one of node '{other}'")
@@ -572,6 +575,18 @@ def test_attack_8_the_operators_token_reaches_only_what_the_operator_does(
             webhook["clientConfig"]["caBundle"] = bundle
         code, answer = operator.request("PUT", path, restored)
         assert code == 200, answer
+        # kdra's CRDs: it pointed their conversion at its own /convert at start, and may
+        # change nothing else of them (their schemas, names, labels).
+        crd = "resourceclaims.resource.kdra.dev"
+        conversion = get_json(plane, "crd", crd)["spec"]["conversion"]["webhook"]
+        assert conversion["clientConfig"]["url"].endswith("/convert")
+        operator.denied("patch", "crd", crd, "--type=merge", "-p", json.dumps(
+            {"spec": {"names": {"shortNames": ["kclaim", "stolen"]}}}),
+            says=f"kdra's operator may change only spec.conversion of CRD {crd}")
+        operator.denied("label", "crd", crd, "stolen=1",
+                        says=f"kdra's operator may change only spec.conversion of CRD {crd}")
+        assert operator("patch", "crd", crd, "--type=merge", "-p", json.dumps(
+            {"spec": {"conversion": {"webhook": conversion}}})).returncode == 0
         # Its RBAC still has no wildcards and no pod deletion, creation or secrets elsewhere.
         for verb, resource in (("delete", "pods"), ("create", "pods"), ("get", "secrets")):
             assert plane.kubectl("auth", "can-i", verb, resource, "-n", "kube-system",
@@ -587,9 +602,10 @@ def test_users_write_claims_but_not_status_slices_or_classes(cluster: Cluster) -
     aggregates kdra-user) creates claims but writes no status, slice or class."""
     user = cluster.who(USER)
     ns = ("-n", cluster.namespace)
-    claim = {"apiVersion": "resource.kdra.dev/v1alpha3", "kind": "ResourceClaim",
+    claim = {"apiVersion": "resource.kdra.dev/v1", "kind": "ResourceClaim",
              "metadata": {"name": "mallorys", "namespace": cluster.namespace},
-             "spec": {"devices": {"requests": [{"name": "gpu", "deviceClassName": GPU}]}}}
+             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                 "deviceClassName": GPU}}]}}}
     # kube-controller-manager aggregates kdra-user into edit (asynchronously).
     wait_for(lambda: cluster.plane.kubectl(
         "auth", "can-i", "create", CLAIMS, "-n", cluster.namespace, as_user=USER,
@@ -602,13 +618,13 @@ def test_users_write_claims_but_not_status_slices_or_classes(cluster: Cluster) -
     user.denied("replace", "--subresource=status", "-f", "-", *ns, input=json.dumps(stolen),
                 says="forbidden")
     user.denied("create", "-f", "-", input=json.dumps(
-        {"apiVersion": "resource.kdra.dev/v1alpha3", "kind": "ResourceSlice",
+        {"apiVersion": "resource.kdra.dev/v1", "kind": "ResourceSlice",
          "metadata": {"name": f"mallory-{cluster.namespace}"},
          "spec": {"driver": GPU, "nodeName": cluster.nodes[0],
                   "pool": {"name": cluster.nodes[0], "generation": 9, "resourceSliceCount": 1},
                   "devices": []}}), says="forbidden")
     user.denied("create", "-f", "-", input=json.dumps(
-        {"apiVersion": "resource.kdra.dev/v1alpha3", "kind": "DeviceClass",
+        {"apiVersion": "resource.kdra.dev/v1", "kind": "DeviceClass",
          "metadata": {"name": f"mallory-{cluster.namespace}"}, "spec": {}}), says="forbidden")
     user.allowed("delete", CLAIMS, "mallorys", *ns)
     cluster.after_attack()

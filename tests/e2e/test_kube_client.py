@@ -72,7 +72,9 @@ def test_watch_reconnects_after_an_outage(control_plane: ControlPlane,
                     await asyncio.sleep(0.2)
                 during = retries(caplog)
             finally:
-                await asyncio.to_thread(control_plane.start_component, "kube-apiserver")
+                # From this (the main) thread: a process dies with the thread that started it
+                # (PR_SET_PDEATHSIG), and asyncio.to_thread's worker ends with asyncio.run.
+                control_plane.start_component("kube-apiserver")
                 await asyncio.to_thread(wait_for, lambda: api_ready(control_plane), 120, 0.5,
                                         "kube-apiserver /readyz after the outage")
             # The restarted server has no history for the version the watch saw last: it

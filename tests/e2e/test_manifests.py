@@ -28,6 +28,7 @@ import yaml
 
 from kdra.devenv.controlplane import ControlPlane
 from tests.e2e.conftest import ROOT
+from tests.e2e.conversion import ConversionServer
 
 MANIFESTS = ROOT / "manifests"
 SYSTEM = "kdra-system"
@@ -38,7 +39,8 @@ REAL_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"
               "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 KUSTOMIZATIONS = ("base", "base/crds", "overlays/kind", "overlays/nvidia", "overlays/node",
                   "overlays/node/examples", "overlays/servicemonitor", "webhooks",
-                  "examples/gpu", "examples/seed", "examples/seed-static-slice", "simulation")
+                  "examples/gpu", "examples/seed", "examples/seed-static-slice", "examples/v1",
+                  "simulation")
 DRY_RUN = ("base", "overlays/kind", "overlays/nvidia", "overlays/node", "examples/gpu")
 SIMULATION = f"system:serviceaccount:{SYSTEM}:kdra-agent-simulation"
 
@@ -53,9 +55,11 @@ def find(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def installed(control_plane: ControlPlane) -> Iterator[list[dict[str, Any]]]:
-    """CRDs (kdra's and kopf's) and the base's RBAC + admission policies, for real."""
-    control_plane.kubectl("apply", "--server-side", "-k", str(MANIFESTS / "base/crds"))
+def installed(control_plane: ControlPlane,
+              conversion_server: ConversionServer) -> Iterator[list[dict[str, Any]]]:
+    """CRDs (kdra's and kopf's) and the base's RBAC + admission policies, for real (the CRDs'
+    conversion pointed at the session's webhook server, see tests/e2e/conversion.py)."""
+    conversion_server.install_crds(control_plane, MANIFESTS / "base/crds")
     control_plane.kubectl("wait", "--for", "condition=Established", "--timeout", "60s", "crd",
                           "-l", "app.kubernetes.io/part-of=kdra")
     docs = build(control_plane, "base")
@@ -284,8 +288,12 @@ OPERATOR_ALLOWED = [
     ("update", "mutatingwebhookconfigurations/kdra-mutating"),
     ("create", "leases.coordination.k8s.io", "-n", SYSTEM),
     ("update", "leases.coordination.k8s.io/kdra-operator", "-n", SYSTEM),
+    ("patch", "customresourcedefinitions.apiextensions.k8s.io/resourceclaims.resource.kdra.dev"),
+    ("get", "namespaces/team-a"),
 ]
 OPERATOR_DENIED = [
+    ("patch", "customresourcedefinitions.apiextensions.k8s.io/other.example.com"),
+    ("update", "namespaces/team-a"),
     ("delete", "pods", "-n", "team-a"),
     ("create", "pods", "-n", "team-a"),
     ("get", "secrets", "-n", "team-a"),
@@ -393,6 +401,38 @@ def test_roles_use_no_wildcards(control_plane: ControlPlane) -> None:
 
 
 # --------------------------------------------------------------------------- admission policy
+
+
+def test_admin_access_policy_needs_the_namespace_label(control_plane: ControlPlane,
+                                                       installed: Any, namespace: str) -> None:
+    """With no kdra webhook running, the API server itself enforces upstream's admin-access
+    rule (manifests/base's ValidatingAdmissionPolicy). Written in v1alpha3: the policy
+    matches v1, and the API server converts first (matchPolicy Equivalent)."""
+    claim = {"apiVersion": "resource.kdra.dev/v1alpha3", "kind": "ResourceClaim",
+             "metadata": {"name": "watch-all", "namespace": namespace},
+             "spec": {"devices": {"requests": [{"name": "gpus", "deviceClassName": "gpu",
+                                                "allocationMode": "All",
+                                                "adminAccess": True}]}}}
+    template = {"apiVersion": "resource.kdra.dev/v1", "kind": "ResourceClaimTemplate",
+                "metadata": {"name": "watch-all", "namespace": namespace},
+                "spec": {"spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
+                    "deviceClassName": "gpu", "adminAccess": True}}]}}}}
+    for obj in (claim, template):
+        refused = control_plane.kubectl("create", "-f", "-", input=json.dumps(obj),
+                                        check=False)
+        print(f"\n[{obj['kind']}, adminAccess, unlabelled] {refused.stderr.strip()}")
+        assert refused.returncode != 0
+        assert "admin access is only allowed in namespaces labelled " \
+            "resource.kdra.dev/admin-access=true" in refused.stderr
+        assert "kdra-admin-access" in refused.stderr
+    plain = json.loads(json.dumps(claim))
+    plain["metadata"]["name"] = "plain"
+    del plain["spec"]["devices"]["requests"][0]["adminAccess"]
+    control_plane.kubectl("create", "-f", "-", input=json.dumps(plain))
+    control_plane.kubectl("label", "namespace", namespace,
+                          "resource.kdra.dev/admin-access=true")
+    for obj in (claim, template):
+        control_plane.kubectl("create", "-f", "-", input=json.dumps(obj))
 
 
 def test_agent_writes_only_its_own_nodes_slices(control_plane: ControlPlane, installed: Any,

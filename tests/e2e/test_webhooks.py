@@ -20,10 +20,11 @@ from kdra.devenv.controlplane import ControlPlane, free_port
 from kdra.domain.podclaims import CLAIMS_ANNOTATION
 from kdra.domain.webhooks import MUTATING_CONFIG, TLS_SECRET, VALIDATING_CONFIG
 from tests.e2e.conftest import ROOT, get_json
+from tests.e2e.conversion import ConversionServer
 from tests.e2e.procs import KdraProcess, wait_for
 
 SYSTEM_NAMESPACE = "kdra-system"
-API = "resource.kdra.dev/v1alpha3"
+API = "resource.kdra.dev/v1alpha3"  # the webhook sees v1 (converted); errors name v1alpha3 paths
 ANNOTATION_FIELD = f"metadata.annotations[{CLAIMS_ANNOTATION}]"
 
 
@@ -35,10 +36,11 @@ class Webhooks:
 
 
 @pytest.fixture(scope="module")
-def webhooks(control_plane: ControlPlane,
+def webhooks(control_plane: ControlPlane, conversion_server: ConversionServer,
              tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webhooks]:
     """The operator with its webhooks on, for this module; the configurations and the Secret
-    it leaves behind (on purpose: failing closed) are removed afterwards."""
+    it leaves behind (on purpose: failing closed) are removed afterwards, and the CRDs'
+    conversion (which it points at itself) goes back to the session's webhook server."""
     control_plane.kubectl("create", "namespace", SYSTEM_NAMESPACE, check=False)
     port = free_port()
     log = tmp_path_factory.mktemp("webhooks") / "operator.log"
@@ -51,6 +53,7 @@ def webhooks(control_plane: ControlPlane,
     try:
         yield Webhooks(proc, port)
     finally:
+        conversion_server.point(control_plane)
         proc.stop()
         for kind, name in (("mutatingwebhookconfiguration", MUTATING_CONFIG),
                            ("validatingwebhookconfiguration", VALIDATING_CONFIG)):
@@ -325,8 +328,18 @@ def test_ordinary_pods_pass_while_the_webhook_is_down(control_plane: ControlPlan
             {"name": "gpu", "resourceClaimName": "c"}]), "pod with claims, webhook down")
         assert "failed calling webhook" in message
         assert "mutate-pods.resource.kdra.dev" in message
-        message = rejected(control_plane, claim("while-down", ns), "claim, webhook down")
+        # A v1 claim reaches the admission webhook (v1 is stored: nothing to convert); one
+        # written in v1alpha3 already fails converting (the operator serves /convert too).
+        v1 = claim("while-down", ns)
+        v1["apiVersion"] = "resource.kdra.dev/v1"
+        v1["spec"]["devices"]["requests"] = [{"name": "gpu", "exactly": {
+            "deviceClassName": "gpu.kdra.dev"}}]
+        message = rejected(control_plane, v1, "v1 claim, webhook down")
         assert "failed calling webhook" in message
+        assert "validate.resource.kdra.dev" in message
+        message = rejected(control_plane, claim("while-down", ns), "v1alpha3 claim, webhook down")
+        assert "conversion webhook for resource.kdra.dev/v1alpha3, Kind=ResourceClaim failed" \
+            in message
     finally:
         webhooks.proc.start(timeout=120)
         control_plane.kubectl("delete", "deviceclass.resource.kdra.dev", class_name,

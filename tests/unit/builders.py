@@ -5,6 +5,8 @@ the node, class ``gpu.kdra.dev`` selecting the driver's devices.
 
     slice_with(device("gpu-0", index=0), device("gpu-1", index=1))
     claim_with(request("gpu", count=2), constraints=[match("gpu.kdra.dev/pcieRoot")])
+    claim_with(first_available("gpu", sub("big", 'device.attributes["gpu.kdra.dev"].big'),
+                               sub("small", count=2)))
     class_with("gpu.kdra.dev", 'device.attributes["gpu.kdra.dev"].productName == "H100"')
 """
 
@@ -55,10 +57,11 @@ def device(
 ) -> dict[str, Any]:
     """A device; ``attrs`` for qualified names (``{"other.dev/x": 1}``), kwargs for bare ones."""
     merged = {**(attrs or {}), **attributes}
-    basic: dict[str, Any] = {"attributes": {k: attribute(v) for k, v in merged.items()}}
+    out: dict[str, Any] = {"name": name,
+                           "attributes": {k: attribute(v) for k, v in merged.items()}}
     if capacity:
-        basic["capacity"] = dict(capacity)
-    return {"name": name, "basic": basic}
+        out["capacity"] = {k: {"value": v} for k, v in capacity.items()}
+    return out
 
 
 def devices(count: int, prefix: str = "gpu", **attributes: AttrValue) -> list[dict[str, Any]]:
@@ -121,6 +124,19 @@ def gpu_class(*extra: str, config: Sequence[dict[str, Any]] = ()) -> DeviceClass
     return class_with(CLASS, DRIVER_SELECTOR, *extra, config=config)
 
 
+def _asked(selectors: Sequence[str], cls: str, count: int | None,
+           all: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "deviceClassName": cls,
+        "selectors": [{"cel": {"expression": s}} for s in selectors],
+    }
+    if all:
+        out["allocationMode"] = "All"
+    if count is not None:
+        out["count"] = count
+    return out
+
+
 def request(
     name: str = "gpu",
     *selectors: str,
@@ -129,23 +145,32 @@ def request(
     all: bool = False,
     admin: bool = False,
 ) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "name": name,
-        "deviceClassName": cls,
-        "selectors": [{"cel": {"expression": s}} for s in selectors],
-    }
-    if all:
-        out["allocationMode"] = "All"
-    if count is not None:
-        out["count"] = count
+    """A request for ``exactly`` one kind of device."""
+    exactly = _asked(selectors, cls, count, all)
     if admin:
-        out["adminAccess"] = True
-    return out
+        exactly["adminAccess"] = True
+    return {"name": name, "exactly": exactly}
+
+
+def sub(name: str, *selectors: str, cls: str = CLASS, count: int | None = None,
+        all: bool = False) -> dict[str, Any]:
+    """One alternative of a ``first_available`` request."""
+    return {"name": name, **_asked(selectors, cls, count, all)}
+
+
+def first_available(name: str, *alternatives: dict[str, Any]) -> dict[str, Any]:
+    """A prioritized-list request: ``first_available("gpu", sub("big", ...), sub(...))``."""
+    return {"name": name, "firstAvailable": list(alternatives)}
 
 
 def match(attribute_name: str, *requests: str) -> dict[str, Any]:
     """A matchAttribute constraint (for ``requests``, default all)."""
     return {"matchAttribute": attribute_name, "requests": list(requests)}
+
+
+def distinct(attribute_name: str, *requests: str) -> dict[str, Any]:
+    """A distinctAttribute constraint (for ``requests``, default all)."""
+    return {"distinctAttribute": attribute_name, "requests": list(requests)}
 
 
 def claim_with(

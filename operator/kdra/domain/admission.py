@@ -1,14 +1,19 @@
 """Admission decisions for kdra's webhooks: pure functions from an AdmissionReview request to
 an answer (allowed, denied with field-named errors, or a JSONPatch).
 
-Two webhooks use this module (``kdra.services.webhook`` serves them over TLS):
+Two webhooks use this module (``kdra.services.webhook`` serves them over TLS); the checks of
+kdra's own objects are in :mod:`kdra.domain.admission_objects`:
 
 * **validating** (:func:`validate`): ResourceClaims, ResourceClaimTemplates and DeviceClasses
-  must parse with kdra's models (types, one-of rules, unique and known request names, upstream's
-  limits), every CEL selector must compile (syntax, environment, cost, length), opaque
-  parameters must fit in 10 KiB and a claim may not ask for more devices than one allocation
-  can hold. Pods with the ``resource.kdra.dev/claims`` annotation must have a well-formed
-  annotation whose ``containers`` name containers of the pod, and their consuming containers
+  (always in ``v1``: the API server converts v1alpha3 requests first; error paths are given
+  back in the user's version) must parse with kdra's models (types, one-of rules, unique and
+  known request names, upstream's limits), every CEL selector must compile (syntax,
+  environment, cost, length), opaque parameters must fit in 10 KiB, a claim may not ask for
+  more devices than one allocation can hold, and admin access needs the namespace label
+  ``resource.kdra.dev/admin-access: "true"``. Fields kdra does not act on yet (tolerations,
+  capacity requests) are admitted with a warning. Pods with the
+  ``resource.kdra.dev/claims`` annotation must have a well-formed annotation whose
+  ``containers`` name containers of the pod, and their consuming containers
   may not set ``KDRA_DEVICES`` / ``NVIDIA_VISIBLE_DEVICES`` themselves (kdra sets them from
   the allocation; a user's value would claim devices the pod was not given). On UPDATE, the
   annotation may not change once the pod's claims are resolved (claim-statuses recorded, or
@@ -50,28 +55,34 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kdra import GROUP
-from kdra.domain.cel import compile_selector, selector_drivers
-from kdra.domain.errors import CelCompileError, InvalidObject
-from kdra.domain.models import (
-    MAX_DEVICES_PER_CLAIM,
-    DeviceClaim,
-    ExactCount,
-    parse_claim,
-    parse_class,
-    parse_template,
+from kdra.domain.admission_objects import (
+    ADMIN_ACCESS_LABEL,
+    MAX_OPAQUE_PARAMETERS_BYTES,
+    MAX_OPAQUE_PARAMETERS_DEPTH,
+    MAX_SPEC_DEPTH,
+    FieldError,
+    admin_access_errors,
+    admin_access_requested,
+    claim_errors,
+    claim_request_classes,
+    class_errors,
+    class_may_select,
+    object_warnings,
+    template_errors,
+    v1alpha3_paths,
 )
+from kdra.domain.errors import InvalidObject
 from kdra.domain.podclaims import (
     CLAIM_STATUSES_ANNOTATION,
     CLAIMS_ANNOTATION,
     DEVICE_ENVS,
     DEVICES_ANNOTATION_PREFIX,
     DEVICES_ENV,
-    GPU_DRIVER,
     GPU_UUIDS_ANNOTATION_PREFIX,
     GPU_UUIDS_ENV,
     SCHEDULER_NAME,
@@ -79,14 +90,17 @@ from kdra.domain.podclaims import (
     kdra_owned,
     pod_claims,
 )
-from kdra.domain.untrusted import MAX_REPORTED, json_size, shorten, too_deep
+from kdra.domain.untrusted import MAX_REPORTED, shorten, too_deep
 
 __all__ = [
+    "ADMIN_ACCESS_LABEL",
     "ADMISSION_API_VERSION",
     "DEFAULT_SCHEDULER",
     "MAX_OPAQUE_PARAMETERS_BYTES",
     "AdmissionResponse",
     "FieldError",
+    "admin_access_errors",
+    "admin_access_requested",
     "claim_errors",
     "claim_request_classes",
     "class_errors",
@@ -94,6 +108,7 @@ __all__ = [
     "consuming_containers",
     "injected_env",
     "mutate_pod",
+    "object_warnings",
     "pod_errors",
     "pod_patch",
     "pod_warnings",
@@ -105,30 +120,11 @@ __all__ = [
 
 ADMISSION_API_VERSION = "admission.k8s.io/v1"
 DEFAULT_SCHEDULER = "default-scheduler"
-# Upstream's OpaqueParametersMaxLength: the raw JSON of one opaque configuration's parameters.
-MAX_OPAQUE_PARAMETERS_BYTES = 10 * 1024
-MAX_OPAQUE_PARAMETERS_DEPTH = 32
-"""Nesting levels of one configuration's parameters (upstream has no limit but the size;
-kdra's JSON encoder stops at 254 levels, and no driver's configuration comes close to 32)."""
-MAX_SPEC_DEPTH = 48
-"""Nesting levels of a kdra object's ``spec`` (its own fields plus the parameters')."""
 # The status the API server passes on to the client when the webhook denies a request.
 DENIED_CODE = 422
 DENIED_REASON = "Invalid"
 
 _ANNOTATION_FIELD = f"metadata.annotations[{CLAIMS_ANNOTATION}]"
-
-
-@dataclass(frozen=True)
-class FieldError:
-    """One reason for a denial: the offending field and what is wrong with it."""
-
-    field: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.message}"
-
 
 @dataclass(frozen=True)
 class AdmissionResponse:
@@ -211,11 +207,14 @@ def undecodable(uid: str, reason: str) -> AdmissionResponse:
 
 
 def validate(request: Mapping[str, Any],
-             trusted: frozenset[str] = frozenset()) -> AdmissionResponse:
+             trusted: frozenset[str] = frozenset(),
+             namespace_labels: Mapping[str, str] | None = None) -> AdmissionResponse:
     """The validating webhook: claims, templates, classes, and pods with kdra's keys.
 
     Kinds it does not know, and operations other than CREATE and UPDATE, are allowed.
     ``trusted``: usernames whose requests are kdra's own (they may write kdra-owned keys).
+    ``namespace_labels`` are the labels of the object's namespace, read by the caller when
+    :func:`admin_access_requested` (None: they could not be read).
     """
     uid = str(request.get("uid", ""))
     kind = request.get("kind") or {}
@@ -251,7 +250,13 @@ def validate(request: Mapping[str, Any],
         return AdmissionResponse(uid, (FieldError("spec", f"nested deeper than {MAX_SPEC_DEPTH} "
                                                   "levels (opaque parameters may nest at most "
                                                   f"{MAX_OPAQUE_PARAMETERS_DEPTH})"),), **target)
-    return AdmissionResponse(uid, _capped(check(obj, old)), **target)
+    errors = check(obj, old)
+    if name != "DeviceClass":
+        errors += admin_access_errors(obj, namespace_labels)
+    if (request.get("requestKind") or {}).get("version") == "v1alpha3":
+        errors = v1alpha3_paths(errors)
+    return AdmissionResponse(uid, _capped(errors), warnings=tuple(object_warnings(obj)),
+                             **target)
 
 
 def _capped(errors: list[FieldError]) -> tuple[FieldError, ...]:
@@ -281,150 +286,6 @@ def mutate_pod(request: Mapping[str, Any], *,
         return AdmissionResponse(uid)
     return AdmissionResponse(uid, patch=tuple(pod_patch(pod, claims, gpu_claims=gpu_claims)),
                              warnings=tuple(pod_warnings(pod, claims)))
-
-
-def class_may_select(device_class: Mapping[str, Any] | None, driver: str = GPU_DRIVER) -> bool:
-    """Whether a DeviceClass (the API object; None: not found) can ever select a device of
-    ``driver``: False only when one of its selectors pins other drivers
-    (:func:`kdra.domain.cel.selector_drivers`), True whenever that is not certain."""
-    if not isinstance(device_class, Mapping):
-        return True
-    spec = device_class.get("spec")
-    selectors = spec.get("selectors") if isinstance(spec, Mapping) else None
-    for selector in selectors if isinstance(selectors, list) else ():
-        cel = selector.get("cel") if isinstance(selector, Mapping) else None
-        expression = cel.get("expression") if isinstance(cel, Mapping) else None
-        if isinstance(expression, str):
-            drivers = selector_drivers(expression)
-            if drivers is not None and driver not in drivers:
-                return False
-    return True
-
-
-def claim_request_classes(claim_spec: Mapping[str, Any] | None,
-                          request: str | None = None) -> list[str] | None:
-    """The DeviceClass names a claim spec (``ResourceClaim.spec``, or a template's
-    ``spec.spec``) asks for — only ``request``'s when given; None when the spec cannot be read
-    (the caller then assumes anything)."""
-    devices = claim_spec.get("devices") if isinstance(claim_spec, Mapping) else None
-    requests = devices.get("requests") if isinstance(devices, Mapping) else None
-    if not isinstance(requests, list):
-        return None
-    names = []
-    for entry in requests:
-        if not isinstance(entry, Mapping):
-            return None
-        if request is not None and entry.get("name") != request:
-            continue
-        name = entry.get("deviceClassName")
-        if not isinstance(name, str) or not name:
-            return None
-        names.append(name)
-    return names
-
-
-# --------------------------------------------------------------------------- kdra objects
-
-
-def claim_errors(obj: Mapping[str, Any],
-                 old: Mapping[str, Any] | None = None) -> list[FieldError]:
-    """Why a ResourceClaim must be rejected (empty: it is fine)."""
-    try:
-        claim = parse_claim(obj)
-    except InvalidObject as exc:
-        return [FieldError(exc.field, exc.message)]
-    return _device_claim_errors(claim.spec.devices, "spec.devices", _old_expressions(old))
-
-
-def template_errors(obj: Mapping[str, Any],
-                    old: Mapping[str, Any] | None = None) -> list[FieldError]:
-    """Why a ResourceClaimTemplate must be rejected (its claim spec is ``spec.spec``)."""
-    try:
-        template = parse_template(obj)
-    except InvalidObject as exc:
-        return [FieldError(exc.field, exc.message)]
-    return _device_claim_errors(template.spec.spec.devices, "spec.spec.devices",
-                                _old_expressions(old))
-
-
-def class_errors(obj: Mapping[str, Any],
-                 old: Mapping[str, Any] | None = None) -> list[FieldError]:
-    """Why a DeviceClass must be rejected."""
-    try:
-        device_class = parse_class(obj)
-    except InvalidObject as exc:
-        return [FieldError(exc.field, exc.message)]
-    spec = device_class.spec
-    errors = _selector_errors(
-        ((f"spec.selectors[{j}].cel.expression", s.cel.expression)
-         for j, s in enumerate(spec.selectors)), _old_expressions(old))
-    errors += _parameter_errors(
-        (f"spec.config[{i}].opaque.parameters", c.opaque.parameters)
-        for i, c in enumerate(spec.config))
-    return errors
-
-
-def _device_claim_errors(devices: DeviceClaim, where: str,
-                         known_good: frozenset[str]) -> list[FieldError]:
-    errors = _selector_errors(
-        ((f"{where}.requests[{i}].selectors[{j}].cel.expression", s.cel.expression)
-         for i, request in enumerate(devices.requests)
-         for j, s in enumerate(request.selectors)), known_good)
-    errors += _parameter_errors(
-        (f"{where}.config[{i}].opaque.parameters", c.opaque.parameters)
-        for i, c in enumerate(devices.config))
-    total = sum(r.exact_count for r in devices.requests if r.allocation_mode == ExactCount)
-    if total > MAX_DEVICES_PER_CLAIM:
-        errors.append(FieldError(
-            f"{where}.requests",
-            f"the requests ask for {total} devices in total; one claim can be allocated at "
-            f"most {MAX_DEVICES_PER_CLAIM} (upstream's limit on allocation results)"))
-    return errors
-
-
-def _selector_errors(selectors: Iterable[tuple[str, str]],
-                     known_good: frozenset[str]) -> list[FieldError]:
-    errors: list[FieldError] = []
-    for field, expression in selectors:
-        if expression in known_good:
-            continue
-        try:
-            compile_selector(expression)
-        except CelCompileError as exc:
-            errors.append(FieldError(field, str(exc)))
-    return errors
-
-
-def _parameter_errors(configs: Iterable[tuple[str, Any]]) -> list[FieldError]:
-    errors: list[FieldError] = []
-    for field, parameters in configs:
-        if too_deep(parameters, MAX_OPAQUE_PARAMETERS_DEPTH):
-            errors.append(FieldError(field, f"may nest at most {MAX_OPAQUE_PARAMETERS_DEPTH} "
-                                            "levels"))
-            continue
-        size = json_size(parameters, MAX_OPAQUE_PARAMETERS_BYTES)
-        if size > MAX_OPAQUE_PARAMETERS_BYTES:
-            errors.append(FieldError(field, f"must be at most {MAX_OPAQUE_PARAMETERS_BYTES} "
-                                            f"bytes of JSON (has more)"))
-    return errors
-
-
-def _old_expressions(old: Mapping[str, Any] | None) -> frozenset[str]:
-    """Every CEL expression text in the old object (ratcheting), whatever its kind."""
-    if old is None:
-        return frozenset()
-    found: set[str] = set()
-    stack: list[Any] = [old.get("spec")]
-    while stack:  # no recursion: the old object may nest a thousand levels deep
-        node = stack.pop()
-        if isinstance(node, Mapping):
-            cel = node.get("cel")
-            if isinstance(cel, Mapping) and isinstance(cel.get("expression"), str):
-                found.add(cel["expression"])
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-    return frozenset(found)
 
 
 # --------------------------------------------------------------------------- pods

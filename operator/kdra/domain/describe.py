@@ -255,7 +255,7 @@ def _slice_node(spec: JSON) -> str:
 
 
 def _details(device: JSON, driver: str) -> str:
-    attributes = _map(_map(device.get("basic")).get("attributes"))
+    attributes = _map(device.get("attributes"))
     values: dict[str, str] = {}
     for raw_name, raw_value in attributes.items():
         name = str(raw_name)
@@ -301,8 +301,7 @@ def _claim_row(claim: JSON) -> ClaimRow:
             if condition.get("status") == "False" and condition.get("reason") == \
                     UNHEALTHY_REASON:
                 unhealthy.add(key)
-    classes = {str(_map(request).get("name")): str(_map(request).get("deviceClassName") or "")
-               for request in _list(_map(_map(claim.get("spec")).get("devices")).get("requests"))}
+    classes = _request_classes(_map(_map(claim.get("spec")).get("devices")))
     devices = []
     for result in map(_map, _list(_map(_map(allocation).get("devices")).get("results"))):
         key = (str(result.get("driver") or ""), str(result.get("pool") or ""),
@@ -311,7 +310,7 @@ def _claim_row(claim: JSON) -> ClaimRow:
         devices.append(ClaimDevice(request=request, driver=key[0],
                                    pool=key[1], device=key[2], ready=ready.get(key),
                                    published=False,
-                                   device_class=classes.get(request.split("/", 1)[0], ""),
+                                   device_class=classes.get(request, ""),
                                    unhealthy=key in unhealthy))
     if meta.get("deletionTimestamp"):
         state = "deleting"
@@ -323,6 +322,20 @@ def _claim_row(claim: JSON) -> ClaimRow:
         state = "allocated"
     return ClaimRow(namespace=namespace, name=str(meta.get("name") or ""), state=state,
                     node=_allocated_node(_map(allocation)), devices=tuple(devices), pods=pods)
+
+
+def _request_classes(devices: JSON) -> dict[str, str]:
+    """Result name → DeviceClass of a v1 claim's requests: ``<request>`` for ``exactly``,
+    ``<request>/<subrequest>`` for each ``firstAvailable`` alternative."""
+    classes: dict[str, str] = {}
+    for request in map(_map, _list(devices.get("requests"))):
+        name = str(request.get("name"))
+        exactly = _map(request.get("exactly"))
+        if exactly:
+            classes[name] = str(exactly.get("deviceClassName") or "")
+        for sub in map(_map, _list(request.get("firstAvailable"))):
+            classes[f"{name}/{sub.get('name')}"] = str(sub.get("deviceClassName") or "")
+    return classes
 
 
 def _allocated_node(allocation: JSON) -> str:

@@ -102,8 +102,7 @@ class _Published:
             for device in devices:
                 key = (driver, pool, str(device.get("name")))
                 self.devices.add(key)
-                attributes = _map(_map(device.get("basic")).get("attributes")
-                                  or device.get("attributes"))
+                attributes = _map(device.get("attributes"))  # v1: devices are flat
                 uuid = _map(attributes.get("uuid") or attributes.get(f"{driver}/uuid"))
                 if isinstance(uuid.get("string"), str):
                     self.uuids[uuid["string"]] = key

@@ -192,7 +192,8 @@ def _admin_requests(claim: JSON) -> set[str]:
     devices = spec.get("devices") if isinstance(spec, Mapping) else None
     requests = devices.get("requests") if isinstance(devices, Mapping) else None
     return {str(r.get("name")) for r in requests or ()
-            if isinstance(r, Mapping) and r.get("adminAccess") is True}
+            if isinstance(r, Mapping) and isinstance(r.get("exactly"), Mapping)
+            and r["exactly"].get("adminAccess") is True}
 
 
 def _reserved(claim: JSON) -> list[JSON]:
@@ -228,7 +229,9 @@ def _double_allocations(claims: Sequence[JSON]) -> list[Violation]:
     for claim in claims:
         admin = _admin_requests(claim)
         for result in _results(claim):
-            holders[_device(result)].append((_name(claim), str(result.get("request")) in admin))
+            is_admin = (result.get("adminAccess") is True
+                        or str(result.get("request")).split("/", 1)[0] in admin)
+            holders[_device(result)].append((_name(claim), is_admin))
     found = []
     for device, held in holders.items():
         if len(held) < 2 or all(is_admin for _, is_admin in held):

@@ -104,13 +104,13 @@ class InventoryDevice:
         return next(iter(value.values())) if value else None
 
     def to_api(self) -> dict[str, Any]:
-        """The device as it appears in ``ResourceSlice.spec.devices[]``."""
-        basic: dict[str, Any] = {}
+        """The device as it appears in a v1 ``ResourceSlice.spec.devices[]``."""
+        device: dict[str, Any] = {"name": self.name}
         if self.attributes:
-            basic["attributes"] = {k: dict(v) for k, v in sorted(self.attributes.items())}
+            device["attributes"] = {k: dict(v) for k, v in sorted(self.attributes.items())}
         if self.capacity:
-            basic["capacity"] = dict(sorted(self.capacity.items()))
-        return {"name": self.name, "basic": basic}
+            device["capacity"] = {k: {"value": v} for k, v in sorted(self.capacity.items())}
+        return device
 
 
 @dataclass(frozen=True)

@@ -70,9 +70,10 @@ class Result:
 
 
 def admin_requests(claim: Mapping[str, Any]) -> frozenset[str]:
-    """Names of the claim's requests with ``adminAccess: true``."""
+    """Names of the claim's requests with ``exactly.adminAccess: true``."""
     requests = ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []
-    return frozenset(r.get("name", "") for r in requests if r.get("adminAccess"))
+    return frozenset(r.get("name", "") for r in requests
+                     if isinstance(r, Mapping) and (r.get("exactly") or {}).get("adminAccess"))
 
 
 def busy_devices(checkpoint: Checkpoint, uid: str) -> dict[tuple[str, str, str], ClaimRef]:

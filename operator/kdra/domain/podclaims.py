@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kdra import GROUP
+from kdra import GROUP, VERSION
 from kdra.domain.errors import InvalidObject
 from kdra.domain.models import DNS_LABEL, DNS_SUBDOMAIN
 from kdra.domain.untrusted import load_json, load_yaml, shorten
@@ -323,7 +323,7 @@ def generated_claim(template: Mapping[str, Any], pod: Mapping[str, Any],
     if tmeta.get("labels"):  # the template's labels, as upstream (none: no labels key)
         metadata["labels"] = dict(tmeta["labels"])
     return {
-        "apiVersion": f"{GROUP}/v1alpha3",
+        "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "ResourceClaim",
         "metadata": metadata,
         "spec": template.get("spec", {}).get("spec", {}) or {},

@@ -311,10 +311,13 @@ def search_window(policy: str, nodes: int, next_start: int) -> SearchWindow:
 
 def best(placements: Mapping[str, Placement], policy: str,
          order: Sequence[str]) -> Placement | None:
-    """The winning placement; ties go to the earliest node in ``order``."""
+    """The winning placement: the best ``firstAvailable`` choices first (upstream's DRA
+    score: a node where a request's first alternative fits beats one where only its third
+    does), then the placement policy; ties go to the earliest node in ``order``."""
     rank = {name: index for index, name in enumerate(order)}
     candidates = sorted(placements.values(),
-                        key=lambda p: (-score(p, policy), rank.get(p.node, 0), p.node))
+                        key=lambda p: (-p.preference, -score(p, policy), rank.get(p.node, 0),
+                                       p.node))
     return candidates[0] if candidates else None
 
 

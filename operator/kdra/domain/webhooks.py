@@ -23,6 +23,9 @@ Failure policy — the trade-off, written down once:
 * For DeviceClasses, an update that leaves ``spec`` unchanged (labels, finalizers) is not sent
   either, so metadata edits keep working during an outage.
 
+The same server converts kdra's objects between API versions (``/convert``): the CRDs'
+``spec.conversion`` (:func:`conversion`) points there, with the same CA bundle.
+
 Invariants:
 - Pure data: ``clientConfig`` is a URL (out-of-cluster use, tests) or the Service
   ``kdra-webhook`` in the operator's namespace, port 443; the CA bundle is passed in.
@@ -33,7 +36,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +49,8 @@ from kdra.domain.podclaims import (
 )
 
 __all__ = [
+    "CONVERT_PATH",
+    "CRD_NAMES",
     "HEALTHZ_PATH",
     "LABELS",
     "MUTATE_PODS_PATH",
@@ -58,6 +63,8 @@ __all__ = [
     "VALIDATE_PATH",
     "VALIDATING_CONFIG",
     "Endpoint",
+    "contains",
+    "conversion",
     "mutating_configuration",
     "operator_username",
     "service_dns_names",
@@ -73,7 +80,11 @@ TLS_SECRET = "kdra-webhook-tls"
 
 VALIDATE_PATH = "/validate"
 MUTATE_PODS_PATH = "/mutate-pods"
+CONVERT_PATH = "/convert"
 HEALTHZ_PATH = "/healthz"
+CRD_NAMES = tuple(f"{plural}.{GROUP}" for plural in (
+    "resourceclaims", "resourceclaimtemplates", "deviceclasses", "resourceslices"))
+"""The CRDs whose versions the operator's ``/convert`` webhook converts."""
 
 MUTATE_PODS_WEBHOOK = f"mutate-pods.{GROUP}"
 VALIDATE_PODS_WEBHOOK = f"validate-pods.{GROUP}"
@@ -268,3 +279,32 @@ def validating_configuration(endpoint: Endpoint, ca_bundle: bytes | None,
             _binding_webhook(endpoint, ca_bundle),
         ],
     }
+
+
+def conversion(endpoint: Endpoint, ca_bundle: bytes | None) -> dict[str, Any]:
+    """A CRD's ``spec.conversion``: the webhook at ``/convert``, ConversionReview v1."""
+    return {"strategy": "Webhook", "webhook": {
+        "conversionReviewVersions": ["v1"],
+        "clientConfig": endpoint.client_config(CONVERT_PATH, ca_bundle)}}
+
+
+def conversion_patch(endpoint: Endpoint, ca_bundle: bytes | None) -> dict[str, Any]:
+    """The merge patch that points a CRD's conversion at ``endpoint`` (clearing the other
+    kind of client config, since a merge patch would otherwise keep both)."""
+    desired = conversion(endpoint, ca_bundle)
+    client_config = desired["webhook"]["clientConfig"]
+    client_config.setdefault("url", None)
+    client_config.setdefault("service", None)
+    return {"spec": {"conversion": desired}}
+
+
+def contains(live: Any, desired: Any) -> bool:
+    """Whether ``live`` (an object as the API server returns it) already holds everything
+    ``desired`` sets: the defaults the API server adds do not count as differences."""
+    if isinstance(desired, Mapping):
+        return isinstance(live, Mapping) and all(
+            key in live and contains(live[key], value) for key, value in desired.items())
+    if isinstance(desired, list):
+        return (isinstance(live, list) and len(live) == len(desired)
+                and all(contains(a, b) for a, b in zip(live, desired, strict=True)))
+    return bool(live == desired)

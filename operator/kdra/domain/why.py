@@ -357,16 +357,18 @@ def _claim_info(entry: str, claim: ResourceClaim, raw: JSON,
         return ClaimInfo(entry, claim.metadata.name, row.state, row.node, devices)
     requests = []
     for request in claim.spec.devices.requests:
-        device_class = classes.get(request.device_class_name)
-        selectors = [f"class: {s.cel.expression}" for s in
-                     (device_class.spec.selectors if device_class is not None else ())]
-        selectors += [f"request: {s.cel.expression}" for s in request.selectors]
-        if device_class is None:
-            selectors.insert(0, f"class {request.device_class_name!r} does not exist")
-        count = "all" if request.allocation_mode == "All" else str(request.count or 1)
-        requests.append(RequestInfo(request.name, request.device_class_name,
-                                    count + (" (admin)" if request.admin_access else ""),
-                                    tuple(" ".join(s.split()) for s in selectors)))
+        # One row per alternative of a firstAvailable request, named as its results would be.
+        for name, asked in request.alternatives():
+            device_class = classes.get(asked.device_class_name)
+            selectors = [f"class: {s.cel.expression}" for s in
+                         (device_class.spec.selectors if device_class is not None else ())]
+            selectors += [f"request: {s.cel.expression}" for s in asked.selectors]
+            if device_class is None:
+                selectors.insert(0, f"class {asked.device_class_name!r} does not exist")
+            count = "all" if asked.allocation_mode == "All" else str(asked.exact_count)
+            requests.append(RequestInfo(name, asked.device_class_name,
+                                        count + (" (admin)" if request.admin_access else ""),
+                                        tuple(" ".join(s.split()) for s in selectors)))
     return ClaimInfo(entry, claim.metadata.name, "pending", requests=tuple(requests))
 
 

@@ -107,6 +107,8 @@ SERVICES = Resource("", "v1", "services", True, "Service")
 MUTATING_WEBHOOKS = Resource("admissionregistration.k8s.io", "v1",
                              "mutatingwebhookconfigurations", False,
                              "MutatingWebhookConfiguration")
+CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", False,
+                "CustomResourceDefinition")
 VALIDATING_WEBHOOKS = Resource("admissionregistration.k8s.io", "v1",
                                "validatingwebhookconfigurations", False,
                                "ValidatingWebhookConfiguration")

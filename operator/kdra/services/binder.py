@@ -959,7 +959,7 @@ class Binder:
         for slice_ in self.slices.index("pool", f"{driver}/{pool}"):
             for dev in slice_["spec"].get("devices") or []:
                 if dev.get("name") == device:
-                    attrs = (dev.get("basic") or {}).get("attributes") or {}
+                    attrs = dev.get("attributes") or {}
                     value = attrs.get(name) or attrs.get(f"{driver}/{name}") or {}
                     string = value.get("string")
                     return str(string) if string is not None else None

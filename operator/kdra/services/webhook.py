@@ -4,18 +4,24 @@ The operator starts one :class:`WebhookServer` (unless ``webhook_port`` is 0). I
 
 * ``POST /validate`` — :func:`kdra.domain.admission.validate` (claims, templates, classes, and
   pods whose kdra keys are written; kdra's own identities, :attr:`WebhookServer.trusted`,
-  may write kdra-owned keys), and :func:`kdra.domain.bindings.binding_decision` for the
-  operator's own pod bindings (the pod read from the API server),
+  may write kdra-owned keys; for an admin-access claim it reads the namespace's labels), and
+  :func:`kdra.domain.bindings.binding_decision` for the operator's own pod bindings (the pod
+  read from the API server),
 * ``POST /mutate-pods`` — :func:`kdra.domain.admission.mutate_pod`,
+* ``POST /convert`` — :func:`kdra.services.conversion.convert` (kdra's four kinds between
+  ``v1`` and ``v1alpha3``),
 * ``GET /healthz`` — ``ok``,
 
 over TLS with either a supplied certificate (``webhook_cert_dir``, re-read periodically) or a
 generated one kept in the Secret ``kdra-webhook-tls`` (shared by replicas, rotated by whichever
 replica first finds it due, see :mod:`kdra.services.certs`). With ``webhook_manage_config`` it
 creates and keeps the ``kdra-mutating`` / ``kdra-validating`` configurations
-(:mod:`kdra.domain.webhooks`) current, CA bundle included; where it may change only their CA
-bundle (in a cluster, the ValidatingAdmissionPolicy ``kdra-operator-webhooks``), it keeps that
-current and warns that the rest differs from this version's (re-apply manifests/webhooks).
+(:mod:`kdra.domain.webhooks`) current, CA bundle included, and points the four CRDs'
+``spec.conversion`` at this server with the same CA bundle (:mod:`kdra.services.conversion`);
+where it may change only the
+configurations' CA bundle (in a cluster, the ValidatingAdmissionPolicy
+``kdra-operator-webhooks``), it keeps that current and warns that the rest differs from this
+version's (re-apply manifests/webhooks).
 
 Invariants:
 - The server listens before the configurations are written, so the API server never calls a
@@ -26,7 +32,7 @@ Invariants:
 - The configurations are left in place on shutdown: failing closed is the point (see
   :mod:`kdra.domain.webhooks` for why ordinary pods are unaffected).
 - Decisions run in a worker thread: compiling a 10 KiB CEL selector must not stall kopf's
-  event loop.
+  event loop (conversions too, :mod:`kdra.services.conversion`).
 - Every review gets an AdmissionReview answer, even one whose object cannot be decoded (nested
   deeper than the JSON decoder's limit): it is denied, naming why, if its uid can be read.
 """
@@ -54,6 +60,7 @@ from kdra.domain.bindings import binding_decision, is_binding
 from kdra.domain.errors import InvalidObject
 from kdra.domain.jsonscan import path_value
 from kdra.domain.webhooks import (
+    CONVERT_PATH,
     HEALTHZ_PATH,
     LABELS,
     MUTATE_PODS_PATH,
@@ -61,6 +68,7 @@ from kdra.domain.webhooks import (
     TLS_SECRET,
     VALIDATE_PATH,
     Endpoint,
+    contains,
     mutating_configuration,
     service_dns_names,
     trusted_usernames,
@@ -68,6 +76,7 @@ from kdra.domain.webhooks import (
 )
 from kdra.kube.client import (
     MUTATING_WEBHOOKS,
+    NAMESPACES,
     PODS,
     SECRETS,
     SERVICES,
@@ -80,6 +89,7 @@ from kdra.kube.client import (
 )
 from kdra.services import certs
 from kdra.services.certs import TlsBundle
+from kdra.services.conversion import convert, point_crds
 from kdra.services.gpu_lookup import GpuClaimLookup
 from kdra.settings import OperatorSettings
 
@@ -88,7 +98,7 @@ __all__ = ["CHECK_INTERVAL", "WebhookServer", "start_webhooks"]
 log = logging.getLogger(__name__)
 
 CHECK_INTERVAL = 300.0  # seconds between certificate / configuration checks
-MAX_BODY = 8 * 1024 * 1024  # an AdmissionReview holds the object and the old object
+MAX_BODY = 64 * 1024 * 1024  # a ConversionReview holds a whole LIST in the old version
 _UNSPECIFIED = frozenset({"", "0.0.0.0", "::", "[::]"})
 _ATTEMPTS = 3
 
@@ -159,6 +169,7 @@ class WebhookServer:
         app = web.Application(client_max_size=MAX_BODY)
         app.router.add_post(VALIDATE_PATH, self._validate)
         app.router.add_post(MUTATE_PODS_PATH, self._mutate_pods)
+        app.router.add_post(CONVERT_PATH, convert)
         app.router.add_get(HEALTHZ_PATH, self._healthz)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -313,6 +324,9 @@ class WebhookServer:
                                                            self.trusted)),
         ):
             await self._apply(resource, desired)
+        assert self.client is not None
+        await point_crds(self.client, self.endpoint, bundle.ca_pem, self.endpoint.url or
+                         f"Service {self.settings.namespace}/{SERVICE_NAME}")
 
     async def _apply(self, resource: Resource, desired: dict[str, Any]) -> None:
         assert self.client is not None
@@ -327,7 +341,7 @@ class WebhookServer:
                     continue
                 log.info("created %s %s", resource.kind, name)
                 return
-            if _contains(live, desired):
+            if contains(live, desired):
                 return
             meta = live["metadata"]
             body = {**desired, "metadata": {
@@ -361,7 +375,7 @@ class WebhookServer:
             bundle = bundles.get(webhook.get("name"))
             if bundle:
                 webhook.setdefault("clientConfig", {})["caBundle"] = bundle
-        differs = not _contains(body, desired)
+        differs = not contains(body, desired)
         if body != live:
             try:
                 await self.client.replace(resource, body)
@@ -395,8 +409,25 @@ class WebhookServer:
         return web.Response(text="ok")
 
     async def _validate(self, request: web.Request) -> web.Response:
-        return await self._review(request, functools.partial(
-            admission.validate, trusted=frozenset(self.trusted)), bindings=True)
+        return await self._review(request, admission.validate, bindings=True, objects=True)
+
+    async def _namespace_labels(self, body: Any) -> dict[str, str] | None:
+        """The labels of the reviewed object's namespace when the admin-access rule needs
+        them (else, and when they cannot be read, None)."""
+        request = body.get("request") if isinstance(body, Mapping) else None
+        if not isinstance(request, Mapping):
+            return None
+        obj = request.get("object")
+        if (self.client is None or not isinstance(obj, Mapping)
+                or not admission.admin_access_requested(obj)):
+            return None
+        try:
+            namespace = await self.client.get(NAMESPACES, str(request.get("namespace")))
+        except (ApiError, OSError) as exc:
+            log.warning("cannot read namespace %s for the admin-access rule: %s",
+                        request.get("namespace"), exc)
+            return None
+        return dict((namespace.get("metadata") or {}).get("labels") or {})
 
     async def _validate_binding(self, body: Any, review: Mapping[str, Any]) -> web.Response:
         """The operator's own bindings: only pods with schedulerName kdra-scheduler."""
@@ -422,9 +453,12 @@ class WebhookServer:
         return await self._review(request, admission.mutate_pod, gpu_lookup=True)
 
     async def _review(self, request: web.Request, decide: admission.Decide, *,
-                      gpu_lookup: bool = False, bindings: bool = False) -> web.Response:
+                      gpu_lookup: bool = False, bindings: bool = False,
+                      objects: bool = False) -> web.Response:
         """``gpu_lookup``: the pod mutation learns which claims may get GPUs (env vars);
-        ``bindings``: a pod Binding goes to :meth:`_validate_binding` instead."""
+        ``bindings``: a pod Binding goes to :meth:`_validate_binding` instead;
+        ``objects``: ``decide`` is :func:`admission.validate`, given kdra's identities and the
+        labels of the object's namespace."""
         raw = await request.read()
         try:
             body = orjson.loads(raw)
@@ -438,6 +472,9 @@ class WebhookServer:
             review = body.get("request") if isinstance(body, Mapping) else None
             if isinstance(review, Mapping) and is_binding(review):
                 return await self._validate_binding(body, review)
+        if objects:  # the validating webhook: kdra's identities, the namespace's labels
+            decide = functools.partial(admission.validate, trusted=frozenset(self.trusted),
+                                       namespace_labels=await self._namespace_labels(body))
         if gpu_lookup and self.client is not None:  # which claims may get GPUs (env vars)
             gpu_claims = await GpuClaimLookup(self.client).gpu_claims(body)
             decide = functools.partial(admission.mutate_pod, gpu_claims=gpu_claims)
@@ -459,15 +496,3 @@ def _describe(body: Mapping[str, Any]) -> str:
         "metadata", {}).get("generateName", "?")
     namespace = request.get("namespace")
     return f"{request.get('operation', '?')} {kind} {namespace + '/' if namespace else ''}{name}"
-
-
-def _contains(live: Any, desired: Any) -> bool:
-    """Whether ``live`` already holds everything ``desired`` sets (the API server adds
-    defaults, which do not count as differences)."""
-    if isinstance(desired, Mapping):
-        return isinstance(live, Mapping) and all(
-            key in live and _contains(live[key], value) for key, value in desired.items())
-    if isinstance(desired, list):
-        return (isinstance(live, list) and len(live) == len(desired)
-                and all(_contains(a, b) for a, b in zip(live, desired, strict=True)))
-    return bool(live == desired)

@@ -31,7 +31,7 @@ from kdra.domain.admission import (
 from kdra.domain.errors import InvalidObject
 from kdra.domain.podclaims import CLAIMS_ANNOTATION, SCHEDULER_NAME, parse_pod_claims
 
-API = "resource.kdra.dev/v1alpha3"
+API = "resource.kdra.dev/v1"
 ANNOTATION = f"metadata.annotations[{CLAIMS_ANNOTATION}]"
 GOOD_CEL = 'device.driver == "gpu.kdra.dev"'
 
@@ -40,10 +40,10 @@ GOOD_CEL = 'device.driver == "gpu.kdra.dev"'
 
 
 def req(name: str = "gpu", cel: tuple[str, ...] = (), **extra: Any) -> dict[str, Any]:
-    request: dict[str, Any] = {"name": name, "deviceClassName": "gpu.kdra.dev", **extra}
+    exactly: dict[str, Any] = {"deviceClassName": "gpu.kdra.dev", **extra}
     if cel:
-        request["selectors"] = [{"cel": {"expression": e}} for e in cel]
-    return request
+        exactly["selectors"] = [{"cel": {"expression": e}} for e in cel]
+    return {"name": name, "exactly": exactly}
 
 
 def claim(*requests: dict[str, Any], **devices: Any) -> dict[str, Any]:
@@ -135,24 +135,36 @@ OBJECT_CASES: list[tuple[str, Check, dict[str, Any], str | None, str]] = [
     ("claim-valid", claim_errors, claim(req(cel=(GOOD_CEL,))), None, ""),
     ("claim-no-selectors", claim_errors, claim(), None, ""),
     ("claim-cel-syntax", claim_errors, claim(req(cel=("device.driver ==",))),
-     "spec.devices.requests[0].selectors[0].cel.expression", "syntax error"),
+     "spec.devices.requests[0].exactly.selectors[0].cel.expression", "syntax error"),
     ("claim-cel-second-selector-of-second-request", claim_errors,
      claim(req("a"), req("b", cel=(GOOD_CEL, "device.nope"))),
-     "spec.devices.requests[1].selectors[1].cel.expression", "undefined field 'nope'"),
+     "spec.devices.requests[1].exactly.selectors[1].cel.expression", "undefined field 'nope'"),
     ("claim-cel-unknown-function", claim_errors, claim(req(cel=("nosuch(1)",))),
-     "spec.devices.requests[0].selectors[0].cel.expression", "undeclared reference"),
+     "spec.devices.requests[0].exactly.selectors[0].cel.expression", "undeclared reference"),
     ("claim-cel-names-expression", claim_errors, claim(req(cel=("device.driver ==",))),
-     "spec.devices.requests[0].selectors[0].cel.expression", "(expression: device.driver ==)"),
+     "spec.devices.requests[0].exactly.selectors[0].cel.expression",
+     "(expression: device.driver ==)"),
     ("claim-cel-too-long", claim_errors, claim(req(cel=("true || " * 1500 + "true",))),
-     "spec.devices.requests[0].selectors[0].cel.expression", "longer than 10240 bytes"),
+     "spec.devices.requests[0].exactly.selectors[0].cel.expression", "longer than 10240 bytes"),
     ("claim-constraint-unknown-request", claim_errors,
      claim(req(), constraints=[{"requests": ["nope"], "matchAttribute": "gpu.kdra.dev/x"}]),
      "spec.devices", "constraints[0].requests names unknown request(s) nope"),
     ("claim-config-unknown-request", claim_errors,
      claim(req(), config=[{"requests": ["nope"], **opaque(20)}]),
      "spec.devices", "config[0].requests names unknown request(s) nope"),
-    ("claim-count-zero", claim_errors, claim(req(count=0)), "spec.devices.requests[0]",
+    ("claim-count-zero", claim_errors, claim(req(count=0)), "spec.devices.requests[0].exactly",
      "count must be greater than zero"),
+    ("claim-first-available-cel", claim_errors, claim({"name": "gpu", "firstAvailable": [
+        {"name": "a", "deviceClassName": "gpu.kdra.dev"},
+        {"name": "b", "deviceClassName": "gpu.kdra.dev", "selectors": [
+            {"cel": {"expression": "device.nope"}}]}]}),
+     "spec.devices.requests[0].firstAvailable[1].selectors[0].cel.expression",
+     "undefined field 'nope'"),
+    ("claim-too-many-devices-smallest-alternative", claim_errors, claim(
+        req("a", count=30), {"name": "b", "firstAvailable": [
+            {"name": "x", "deviceClassName": "gpu.kdra.dev", "count": 5},
+            {"name": "y", "deviceClassName": "gpu.kdra.dev", "count": 3}]}),
+     "spec.devices.requests", "ask for 33 devices in total"),
     ("claim-33-requests", claim_errors, claim(*(req(f"r{i}") for i in range(33))),
      "spec.devices.requests", "at most 32"),
     ("claim-too-many-devices", claim_errors, claim(req("a", count=20), req("b", count=13)),
@@ -166,7 +178,7 @@ OBJECT_CASES: list[tuple[str, Check, dict[str, Any], str | None, str]] = [
      claim(req(), config=[opaque(MAX_OPAQUE_PARAMETERS_BYTES)]), None, ""),
     ("template-valid", template_errors, template(req(cel=(GOOD_CEL,))), None, ""),
     ("template-cel-syntax", template_errors, template(req(cel=("(",))),
-     "spec.spec.devices.requests[0].selectors[0].cel.expression", "syntax error"),
+     "spec.spec.devices.requests[0].exactly.selectors[0].cel.expression", "syntax error"),
     ("template-duplicate-requests", template_errors, template(req("a"), req("a")),
      "spec.spec.devices", "duplicate request names: a"),
     ("class-valid", class_errors, device_class(GOOD_CEL), None, ""),
@@ -197,8 +209,8 @@ def test_object_validation(check: Check, obj: dict[str, Any], field: str | None,
 def test_every_bad_selector_is_reported_at_once() -> None:
     errors = claim_errors(claim(req("a", cel=("(",)), req("b", cel=(GOOD_CEL, "x.y"))))
     assert [e.field for e in errors] == [
-        "spec.devices.requests[0].selectors[0].cel.expression",
-        "spec.devices.requests[1].selectors[1].cel.expression",
+        "spec.devices.requests[0].exactly.selectors[0].cel.expression",
+        "spec.devices.requests[1].exactly.selectors[1].cel.expression",
     ]
     response = validate(request_for(claim(req("a", cel=("(",)), req("b", cel=("x.y",)))))
     assert response.message.count("; ") == 1
@@ -217,9 +229,9 @@ def test_validate_denies_with_the_field_and_status() -> None:
     assert body["uid"] == "u-1" and body["allowed"] is False
     assert body["status"]["code"] == 422 and body["status"]["reason"] == "Invalid"
     assert body["status"]["message"].startswith(
-        "spec.devices.requests[0].selectors[0].cel.expression: 1:15: syntax error")
+        "spec.devices.requests[0].exactly.selectors[0].cel.expression: 1:15: syntax error")
     assert body["status"]["details"]["causes"][0]["field"] == \
-        "spec.devices.requests[0].selectors[0].cel.expression"
+        "spec.devices.requests[0].exactly.selectors[0].cel.expression"
     assert "patch" not in body
 
 
@@ -389,12 +401,19 @@ def test_a_missing_or_odd_class_may_select_anything() -> None:
 
 
 def test_claim_request_classes() -> None:
-    spec = {"devices": {"requests": [{"name": "a", "deviceClassName": "x"},
-                                     {"name": "b", "deviceClassName": "y"}]}}
-    assert claim_request_classes(spec) == ["x", "y"]
+    spec = {"devices": {"requests": [
+        {"name": "a", "exactly": {"deviceClassName": "x"}},
+        {"name": "b", "exactly": {"deviceClassName": "y"}},
+        {"name": "c", "firstAvailable": [{"name": "big", "deviceClassName": "z"},
+                                         {"name": "small", "deviceClassName": "y"}]}]}}
+    assert claim_request_classes(spec) == ["x", "y", "z", "y"]
     assert claim_request_classes(spec, "b") == ["y"]
+    assert claim_request_classes(spec, "c") == ["z", "y"]  # any alternative
+    assert claim_request_classes(spec, "c/big") == ["z"]
     assert claim_request_classes(None) is None
     assert claim_request_classes({"devices": {"requests": [{"name": "a"}]}}) is None
+    assert claim_request_classes({"devices": {"requests": [
+        {"name": "a", "exactly": {}}]}}) is None
     assert claim_request_classes({"devices": {"requests": ["x"]}}) is None
 
 
@@ -503,6 +522,49 @@ def test_consuming_containers() -> None:
         {"name": "y", "resourceClaimName": "d"},
     ]))
     assert consuming_containers(obj, claims) == {"a", "b", "i"}
+
+
+# --------------------------------------------------------------------------- v1 specifics
+
+
+def test_admin_access_needs_the_namespace_label() -> None:
+    admin = claim(req(adminAccess=True))
+    denied = validate(request_for(admin), namespace_labels={"team": "a"})
+    assert not denied.allowed
+    assert denied.errors[0].field == "spec.devices.requests[].exactly.adminAccess"
+    assert "resource.kdra.dev/admin-access=true" in denied.errors[0].message
+    assert "kubectl label namespace default" in denied.errors[0].message
+    unread = validate(request_for(admin), namespace_labels=None)
+    assert not unread.allowed and "could not be read" in unread.message
+    allowed = validate(request_for(admin),
+                       namespace_labels={"resource.kdra.dev/admin-access": "true"})
+    assert allowed.allowed
+    plain = validate(request_for(claim(req())), namespace_labels=None)
+    assert plain.allowed, "without admin access the namespace is not needed"
+
+
+def test_admin_access_rule_covers_templates() -> None:
+    response = validate(request_for(template(req(adminAccess=True))), namespace_labels={})
+    assert response.errors[0].field == "spec.spec.devices.requests[].exactly.adminAccess"
+
+
+def test_unsupported_fields_are_admitted_with_a_warning() -> None:
+    obj = claim(req(tolerations=[{"key": "k", "operator": "Exists"}]))
+    response = validate(request_for(obj))
+    assert response.allowed
+    assert response.warnings == (
+        "spec.devices.requests[0].exactly.tolerations: kdra does not support this field yet; "
+        "the claim is kept but will not be allocated until kdra does (remove the field to "
+        "use it now)",)
+    assert response.to_review()["response"]["warnings"] == list(response.warnings)
+
+
+def test_a_user_of_v1alpha3_sees_v1alpha3_field_paths() -> None:
+    request = request_for(claim(req(cel=("(",))))
+    request["requestKind"] = {"group": "resource.kdra.dev", "version": "v1alpha3",
+                              "kind": "ResourceClaim"}
+    response = validate(request)
+    assert response.errors[0].field == "spec.devices.requests[0].selectors[0].cel.expression"
 
 
 # --------------------------------------------------------------------------- pods: hostile input

@@ -31,11 +31,13 @@ from tests.unit.builders import (
     allocated,
     claim_with,
     devices,
+    first_available,
     gpu_class,
     node,
     nodes,
     request,
     slice_with,
+    sub,
 )
 
 GPU = f'device.attributes["{DRIVER}"]'
@@ -270,3 +272,93 @@ def test_still_fits_rechecks_a_placement_after_the_snapshot_changed() -> None:
     snapshot.upsert_slice(slice_with(*devices(1), node=names[1].name, name=f"s-{names[1].name}",
                                      generation=1))
     assert not placing.still_fits(second)
+
+
+# --------------------------------------------------------------------------- firstAvailable
+
+
+def prioritized_pod() -> list[ResourceClaim]:
+    """:data:`POD` with its All request first in a prioritized list: on a hard node the first
+    alternative (all eight devices) tries every assignment of the one-device claims and
+    fails, the second (two devices) then fits at once."""
+    return [*POD[:3], claim_with(first_available("gpu", sub("all", all=True),
+                                                 sub("two", count=2)), name="choice")]
+
+
+def alternative_steps(snapshot: Snapshot, names: list[NodeInfo]) -> list[int]:
+    """The steps of each alternative's search on its own (the pod with ``all``, with
+    ``two``) on the first node."""
+    steps = []
+    for last in (claim_with(request("all", all=True), name="choice"),
+                 claim_with(request("two", count=2), name="choice")):
+        search = NodeSearch(prepare([*POD[:3], last], snapshot),
+                            snapshot.node_pools(names[0]), busy_view(snapshot, ()),
+                            snapshot.stats)
+        search.run()
+        steps.append(search.steps)
+    return steps
+
+
+def test_every_alternative_counts_against_the_node_budget() -> None:
+    snapshot, names = cluster(hard=1, easy=0)
+    first, second = alternative_steps(snapshot, names)
+    assert first > 500 and second < 20  # the first alternative is the expensive one
+    # Unbounded: the second alternative is chosen, after both searches' steps.
+    outcome = Placing(snapshot, prioritized_pod(), names).advance(None)
+    assert outcome is not None
+    (placement,) = outcome.placements.values()
+    assert outcome.steps == first + second
+    assert [r.request for r in placement.results[-1].devices.results] == ["gpu/two"] * 2
+    assert placement.preference == 7  # the second of a prioritized list: 8 - 1
+    # A node budget the first alternative alone exhausts: the node gives up there, the
+    # second alternative is never tried.
+    capped = Placing(snapshot, prioritized_pod(), names, node_steps=first // 2).advance(None)
+    assert capped is not None
+    assert not capped.placements and capped.exhausted
+    assert [r.code for r in capped.reasons.values()] == [ReasonCode.SEARCH_EXHAUSTED]
+    assert capped.steps <= first // 2 + 3 * (8 + 8)
+    # Enough for both: placed, with the same steps as unbounded.
+    enough = Placing(snapshot, prioritized_pod(), names,
+                     node_steps=first + second).advance(None)
+    assert enough is not None and list(enough.placements) == [names[0].name]
+
+
+def test_a_prioritized_search_paused_in_any_alternative_resumes_to_the_same_outcome() -> None:
+    snapshot, names = cluster(hard=2, easy=1)
+    whole = Placing(snapshot, prioritized_pod(), names).advance(None)
+    assert whole is not None
+    for step in (1, 37, 400):
+        stepped = Placing(snapshot, prioritized_pod(), names)
+        while (outcome := stepped.advance(step)) is None:
+            pass
+        assert outcome.steps == whole.steps
+        assert outcome.reasons == whole.reasons
+        assert {n: p.preference for n, p in outcome.placements.items()} == \
+            {n: p.preference for n, p in whole.placements.items()}
+        assert [str(d) for p in outcome.placements.values() for d in sorted(p.devices)] == \
+            [str(d) for p in whole.placements.values() for d in sorted(p.devices)]
+
+
+def test_the_pod_budget_stops_between_alternatives() -> None:
+    """Placing.advance(steps) pauses wherever the steps run out, also right after an
+    alternative failed; give_up() then reports the node as exhausted."""
+    snapshot, names = cluster(hard=1, easy=0)
+    first, _ = alternative_steps(snapshot, names)
+    placing = Placing(snapshot, prioritized_pod(), names)
+    assert placing.advance(first) is None  # the first alternative done, the second not
+    outcome = placing.give_up()
+    assert not outcome.placements and outcome.exhausted
+    assert [r.code for r in outcome.reasons.values()] == [ReasonCode.SEARCH_EXHAUSTED]
+
+
+def test_combinations_skipped_for_too_many_devices_count_against_the_cap() -> None:
+    """Eight requests whose alternatives are 32 devices except the last, one: only the last
+    of 8^8 combinations stays within a claim's 32 devices. Enumerating them is bounded like
+    searching them (too-many-choices), not 16 million skips."""
+    requests = [first_available(f"r{k}", *[sub(f"s{i}", count=32) for i in range(7)],
+                                sub("one")) for k in range(8)]
+    snapshot = Snapshot.build([slice_with(*devices(40))], [gpu_class()])
+    outcome = place(snapshot, [claim_with(*requests)], [node()])
+    (reason,) = outcome.reasons.values()
+    assert reason.code == ReasonCode.TOO_MANY_CHOICES
+    assert outcome.steps == 0  # nothing searched: every combination considered was skipped

@@ -1,6 +1,10 @@
-"""A device of a type kdra does not understand is never selected (upstream's allocator skips
-a device without ``basic``: "some future, unknown device type. We cannot select it."), and
-one with data CEL cannot represent fails its selectors instead of matching them."""
+"""A device of a type kdra does not understand is never selected, and one with data CEL
+cannot represent fails its selectors instead of matching them.
+
+In v1 (flat devices, no ``basic`` any more) "a type kdra does not understand" is a device that
+uses a feature kdra does not implement yet — here one that consumes counters (a partition):
+upstream's allocator skips such a device while its feature is off, and kdra never offers it
+(``DeviceEntry.unsupported``); an ``All`` request that would need it fails, with the reason."""
 
 from __future__ import annotations
 
@@ -23,7 +27,8 @@ from tests.unit.builders import (
     slice_with,
 )
 
-UNKNOWN = {"name": "gpu-0"}  # no "basic": a device type from the future
+UNKNOWN = {"name": "gpu-0", "consumesCounters": [  # a partition: kdra does not do counters yet
+    {"counterSet": "gpu", "counters": {"memory": {"value": "10Gi"}}}]}
 
 
 def picked(claim_request: dict[str, object], *classes: object) -> list[str] | None:
@@ -42,7 +47,6 @@ def picked(claim_request: dict[str, object], *classes: object) -> list[str] | No
         (request("gpu"), ["gpu-1"]),
         (request("gpu", "true"), ["gpu-1"]),
         (request("gpu", count=2), None),  # only one device it can use
-        (request("gpu", all=True), ["gpu-1"]),
     ],
 )
 def test_unknown_device_type_is_skipped(
@@ -55,14 +59,23 @@ def test_unknown_device_type_is_skipped_without_any_selector() -> None:
     assert picked(request("gpu"), class_with(CLASS)) == ["gpu-1"]
 
 
-def test_unknown_device_type_matches_no_selector() -> None:
+def test_all_devices_cannot_skip_a_matching_device_it_cannot_allocate() -> None:
+    with pytest.raises(AllocationError, match="uses consumesCounters, which kdra does not "
+                                              "support yet"):
+        picked(request("gpu", all=True))
+
+
+def test_unknown_device_type_is_never_offered() -> None:
     entry = DeviceEntry(slice_with(UNKNOWN), 0)
+    assert entry.unsupported == ("consumesCounters",)
     selector = Selector(DRIVER_SELECTOR, compile_selector(DRIVER_SELECTOR), "test")
-    assert entry.evaluate(selector, Stats()) is False
+    pools = Snapshot.build([slice_with(UNKNOWN)], [gpu_class()], []).node_pools(node())
+    assert pools.matching((selector,), (DRIVER_SELECTOR,), Stats()) == ()
+    assert entry.evaluate(selector, Stats()) is True  # its data is fine; it is not offered
 
 
 def test_device_with_data_cel_cannot_represent_fails_instead_of_matching() -> None:
-    bad = {"name": "gpu-0", "basic": {"capacity": {"memory": "80GB"}}}  # not a quantity
+    bad = {"name": "gpu-0", "capacity": {"memory": {"value": "80GB"}}}  # not a quantity
     snapshot = Snapshot.build([slice_with(bad)], [gpu_class()], [])
     with pytest.raises(AllocationError, match="cannot be evaluated"):
         allocate([claim_with(request("gpu"))], snapshot, node())

@@ -237,3 +237,15 @@ def test_json_shape() -> None:
     assert data["claims"][0]["devices"] == [
         {"request": "gpu", "driver": GPU, "pool": "worker-1", "device": "gpu-0", "ready": None,
          "published": True}]
+
+
+def test_a_prioritized_claims_devices_carry_the_chosen_alternatives_class() -> None:
+    from kdra.domain.describe import claims_of
+
+    claim = raw_claim("c", ("gpu/small", GPU, "node-a", "gpu-0"), ("cat", CATS, "w", "k-0"))
+    claim["spec"] = {"devices": {"requests": [
+        {"name": "gpu", "firstAvailable": [{"name": "big", "deviceClassName": "h100"},
+                                           {"name": "small", "deviceClassName": "a100"}]},
+        {"name": "cat", "exactly": {"deviceClassName": "cats"}}]}}
+    (row,) = claims_of([claim])
+    assert [d.device_class for d in row.devices] == ["a100", "cats"]

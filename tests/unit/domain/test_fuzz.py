@@ -40,7 +40,9 @@ KEYS = ["metadata", "spec", "status", "devices", "requests", "name", "deviceClas
         "matchAttribute", "config", "opaque", "driver", "parameters", "pool", "generation",
         "resourceSliceCount", "nodeName", "allNodes", "nodeSelector", "basic", "attributes",
         "capacity", "int", "bool", "string", "version", "allocation", "results",
-        "reservedFor", "adminAccess", "nodeSelectorTerms", "matchExpressions", "uid"]
+        "reservedFor", "adminAccess", "nodeSelectorTerms", "matchExpressions", "uid",
+        "exactly", "firstAvailable", "distinctAttribute", "value", "taints", "ints",
+        "consumesCounters", "perDeviceNodeSelection", "sharedCounters", "tolerations"]
 # Dicts built from the API's own keys reach much deeper into the models than random keys.
 api_like = st.recursive(
     scalars,
@@ -91,20 +93,29 @@ attribute_values = st.one_of(
     st.builds(lambda v: {"version": v}, st.sampled_from(["1.2.3", "not-a-version"])),
     st.just({"int": 1, "string": "two"}), st.just({}), st.integers())
 devices = st.builds(
-    lambda name, attrs, capacity: {"name": name, "basic": {"attributes": attrs,
-                                                           "capacity": capacity}},
+    lambda name, attrs, capacity: {"name": name, "attributes": attrs,
+                                   "capacity": {k: {"value": v} for k, v in capacity.items()}},
     st.sampled_from(["gpu-0", "gpu-1", "gpu-2", "gpu-3", "Bad_Name", ""]),
     st.dictionaries(st.sampled_from(ATTRS), attribute_values, max_size=3),
     st.dictionaries(st.sampled_from(["memory", "gpu.kdra.dev/memory"]),
                     st.sampled_from(["80Gi", "40Gi", "lots", "1e3", ""]), max_size=1))
 
 
-def requests() -> st.SearchStrategy[dict[str, Any]]:
+def asked() -> st.SearchStrategy[dict[str, Any]]:
     return st.fixed_dictionaries(
-        {"name": names, "deviceClassName": st.sampled_from(CLASSES)},
+        {"deviceClassName": st.sampled_from(CLASSES)},
         optional={"count": counts, "selectors": cel_selectors,
                   "allocationMode": st.sampled_from(["ExactCount", "All", "Some"]),
                   "adminAccess": st.one_of(st.booleans(), st.just("yes"))})
+
+
+def requests() -> st.SearchStrategy[dict[str, Any]]:
+    """v1 requests: ``exactly`` one kind, or ``firstAvailable`` alternatives."""
+    exactly = st.builds(lambda name, body: {"name": name, "exactly": body}, names, asked())
+    first = st.builds(lambda name, subs: {"name": name, "firstAvailable": subs}, names,
+                      st.lists(st.builds(lambda n, body: {"name": n, **body}, names, asked()),
+                               max_size=3))
+    return st.one_of(exactly, first)
 
 
 def claim_dicts(index: int) -> st.SearchStrategy[dict[str, Any]]:
@@ -114,9 +125,10 @@ def claim_dicts(index: int) -> st.SearchStrategy[dict[str, Any]]:
             "spec": {"devices": {"requests": reqs, "constraints": constraints,
                                  "config": config}}},
         st.lists(requests(), max_size=3),
-        st.just([]) | st.lists(st.fixed_dictionaries(
-            {"matchAttribute": st.sampled_from(ATTRS)},
-            optional={"requests": st.lists(names, max_size=2)}), max_size=2),
+        st.just([]) | st.lists(st.one_of(*(st.fixed_dictionaries(
+            {kind: st.sampled_from(ATTRS)},
+            optional={"requests": st.lists(names, max_size=2)})
+            for kind in ("matchAttribute", "distinctAttribute"))), max_size=2),
         st.just([]) | st.lists(st.fixed_dictionaries(
             {"opaque": st.fixed_dictionaries({"driver": st.sampled_from(DRIVERS),
                                               "parameters": st.dictionaries(

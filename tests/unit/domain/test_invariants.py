@@ -37,9 +37,9 @@ def pod(name: str, node_name: str | None = "n1", claims: dict[str, str] | None =
 def claim(name: str, devices: list[str] | None = None, *, node_name: str = "n1",
           reserved: list[str] | None = None, ready: bool = True, admin: bool = False,
           uid: str | None = None, selector: bool = True) -> dict[str, Any]:
-    request: dict[str, Any] = {"name": "gpu", "deviceClassName": GPU}
+    request: dict[str, Any] = {"name": "gpu", "exactly": {"deviceClassName": GPU}}
     if admin:
-        request["adminAccess"] = True
+        request["exactly"]["adminAccess"] = True
     body: dict[str, Any] = {"metadata": {"name": name, "namespace": NS,
                                          "uid": uid or f"uid-{name}"},
                             "spec": {"devices": {"requests": [request]}}, "status": {}}
@@ -339,8 +339,8 @@ def test_violations_are_sorted_and_unique() -> None:
 
 def gpu_slice(node_name: str, *uuids: str) -> dict[str, Any]:
     body = slice_(f"{node_name}-gpu", node_name)
-    body["spec"]["devices"] = [{"name": f"gpu-{i}", "basic": {"attributes": {
-        "uuid": {"string": uuid}}}} for i, uuid in enumerate(uuids)]
+    body["spec"]["devices"] = [{"name": f"gpu-{i}", "attributes": {
+        "uuid": {"string": uuid}}} for i, uuid in enumerate(uuids)]
     return body
 
 

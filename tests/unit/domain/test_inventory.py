@@ -126,7 +126,9 @@ def test_seed_cats_example() -> None:
             / "resourceslice.yaml")
     import yaml
 
-    published = yaml.safe_load(seed.read_text())["spec"]["devices"]
+    from kdra.domain.models.conversion import to_v1
+
+    published = to_v1(yaml.safe_load(seed.read_text()))["spec"]["devices"]
     built = build_slices(node="worker-1", driver="resource-driver.example.com",
                          devices=inventory.devices, generation=0)[0]["spec"]["devices"]
     assert built == published

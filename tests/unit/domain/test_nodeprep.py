@@ -194,8 +194,9 @@ def test_busy_devices_and_admin_access() -> None:
     assert busy_devices(checkpoint, "uid-1") == {}
     assert PreparedDevice.from_json(watched.to_json()).admin_access
     assert "adminAccess" not in held.to_json()
-    claim = {"spec": {"devices": {"requests": [{"name": "gpu"},
-                                              {"name": "mon", "adminAccess": True}]}}}
+    claim = {"spec": {"devices": {"requests": [
+        {"name": "gpu", "exactly": {"deviceClassName": GPU}},
+        {"name": "mon", "exactly": {"deviceClassName": GPU, "adminAccess": True}}]}}}
     assert admin_requests(claim) == frozenset({"mon"})
 
 

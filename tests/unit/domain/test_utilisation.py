@@ -31,8 +31,8 @@ def snapshot(slices: list[dict[str, Any]], classes: list[dict[str, Any]]) -> Sna
 
 def with_class(claim: dict[str, Any], device_class: str) -> dict[str, Any]:
     requests = sorted({r["request"] for r in claim["status"]["allocation"]["devices"]["results"]})
-    claim["spec"] = {"devices": {"requests": [{"name": r, "deviceClassName": device_class}
-                                              for r in requests]}}
+    claim["spec"] = {"devices": {"requests": [
+        {"name": r, "exactly": {"deviceClassName": device_class}} for r in requests]}}
     return claim
 
 

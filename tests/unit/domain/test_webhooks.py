@@ -10,8 +10,11 @@ import pytest
 import yaml
 
 from kdra.domain.webhooks import (
+    CRD_NAMES,
     POD_MATCH_CONDITION,
     Endpoint,
+    conversion,
+    conversion_patch,
     mutating_configuration,
     service_dns_names,
     trusted_usernames,
@@ -101,3 +104,21 @@ def test_only_the_operators_own_bindings_go_to_the_binding_webhook() -> None:
     assert webhook["matchConditions"] == [{
         "name": "is-kdra-operator",
         "expression": "request.userInfo.username == 'system:serviceaccount:ops:kdra-operator'"}]
+
+
+def test_the_crds_convert_through_the_operators_webhook() -> None:
+    """crds/*.yaml point their conversion at the Service the operator serves /convert on
+    (the operator fills in caBundle); the patch it writes clears the other kind of target."""
+    crds = Path(__file__).resolve().parents[3] / "crds"
+    names = set()
+    for path in sorted(crds.glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text().split("---\n", 1)[1])
+        names.add(crd["metadata"]["name"])
+        assert crd["spec"]["conversion"] == conversion(Endpoint(), None), path.name
+        assert [(v["name"], v["served"], v["storage"]) for v in crd["spec"]["versions"]] == [
+            ("v1", True, True), ("v1alpha3", True, False)], path.name
+    assert names == set(CRD_NAMES)
+    patch = conversion_patch(Endpoint(url="https://127.0.0.1:9443"), b"PEM")
+    assert patch["spec"]["conversion"]["webhook"]["clientConfig"] == {
+        "url": "https://127.0.0.1:9443/convert", "service": None,
+        "caBundle": base64.b64encode(b"PEM").decode()}

@@ -22,9 +22,10 @@ def node(name: str, *taints: dict[str, str]) -> dict[str, Any]:
 
 
 def pending_claim(name: str, count: int = 1, selector: str | None = None) -> dict[str, Any]:
-    request: dict[str, Any] = {"name": "gpu", "deviceClassName": GPU, "count": count}
+    exactly: dict[str, Any] = {"deviceClassName": GPU, "count": count}
     if selector:
-        request["selectors"] = [{"cel": {"expression": selector}}]
+        exactly["selectors"] = [{"cel": {"expression": selector}}]
+    request = {"name": "gpu", "exactly": exactly}
     return {"metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
             "spec": {"devices": {"requests": [request]}}}
 
@@ -127,7 +128,7 @@ def test_bad_input_is_explained_not_raised() -> None:
     found = explain(pod([{"name": "gpu", "resourceClaimName": "c"}]), [nonsense])
     assert found.verdict == "waiting" and found.claims[0].state == "invalid"
     no_class = pending_claim("c")
-    no_class["spec"]["devices"]["requests"][0]["deviceClassName"] = "nope"
+    no_class["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "nope"
     found = explain(pod([{"name": "gpu", "resourceClaimName": "c"}]), [no_class])
     assert found.verdict == "unschedulable" and "device class nope not found" in found.summary
 
@@ -201,3 +202,29 @@ def test_the_nearest_fit_search_is_bounded_and_says_so() -> None:
     whole = explain(target, claims, steps=1000, node_steps=lambda candidates: 1000)
     assert [n.node for n in whole.nearest] == ["node-b", "node-a"]
     assert not any("nearest fit" in note for note in whole.notes)
+
+
+def test_a_prioritized_claim_lists_its_alternatives_and_fits_on_the_best_node() -> None:
+    """A firstAvailable claim: one request row per alternative, named as its results would
+    be; the nearest fit searches its alternatives as the binder does (two GPUs, else one)."""
+    claim = pending_claim("choice")
+    claim["spec"]["devices"]["requests"] = [{"name": "gpu", "firstAvailable": [
+        {"name": "pair", "deviceClassName": GPU, "count": 2},
+        {"name": "one", "deviceClassName": GPU, "selectors": [
+            {"cel": {"expression": f'device.attributes["{GPU}"].index == 1'}}]}]}]
+    entries = [{"name": "gpu", "resourceClaimName": "choice"}]
+    found = explain(pod(entries), [claim, *HELD])
+    (info,) = found.claims
+    assert [(r.name, r.count) for r in info.requests] == [("gpu/pair", "2"), ("gpu/one", "1")]
+    assert info.requests[1].selectors[-1] == f'request: device.attributes["{GPU}"].index == 1'
+    # node-b has gpu-1 free: the second alternative fits there now.
+    assert found.verdict == "fits" and found.fits == ("node-b",)
+    # Everything held on node-b too: the nearest fits are the smallest over the alternatives
+    # (gpu-1 for the second, rather than both GPUs for the first).
+    more = [*HELD, with_class(raw_claim("held-b-1", ("gpu", GPU, "node-b", "gpu-1"),
+                                        node="node-b", pods=("p-b1",)), GPU)]
+    found = explain(pod(entries), [claim, *more])
+    assert found.verdict == "unschedulable"
+    assert [(n.node, n.devices, n.minimal) for n in found.nearest] == [
+        ("node-a", (f"{GPU}/node-a/gpu-1",), True),
+        ("node-b", (f"{GPU}/node-b/gpu-1",), True)]

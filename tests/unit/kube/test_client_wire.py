@@ -77,7 +77,7 @@ def test_a_write_carries_token_user_agent_content_type_and_json_body() -> None:
     assert answer == {"kind": "ResourceClaim", "metadata": {"name": "c"}}
     patch, listing = seen
     assert patch["method"] == "PATCH"
-    assert patch["path"] == "/apis/resource.kdra.dev/v1alpha3/namespaces/ns/resourceclaims/c"
+    assert patch["path"] == "/apis/resource.kdra.dev/v1/namespaces/ns/resourceclaims/c"
     assert patch["headers"]["Authorization"] == "Bearer s3cret"
     assert patch["headers"]["User-Agent"] == f"kdra-test/{__version__}"
     assert patch["headers"]["Content-Type"] == "application/merge-patch+json"
@@ -164,7 +164,7 @@ def test_a_connection_broken_mid_request_raises_unreachable_an_oserror() -> None
         "metadata": {"name": "c", "namespace": "ns", "resourceVersion": "1"}})))
     assert isinstance(error, Unreachable) and isinstance(error, OSError), repr(error)
     assert isinstance(error.__cause__, aiohttp.ServerDisconnectedError), repr(error.__cause__)
-    assert "PUT /apis/resource.kdra.dev/v1alpha3/namespaces/ns/resourceclaims/c/status" in \
+    assert "PUT /apis/resource.kdra.dev/v1/namespaces/ns/resourceclaims/c/status" in \
         str(error)
 
 

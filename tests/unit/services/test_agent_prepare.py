@@ -77,7 +77,7 @@ def claim_obj(devices: list[str], *, reserved: bool = True, driver: str = GPU,
             status["reservedFor"] = [{"resource": "pods", "name": "p", "uid": "pod-1"}]
     if extra_status:
         status["devices"] = extra_status
-    return {"apiVersion": "resource.kdra.dev/v1alpha3", "kind": "ResourceClaim",
+    return {"apiVersion": "resource.kdra.dev/v1", "kind": "ResourceClaim",
             "metadata": {"name": "c", "namespace": "ns", "uid": UID, "generation": 1},
             "spec": {}, "status": status}
 

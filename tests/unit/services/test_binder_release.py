@@ -24,7 +24,7 @@ NODE = {"metadata": {"name": "worker-1", "labels": {"kubernetes.io/hostname": "w
 SLICE = {"metadata": {"name": "worker-1-gpu"},
          "spec": {"driver": DRIVER, "nodeName": "worker-1",
                   "pool": {"name": "worker-1", "generation": 0, "resourceSliceCount": 1},
-                  "devices": [{"name": "gpu-0", "basic": {"attributes": {}}}]}}
+                  "devices": [{"name": "gpu-0", "attributes": {}}]}}
 CLASS = {"metadata": {"name": DRIVER},
          "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}}
 
@@ -46,10 +46,11 @@ def claim(name: str, rv: str, owner: str | None = None) -> dict[str, Any]:
                       {"request": "gpu", "driver": DRIVER, "pool": "worker-1",
                        "device": "gpu-0"}]}},
                   "reservedFor": [{"resource": "pods", "name": owner, "uid": f"uid-{owner}"}]}
-    return {"apiVersion": "resource.kdra.dev/v1alpha3", "kind": "ResourceClaim",
+    return {"apiVersion": "resource.kdra.dev/v1", "kind": "ResourceClaim",
             "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}",
                          "resourceVersion": rv, "finalizers": [FINALIZER]},
-            "spec": {"devices": {"requests": [{"name": "gpu", "deviceClassName": DRIVER}]}},
+            "spec": {"devices": {"requests": [{"name": "gpu",
+                                               "exactly": {"deviceClassName": DRIVER}}]}},
             "status": status}
 
 

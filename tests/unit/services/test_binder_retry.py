@@ -20,11 +20,11 @@ NS = "ns"
 
 
 def raw_claim(name: str) -> dict[str, Any]:
-    return {"apiVersion": "resource.kdra.dev/v1alpha3", "kind": "ResourceClaim",
+    return {"apiVersion": "resource.kdra.dev/v1", "kind": "ResourceClaim",
             "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}",
                          "resourceVersion": "1", "finalizers": [FINALIZER]},
-            "spec": {"devices": {"requests": [{"name": "gpu",
-                                               "deviceClassName": "gpu.kdra.dev"}]}},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": "gpu.kdra.dev"}}]}},
             # Allocated (a shared claim, say), not yet prepared: the pod only reserves it.
             "status": {"allocation": {"devices": {"results": [
                 {"request": "gpu", "driver": "gpu.kdra.dev", "pool": "node-1",

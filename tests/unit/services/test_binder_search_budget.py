@@ -11,6 +11,7 @@ import copy
 import json
 from typing import Any
 
+import pytest
 from prometheus_client import REGISTRY
 
 from kdra.domain.allocator import Placing
@@ -29,13 +30,20 @@ OTHER = "other.kdra.dev"
 the hostile pod's search is about (so nothing shortens that search)."""
 
 
-def raw_claim(name: str, *, all_devices: bool = False, cls: str = DRIVER) -> dict[str, Any]:
+def raw_claim(name: str, *, all_devices: bool = False, cls: str = DRIVER,
+              prioritized: bool = False) -> dict[str, Any]:
+    """``prioritized``: the All request is the first alternative of a prioritized list whose
+    second (two devices) would fit."""
     mode = {"allocationMode": "All"} if all_devices else {}
-    return {"apiVersion": "resource.kdra.dev/v1alpha3", "kind": "ResourceClaim",
+    request: dict[str, Any] = {"name": "gpu", "exactly": {"deviceClassName": cls, **mode}}
+    if prioritized:
+        request = {"name": "gpu", "firstAvailable": [
+            {"name": "all", "deviceClassName": cls, **mode},
+            {"name": "two", "deviceClassName": cls, "count": 2}]}
+    return {"apiVersion": "resource.kdra.dev/v1", "kind": "ResourceClaim",
             "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}",
                          "resourceVersion": "1", "finalizers": [FINALIZER]},
-            "spec": {"devices": {"requests": [{"name": "gpu", "deviceClassName": cls,
-                                               **mode}]}}}
+            "spec": {"devices": {"requests": [request]}}}
 
 
 def raw_pod(name: str, claims: list[str], created: str) -> dict[str, Any]:
@@ -58,12 +66,12 @@ def raw_node(name: str) -> dict[str, Any]:
 
 
 def raw_slice(node: str = NODE, driver: str = DRIVER) -> dict[str, Any]:
-    return {"apiVersion": "resource.kdra.dev/v1alpha3", "kind": "ResourceSlice",
+    return {"apiVersion": "resource.kdra.dev/v1", "kind": "ResourceSlice",
             "metadata": {"name": f"s-{node}", "uid": f"uid-{node}", "resourceVersion": "1"},
             "spec": {"driver": driver, "nodeName": node,
                      "pool": {"name": node, "generation": 0, "resourceSliceCount": 1},
-                     "devices": [{"name": f"gpu-{i}", "basic": {"attributes": {
-                         "index": {"int": i}}}} for i in range(12)]}}
+                     "devices": [{"name": f"gpu-{i}", "attributes": {
+                         "index": {"int": i}}} for i in range(12)]}}
 
 
 class Recording:
@@ -95,7 +103,12 @@ def exhausted_count(limit: str) -> float:
     return value or 0.0
 
 
-def test_other_pods_are_allocated_while_one_pods_search_runs_out_of_budget() -> None:
+@pytest.mark.parametrize("prioritized", [False, True], ids=["exactly", "firstAvailable"])
+def test_other_pods_are_allocated_while_one_pods_search_runs_out_of_budget(
+        prioritized: bool) -> None:
+    """``firstAvailable``: the All request is the first alternative; its search spends the
+    node's budget, so the second alternative (which would fit) is never tried — every
+    alternative counts against the same budget."""
     async def scenario() -> Recording:
         client = Recording()
         budget = SearchBudget(steps=80_000, timeout=60.0, slice=200)
@@ -107,7 +120,8 @@ def test_other_pods_are_allocated_while_one_pods_search_runs_out_of_budget() -> 
         hostile = [f"one-{i}" for i in range(5)]
         for name in hostile:
             binder.claims.upsert(raw_claim(name))
-        binder.claims.upsert(raw_claim("everything", all_devices=True))
+        binder.claims.upsert(raw_claim("everything", all_devices=True,
+                                       prioritized=prioritized))
         for i in range(3):
             binder.claims.upsert(raw_claim(f"small-{i}", cls=OTHER))
         pods = [raw_pod("hostile", [*hostile, "everything"], "2026-01-01T00:00:00Z"),

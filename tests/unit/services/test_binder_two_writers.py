@@ -33,11 +33,11 @@ def ready(device: str) -> list[dict[str, Any]]:
 
 
 def claim(status: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": "resource.kdra.dev/v1alpha3", "kind": "ResourceClaim",
+    return {"apiVersion": "resource.kdra.dev/v1", "kind": "ResourceClaim",
             "metadata": {"name": "c", "namespace": NS, "uid": "uid-c", "resourceVersion": "7",
                          "finalizers": [FINALIZER]},
-            "spec": {"devices": {"requests": [{"name": "gpu",
-                                               "deviceClassName": "gpu.kdra.dev"}]}},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": "gpu.kdra.dev"}}]}},
             "status": status}
 
 

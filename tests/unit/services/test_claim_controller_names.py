@@ -30,7 +30,7 @@ POD = {"apiVersion": "v1", "kind": "Pod",
 
 
 def generated(name: str) -> dict[str, Any]:
-    return {"apiVersion": "resource.kdra.dev/v1alpha3", "kind": "ResourceClaim",
+    return {"apiVersion": "resource.kdra.dev/v1", "kind": "ResourceClaim",
             "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}",
                          "resourceVersion": "3",
                          "annotations": {POD_CLAIM_NAME_ANNOTATION: "gpu"},

@@ -16,7 +16,7 @@ GPUS = 'device.driver == "gpu.kdra.dev"'
 
 
 def spec(*classes: str) -> dict[str, Any]:
-    return {"devices": {"requests": [{"name": f"r{i}", "deviceClassName": c}
+    return {"devices": {"requests": [{"name": f"r{i}", "exactly": {"deviceClassName": c}}
                                      for i, c in enumerate(classes)]}}
 
 

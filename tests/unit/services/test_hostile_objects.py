@@ -41,13 +41,14 @@ def pod(name: str, uid: str, annotations: dict[str, str], node: str = "") -> dic
 def generated(name: str, owner: str, owner_uid: str, *, allocated: bool = True,
               reserved: tuple[str, ...] = ()) -> dict[str, Any]:
     claim: dict[str, Any] = {
-        "apiVersion": "resource.kdra.dev/v1alpha3", "kind": "ResourceClaim",
+        "apiVersion": "resource.kdra.dev/v1", "kind": "ResourceClaim",
         "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}", "resourceVersion": "3",
                      "finalizers": [FINALIZER],
                      "annotations": {POD_CLAIM_NAME_ANNOTATION: "gpu"},
                      "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": owner,
                                           "uid": owner_uid, "controller": True}]},
-        "spec": {"devices": {"requests": [{"name": "gpu", "deviceClassName": "gpu.kdra.dev"}]}},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": "gpu.kdra.dev"}}]}},
         "status": {}}
     if allocated:
         claim["status"]["allocation"] = {"devices": {"results": [

@@ -17,6 +17,7 @@ import aiohttp
 from cryptography import x509
 
 from kdra.domain.webhooks import (
+    CRD_NAMES,
     MUTATING_CONFIG,
     TLS_SECRET,
     VALIDATING_CONFIG,
@@ -25,6 +26,7 @@ from kdra.domain.webhooks import (
     validating_configuration,
 )
 from kdra.kube.client import (
+    CRDS,
     MUTATING_WEBHOOKS,
     SECRETS,
     VALIDATING_WEBHOOKS,
@@ -83,11 +85,30 @@ class FakeClient:
         self.writes.append(("replace", res.plural, key[2]))
         return await self._store(key, copy.deepcopy(body))
 
+    async def patch(self, res: Resource, name: str, patch: dict[str, Any],
+                    namespace: str | None = None) -> dict[str, Any]:
+        """A JSON merge patch (RFC 7386)."""
+        key = self._key(res, name, namespace)
+        self.writes.append(("patch", res.plural, name))
+        return await self._store(key, merge(copy.deepcopy(self.objects[key]), patch))
+
     async def _store(self, key: tuple[str, str | None, str], body: dict[str, Any]) -> Any:
         self.version += 1
         body["metadata"]["resourceVersion"] = str(self.version)
         self.objects[key] = body
         return body
+
+
+def merge(target: Any, patch: Any) -> Any:
+    if not isinstance(patch, dict):
+        return patch
+    target = target if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        else:
+            target[key] = merge(target.get(key), value)
+    return target
 
 
 def settings(**overrides: Any) -> OperatorSettings:
@@ -106,10 +127,10 @@ def review(obj: dict[str, Any], kind: tuple[str, str, str]) -> dict[str, Any]:
         "operation": "CREATE", "object": obj}}
 
 
-BAD_CLAIM = {"apiVersion": "resource.kdra.dev/v1alpha3", "kind": "ResourceClaim",
+BAD_CLAIM = {"apiVersion": "resource.kdra.dev/v1", "kind": "ResourceClaim",
              "metadata": {"name": "c", "namespace": "d"},
-             "spec": {"devices": {"requests": [{"name": "gpu", "deviceClassName": "x",
-                                                "selectors": [{"cel": {"expression": "("}}]}]}}}
+             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                 "deviceClassName": "x", "selectors": [{"cel": {"expression": "("}}]}}]}}}
 POD = {"apiVersion": "v1", "kind": "Pod",
        "metadata": {"name": "p", "annotations": {
            "resource.kdra.dev/claims": '[{"name": "g", "resourceClaimName": "c"}]'}},
@@ -138,13 +159,14 @@ def test_serves_reviews_over_tls_with_supplied_certificates(tmp_path: Path) -> N
                 async with http.get(f"{base}/healthz", ssl=trust) as response:
                     assert response.status == 200 and await response.text() == "ok"
                 async with http.post(f"{base}/validate", ssl=trust,
-                                     json=review(BAD_CLAIM, ("resource.kdra.dev", "v1alpha3",
+                                     json=review(BAD_CLAIM, ("resource.kdra.dev", "v1",
                                                              "ResourceClaim"))) as response:
                     body = await response.json()
                 assert body["response"]["allowed"] is False
                 assert body["response"]["uid"] == "abc"
                 assert body["response"]["status"]["message"].startswith(
-                    "spec.devices.requests[0].selectors[0].cel.expression: 1:1: syntax error")
+                    "spec.devices.requests[0].exactly.selectors[0].cel.expression: "
+                    "1:1: syntax error")
                 async with http.post(f"{base}/mutate-pods", ssl=trust,
                                      json=review(POD, ("", "v1", "Pod"))) as response:
                     body = await response.json()
@@ -249,6 +271,53 @@ def test_damaged_secret_is_replaced() -> None:
         await server.stop()
         stored = certs.from_secret_data(client.objects[("secrets", NS, TLS_SECRET)]["data"])
         assert server.bundle == stored
+
+    run(scenario)
+
+
+def test_conversion_of_the_crds_is_pointed_here_and_served() -> None:
+    """With webhook_manage_config the CRDs' conversion webhook gets this server's URL and CA
+    bundle (a CRD not installed yet is skipped), and /convert answers ConversionReviews."""
+    client = FakeClient()
+    installed = CRD_NAMES[:3]
+
+    async def scenario() -> None:
+        for name in installed:
+            await client.create(CRDS, {"metadata": {"name": name}, "spec": {"conversion": {
+                "strategy": "Webhook", "webhook": {"conversionReviewVersions": ["v1"],
+                "clientConfig": {"service": {"namespace": NS, "name": "kdra-webhook",
+                                             "path": "/convert", "port": 443}}}}}})
+        now = dt.datetime.now(dt.UTC)  # the certificate must be valid for the request below
+        server = WebhookServer(settings(), client, clock=lambda: now)  # type: ignore[arg-type]
+        await server.start()
+        try:
+            assert server.bundle is not None
+            for name in installed:
+                crd = await client.get(CRDS, name)
+                config = crd["spec"]["conversion"]["webhook"]["clientConfig"]
+                assert config == {"url": "https://127.0.0.1:1/convert",
+                                  "caBundle": base64.b64encode(server.bundle.ca_pem).decode()}
+            writes = len(client.writes)
+            await server.refresh()
+            assert len(client.writes) == writes, "nothing to change: nothing written"
+
+            trust = ssl.create_default_context(cadata=server.bundle.ca_pem.decode())
+            body = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+                    "request": {"uid": "r1", "desiredAPIVersion": "resource.kdra.dev/v1alpha3",
+                                "objects": [{**BAD_CLAIM, "metadata": {"name": "c"}}]}}
+            async with aiohttp.ClientSession() as http:
+                async with http.post(f"https://127.0.0.1:{server.port}/convert", ssl=trust,
+                                     json=body) as response:
+                    answer = await response.json()
+                async with http.post(f"https://127.0.0.1:{server.port}/convert", ssl=trust,
+                                     data=b"{}") as response:
+                    assert response.status == 400
+            converted = answer["response"]["convertedObjects"][0]
+            assert answer["response"]["result"] == {"status": "Success"}
+            assert converted["apiVersion"] == "resource.kdra.dev/v1alpha3"
+            assert converted["spec"]["devices"]["requests"][0]["deviceClassName"] == "x"
+        finally:
+            await server.stop()
 
     run(scenario)
 

@@ -13,16 +13,17 @@ A pure library over an in-memory :class:`Snapshot` of slices, classes and device
 The caller persists: nothing here talks to the API server. Modules, one job each:
 ``nodeselector`` (NodeSelector), ``pools`` (devices, slices, pools per node), ``snapshot``
 (incremental indexes), ``prepared`` (classes resolved, selectors compiled), ``search``
-(per-node backtracking, resumable), ``results`` (AllocationResult building), ``cluster``
-(many nodes, budgets), ``diagnosis`` (reasons from counts), ``reasons``, ``stats``,
-``whatif`` (devices to free).
+(per-node backtracking, resumable), ``choices`` (``firstAvailable`` alternatives, the
+one-node entry point), ``results`` (AllocationResult building), ``cluster`` (many nodes,
+budgets), ``diagnosis`` (reasons from counts), ``reasons``, ``stats``, ``whatif`` (devices
+to free).
 """
 
+from kdra.domain.allocator.choices import allocate, preference
 from kdra.domain.allocator.cluster import ClusterOutcome, Placement, Placing, place, summarize
 from kdra.domain.allocator.nodeselector import NodeInfo, node_name_selector, selector_matches
 from kdra.domain.allocator.pools import DeviceId
 from kdra.domain.allocator.reasons import Reason, ReasonCode
-from kdra.domain.allocator.search import allocate
 from kdra.domain.allocator.snapshot import Snapshot, devices_in_use
 from kdra.domain.allocator.stats import Stats
 from kdra.domain.allocator.whatif import Freeing, WhatIf, nearest_fits
@@ -44,6 +45,7 @@ __all__ = [
     "nearest_fits",
     "node_name_selector",
     "place",
+    "preference",
     "selector_matches",
     "summarize",
 ]

@@ -14,22 +14,27 @@
 - free/matching counts per request are cached on the node's pools under the node's "busy
   stamp" (it moves only when a device the node sees changes hands), so a full node costs a
   few dictionary lookups, and equal reasons are shared between nodes;
-- a pod with one request (ExactCount, no adminAccess, no constraint) is decided by those
-  counts alone on a node where none of its candidates could raise: the search would take the
-  first ``count`` free matching devices, so it succeeds exactly when enough are free. Such a
+- a pod with one request (ExactCount, no adminAccess, no constraint, no ``firstAvailable``)
+  is decided by those counts alone on a node where none of its candidates could raise: the
+  search would take the first ``count`` free matching devices, so it succeeds exactly when
+  enough are free. Such a
   node gets a *counted* :class:`Placement` whose search runs only if its devices or results
   are asked for (the node the binder takes) — scoring 230 feasible nodes of 500 costs
   lookups, not 230 searches;
 - ``limit`` stops after that many placements (like kube-scheduler's percentage of nodes to
   score), ``start`` rotates where the scan begins (kube-scheduler's ``nextStartNodeIndex``;
   :attr:`ClusterOutcome.next_start` tells the caller where to continue);
-- AllocationResult models are built only for the placement the binder takes.
+- AllocationResult models are built only for the placement the binder takes;
+- a pod with ``firstAvailable`` requests is searched per node by :class:`~.choices.ChoiceSearch`
+  (combinations of alternatives, best first); its :attr:`Placement.preference` tells the
+  binder how good the node's choice is.
 
 The search is bounded when asked (:class:`Placing`; upstream bounds it with a filter timeout,
 10 s by default): ``node_steps`` caps one node's search — past it the node's reason is
 ``search-exhausted`` and the next node is evaluated, so one pathological node does not hide the
-others — and :meth:`Placing.advance` stops after a number of steps and resumes later, so the
-caller can interleave other work and give up (:meth:`Placing.give_up`) at its own budget.
+others (every ``firstAvailable`` alternative tried on the node counts against it) — and
+:meth:`Placing.advance` stops after a number of steps and resumes later, so the caller can
+interleave other work and give up (:meth:`Placing.give_up`) at its own budget.
 
 Node-independent bad input (missing class, a selector that does not compile, more than 32
 devices by count) is reported once as :attr:`ClusterOutcome.fatal`, without evaluating nodes.
@@ -46,6 +51,7 @@ from __future__ import annotations
 from collections.abc import Collection, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from kdra.domain.allocator.choices import ChoiceSearch, preference
 from kdra.domain.allocator.diagnosis import count_request, diagnose, raw_counts, summarize
 from kdra.domain.allocator.nodeselector import NodeInfo
 from kdra.domain.allocator.pools import DeviceId, NodePools
@@ -71,7 +77,7 @@ class Placement:
     search."""
 
     __slots__ = ("_devices", "_picks", "_prepared", "_results", "_search", "free_after", "node",
-                 "pools")
+                 "pools", "preference")
 
     def __init__(
         self,
@@ -81,8 +87,13 @@ class Placement:
         free_after: Mapping[str, int],
         search: tuple[NodePools, Container[DeviceId], Stats] | None = None,
         pools: NodePools | None = None,
+        *,
+        preference: int = 0,
     ) -> None:
         self.node = node
+        self.preference = preference
+        """How good the ``firstAvailable`` choices are (:func:`~.choices.preference`);
+        the binder prefers nodes with a higher one, then applies its placement policy."""
         self._prepared = prepared
         self._picks = picks
         if picks is None and search is None:
@@ -222,7 +233,7 @@ class Placing:
         self._memo: dict[tuple[int, int, int, int, str], Reason] = {}
         self._processed = 0
         self._exhausted = False
-        self._current: tuple[NodeInfo, NodePools, tuple[int, int] | None, NodeSearch] | None = (
+        self._current: tuple[NodeInfo, NodePools, tuple[int, int] | None, ChoiceSearch] | None = (
             None)
         self._outcome: ClusterOutcome | None = None
         self.prepared: tuple[PreparedClaim, ...] = ()
@@ -285,7 +296,7 @@ class Placing:
                 if reason is not None:
                     reasons[node.name] = reason
                     continue
-                self._current = (node, pools, stamp, NodeSearch(prepared, pools, busy, stats))
+                self._current = (node, pools, stamp, ChoiceSearch(prepared, pools, busy, stats))
         finally:
             self._processed = processed
 
@@ -322,9 +333,11 @@ class Placing:
             self.reasons[node.name] = diagnose(self.prepared, pools, busy, stats, searched=True,
                                                stamp=stamp, memo=self._memo)
         else:
+            resolved = search.claims
             self.placements[node.name] = Placement(
-                node.name, self.prepared, picks,
-                _free_after(self.prepared, picks, pools, search.busy, stats), pools=pools)
+                node.name, resolved, picks,
+                _free_after(resolved, picks, pools, search.busy, stats), pools=pools,
+                preference=preference(resolved))
         return True
 
     def give_up(self) -> ClusterOutcome:
@@ -375,13 +388,15 @@ class Placing:
 
 def _sole_request(prepared: Sequence[PreparedClaim]) -> PreparedRequest | None:
     """The pod's only request, when counts alone decide whether it fits a node: one claim
-    with one ExactCount request, no adminAccess, no constraint. (Its devices are free
-    matching ones, so they match its class too: free-after is the class's free count less
-    ``count``.)"""
+    with one ExactCount request, no adminAccess, no constraint, no alternatives. (Its devices
+    are free matching ones, so they match its class too: free-after is the class's free count
+    less ``count``.)"""
     if len(prepared) != 1 or len(prepared[0].requests) != 1 or prepared[0].constraints:
         return None
     request = prepared[0].requests[0]
-    return None if request.all_devices or request.admin_access else request
+    if request.all_devices or request.admin_access or request.choices > 1:
+        return None
+    return request
 
 
 def _free_after(

@@ -72,35 +72,30 @@ def diagnose(
     counts be reused from ``pools.counts``; ``memo`` shares equal reasons between nodes.
     """
     for claim_index, claim in enumerate(prepared):
-        for request_index, request in enumerate(claim.requests):
-            if request.all_devices and not searched:
-                continue
-            matching, free, unsure = count_request(pools, request, busy, stats, stamp)
-            if unsure and not searched:
-                continue
-            if (0 < matching == free) if request.all_devices else free >= request.count:
-                continue  # this request alone can be served
-            note = _rejecting_selectors(request, pools) if matching < request.count or (
-                not matching) else ""
-            key = (claim_index, request_index, matching, free, note)
-            reason = memo.get(key) if memo is not None else None
-            if reason is None:
-                reason = _request_reason(request, matching, free, note)
+        for request_index, options in enumerate(claim.alternatives or
+                                                 [(r,) for r in claim.requests]):
+            reason = None
+            for request in options:
+                reason = _alone(claim_index, request_index, request, pools, busy, stats,
+                                searched=searched, stamp=stamp, memo=memo)
                 if reason is None:
-                    continue
-                if memo is not None:
-                    memo[key] = reason
+                    break  # this request (this alternative of it) alone can be served
+            if reason is None:
+                continue
+            if len(options) > 1:
+                return Reason(reason.code, f"{reason.message} (and no other firstAvailable "
+                                           f"alternative of it fits either)", reason.detail)
             return reason
     if not searched:
         return None
     for claim in prepared:
         if claim.constraints:
-            attributes = ", ".join(c.attribute for c in claim.constraints)
+            labels = ", ".join(c.label for c in claim.constraints)
             return Reason(
                 ReasonCode.CONSTRAINT_UNSATISFIABLE,
-                f"matchAttribute {attributes} cannot be satisfied by free devices "
+                f"{labels} cannot be satisfied by free devices "
                 f'(claim "{claim.claim.metadata.name}")',
-                f"no set of free matching devices of the node shares {attributes} "
+                f"no set of free matching devices of the node satisfies {labels} "
                 f"(claim {claim.key})",
             )
     return Reason(
@@ -108,6 +103,38 @@ def diagnose(
         "not enough free matching devices for all requests of the pod together",
         "each request alone could be served, but not all of them at once",
     )
+
+
+def _alone(
+    claim_index: int,
+    request_index: int,
+    request: PreparedRequest,
+    pools: NodePools,
+    busy: Container[DeviceId],
+    stats: Stats,
+    *,
+    searched: bool,
+    stamp: tuple[int, int] | None,
+    memo: dict[tuple[int, int, int, int, str], Reason] | None,
+) -> Reason | None:
+    """Why ``request`` on its own does not fit the node; None when it may (or, before the
+    search, when that is not certain)."""
+    if request.all_devices and not searched:
+        return None
+    matching, free, unsure = count_request(pools, request, busy, stats, stamp)
+    if unsure and not searched:
+        return None
+    if (0 < matching == free) if request.all_devices else free >= request.count:
+        return None
+    note = _rejecting_selectors(request, pools) if matching < request.count or (
+        not matching) else ""
+    key = (claim_index, request_index * 16 + request.rank, matching, free, note)
+    reason = memo.get(key) if memo is not None else None
+    if reason is None:
+        reason = _request_reason(request, matching, free, note)
+        if reason is not None and memo is not None:
+            memo[key] = reason
+    return reason
 
 
 def count_request(
@@ -218,10 +245,18 @@ def _find_rejecting(request: PreparedRequest, pools: NodePools) -> str:
                 if verdict is False:
                     rejecting[selector.expression] = None
                 break
-    if not rejecting:
+    parts = []
+    if rejecting:
+        label = "selector" if len(rejecting) == 1 else "selectors"
+        parts.append(f"{label} " + "; ".join(_short(e) for e in rejecting))
+    unsupported = pools.unsupported()
+    if unsupported:
+        features = sorted({f for entry in unsupported for f in entry.unsupported})
+        parts.append(f"{len(unsupported)} device(s) not usable: they use "
+                     f"{', '.join(features)}, which kdra does not support yet")
+    if not parts:
         return " (no devices on the node)" if not any(p.entries for p in pools.pools) else ""
-    label = "selector" if len(rejecting) == 1 else "selectors"
-    return f" ({label} " + "; ".join(_short(e) for e in rejecting) + ")"
+    return " (" + "; ".join(parts) + ")"
 
 
 def _short(text: str, limit: int = 120) -> str:

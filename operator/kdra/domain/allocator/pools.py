@@ -3,8 +3,9 @@
 - :class:`DeviceEntry` wraps one device of one ResourceSlice *object*. It memoises selector
   results per expression: a slice object never changes (models are frozen, and a device is
   immutable within a pool generation), and a new version of the slice gets new entries, so a
-  memoised result can never be stale. A device of a type kdra does not know (no ``basic``:
-  some future device type) matches no selector, as upstream's allocator skips it.
+  memoised result can never be stale. A device that uses a feature kdra does not implement
+  yet (taints, counters, binding conditions, ... — ``Device.unsupported``) is never matched:
+  :attr:`DeviceEntry.unsupported` names the features, for explanations.
 - :func:`gather_pools` groups the slices a node can see into pools (upstream's GatherPools):
   per (driver, pool name) only the slices of the highest ``generation`` count; a pool is
   *incomplete* when that generation has fewer (or more) slices than ``resourceSliceCount``;
@@ -65,20 +66,24 @@ class Selector:
 class DeviceEntry:
     """One device of one slice object, with its CEL view and selector memo."""
 
-    __slots__ = ("_cel", "_memo", "attributes", "id", "index", "known", "slice")
+    __slots__ = ("_cel", "_memo", "attributes", "id", "index", "slice", "unsupported")
 
     def __init__(self, slice_: ResourceSlice, index: int) -> None:
         device = slice_.spec.devices[index]
         self.slice = slice_
         self.index = index
         self.id = DeviceId(slice_.spec.driver, slice_.spec.pool.name, device.name)
-        basic = device.basic
-        self.known = basic is not None
-        self.attributes: dict[str, AttributeValue] = (
-            {name: (attr.kind, attr.value) for name, attr in basic.attributes.items()}
-            if basic is not None
-            else {}
-        )
+        self.attributes: dict[str, AttributeValue] = {}
+        for name, attr in device.attributes.items():
+            scalar = attr.scalar()
+            if scalar is not None:
+                self.attributes[name] = scalar
+        unsupported = device.unsupported()
+        if slice_.spec.per_device_node_selection and "per-device node selection" not in \
+                unsupported:
+            unsupported.append("per-device node selection")
+        self.unsupported: tuple[str, ...] = tuple(unsupported)
+        """Features of the device kdra does not implement yet; non-empty: never allocated."""
         self._cel: CelDevice | None = None
         self._memo: dict[str, bool | SelectorFailure] = {}
 
@@ -100,7 +105,7 @@ class DeviceEntry:
         """The device as CEL sees it, built once. Raises InvalidObject on bad data."""
         if self._cel is None:
             device = self.slice.spec.devices[self.index]
-            capacity = device.basic.capacity if device.basic is not None else {}
+            capacity = {name: value.value for name, value in device.capacity.items()}
             self._cel = make_device(self.id.driver, self.attributes, capacity)
         return self._cel
 
@@ -108,10 +113,9 @@ class DeviceEntry:
         """The selector's verdict on this device, memoised per expression.
 
         Raises CelRuntimeError / InvalidObject (also memoised: evaluating again would fail
-        the same way). A device of an unknown type matches nothing.
+        the same way). The verdict does not look at :attr:`unsupported`: callers that offer
+        devices (:meth:`NodePools.matching`) skip those first.
         """
-        if not self.known:
-            return False
         hit = self._memo.get(selector.expression)
         if hit is None:
             if len(self._memo) >= CACHE_LIMIT:
@@ -216,8 +220,8 @@ class NodePools:
         items: list[MatchItem] = []
         for pool in self.pools:
             for entry in pool.entries:
-                if not entry.known:
-                    continue  # a device type kdra does not know is never offered
+                if entry.unsupported:
+                    continue  # never allocated (see DeviceEntry.unsupported)
                 failure = None
                 matched = True
                 for selector in selectors:
@@ -235,12 +239,19 @@ class NodePools:
         return result
 
 
+    def unsupported(self) -> list[DeviceEntry]:
+        """The node's devices that use features kdra does not implement yet."""
+        return [entry for pool in self.pools for entry in pool.entries if entry.unsupported]
+
+
 def slice_targets(slice_: ResourceSlice, node: NodeInfo) -> bool:
-    """Whether ``node`` can reach the devices of ``slice_`` (nodeName, allNodes, nodeSelector)."""
+    """Whether ``node`` can reach the devices of ``slice_`` (nodeName, allNodes, nodeSelector;
+    a slice with per-device node selection counts as reaching every node: its devices are
+    never allocated, but the node's explanations mention them)."""
     spec = slice_.spec
     if spec.node_name:
         return spec.node_name == node.name
-    if spec.all_nodes:
+    if spec.all_nodes or spec.per_device_node_selection:
         return True
     return spec.node_selector is not None and selector_matches(spec.node_selector, node)
 

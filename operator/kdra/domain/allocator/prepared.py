@@ -1,16 +1,21 @@
-"""A pod's claims made ready for the search: classes resolved, selectors compiled.
+"""A pod's claims made ready for the search, once per pod and independent of nodes: each
+claim's requests with their DeviceClass found and their CEL selectors compiled,
+``firstAvailable`` alternatives in order, constraints.
 
-:func:`prepare` is node-independent: it raises :class:`~.reasons.Unallocatable` for a missing
-DeviceClass, a selector that does not compile, or more than 32 devices for one claim by count
-(upstream checks the same before searching any node). The error builders below are shared by
-the per-node search (:mod:`.search`), which raises them only when its walk reaches the bad
-input, as upstream's lazy evaluation would.
+:func:`prepare` raises :class:`~.reasons.Unallocatable` for node-independent bad input: a
+missing DeviceClass, a selector that does not compile, more than 32 devices for one claim even
+with the smallest alternatives (upstream checks the same before searching any node), fields
+kdra does not act on yet. The error builders at the end are shared by the per-node search
+(:mod:`.search`), which raises them only when its walk reaches the bad input, as upstream's
+lazy evaluation would.
 
 Invariants:
 - Prepared objects are immutable and hold no per-node state: one preparation serves every
   candidate node of a pod.
 - A request's selectors are its class's, then its own (``key``: their expressions, the cache
   key of the per-node matching-device lists).
+- A :class:`PreparedClaim`'s ``requests`` are always one alternative per request (the
+  first, until :meth:`PreparedClaim.choose`); ``alternatives`` keeps them all.
 """
 
 from __future__ import annotations
@@ -18,14 +23,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kdra.domain.allocator.pools import DeviceEntry, MatchItem, Selector, SelectorFailure
+from kdra.domain.allocator.pools import (
+    DeviceEntry,
+    MatchItem,
+    NodePools,
+    Selector,
+    SelectorFailure,
+)
 from kdra.domain.allocator.reasons import ReasonCode, Unallocatable
 from kdra.domain.allocator.snapshot import Snapshot
+from kdra.domain.allocator.stats import Stats
 from kdra.domain.cel import compile_selector
-from kdra.domain.errors import CelCompileError, CelRuntimeError
+from kdra.domain.errors import CelCompileError, CelRuntimeError, InvalidObject
 from kdra.domain.models import (
     MAX_DEVICES_PER_CLAIM,
     All,
+    BaseDeviceRequest,
     DeviceClass,
     DeviceSelector,
     ResourceClaim,
@@ -34,9 +47,11 @@ from kdra.domain.models import (
 
 @dataclass(frozen=True, slots=True)
 class PreparedRequest:
-    """A request with its class resolved and its selectors compiled."""
+    """A request (or one ``firstAvailable`` alternative) with its class resolved and its
+    selectors compiled."""
 
     name: str
+    """The name results carry: ``<request>``, or ``<request>/<subrequest>``."""
     class_name: str
     device_class: DeviceClass
     selectors: tuple[Selector, ...]
@@ -51,6 +66,13 @@ class PreparedRequest:
     admin_access: bool
     claim_key: str
     claim_name: str
+    parent: str = ""
+    """The request's own name (``name`` without ``/<subrequest>``)."""
+    rank: int = 0
+    """Position among the request's ``firstAvailable`` alternatives (0: the first, or an
+    ``exactly`` request)."""
+    choices: int = 1
+    """How many alternatives the request has (1 for ``exactly``)."""
 
     def describe(self) -> str:
         return f"request {self.name} of claim {self.claim_key}"
@@ -60,23 +82,45 @@ class PreparedRequest:
 class PreparedConstraint:
     attribute: str
     requests: frozenset[str]
-    """Requests it applies to; empty = all of the claim's."""
+    """Requests it applies to; empty = all of the claim's. ``<request>`` covers every
+    alternative of a ``firstAvailable`` request, ``<request>/<subrequest>`` only that one."""
+    distinct: bool = False
+    """``distinctAttribute``: values must differ (else ``matchAttribute``: must be equal)."""
 
-    def applies(self, request: str) -> bool:
-        return not self.requests or request in self.requests
+    def applies(self, request: PreparedRequest) -> bool:
+        return (not self.requests or request.name in self.requests
+                or request.parent in self.requests)
+
+    @property
+    def label(self) -> str:
+        return f"{'distinctAttribute' if self.distinct else 'matchAttribute'} {self.attribute}"
 
 
 @dataclass(frozen=True, slots=True)
 class PreparedClaim:
     claim: ResourceClaim
     requests: tuple[PreparedRequest, ...]
+    """The requests to satisfy: for a ``firstAvailable`` request, the alternative chosen by
+    :meth:`choose` (the first one until then)."""
     constraints: tuple[PreparedConstraint, ...]
     exact_devices: int
     """Devices the ExactCount requests need together."""
+    alternatives: tuple[tuple[PreparedRequest, ...], ...] = ()
+    """Per request of the claim, its alternatives in order (one for ``exactly``)."""
 
     @property
     def key(self) -> str:
         return self.claim.key
+
+    @property
+    def prioritized(self) -> bool:
+        """Some request has more than one alternative."""
+        return any(len(options) > 1 for options in self.alternatives)
+
+    def choose(self, picks: Sequence[PreparedRequest]) -> PreparedClaim:
+        """This claim with ``picks`` (one alternative per request) as its requests."""
+        return PreparedClaim(self.claim, tuple(picks), self.constraints,
+                             sum(r.count for r in picks), self.alternatives)
 
 
 def prepare(claims: Sequence[ResourceClaim], snapshot: Snapshot) -> tuple[PreparedClaim, ...]:
@@ -85,58 +129,77 @@ def prepare(claims: Sequence[ResourceClaim], snapshot: Snapshot) -> tuple[Prepar
 
 
 def _prepare_claim(claim: ResourceClaim, snapshot: Snapshot) -> PreparedClaim:
-    requests = []
+    unsupported = claim.unsupported()
+    if unsupported:
+        fields = ", ".join(unsupported)
+        raise Unallocatable(
+            ReasonCode.UNSUPPORTED,
+            f'claim "{claim.metadata.name}" uses {fields}, which kdra does not support yet',
+            f"claim {claim.key} uses {fields}, which kdra does not support yet: it will not "
+            "be allocated until kdra implements it (remove the field, or use a claim without "
+            "it)",
+        )
+    alternatives = []
     for request in claim.spec.devices.requests:
-        device_class = snapshot.get_class(request.device_class_name)
-        if device_class is None:
-            raise Unallocatable(
-                ReasonCode.CLASS_MISSING,
-                f'device class "{request.device_class_name}" not found '
-                f'(request "{request.name}" of claim "{claim.metadata.name}")',
-                f"device class {request.device_class_name} not found "
-                f"(request {request.name} of claim {claim.key})",
-            )
-        class_selectors = _compile(
-            device_class.spec.selectors,
-            f"class {device_class.metadata.name} selector",
-            f"device class {device_class.metadata.name} (used by request {request.name} of "
-            f"claim {claim.key})",
-            claim,
-            request.name,
-        )
-        own = _compile(
-            request.selectors,
-            "selector",
-            f"claim {claim.key}, request {request.name}",
-            claim,
-            request.name,
-        )
-        selectors = class_selectors + own
-        all_devices = request.allocation_mode == All
-        requests.append(
-            PreparedRequest(
-                name=request.name,
-                class_name=request.device_class_name,
-                device_class=device_class,
-                selectors=selectors,
-                key=tuple(s.expression for s in selectors),
-                class_selectors=class_selectors,
-                class_key=tuple(s.expression for s in class_selectors),
-                all_devices=all_devices,
-                count=0 if all_devices else request.exact_count,
-                admin_access=request.admin_access,
-                claim_key=claim.key,
-                claim_name=claim.metadata.name,
-            )
-        )
-    exact = sum(r.count for r in requests)
-    if exact > MAX_DEVICES_PER_CLAIM:
-        raise too_many_devices(claim, exact)
+        options = [
+            _prepare_request(claim, snapshot, name, asked, request.name, rank,
+                             max(len(request.first_available), 1), request.admin_access)
+            for rank, (name, asked) in enumerate(request.alternatives())
+        ]
+        alternatives.append(tuple(options))
+    first = tuple(options[0] for options in alternatives)
+    minimum = sum(min(r.count for r in options) for options in alternatives)
+    if minimum > MAX_DEVICES_PER_CLAIM:
+        raise too_many_devices(claim, minimum)
     constraints = tuple(
-        PreparedConstraint(c.match_attribute, frozenset(c.requests))
+        PreparedConstraint(c.attribute, frozenset(c.requests), c.distinct)
         for c in claim.spec.devices.constraints
     )
-    return PreparedClaim(claim, tuple(requests), constraints, exact)
+    return PreparedClaim(claim, first, constraints, sum(r.count for r in first),
+                         tuple(alternatives))
+
+
+def _prepare_request(claim: ResourceClaim, snapshot: Snapshot, name: str,
+                     asked: BaseDeviceRequest,
+                     parent: str, rank: int, choices: int, admin: bool) -> PreparedRequest:
+    class_name: str = asked.device_class_name
+    device_class = snapshot.get_class(class_name)
+    if device_class is None:
+        raise Unallocatable(
+            ReasonCode.CLASS_MISSING,
+            f'device class "{class_name}" not found '
+            f'(request "{name}" of claim "{claim.metadata.name}")',
+            f"device class {class_name} not found (request {name} of claim {claim.key})",
+        )
+    class_selectors = _compile(
+        device_class.spec.selectors,
+        f"class {device_class.metadata.name} selector",
+        f"device class {device_class.metadata.name} (used by request {name} of "
+        f"claim {claim.key})",
+        claim,
+        name,
+    )
+    own = _compile(asked.selectors, "selector", f"claim {claim.key}, request {name}", claim,
+                   name)
+    selectors = class_selectors + own
+    all_devices = asked.allocation_mode == All
+    return PreparedRequest(
+        name=name,
+        class_name=class_name,
+        device_class=device_class,
+        selectors=selectors,
+        key=tuple(s.expression for s in selectors),
+        class_selectors=class_selectors,
+        class_key=tuple(s.expression for s in class_selectors),
+        all_devices=all_devices,
+        count=0 if all_devices else asked.exact_count,
+        admin_access=admin,
+        claim_key=claim.key,
+        claim_name=claim.metadata.name,
+        parent=parent,
+        rank=rank,
+        choices=choices,
+    )
 
 
 def _compile(
@@ -201,6 +264,47 @@ def selector_failed(
     )
     problem.__cause__ = exc
     return problem
+
+
+def check_all_request(items: tuple[MatchItem, ...], request: PreparedRequest,
+                      pools: NodePools, stats: Stats) -> None:
+    """Raise why an ``All`` request cannot take every matching device of the node: one lies in
+    an incomplete or invalid pool, fails a selector at run time, or (matching otherwise)
+    uses a feature kdra does not support yet."""
+    for item in items:
+        pool = item.pool
+        if pool.incomplete:
+            raise Unallocatable(
+                ReasonCode.POOL_INCOMPLETE,
+                f'request "{request.name}" of claim "{request.claim_name}" asks for all '
+                "devices, but a resource pool is being updated",
+                f"claim {request.claim_key}, request {request.name} asks for all devices, "
+                f"but resource pool {pool.id} is incomplete (generation {pool.generation}: "
+                f"{len(pool.slices)} of "
+                f"{pool.slices[0].slice.spec.pool.resource_slice_count} slices)",
+            )
+        if pool.duplicate is not None:
+            raise pool_invalid(item, request)
+        if item.failure is not None:
+            raise selector_failed(item.entry, item.failure, request)
+    for entry in pools.unsupported():
+        if _matches_quietly(entry, request, stats):
+            raise Unallocatable(
+                ReasonCode.UNSUPPORTED,
+                f'request "{request.name}" of claim "{request.claim_name}" asks for all '
+                "devices, but a matching device uses a feature kdra does not support yet",
+                f"claim {request.claim_key}, request {request.name} asks for all devices, "
+                f"but matching device {entry.id} uses {', '.join(entry.unsupported)}, "
+                "which kdra does not support yet",
+            )
+
+
+def _matches_quietly(entry: DeviceEntry, request: PreparedRequest, stats: Stats) -> bool:
+    """Whether every selector of ``request`` accepts ``entry``; a failing one counts as no."""
+    try:
+        return all(entry.evaluate(selector, stats) for selector in request.selectors)
+    except (CelRuntimeError, InvalidObject):
+        return False
 
 
 def _short(text: str, limit: int = 120) -> str:

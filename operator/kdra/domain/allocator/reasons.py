@@ -7,7 +7,7 @@ where upstream's allocator returns an error rather than "does not fit" — ``err
 :class:`~kdra.domain.errors.AllocationError` to surface (chained from its cause).
 
 :class:`Unallocatable` is the package-internal exception that carries a reason out of the
-search; it never leaves the package: :func:`~kdra.domain.allocator.search.allocate` turns it
+search; it never leaves the package: :func:`~kdra.domain.allocator.choices.allocate` turns it
 into an AllocationError, the cluster entry point into a Reason.
 """
 
@@ -25,7 +25,8 @@ class ReasonCode(StrEnum):
     DEVICES_BUSY = "devices-busy"
     """Matching devices exist but are allocated (or wanted by another request of the pod)."""
     CONSTRAINT_UNSATISFIABLE = "constraint-unsatisfiable"
-    """Enough free matching devices, but no set of them satisfies the claim's matchAttribute."""
+    """Enough free matching devices, but no set of them satisfies the claim's constraints
+    (matchAttribute, distinctAttribute)."""
     POOL_INCOMPLETE = "pool-incomplete"
     """An ``All`` request meets a pool whose newest generation is not fully published."""
     POOL_INVALID = "pool-invalid"
@@ -36,6 +37,12 @@ class ReasonCode(StrEnum):
     """A selector does not compile, or fails at run time on a device."""
     CLASS_MISSING = "class-missing"
     """A request names a DeviceClass that does not exist."""
+    UNSUPPORTED = "unsupported"
+    """The claim uses a field kdra does not act on yet (tolerations, capacity requests), or
+    an ``All`` request meets a device that uses a feature kdra does not support yet."""
+    TOO_MANY_CHOICES = "too-many-choices"
+    """The pod's ``firstAvailable`` requests combine into more alternatives than one node's
+    search may try."""
     SEARCH_EXHAUSTED = "search-exhausted"
     """The search on the node took more steps than its budget allows (upstream: the filter
     timeout); a longer search might have found a placement."""

@@ -1,12 +1,16 @@
 """Turning the devices picked for a claim into its ``AllocationResult``.
 
 - ``devices.results``: one entry per picked device, in pick order (requests in spec order,
-  devices in walk order).
+  devices in walk order), named after the request — ``<request>/<subrequest>`` for the
+  chosen alternative of a ``firstAvailable`` request — with ``adminAccess: true`` for
+  admin-access requests.
 - ``devices.config``: first the DeviceClass configs (``FromClass``) — each class's entries
   once, in the order its requests appear, with ``requests`` naming every request of the claim
-  that uses the class; then each claim config (``FromClaim``) once, keeping its ``requests``.
-  An entry whose ``requests`` names every request of the claim is written with ``requests``
-  empty ("all"), like upstream.
+  that uses the class (the chosen alternative's name); then each claim config (``FromClaim``)
+  once, keeping its ``requests`` — except one that names only alternatives that were not
+  chosen. An entry whose ``requests`` names every request of the claim is written with
+  ``requests`` empty ("all"), like upstream; ``<request>/<subrequest>`` names stay as they
+  are.
 - ``nodeSelector``: if any picked device's slice has ``nodeName``, one term ``matchFields
   metadata.name In [nodeName]``; otherwise the union (without repeats) of the requirements of
   the picked slices' single ``nodeSelector`` terms, as one term; ``allNodes`` slices add
@@ -32,7 +36,7 @@ from kdra.domain.models import (
 )
 
 if TYPE_CHECKING:
-    from kdra.domain.allocator.search import PreparedClaim, PreparedRequest
+    from kdra.domain.allocator.prepared import PreparedClaim, PreparedRequest
 
 
 class Pick(NamedTuple):
@@ -49,6 +53,7 @@ def build_result(claim: PreparedClaim, picks: Sequence[Pick]) -> AllocationResul
             driver=pick.entry.id.driver,
             pool=pick.entry.id.pool,
             device=pick.entry.id.device,
+            admin_access=True if pick.request.admin_access else None,
         )
         for pick in picks
     )
@@ -72,13 +77,20 @@ def _configs(claim: PreparedClaim) -> tuple[DeviceAllocationConfiguration, ...]:
         for config in request.device_class.spec.config:
             entries.append(("FromClass", [request.name], config.opaque))
         by_class[request.class_name] = range(start, len(entries))
+    chosen = {name for request in claim.requests for name in (request.name, request.parent)}
     for claim_config in claim.claim.spec.devices.config:
+        if claim_config.requests and chosen.isdisjoint(claim_config.requests):
+            continue  # only for alternatives that were not chosen
         entries.append(("FromClaim", list(claim_config.requests), claim_config.opaque))
-    everything = len(claim.requests)
+    # "Every request" is written as no requests at all: the chosen names for class entries,
+    # the requests' own names for claim entries (which name ``<request>/<sub>`` verbatim).
+    chosen_names = {request.name for request in claim.requests}
+    own_names = {request.parent for request in claim.requests}
     return tuple(
         DeviceAllocationConfiguration(
             source=source,
-            requests=() if len(requests) == everything else tuple(requests),
+            requests=() if set(requests) == (chosen_names if source == "FromClass"
+                                             else own_names) else tuple(requests),
             opaque=opaque,
         )
         for source, requests, opaque in entries

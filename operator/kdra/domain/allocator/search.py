@@ -1,16 +1,21 @@
 """Structured allocation on one node: a depth-first search with backtracking, resumable.
 
-:func:`allocate` is the pure core (upstream's ``Allocate(node)``). For a pod's *unallocated*
-claims it returns one ``AllocationResult`` per claim, ``None`` when they do not fit the node,
-or raises :class:`~kdra.domain.errors.AllocationError` when the input is bad. It is
-all-or-nothing across the claims. Devices of allocated claims in the snapshot, of assumed
-allocations, and ``in_flight`` devices are in use (admin-access results are not).
+:class:`NodeSearch` is the pure core of upstream's ``Allocate(node)`` for a pod's
+*unallocated* claims, each request already resolved to one alternative (``firstAvailable``
+choices are :mod:`.choices`' job, which also has :func:`~.choices.allocate`). It returns the
+devices picked per claim or ``None`` when they do not fit the node, and raises
+:class:`~.reasons.Unallocatable` for bad input. It is all-or-nothing across the claims.
+Devices of allocated claims in the snapshot, of assumed allocations, and ``in_flight``
+devices are in use (admin-access results are not).
 
 The search, in upstream's order (first complete solution wins; scoring is the binder's job):
 
-1. :func:`~.prepared.prepare` (node-independent): every request needs its DeviceClass;
-   selectors are compiled (class selectors first, then the request's); ExactCount needs
-   ``count`` devices (default 1); more than 32 devices for one claim is an error.
+1. :func:`~.prepared.prepare` (node-independent): every request (every ``firstAvailable``
+   alternative) needs its DeviceClass; selectors are compiled (class selectors first, then
+   the request's); ExactCount needs ``count`` devices (default 1); more than 32 devices for
+   one claim is an error; a claim using fields kdra does not act on yet (tolerations,
+   capacity requests) is refused with that reason instead of being allocated as if they
+   were absent.
 2. Per node, each request gets its list of matching devices in walk order (pools by driver
    and name, slices by name, devices as listed), memoised per device and expression. An
    ``All`` request takes every matching device of the gathered pools; it is an error if one
@@ -18,8 +23,10 @@ The search, in upstream's order (first complete solution wins; scoring is the bi
 3. One slot per device: claims in order → requests in order → devices. A slot takes the next
    matching device that is not in use (adminAccess may take in-use devices, not one already
    picked for the same claim) and not picked by this allocation, and that satisfies the
-   claim's matchAttribute constraints; the search descends, and on failure undoes the pick
-   and tries the next device.
+   claim's constraints (:mod:`.constraints`: ``matchAttribute``, same value as the devices
+   before it; ``distinctAttribute``, a value none of them has); the search descends, and on
+   failure undoes the pick and tries the next device. Devices that use features kdra does
+   not implement yet are never candidates; an ``All`` request that would need one fails.
 
 Differences from a literal transcription, none changing the first solution found:
 - slots of one request take devices in increasing walk order (any solution reordered within a
@@ -45,6 +52,11 @@ a number of steps and resume later (:meth:`NodeSearch.advance`): the binder step
 in slices between other pods and gives up at its budget. Resuming sees the snapshot as it is
 then (devices taken meanwhile count as taken from then on); a caller that resumes after the
 snapshot changed re-checks the result (the binder does, before it assumes a placement).
+
+Invariants:
+- Every device tried is one step (:attr:`NodeSearch.steps`, ``stats.search_steps``); a walk
+  pauses only between slots, so a slice overruns its steps by at most one slot's scan.
+- Backtracking undoes a pick exactly (the picks, the devices held, the constraints' states).
 """
 
 from __future__ import annotations
@@ -53,7 +65,12 @@ from bisect import bisect_left
 from collections.abc import Collection, Container, Sequence
 from dataclasses import dataclass, field
 
-from kdra.domain.allocator.nodeselector import NodeInfo
+from kdra.domain.allocator.constraints import (
+    ConstraintState,
+    all_unconstrained,
+    constrain,
+    release,
+)
 from kdra.domain.allocator.pools import (
     AttributeValue,
     DeviceEntry,
@@ -63,43 +80,20 @@ from kdra.domain.allocator.pools import (
 )
 from kdra.domain.allocator.prepared import (
     PreparedClaim,
-    PreparedConstraint,
     PreparedRequest,
+    check_all_request,
     pool_invalid,
-    prepare,
     selector_failed,
     too_many_devices,
 )
-from kdra.domain.allocator.reasons import ReasonCode, Unallocatable
-from kdra.domain.allocator.results import Pick, build_result
+from kdra.domain.allocator.results import Pick
 from kdra.domain.allocator.snapshot import Snapshot
 from kdra.domain.allocator.stats import Stats
-from kdra.domain.models import MAX_DEVICES_PER_CLAIM, AllocationResult, ResourceClaim
+from kdra.domain.models import MAX_DEVICES_PER_CLAIM
 
-__all__ = [
-    "InUse",
-    "NodeSearch",
-    "PreparedClaim",
-    "PreparedConstraint",
-    "PreparedRequest",
-    "allocate",
-    "busy_view",
-    "prepare",
-    "search_node",
-]
+__all__ = ["InUse", "NodeSearch", "busy_view"]
 
 # --------------------------------------------------------------------------- the search
-
-
-class _ConstraintState:
-    """matchAttribute while searching: the first device fixes the value."""
-
-    __slots__ = ("attribute", "count", "value")
-
-    def __init__(self, attribute: str) -> None:
-        self.attribute = attribute
-        self.value: AttributeValue | None = None
-        self.count = 0
 
 
 @dataclass(slots=True)
@@ -108,7 +102,7 @@ class _Slot:
     request: PreparedRequest
     items: tuple[MatchItem, ...]
     """ExactCount: the request's matching devices. All: the one device this slot takes."""
-    constraints: tuple[_ConstraintState, ...]
+    constraints: tuple[ConstraintState, ...]
     """The claim's constraints that apply to this request."""
     remaining: int
     """Slots of this request from this one on (this one included)."""
@@ -118,9 +112,9 @@ class _Slot:
     """No candidate can raise (no failed selector, no invalid pool among ``items``)."""
     fixed: bool
     """An ``All`` slot: exactly ``items[0]``, no alternatives."""
-    supply: tuple[_Supply, ...] | None = None
+    supply: tuple[_Supply | None, ...] | None = None
     """Per applying constraint, where devices for its value can come from (prunable,
-    non-admin ExactCount slots only)."""
+    non-admin ExactCount slots only; None for a distinctAttribute constraint)."""
     frame: _Frame = field(init=False)
     """What the walk reads at every visit, in one tuple."""
 
@@ -221,19 +215,19 @@ class NodeSearch:
     def _plan(self) -> None:
         """Lay out the slots (validating All requests, counting devices per claim)."""
         for index, claim in enumerate(self.claims):
-            states = [_ConstraintState(c.attribute) for c in claim.constraints]
+            states = [ConstraintState(c) for c in claim.constraints]
             total = claim.exact_devices
             plans: list[_RequestPlan] = []
             for request in claim.requests:
                 items = self.pools.matching(request.selectors, request.key, self.stats)
                 if request.all_devices:
-                    self._check_all(items, request)
+                    check_all_request(items, request, self.pools, self.stats)
                     total += len(items)
                     if not request.admin_access and any(
                             item.entry.id in self.busy for item in items):
                         self._blocked = True  # in use elsewhere: never all of them
                 applies = tuple(
-                    k for k, c in enumerate(claim.constraints) if c.applies(request.name)
+                    k for k, c in enumerate(claim.constraints) if c.applies(request)
                 )
                 prunable = request.all_devices or all(
                     item.failure is None and item.pool.duplicate is None for item in items
@@ -250,7 +244,7 @@ class NodeSearch:
         claim: int,
         plan: _RequestPlan,
         later: list[_RequestPlan],
-        states: list[_ConstraintState],
+        states: list[ConstraintState],
     ) -> None:
         request, items = plan.request, plan.items
         applying = tuple(states[k] for k in plan.applies)
@@ -264,9 +258,12 @@ class NodeSearch:
                 )
             return
         supply = None
-        if plan.eligible and plan.applies:
-            supplies = []
+        if plan.eligible and any(not states[k].distinct for k in plan.applies):
+            supplies: list[_Supply | None] = []
             for k in plan.applies:
+                if states[k].distinct:
+                    supplies.append(None)  # bounds only matchAttribute values
+                    continue
                 sharing = [other for other in later if k in other.applies]
                 if not all(other.eligible for other in sharing):
                     sharing = []  # bound by this request alone (weaker, still sound)
@@ -306,7 +303,7 @@ class NodeSearch:
         items = slot.items
         picked = self.picked
         for state, supply in zip(slot.constraints, slot.supply, strict=True):
-            if not state.count or state.value is None:
+            if supply is None or not state.count or state.value is None:
                 continue
             value = state.value
             need = slot.remaining + sum(count for _, _, count in supply.later)
@@ -327,24 +324,6 @@ class NodeSearch:
                 return True
         return False
 
-    def _check_all(self, items: tuple[MatchItem, ...], request: PreparedRequest) -> None:
-        for item in items:
-            pool = item.pool
-            if pool.incomplete:
-                raise Unallocatable(
-                    ReasonCode.POOL_INCOMPLETE,
-                    f'request "{request.name}" of claim "{request.claim_name}" asks for all '
-                    "devices, but a resource pool is being updated",
-                    f"claim {request.claim_key}, request {request.name} asks for all devices, "
-                    f"but resource pool {pool.id} is incomplete (generation {pool.generation}: "
-                    f"{len(pool.slices)} of "
-                    f"{pool.slices[0].slice.spec.pool.resource_slice_count} slices)",
-                )
-            if pool.duplicate is not None:
-                raise pool_invalid(item, request)
-            if item.failure is not None:
-                raise selector_failed(item.entry, item.failure, request)
-
     def _walk(self, limit: int | None) -> bool | None:
         """Depth-first over the slots from where the last call stopped: True (every slot
         filled), False (no solution), None (paused after ``limit`` steps)."""
@@ -356,7 +335,6 @@ class NodeSearch:
         picks = self.picks
         busy = self.busy
         unpick = self._unpick
-        constrain = self._constrain
         level = self._level
         back = self._back
         stop = _NO_LIMIT if limit is None else limit
@@ -393,8 +371,8 @@ class NodeSearch:
                             return False
                         continue
                     steps += 1
-                    if constrained and not constrain(slot, entry):
-                        raise _all_unconstrained(slot, entry)
+                    if constrained and not constrain(slot.constraints, entry):
+                        raise all_unconstrained(request, slot.constraints, entry)
                     picked.setdefault(device, []).append(claim)
                     picks[claim].append(Pick(request, entry))
                     positions[level] = 0
@@ -424,7 +402,7 @@ class NodeSearch:
                     if failure is not None:
                         raise selector_failed(entry, failure, request)
                     steps += 1
-                    if constrained and not constrain(slot, entry):
+                    if constrained and not constrain(slot.constraints, entry):
                         continue
                     chosen = index
                     break
@@ -444,45 +422,14 @@ class NodeSearch:
             self.steps += steps
             self.stats.search_steps += steps
 
-    def _constrain(self, slot: _Slot, entry: DeviceEntry) -> bool:
-        for done, state in enumerate(slot.constraints):
-            value = entry.attribute(state.attribute)
-            if value is None or (state.count and value != state.value):
-                for undo in slot.constraints[:done]:
-                    undo.count -= 1
-                return False
-            if not state.count:
-                state.value = value
-            state.count += 1
-        return True
-
-    def _pick(self, slot: _Slot, entry: DeviceEntry) -> None:
-        self.picked.setdefault(entry.id, []).append(slot.claim)
-        self.picks[slot.claim].append(Pick(slot.request, entry))
-
     def _unpick(self, slot: _Slot, entry: DeviceEntry) -> None:
-        for state in slot.constraints:
-            state.count -= 1
+        release(slot.constraints, entry)
         picked = self.picked
         holders = picked[entry.id]
         holders.pop()
         if not holders:
             del picked[entry.id]
         self.picks[slot.claim].pop()
-
-
-
-def _all_unconstrained(slot: _Slot, entry: DeviceEntry) -> Unallocatable:
-    """All must take every matching device; the claim's matchAttribute rejects one."""
-    request = slot.request
-    return Unallocatable(
-        ReasonCode.CONSTRAINT_UNSATISFIABLE,
-        f'request "{request.name}" of claim "{request.claim_name}" asks for all '
-        "devices, but they do not satisfy the claim's matchAttribute",
-        f"claim {request.claim_key}, request {request.name} asks for all devices, "
-        f"but device {entry.id} does not satisfy matchAttribute "
-        + ", ".join(state.attribute for state in slot.constraints),
-    )
 
 
 class InUse:
@@ -501,30 +448,3 @@ class InUse:
 def busy_view(snapshot: Snapshot, in_flight: Collection[DeviceId]) -> Container[DeviceId]:
     held = snapshot.devices_in_use
     return InUse(held, in_flight) if in_flight else held
-
-
-def search_node(
-    claims: Sequence[PreparedClaim],
-    snapshot: Snapshot,
-    node: NodeInfo,
-    busy: Container[DeviceId],
-) -> list[list[Pick]] | None:
-    """Run the search for prepared claims on one node. Raises Unallocatable."""
-    return NodeSearch(claims, snapshot.node_pools(node), busy, snapshot.stats).run()
-
-
-def allocate(
-    claims: Sequence[ResourceClaim],
-    snapshot: Snapshot,
-    node: NodeInfo,
-    in_flight: Collection[DeviceId] = (),
-) -> list[AllocationResult] | None:
-    """Allocate ``claims`` (all unallocated) on ``node``: results, None, or AllocationError."""
-    try:
-        prepared = prepare(claims, snapshot)
-        picks = search_node(prepared, snapshot, node, busy_view(snapshot, in_flight))
-    except Unallocatable as problem:
-        raise problem.to_error() from problem.__cause__
-    if picks is None:
-        return None
-    return [build_result(claim, chosen) for claim, chosen in zip(prepared, picks, strict=True)]

@@ -49,7 +49,7 @@ def devices_in_use(
     return frozenset(
         DeviceId(result.driver, result.pool, result.device)
         for result in allocation.devices.results
-        if result.request.split("/", 1)[0] not in admin
+        if not result.admin_access and result.request.split("/", 1)[0] not in admin
     )
 
 
@@ -111,7 +111,8 @@ class Snapshot:
             on_nodes = self._pool_nodes.setdefault(pool, {})
             on_nodes[spec.node_name] = on_nodes.get(spec.node_name, 0) + 1
         else:
-            (self._all_nodes if spec.all_nodes else self._selected)[name] = entry
+            visible_everywhere = spec.all_nodes or spec.per_device_node_selection
+            (self._all_nodes if visible_everywhere else self._selected)[name] = entry
             self._global_pools[pool] = self._global_pools.get(pool, 0) + 1
         self._stamp(slice_)
 

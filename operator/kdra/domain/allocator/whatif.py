@@ -20,23 +20,30 @@ Per node, in the order given:
 Invariants:
 - Pure; every answer is verified by a search (steps 2 and 3 both name a set with which the
   search succeeds), never estimated.
-- Bounded: at most three searches per node, the caller chooses the nodes, and ``steps`` caps
-  the search steps (devices tried) of all searches together, as the binder's budget caps its
-  own: a node whose search the budget cuts short is left out and the answer says it is
-  incomplete (:attr:`WhatIf.complete`).
+- A pod with ``firstAvailable`` requests fits now as the binder would find it
+  (:class:`~.choices.ChoiceSearch`); steps 1-3 run per combination of alternatives (at most
+  256 considered, as the binder's), and the node's answer is the smallest; it is minimal
+  only when every combination's answer is.
+- Bounded: at most three searches per node (and combination of alternatives), the caller
+  chooses the nodes, and ``steps`` caps the search steps
+  (devices tried) of all searches together, as the binder's budget caps its own: a node
+  whose search the budget cuts short is left out and the answer says it is incomplete
+  (:attr:`WhatIf.complete`).
 - Admin-access requests take devices in use anyway: they never need anything freed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Container, Sequence
+from collections.abc import Collection, Container, Iterable, Sequence
 from dataclasses import dataclass
 
+from kdra.domain.allocator.choices import MAX_COMBINATIONS, ChoiceSearch, combinations
 from kdra.domain.allocator.nodeselector import NodeInfo
 from kdra.domain.allocator.pools import DeviceId, NodePools
+from kdra.domain.allocator.prepared import PreparedClaim, prepare
 from kdra.domain.allocator.reasons import Unallocatable
 from kdra.domain.allocator.results import Pick
-from kdra.domain.allocator.search import NodeSearch, PreparedClaim, prepare
+from kdra.domain.allocator.search import NodeSearch
 from kdra.domain.allocator.snapshot import Snapshot
 from kdra.domain.allocator.stats import Stats
 from kdra.domain.models import ResourceClaim
@@ -89,7 +96,7 @@ class _Budget:
         self.left = steps
         self.spent = 0
 
-    def run(self, search: NodeSearch) -> list[list[Pick]] | None:
+    def run(self, search: ChoiceSearch | NodeSearch) -> list[list[Pick]] | None:
         """Run ``search`` within what is left; raises _OutOfSteps when it is not enough."""
         if self.left is not None and self.left <= 0:
             raise _OutOfSteps
@@ -132,32 +139,80 @@ def nearest_fits(snapshot: Snapshot, claims: Sequence[ResourceClaim],
 
 def _freeing(prepared: Sequence[PreparedClaim], pools: NodePools, busy: Container[DeviceId],
              stats: Stats, budget: _Budget) -> tuple[tuple[DeviceId, ...], bool] | None:
+    """The devices to free on the node, and whether no smaller set would do; None when the
+    claims fit now or never could. For ``firstAvailable`` requests, the smallest answer over
+    the combinations of alternatives (minimal only when every combination's answer is)."""
     try:
-        if budget.run(NodeSearch(prepared, pools, busy, stats)) is not None:
+        if budget.run(ChoiceSearch(prepared, pools, busy, stats)) is not None:
             return None  # fits now
-        ideal = budget.run(NodeSearch(prepared, pools, frozenset(), stats))
-        if ideal is None:
-            return None  # never
-        shortfall: dict[DeviceId, None] = {}
-        for claim in prepared:
-            for request in claim.requests:
-                if request.admin_access:
+        seen = _Considered()
+        options: Iterable[tuple[PreparedClaim, ...]] = (
+            combinations(prepared, pools, frozenset(), stats, seen.skip)
+            if any(claim.prioritized for claim in prepared) else (tuple(prepared),))
+        best: tuple[tuple[DeviceId, ...], bool] | None = None
+        proven = True
+        try:
+            for resolved in options:
+                seen.count()
+                answer = _freeing_one(resolved, pools, busy, stats, budget)
+                if answer is None:
                     continue
-                items = [item for item in pools.matching(request.selectors, request.key, stats)
-                         if item.failure is None]
-                need = len(items) if request.all_devices else request.count
-                missing = need - sum(1 for item in items if item.entry.id not in busy)
-                for item in items:
-                    if missing <= 0:
-                        break
-                    if item.entry.id in busy and item.entry.id not in shortfall:
-                        shortfall[item.entry.id] = None
-                        missing -= 1
-        if budget.run(NodeSearch(prepared, pools, _Without(busy, shortfall), stats)) is not None:
-            return tuple(shortfall), True
+                proven = proven and answer[1]
+                if best is None or len(answer[0]) < len(best[0]):
+                    best = answer
+        except _TooManyChoices:
+            proven = False  # combinations left unconsidered might need fewer
     except Unallocatable:
         return None
+    return None if best is None else (best[0], best[1] and proven)
+
+
+def _freeing_one(claims: Sequence[PreparedClaim], pools: NodePools, busy: Container[DeviceId],
+                 stats: Stats, budget: _Budget) -> tuple[tuple[DeviceId, ...], bool] | None:
+    """Steps 1-3 of the module doc for claims with one alternative per request."""
+    ideal = budget.run(NodeSearch(claims, pools, frozenset(), stats))
+    if ideal is None:
+        return None  # never
+    shortfall: dict[DeviceId, None] = {}
+    for claim in claims:
+        for request in claim.requests:
+            if request.admin_access:
+                continue
+            items = [item for item in pools.matching(request.selectors, request.key, stats)
+                     if item.failure is None]
+            need = len(items) if request.all_devices else request.count
+            missing = need - sum(1 for item in items if item.entry.id not in busy)
+            for item in items:
+                if missing <= 0:
+                    break
+                if item.entry.id in busy and item.entry.id not in shortfall:
+                    shortfall[item.entry.id] = None
+                    missing -= 1
+    if budget.run(NodeSearch(claims, pools, _Without(busy, shortfall), stats)) is not None:
+        return tuple(shortfall), True
     picked = tuple(dict.fromkeys(
         pick.entry.id for chosen in ideal for pick in chosen
         if not pick.request.admin_access and pick.entry.id in busy))
     return picked, False
+
+
+class _TooManyChoices(Exception):
+    """Internal: more combinations of alternatives than a node's search may consider."""
+
+
+class _Considered:
+    """Combinations of alternatives considered on one node, searched or skipped; at most
+    MAX_COMBINATIONS, as the binder's search."""
+
+    __slots__ = ("seen",)
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def count(self) -> None:
+        if self.seen >= MAX_COMBINATIONS:
+            raise _TooManyChoices
+        self.seen += 1
+
+    def skip(self) -> None:
+        self.count()
