@@ -315,18 +315,20 @@ def test_constraints_all_mode_shared_claim_and_explanations(
         wait_for(lambda n=name: bound(n), timeout=90, what=f"{name} bound")
 
     # `kubectl get kclaim` shows every device of a claim (a JSONPath column would show only
-    # the first): the pair's two A100s and every H100 of the All request.
-    rows = {line.split()[0]: line for line in
-            control_plane.kubectl("get", "kclaim", "-n", namespace).stdout.splitlines()[1:]}
-    shown = 0
-    for claim in claims(control_plane, namespace):
-        results = ((claim.get("status") or {}).get("allocation") or {}).get(
-            "devices", {}).get("results", [])
-        if results:
-            devices = ",".join(r["device"] for r in results)
-            assert rows[claim["metadata"]["name"]].split()[1] == devices, rows
-            shown += len(results) > 1
-    assert shown == 2, rows  # the pair and the All claim
+    # the first): the pair's two A100s and every H100 of the All request — in both served
+    # versions (v1, kubectl's default, and v1alpha3 through the conversion webhook).
+    for resource in ("kclaim", "resourceclaims.v1alpha3.resource.kdra.dev"):
+        rows = {line.split()[0]: line for line in control_plane.kubectl(
+            "get", resource, "-n", namespace).stdout.splitlines()[1:]}
+        shown = 0
+        for claim in claims(control_plane, namespace):
+            results = ((claim.get("status") or {}).get("allocation") or {}).get(
+                "devices", {}).get("results", [])
+            if results:
+                devices = ",".join(r["device"] for r in results)
+                assert rows[claim["metadata"]["name"]].split()[1] == devices, (resource, rows)
+                shown += len(results) > 1
+        assert shown == 2, (resource, rows)  # the pair and the All claim
     print("nowhere:", nowhere[-1])
     print("cel-error:", broken[-1])
 
