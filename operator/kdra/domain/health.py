@@ -61,6 +61,8 @@ class Health(IntEnum):
 
 
 HEALTH_WORDS = tuple(h.word for h in Health)
+
+
 K = TypeVar("K", bound=Hashable)
 
 
@@ -77,8 +79,8 @@ HEALTHY = Observation(Health.HEALTHY)
 
 
 @dataclass(frozen=True, slots=True)
-class Transition:
-    device: Hashable
+class Transition(Generic[K]):
+    device: K
     before: Health
     after: Health
     reason: str
@@ -132,10 +134,10 @@ class HealthDebouncer(Generic[K]):
         return Applied(track.applied, track.applied_reason, track.applied_at)
 
     def update(self, observations: Mapping[K, Observation], *, now: float,
-               wall: dt.datetime) -> list[Transition]:
+               wall: dt.datetime) -> list[Transition[K]]:
         """Feed one poll's observations (devices missing from it count as healthy); returns
         the transitions applied now."""
-        transitions: list[Transition] = []
+        transitions: list[Transition[K]] = []
         for device in set(self._tracks) | set(observations):
             seen = observations.get(device, HEALTHY)
             track = self._tracks.get(device)

@@ -61,7 +61,10 @@ from kdra.services.agent.discovery import (
     FakeDiscovery,
     NvmlDiscovery,
 )
+from kdra.services.agent.health import HealthSource, InventoryHealth, MarksFile
 from kdra.services.agent.heartbeat import Heartbeat
+from kdra.services.agent.node_health import NodeHealth
+from kdra.services.agent.nvml_health import NvmlHealth
 from kdra.services.agent.prepare import HolderIndex, Preparer
 from kdra.services.agent.publisher import SlicePublisher
 from kdra.services.store import JSON, Key, is_not_newer, key_of
@@ -85,7 +88,8 @@ class NodeAgent:
                  discovery: Discovery, identity: str, holders: HolderIndex, *,
                  own_heartbeats: bool = True,
                  claims: Callable[[str, str], JSON | None] | None = None,
-                 written: Callable[[JSON], None] | None = None) -> None:
+                 written: Callable[[JSON], None] | None = None,
+                 health_sources: tuple[HealthSource, ...] = (InventoryHealth(),)) -> None:
         """``own_heartbeats``: renew this node's Leases (else the process's shared Lease
         vouches for the node: :class:`AgentRunner` with many nodes)."""
         self.own_heartbeats = own_heartbeats
@@ -95,6 +99,8 @@ class NodeAgent:
         self.discovery = discovery
         self.identity = identity
         self.inventory = Inventory()
+        self.health = NodeHealth(node, health_sources, debounce=settings.health_debounce,
+                                 settle=settings.health_settle)
         self.publisher = SlicePublisher(client, node)
         self.heartbeats: dict[str, Heartbeat] = {}
         self._stopping: set[asyncio.Task[None]] = set()
@@ -121,7 +127,13 @@ class NodeAgent:
         return (*self.drivers, *sorted(held - set(self.drivers)))
 
     def pools(self) -> dict[str, tuple[InventoryDevice, ...]]:
-        return {driver: self.inventory.for_driver(driver) for driver in self.drivers}
+        """What to publish per driver: the inventory's devices with their health taints."""
+        return {driver: tuple(map(self.health.tainted, self.inventory.for_driver(driver)))
+                for driver in self.drivers}
+
+    async def check_health(self) -> bool:
+        """One health poll; returns whether a device's applied health changed."""
+        return bool(await asyncio.to_thread(self.health.check, self.inventory))
 
     async def discover(self) -> bool:
         """Read the devices again; returns whether anything changed."""
@@ -136,6 +148,7 @@ class NodeAgent:
         The Leases are renewed *before* anything is published: the slice GC must see this
         agent alive before it sees its new slices, or it could take them for a dead agent's."""
         held = self.preparer.load()
+        await self.check_health()  # published with its taints from the first slice on
         await self.start_heartbeats()
         await retrying(f"node {self.node}: deleting stale slices",
                        lambda: self.publisher.wipe(self.drivers))
@@ -196,9 +209,11 @@ class AgentRunner:
         # Many nodes in one process (simulation): one shared Lease per driver, not one per node.
         self.shared = len(nodes) > 1
         self.heartbeats: dict[str, Heartbeat] = {}  # driver → the shared Lease
+        self.health_sources = health_sources(settings, discovery)
         self.nodes = {node: NodeAgent(client, settings, node, discovery, self.identity,
                                       self.holders, own_heartbeats=not self.shared,
-                                      claims=self._claim, written=self._wrote)
+                                      claims=self._claim, written=self._wrote,
+                                      health_sources=self.health_sources)
                       for node in nodes}
         self.claims: dict[Key, JSON] = {}
         self._prepared: dict[str, int] = {}  # node → prepared claims (the gauge's parts)
@@ -289,6 +304,9 @@ class AgentRunner:
                              return_exceptions=True)
         if isinstance(self.discovery, NvmlDiscovery):
             self.discovery.close()
+        for source in self.health_sources:
+            if isinstance(source, NvmlHealth):
+                source.close()
 
     # ------------------------------------------------------------------ claims
 
@@ -371,7 +389,7 @@ class AgentRunner:
     def update_gauges(self) -> None:
         healthy = unhealthy = 0
         for agent in self.nodes.values():
-            good, bad = agent.inventory.health_counts()
+            good, bad = agent.health.counts(agent.inventory)
             healthy, unhealthy = healthy + good, unhealthy + bad
         metrics.set_agent_devices(healthy, unhealthy)
         self._prepared = {n: a.preparer.prepared_count for n, a in self.nodes.items()}
@@ -386,14 +404,24 @@ class AgentRunner:
             forced = self.reread.is_set()
             self.reread.clear()
             signature = self.discovery.signature()
-            if not forced and signature is not None and signature == self._signature:
-                continue
-            self._signature = signature
-            await self._each(self._rediscover)
-            # (Many nodes) a new driver's pool is published before the shared Lease names
-            # it: the slice GC leaves a pool without a Lease alone meanwhile.
-            await self.sync_shared_heartbeats()
+            if forced or signature is None or signature != self._signature:
+                self._signature = signature
+                await self._each(self._rediscover)
+                # (Many nodes) a new driver's pool is published before the shared Lease
+                # names it: the slice GC leaves a pool without a Lease alone meanwhile.
+                await self.sync_shared_heartbeats()
+            await self._each(self._health)
             self.update_gauges()
+
+    async def _health(self, agent: NodeAgent) -> None:
+        """Health poll of one node: republish when a device's applied health changed."""
+        if not await agent.check_health():
+            return
+        try:
+            await agent.publisher.publish(agent.pools())
+        except (ApiError, OSError) as exc:
+            log.warning("node %s: publishing health taints failed (%s); retried at the next "
+                        "resync", agent.node, exc)
 
     async def _rediscover(self, agent: NodeAgent) -> None:
         try:
@@ -514,6 +542,15 @@ def served_nodes(settings: AgentSettings) -> list[str]:
     if not settings.node_name:
         raise AgentError("no node name: set NODE_NAME (or --node-name), or --simulate-nodes")
     return [settings.node_name]
+
+
+def health_sources(settings: AgentSettings, discovery: Discovery) -> tuple[HealthSource, ...]:
+    """The discovery's verdict, the marks file, and NVML's health for real GPUs."""
+    marks = Path(settings.health_marks or Path(settings.state_dir) / "health-marks.json")
+    sources: list[HealthSource] = [InventoryHealth(), MarksFile(marks)]
+    if isinstance(discovery, NvmlDiscovery):
+        sources.append(NvmlHealth(driver=settings.driver, xid_hold=settings.nvml_xid_hold))
+    return tuple(sources)
 
 
 def make_discovery(settings: AgentSettings, nodes: list[str]) -> Discovery:
