@@ -143,6 +143,10 @@ class AgentSettings:
     resync_period: float = 60.0
     """Seconds between checks that the published slices still exist as published."""
 
+    health_poll: float = 2.0
+    """Seconds between health checks: the sources (NVML, the marks file, the inventory's
+    verdict) are asked and the debounce advances."""
+
     health_debounce: float = 10.0
     """Seconds a device must be seen unhealthy (or lost) without interruption before its
     slice gets the gpu.kdra.dev/unhealthy taint (NoSchedule when degraded, NoExecute when

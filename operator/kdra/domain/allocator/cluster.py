@@ -51,7 +51,8 @@ from kdra.domain.allocator.results import Pick, build_result
 from kdra.domain.allocator.search import NodeSearch, busy_view
 from kdra.domain.allocator.snapshot import Snapshot
 from kdra.domain.allocator.stats import Stats
-from kdra.domain.models import AllocationResult, ResourceClaim
+from kdra.domain.allocator.tainting import tainted_note
+from kdra.domain.models import AllocationResult, DeviceToleration, ResourceClaim
 
 
 class Placement:
@@ -370,7 +371,7 @@ def _count(
 ) -> tuple[int, int, bool]:
     """(matching devices, free ones, whether a free candidate could raise an error)."""
     matching, free, failing, failing_free, invalid = _raw(
-        pools, request.selectors, request.key, busy, stats, stamp)
+        pools, request.selectors, request.key, busy, stats, stamp, request.tolerations)
     if request.admin_access:
         return matching, matching, bool(invalid or failing)
     return matching, free, bool(invalid or failing_free)
@@ -383,6 +384,7 @@ def _raw(
     busy: Container[DeviceId],
     stats: Stats,
     stamp: tuple[int, int] | None,
+    tolerations: tuple[DeviceToleration, ...] = (),
 ) -> tuple[int, ...]:
     """:func:`_raw_count` of the devices matching ``selectors`` (``key``: their expressions),
     cached on the pools under the node's busy stamp."""
@@ -390,7 +392,7 @@ def _raw(
         cached = pools.counts.get(key)
         if cached is not None and cached[0] == stamp:
             return cached[1]
-    raw = _raw_count(pools.matching(selectors, key, stats), busy)
+    raw = _raw_count(pools.matching(selectors, key, stats, tolerations), busy)
     if stamp is not None:
         pools.counts[key] = (stamp, raw)
     return raw
@@ -473,6 +475,10 @@ def _find_rejecting(request: PreparedRequest, pools: NodePools) -> str:
     if rejecting:
         label = "selector" if len(rejecting) == 1 else "selectors"
         parts.append(f"{label} " + "; ".join(_short(e) for e in rejecting))
+    tainted = tainted_note((e for pool in pools.pools for e in pool.entries),
+                           request.selectors, request.tolerations, pools.taints)
+    if tainted:
+        parts.append(tainted)
     unsupported = pools.unsupported()
     if unsupported:
         features = sorted({f for entry in unsupported for f in entry.unsupported})

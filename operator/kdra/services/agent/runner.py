@@ -33,6 +33,7 @@ import os
 import random
 import signal
 import socket
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
@@ -132,8 +133,11 @@ class NodeAgent:
                 for driver in self.drivers}
 
     async def check_health(self) -> bool:
-        """One health poll; returns whether a device's applied health changed."""
-        return bool(await asyncio.to_thread(self.health.check, self.inventory))
+        """One health poll; returns whether a device's applied health changed. NVML is asked
+        from a thread; the other sources read cached files and run inline."""
+        if any(isinstance(source, NvmlHealth) for source in self.health.sources):
+            return bool(await asyncio.to_thread(self.health.check, self.inventory))
+        return bool(self.health.check(self.inventory))
 
     async def discover(self) -> bool:
         """Read the devices again; returns whether anything changed."""
@@ -398,13 +402,20 @@ class AgentRunner:
     # ------------------------------------------------------------------ devices
 
     async def _poll(self) -> None:
+        """Health every ``health_poll`` seconds; the inventory every ``inventory_poll`` (at
+        once on SIGHUP)."""
+        last_read = time.monotonic()
+        period = min(self.settings.health_poll, self.settings.inventory_poll)
         while True:
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.reread.wait(), self.settings.inventory_poll)
+                await asyncio.wait_for(self.reread.wait(), period)
             forced = self.reread.is_set()
             self.reread.clear()
-            signature = self.discovery.signature()
-            if forced or signature is None or signature != self._signature:
+            due = time.monotonic() - last_read >= self.settings.inventory_poll
+            signature = self.discovery.signature() if forced or due else self._signature
+            if forced or due:
+                last_read = time.monotonic()
+            if forced or (due and (signature is None or signature != self._signature)):
                 self._signature = signature
                 await self._each(self._rediscover)
                 # (Many nodes) a new driver's pool is published before the shared Lease
