@@ -18,6 +18,9 @@ Rules:
   it is listed with the claim as not published, and counted in no pool.
 - A claim's node is the one its allocation's node selector names (``matchFields metadata.name
   In [node]``, what the allocator writes for node-local devices); empty otherwise.
+- A device with a ``NoSchedule`` or ``NoExecute`` taint in its slice (e.g. the agent's
+  ``gpu.kdra.dev/unhealthy``) shows it beside its state: ``free (tainted
+  gpu.kdra.dev/unhealthy=XID-48:NoSchedule)``; informational taints are not shown.
 - Malformed or partial objects never make describing fail: a missing field reads as empty.
 """
 
@@ -65,10 +68,13 @@ class DeviceRow:
     name: str
     details: str
     holders: tuple[Holder, ...] = ()
+    taints: tuple[str, ...] = ()
+    """Acting taints as ``key=value:Effect``."""
 
     @property
     def state(self) -> str:
-        return "allocated" if self.holders else "free"
+        state = "allocated" if self.holders else "free"
+        return f"{state} (tainted {', '.join(self.taints)})" if self.taints else state
 
 
 @dataclass(frozen=True)
@@ -142,6 +148,7 @@ class Description:
                 "total": pool.total, "allocated": pool.allocated, "free": pool.free,
                 "devices": [{
                     "name": device.name, "details": device.details, "state": device.state,
+                    "taints": list(device.taints),
                     "claims": [{"claim": h.claim, "request": h.request, "pods": list(h.pods),
                                 "ready": h.ready} for h in device.holders],
                 } for device in pool.devices],
@@ -230,11 +237,23 @@ def _pool_row(key: tuple[str, str], members: list[JSON],
             seen.add(device_name)
             devices.append(DeviceRow(
                 name=device_name, details=_details(_map(device), driver),
-                holders=tuple(holders.get((driver, name, device_name), ()))))
+                holders=tuple(holders.get((driver, name, device_name), ())),
+                taints=_taints(_map(device))))
     devices.sort(key=lambda d: _natural(d.name))
     return PoolRow(node=_slice_node(first), driver=driver, pool=name,
                    generation=_generation(members[0]), complete=len(members) == expected,
                    devices=tuple(devices))
+
+
+def _taints(device: JSON) -> tuple[str, ...]:
+    found = []
+    for raw in _list(device.get("taints"))[:16]:
+        taint = _map(raw)
+        effect = str(taint.get("effect") or "")
+        if effect in ("NoSchedule", "NoExecute"):
+            value = str(taint.get("value") or "")
+            found.append(f"{taint.get('key')}{'=' + value if value else ''}:{effect}")
+    return tuple(found)
 
 
 def _slice_node(spec: JSON) -> str:

@@ -71,16 +71,17 @@ class TaintLike(Protocol):
 
 
 class TolerationLike(Protocol):
-    """A request's toleration: :class:`~kdra.domain.models.DeviceToleration`."""
+    """A request's toleration: :class:`~kdra.domain.models.DeviceToleration` (unset fields
+    are None or empty)."""
 
     @property
-    def key(self) -> str: ...
+    def key(self) -> str | None: ...
     @property
     def operator(self) -> str: ...
     @property
-    def value(self) -> str: ...
+    def value(self) -> str | None: ...
     @property
-    def effect(self) -> str: ...
+    def effect(self) -> str | None: ...
     @property
     def toleration_seconds(self) -> int | None: ...
 
@@ -121,7 +122,7 @@ def tolerates(toleration: TolerationLike, taint: TaintLike) -> bool:
     if toleration.key and toleration.key != taint.key:
         return False
     if toleration.operator in ("", EQUAL):
-        return toleration.value == taint.value
+        return (toleration.value or "") == (taint.value or "")
     return toleration.operator == EXISTS
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from kdra.domain.allocator import Snapshot, allocate, place
+from kdra.domain.models import dump
 from kdra.domain.taint_rules import parse_rule
 from tests.unit.builders import (
     CLASS,
@@ -74,6 +75,14 @@ def test_results_keep_the_tolerations() -> None:
     (picked,) = result.devices.results
     assert [(t.key, t.operator, t.effect, t.toleration_seconds) for t in picked.tolerations] == [
         (UNHEALTHY, "Exists", "NoExecute", 30)]
+
+
+def test_result_tolerations_dump_without_unset_fields() -> None:
+    """The allocation result's schema rejects an empty effect: unset fields stay unset."""
+    snapshot = Snapshot.build([slice_with(tainted("gpu-0", "NoSchedule"))], [gpu_class()])
+    (result,) = allocate([claim_with(tolerating({"operator": "Exists"}))], snapshot,
+                         node()) or []
+    assert dump(result)["devices"]["results"][0]["tolerations"] == [{"operator": "Exists"}]
 
 
 def test_two_requests_with_equal_selectors_but_different_tolerations() -> None:

@@ -56,10 +56,13 @@ from kdra.domain.models.base import (
 
 
 class DeviceToleration(_Model):
-    key: str = ""
+    """Unset fields stay unset (None), so a toleration dumps back as it was written: an
+    empty ``effect`` or ``key`` would not pass the allocation result's schema."""
+
+    key: str | None = None
     operator: Literal["Exists", "Equal"] = "Equal"
-    value: str = ""
-    effect: str = ""
+    value: str | None = None
+    effect: str | None = None
     toleration_seconds: int | None = None
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from kdra import metrics
 from kdra.domain.health import Applied, Health, HealthDebouncer, Transition
 from kdra.domain.inventory import Inventory, InventoryDevice
+from kdra.domain.taints import UNHEALTHY_KEY
 from kdra.domain.timestamps import now as wall_now
 from kdra.services.agent.health import DeviceKey, HealthSource, observe_all
 
@@ -64,6 +65,17 @@ class NodeHealth:
 
     def applied(self, device: InventoryDevice) -> Applied:
         return self.debouncer.applied((device.driver, device.name))
+
+    def condition(self, driver: str, device: str) -> tuple[bool, str, str]:
+        """The ``Healthy`` condition of a prepared device: (healthy, reason, message)."""
+        applied = self.debouncer.applied((driver, device))
+        if applied.health is Health.HEALTHY:
+            return True, "Healthy", "no health source reports a problem"
+        taint = applied.taint()
+        effect = taint.effect if taint else ""
+        return False, applied.reason or "Unhealthy", (
+            f"device is {applied.health.word} since {applied.since} ({applied.reason}); "
+            f"its slice has the taint {UNHEALTHY_KEY}:{effect}")
 
     def tainted(self, device: InventoryDevice) -> InventoryDevice:
         """``device`` with the taint its applied health calls for."""

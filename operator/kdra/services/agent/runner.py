@@ -110,6 +110,7 @@ class NodeAgent:
             checkpoint_file=CheckpointFile(Path(settings.state_dir), node),
             inventory=lambda: self.inventory, drivers=lambda: self.claim_drivers,
             holders=holders, claims=claims, written=written)
+        self.preparer.health = self.health.condition
 
     @property
     def drivers(self) -> tuple[str, ...]:
@@ -433,6 +434,9 @@ class AgentRunner:
         except (ApiError, OSError) as exc:
             log.warning("node %s: publishing health taints failed (%s); retried at the next "
                         "resync", agent.node, exc)
+        for key, claim in self.claims.items():  # their Healthy conditions change
+            if agent.node in self._interested(claim):
+                self.queue.add((agent.node, key[0], key[1]))
 
     async def _rediscover(self, agent: NodeAgent) -> None:
         try:
