@@ -94,15 +94,18 @@ class FakeKubelet:
         self.api: Any = kubernetes.client.CoreV1Api(client)  # its models' fields are Optional
         self.namespace = namespace
         self.stopping = threading.Event()
+        self.errors: list[str] = []
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def __enter__(self) -> FakeKubelet:
         self.thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: object, *exc: object) -> None:
         self.stopping.set()
         self.thread.join(10)
+        if kind is not None:
+            print("fake kubelet errors:", *self.errors[-20:], sep="\n  ")
 
     def _run(self) -> None:
         import kubernetes
@@ -110,13 +113,15 @@ class FakeKubelet:
         while not self.stopping.wait(0.3):
             try:
                 pods = self.api.list_namespaced_pod(self.namespace).items
-                for pod in pods:
-                    name = pod.metadata.name
+            except Exception as exc:  # the API server restarting: try again
+                self.errors.append(f"list: {exc!r}")
+                continue
+            for pod in pods:
+                name = pod.metadata.name
+                try:
                     if pod.metadata.deletion_timestamp is not None:
-                        self.api.delete_namespaced_pod(
-                            name, self.namespace, grace_period_seconds=0,
-                            body=kubernetes.client.V1DeleteOptions(
-                                preconditions={"uid": pod.metadata.uid}))
+                        self.api.delete_namespaced_pod(name, self.namespace,
+                                                       grace_period_seconds=0)
                     elif pod.spec.node_name and pod.status.phase != "Running":
                         now = "2026-01-01T00:00:00Z"
                         self.api.patch_namespaced_pod_status(name, self.namespace, {
@@ -125,8 +130,11 @@ class FakeKubelet:
                                  "lastTransitionTime": now},
                                 {"type": "ContainersReady", "status": "True",
                                  "lastTransitionTime": now}]}})
-            except kubernetes.client.ApiException:
-                continue  # a pod went away meanwhile: the next round sees the new state
+                except kubernetes.client.ApiException as exc:
+                    if exc.status != 404:  # gone meanwhile: the next round sees the new state
+                        self.errors.append(f"{name}: {exc.status} {exc.reason}: {exc.body}")
+                except Exception as exc:  # recorded, shown by the test on failure
+                    self.errors.append(f"{name}: {exc!r}")
 
 
 # --------------------------------------------------------------------------- helpers

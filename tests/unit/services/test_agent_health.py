@@ -314,3 +314,43 @@ def test_without_the_nvml_library_the_message_is_clear() -> None:
     with pytest.raises(DiscoveryError, match="NVML is not usable for health checks: "
                                              "NVML Shared Library Not Found"):
         NvmlHealth(nvml=pynvml).observe("n", gpu_inventory(A))
+
+
+# --------------------------------------------------------------------------- one node's loop
+
+
+def test_node_health_applies_at_once_first_then_debounces(tmp_path: Path) -> None:
+    import datetime as dt
+
+    from kdra.domain.nodeprep import DeviceOutcome, device_statuses
+    from kdra.services.agent.node_health import NodeHealth
+
+    marks = tmp_path / "marks.json"
+    clock = Clock()
+    inventory = parse_inventory("gpus: [{profile: L4-24GB, count: 3, unhealthy: [0]}]", "n")
+    health = NodeHealth("n", (InventoryHealth(), MarksFile(marks)), debounce=5, settle=10,
+                        clock=clock, wall=lambda: dt.datetime(2026, 12, 2, tzinfo=dt.UTC))
+    first = health.check(inventory)
+    assert [(t.device, t.after) for t in first] == [((GPU, "gpu-0"), Health.DEGRADED)]
+    gpu0, gpu1, _ = inventory.devices
+    (taint,) = health.tainted(gpu0).taints
+    assert (taint.effect, taint.time_added) == ("NoSchedule", "2026-12-02T00:00:00Z")
+    assert health.tainted(gpu1).taints == ()
+    assert health.counts(inventory) == (2, 1)
+
+    write_mark(marks, Mark("n", GPU, "gpu-1", Health.LOST, "MarkedLost"))
+    clock.now = 1
+    assert health.check(inventory) == []  # debounced
+    clock.now = 6
+    assert [(t.device, t.after) for t in health.check(inventory)] == [
+        ((GPU, "gpu-1"), Health.LOST)]
+    assert health.tainted(gpu1).taints[0].effect == "NoExecute"
+    healthy, reason, message = health.condition(GPU, "gpu-1")
+    assert (healthy, reason) == (False, "MarkedLost") and "NoExecute" in message
+    assert health.condition(GPU, "gpu-2")[0] is True
+
+    entry, = device_statuses([DeviceOutcome(GPU, "n", "gpu-1", True, "Prepared", "ok",
+                                            health=health.condition(GPU, "gpu-1"))],
+                             now="2026-12-02T00:00:06Z")
+    assert [(c["type"], c["status"], c["reason"]) for c in entry["conditions"]] == [
+        ("Ready", "True", "Prepared"), ("Healthy", "False", "MarkedLost")]
