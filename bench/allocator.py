@@ -1,6 +1,8 @@
-"""Allocator benchmark: place pods one after another until the cluster is ~80% full.
+"""Allocator benchmark: place pods one after another until the cluster is ~80% full; and the
+adversarial shape (issue 22, attack 9) against the binder's search budget.
 
     .venv/bin/python bench/allocator.py [--quick] [--profile]
+    .venv/bin/python bench/allocator.py --adversarial [--quick]
 
 Clusters of GPU nodes (one pool per node; attributes like NVIDIA's: productName, uuid, index,
 pcieRoot, driverVersion; capacity memory), a DeviceClass with a CEL selector, and pods of
@@ -18,6 +20,17 @@ then assumed (marked in use) in the snapshot, as the binder does. Policies:
 
 Prints figures; asserts nothing. Timings include ``place`` and picking the node, not the
 ``assume`` bookkeeping.
+
+``--adversarial``: pods whose search would try every combination — five one-device claims
+ahead of a claim for *all* of a node's GPUs, which those claims take first — among a stream
+of one-GPU pods, scheduled by kdra's real binder (``kdra.services.binder``: its loop, its
+long-search slices, its budget). The binder's writes go to an in-memory stand-in for the API
+server that answers at once and reports every allocated device Ready (as the node agent
+would), so the figures are the scheduling loop's alone: the worst hostile search (it must end
+within its deadline), and how many one-GPU pods were bound while hostile searches ran. For
+comparison it first times the same pod with ``place`` unbounded (the loop before the budget:
+nobody else is scheduled meanwhile), and the shape upstream stops at once (a device held
+elsewhere).
 """
 
 from __future__ import annotations
@@ -166,7 +179,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller clusters, fewer runs")
     parser.add_argument("--profile", action="store_true", help="cProfile the 5000-node run")
+    parser.add_argument("--adversarial", action="store_true",
+                        help="the search budget against hostile pods (issue 22, attack 9)")
     args = parser.parse_args()
+    if args.adversarial:
+        from adversarial import run_adversarial
+
+        run_adversarial(quick=args.quick)
+        return
     if args.quick:
         scenarios = [(100, 10, 1, "rotate"), (100, 10, 4, "rotate"), (1000, 8, 1, "rotate"),
                      (100, 10, 1, "binpack")]

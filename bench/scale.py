@@ -28,8 +28,9 @@ Contenders, each on a fresh control plane (same binaries) per workload:
 - ``kdra``: ``python -m kdra operator`` + one ``python -m kdra agent --simulate-nodes``
   serving every node (publishes the ResourceSlices, creates the Nodes; writes CDI specs to a
   tmpfs, as the DaemonSet's /var/run/cdi, and its checkpoints to disk). Each authenticates as
-  deployed: its ServiceAccount's token, authorized by manifests/base's RBAC (plus, for the
-  simulation only, creating Nodes); upstream's controller-manager also uses ServiceAccount
+  deployed: its ServiceAccount's token, authorized by manifests/base's RBAC and admission
+  policies (the simulating agent: manifests/simulation's own account and role, which also
+  creates the Nodes); upstream's controller-manager also uses ServiceAccount
   tokens (``--use-service-account-credentials``), kube-scheduler a client certificate (as
   kubeadm sets it up);
 - ``upstream``: kube-scheduler + kube-controller-manager's resourceclaim-controller with native
@@ -98,18 +99,6 @@ KDRA_GROUP = "resource.kdra.dev"
 KDRA_VERSION = "v1"
 CLAIMS_ANNOTATION = f"{KDRA_GROUP}/claims"
 MANIFESTS = ROOT / "manifests" / "base"
-SIMULATED_NODES_RBAC = [  # bench only: the simulating agent creates its Nodes (kubelet's job)
-    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-     "metadata": {"name": "kdra-bench-simulated-nodes"},
-     "rules": [{"apiGroups": [""], "resources": ["nodes", "nodes/status"],
-                "verbs": ["get", "create", "patch"]}]},
-    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-     "metadata": {"name": "kdra-bench-simulated-nodes"},
-     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                 "name": "kdra-bench-simulated-nodes"},
-     "subjects": [{"kind": "ServiceAccount", "name": "kdra-agent",
-                   "namespace": "kdra-system"}]},
-]
 PAUSE = "registry.k8s.io/pause:3.10.1"
 QPS = "5000"
 CREATE_CONCURRENCY = 20
@@ -339,9 +328,11 @@ class Kdra(Contender):
         await api.create("/api/v1/namespaces", {"metadata": {"name": "kdra-system"}},
                          ok_conflict=True)
         for component in ("operator", "agent"):
-            for part in ("serviceaccount.yaml", "rbac.yaml"):
+            for part in ("serviceaccount.yaml", "rbac.yaml", "admission-policy.yaml"):
                 self.plane.kubectl("apply", "-f", str(MANIFESTS / component / part))
-        self.plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(SIMULATED_NODES_RBAC))
+        # One agent process simulates every node: its own service account and role
+        # (manifests/simulation), not the DaemonSet's (confined to one node).
+        self.plane.kubectl("apply", "-k", str(MANIFESTS.parent / "simulation"))
         await api.create(f"/apis/{KDRA_GROUP}/{KDRA_VERSION}/deviceclasses", {
             "apiVersion": f"{KDRA_GROUP}/{KDRA_VERSION}", "kind": "DeviceClass",
             "metadata": {"name": CLASS},
@@ -352,7 +343,7 @@ class Kdra(Contender):
                 "model": "A100", "family": "GPU", "driverVersion": {"version": "1.2.3"},
                 "pciRoot": str(i)}, "capacity": {"memory": "1Gi"}}
             for i in range(DEVICES_PER_NODE)]}))
-        env = await self._credentials(api, "kdra-agent")
+        env = await self._credentials(api, "kdra-agent-simulation")
         agent = Proc("kdra-agent", self._python(
             "agent", "--simulate-nodes", f"scheduler-perf-dra-{{0..{self.nodes - 1}}}",
             "--inventory", str(inventory), "--create-nodes",

@@ -13,9 +13,9 @@
 #   3. installs the CRDs, then manifests/overlays/kind (operator, agents, RBAC, policies),
 #   4. waits for the operator (its webhook must answer before pods with claims can be
 #      created) and the agents' slices,
-#   5. applies manifests/examples/gpu and the seed's cats (manifests/examples/seed, without its
-#      hand-written slice: the agent on kdra-worker3 publishes the cats; both v1alpha3), and
-#      the v1 examples (manifests/examples/v1),
+#   5. applies manifests/examples/gpu and the seed's cats (manifests/examples/seed: the agent
+#      on kdra-worker3 publishes the cats; both v1alpha3), and the v1 examples
+#      (manifests/examples/v1),
 #   6. prints what got allocated (`kdra describe`, run in the operator's pod) and the pods.
 #
 # Re-running it is safe: every step is an apply or a wait. (It cannot run on kdra's CI
@@ -75,9 +75,7 @@ done
 
 step "examples: GPUs (manifests/examples/gpu) and the seed's cats"
 "${KUBECTL[@]}" apply -k manifests/examples/gpu
-for file in deviceclass resourceclaim resourceclaimtemplate pod; do
-  "${KUBECTL[@]}" apply -f "manifests/examples/seed/${file}.yaml"
-done
+"${KUBECTL[@]}" apply -k manifests/examples/seed
 
 step "examples in resource.kdra.dev/v1 (manifests/examples/v1: namespaces gpu-test1..5)"
 "${KUBECTL[@]}" apply -k manifests/examples/v1

@@ -6,7 +6,8 @@ are v1alpha3, the GPU objects v1 — slice GC) and two ``kdra agent``
 processes — one simulating three GPU nodes with two GPU models, one serving the seed's cats on
 ``worker-1`` — applies the seed's cats example plus a few GPU pods, waits until the pods are
 bound, and prints ``pod → node → devices``. With ``interactive`` it keeps everything running
-until Ctrl-C and prints a KUBECONFIG and the metrics URL; otherwise it stops (what CI runs).
+until Ctrl-C and prints a KUBECONFIG and the metrics URLs (operator and agents, for a
+Prometheus to scrape); otherwise it stops (what CI runs).
 """
 
 from __future__ import annotations
@@ -136,6 +137,7 @@ def run_demo(interactive: bool = True, workdir: str | None = None, timeout: floa
         return 1
     procs = _Procs(directory, plane.kubeconfig)
     metrics_port = free_port()
+    agent_ports = [free_port(), free_port()]
     try:
         _step("installing CRDs")
         plane.kubectl("apply", "--server-side", "-k", str(crds))
@@ -147,12 +149,12 @@ def run_demo(interactive: bool = True, workdir: str | None = None, timeout: floa
         procs.start("agent-gpus", "agent", "--simulate-nodes", GPU_NODES, "--create-nodes",
                     "--inventory", str(inventories / "mixed-gpus.yaml"),
                     "--cdi-dir", str(directory / "cdi"), "--state-dir",
-                    str(directory / "state"), "--metrics-port", "0",
+                    str(directory / "state"), "--metrics-port", str(agent_ports[0]),
                     ready="kdra agent started")
         procs.start("agent-cats", "agent", "--node-name", CATS_NODE, "--create-nodes",
                     "--inventory", str(inventories / "cats.yaml"),
                     "--cdi-dir", str(directory / "cdi"), "--state-dir",
-                    str(directory / "state"), "--metrics-port", "0",
+                    str(directory / "state"), "--metrics-port", str(agent_ports[1]),
                     ready="kdra agent started")
         webhook_port = free_port()
         _step("starting kdra operator (claim controller, binder, webhooks, slice GC)")
@@ -163,9 +165,7 @@ def run_demo(interactive: bool = True, workdir: str | None = None, timeout: floa
                     ready="kdra operator started")
         _step("applying the seed's cats (class, shared claim, template, pod-with-cats) and "
               "GPU pods")
-        for name in ("deviceclass.yaml", "resourceclaim.yaml", "resourceclaimtemplate.yaml",
-                     "pod.yaml"):
-            print(plane.kubectl("apply", "-f", str(seed / name)).stdout, end="")
+        print(plane.kubectl("apply", "-k", str(seed)).stdout, end="")
         print(plane.kubectl("apply", "-f", "-", input=GPU_OBJECTS).stdout, end="")
         pods = [_gpu_pod(name, template) for name, template in DEMO_PODS if template]
         print(plane.kubectl("apply", "-f", "-",
@@ -173,14 +173,19 @@ def run_demo(interactive: bool = True, workdir: str | None = None, timeout: floa
         _step("waiting for the pods to be bound")
         table = _wait_table(plane, [name for name, _ in DEMO_PODS], timeout)
         print(_format(table))
-        print(f"\nmetrics: http://127.0.0.1:{metrics_port}/metrics")
+        print(f"\nmetrics: http://127.0.0.1:{metrics_port}/metrics (operator), "
+              + ", ".join(f"http://127.0.0.1:{port}/metrics" for port in agent_ports)
+              + " (agents)")
         if any(node == "-" for _, node, _ in table):
             print("kdra demo: not every pod was bound in time; see "
                   f"{directory}/operator.log", file=sys.stderr)
             return 1
         if interactive:
             print(f"export KUBECONFIG={plane.kubeconfig}\n"
-                  "try: kubectl get kdra -A; kubectl describe pod pod-with-cats\n"
+                  "try: kubectl get kdra -A; kubectl kdra free; kubectl kdra top; "
+                  "kubectl kdra why pod-with-cats\n"
+                  f"(kubectl runs the plugin kubectl-kdra from PATH: it is in "
+                  f"{Path(sys.executable).parent})\n"
                   "Ctrl-C stops everything.", flush=True)
             with contextlib.suppress(KeyboardInterrupt):
                 signal.pause()

@@ -25,6 +25,15 @@ class OperatorSettings:
     metrics_port: int = 8080
     """Port of the Prometheus ``/metrics`` endpoint; 0 turns it off."""
 
+    metrics_max_nodes: int = 100
+    """Above this many nodes, the utilisation gauges (kdra_devices, kdra_pool_devices_total)
+    sum over nodes and pools (their node and pool labels become <all>) instead of one series
+    per node: bounded label cardinality on large clusters."""
+
+    metrics_max_namespaces: int = 50
+    """kdra_namespace_devices_allocated keeps a series for the namespaces holding the most
+    devices, at most this many; the others are summed under namespace <all>."""
+
     malloc_trim_interval: float = 60.0
     """Seconds between returns of the C heap's free pages to the kernel (``malloc_trim``;
     glibc only): without them RSS creeps up under a steady stream of objects although live
@@ -47,7 +56,9 @@ class OperatorSettings:
     over when the leader's Lease expires."""
 
     leader_lease_duration: float = 15.0
-    """Seconds a leader's Lease stays valid without renewal (renewed every third of it)."""
+    """Seconds a leader's Lease stays valid without renewal (renewed every third of it). A
+    standby honours at most four times this (at least 60 s) of whatever duration a Lease
+    claims, so a Lease written with an absurd one does not keep it waiting for ever."""
 
     identity: str = ""
     """This replica's identity in the leader Lease; empty: '<hostname>-<pid>'."""
@@ -59,6 +70,20 @@ class OperatorSettings:
     prepare_timeout: float = 120.0
     """Seconds the binder waits for the node agent to report a pod's devices Ready before it
     undoes the allocation and tries another node."""
+
+    allocation_search_steps: int = 1_000_000
+    """Search steps (devices tried) the binder may spend on one pod's attempt to place its
+    claims; each node's search gets at most an eighth of it (a half with two candidate nodes,
+    all of it with one). A pod that finds no placement
+    within it gets PodScheduled=False with reason AllocationSearchExhausted and is retried
+    after a backoff. Normal pods need tens of steps; the budget only bounds adversarial
+    shapes (many claims competing for the same devices), which would otherwise try every
+    combination."""
+
+    allocation_search_timeout: float = 10.0
+    """Seconds one pod's allocation search may run (as upstream's scheduler filter timeout,
+    DRASchedulerFilterTimeout, 10 s). A long search runs in slices beside the scheduling
+    loop, so other pods are scheduled meanwhile."""
 
     slice_gc_grace: float = 40.0
     """Seconds a node agent's Lease may stay expired before the slice garbage collector
@@ -87,8 +112,19 @@ class OperatorSettings:
 
     webhook_manage_config: bool = True
     """Create and keep up to date the MutatingWebhookConfiguration kdra-mutating and the
-    ValidatingWebhookConfiguration kdra-validating, with the serving CA bundle. Off: install
-    them yourself (manifests/webhooks) and keep their caBundle current."""
+    ValidatingWebhookConfiguration kdra-validating, with the serving CA bundle. Where the
+    operator may change only their CA bundle (in a cluster: manifests/base's policy
+    kdra-operator-webhooks), it keeps that current and warns when the rest differs from its
+    version (re-apply manifests/webhooks). Off: install them yourself and keep their
+    caBundle current."""
+
+    trusted_users: str = ""
+    """Usernames (comma-separated) whose pod writes are kdra's own: only they may write the
+    kdra-owned pod annotations (resource.kdra.dev/claim-statuses, devices.resource.kdra.dev/*,
+    gpus.resource.kdra.dev/*), which the validating webhook denies to everyone else. Empty:
+    system:serviceaccount:<namespace>:kdra-operator (the Deployment's ServiceAccount, which
+    manifests/webhooks names) plus the operator's own username, asked of the API server at
+    start-up (a SelfSubjectReview). Set it when replicas run under other identities."""
 
 
 @dataclass(frozen=True)
@@ -177,6 +213,14 @@ class AgentSettings:
 
     workers: int = 4
     """Concurrent claim prepare/unprepare operations per process."""
+
+    nri_socket: str = "/var/run/nri/nri.sock"
+    """The container runtime's NRI socket: the agent registers there as NRI plugin
+    '10-kdra' and gives each container exactly the CDI devices of its pod's prepared claims
+    (and refuses containers whose claims are not prepared). Empty turns it off; a missing
+    socket is retried in the background. Never used for simulated nodes (--simulate-nodes,
+    --create-nodes: there is no runtime). Without it, containers see their devices only
+    through the webhook's env (not tamper-proof)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser,

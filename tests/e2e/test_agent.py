@@ -147,10 +147,12 @@ def test_prepare_and_unprepare(control_plane: ControlPlane, agents: AgentFactory
     assert spec["cdiVersion"] == "0.6.0" and spec["kind"] == "kdra.dev/gpu"
     assert [d["name"] for d in spec["devices"]] == [f"{uid}-gpu-2", f"{uid}-gpu-5"]
     assert spec["devices"][1]["containerEdits"]["env"] == [
-        "KDRA_DEVICE_1=gpu-5", f"KDRA_DEVICE_1_RESOURCE_CLAIM={uid}",
-        f"KDRA_DEVICE_1_UUID={uuids[1]}"]
-    assert f"NVIDIA_VISIBLE_DEVICES={','.join(uuids)}" in spec["containerEdits"]["env"]
-    assert "deviceNodes" not in spec["devices"][0]["containerEdits"]  # fake GPUs: none
+        f"KDRA_DEVICE_GPU_5={GPU}/{node}/gpu-5", f"KDRA_DEVICE_GPU_5_CLAIM={namespace}/train",
+        f"KDRA_DEVICE_GPU_5_UUID={uuids[1]}"]
+    # the list variables are the NRI plugin's, per container: no spec sets them
+    assert spec["containerEdits"]["env"] == [f"KDRA_NODE_NAME={node}"]
+    assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [  # fake GPUs: /dev/null's
+        {"path": "/dev/kdra/gpu-2", "type": "c", "major": 1, "minor": 3, "fileMode": 0o666}]
     entry = device_status(control_plane, namespace, "train")[0]
     assert entry["driver"] == GPU and entry["pool"] == node and entry["device"] == "gpu-2"
     assert entry["conditions"][0]["reason"] == "Prepared"
@@ -203,7 +205,8 @@ def test_restart_wipes_slices_and_keeps_prepared_claims(
     assert list(agent.checkpoint()) == [claim["metadata"]["uid"]]
     assert ready_devices(control_plane, namespace, "kept") == {"gpu-1": "True"}
     log = agent.proc.tail(200)
-    assert "deleted 1 stale slice(s)" in log
+    assert (f"deleted ResourceSlice {before[0]['metadata']['name']} (driver gpu.kdra.dev, "
+            f"pool {node}, generation 0) at start-up") in log
     assert "unprepared claim" not in log  # the restart did not touch the prepared claim
 
 

@@ -172,6 +172,45 @@ def test_seed_pod_with_cats_binds_where_both_cats_are(control_plane: ControlPlan
     print("scheduled:", events(control_plane, namespace, "pod-with-cats", "Scheduled"))
 
 
+def test_the_seed_kustomization_applied_whole_schedules_pod_with_cats(
+        control_plane: ControlPlane, agents: AgentFactory, kdra: Any) -> None:
+    """What the README tells a new user: an agent serving the cats on worker-1 (as `make demo`
+    runs it) and `kubectl apply -k manifests/examples/seed/`. The seed publishes no slice of
+    its own, so pool worker-1 has one publisher and pod-with-cats binds at once (it used to
+    wait ~60 s on "duplicate device names" until the agent deleted the seed's slice)."""
+    seed = ROOT / "manifests" / "examples" / "seed"
+    inventory = ROOT / "manifests" / "examples" / "inventory" / "cats.yaml"
+
+    def clean() -> None:
+        control_plane.kubectl("delete", "pod", "pod-with-cats", "-n", "default", "--force",
+                              "--grace-period=0", "--ignore-not-found", check=False)
+        control_plane.kubectl("delete", "-k", str(seed), "--ignore-not-found", check=False)
+        control_plane.kubectl("delete", "node", "worker-1", "--ignore-not-found", check=False)
+
+    clean()  # e.g. test_crds' static variant, in the same session
+    try:
+        agent = agents("worker-1", inventory.read_text())
+        kdra(webhooks=True)
+        control_plane.kubectl("apply", "-k", str(seed))
+        pod = wait_for(lambda: (p := get_json(control_plane, "pod", "pod-with-cats", "-n",
+                                              "default"))["spec"].get("nodeName") and p,
+                       timeout=30, what="pod-with-cats bound")
+        assert pod["spec"]["nodeName"] == "worker-1"
+        annotations = pod["metadata"]["annotations"]
+        assert annotations["devices.resource.kdra.dev/container0"] == f"{CATS}/worker-1/kitten-0"
+        assert annotations["devices.resource.kdra.dev/container1"] == f"{CATS}/worker-1/kitten-1"
+        (slice_,) = agent_helpers.slices_of(control_plane, "worker-1")  # the agent's only
+        assert slice_["metadata"]["name"] == "worker-1-resource-driver-example-com-0"
+        assert not events(control_plane, "default", "pod-with-cats", "FailedScheduling")
+        assert agent.metric('kdra_agent_slice_deletions_total{reason="foreign"}') == 0.0
+        # Cats are no GPUs: the webhook gave each container KDRA_DEVICES and nothing else.
+        for container in pod["spec"]["containers"]:
+            names = [e["name"] for e in container.get("env", [])]
+            assert names == ["KDRA_DEVICES"], (container["name"], names)
+    finally:
+        clean()
+
+
 def test_hundred_pods_on_eighty_gpus(control_plane: ControlPlane, agents: AgentFactory,
                                      kdra: Any, namespace: str) -> None:
     suffix = namespace[-5:]

@@ -19,6 +19,7 @@ from tests.e2e.conftest import ROOT, get_json
 
 INVALID = Path(__file__).parent / "invalid"
 SEED = ROOT / "manifests" / "examples" / "seed"
+SEED_STATIC = ROOT / "manifests" / "examples" / "seed-static-slice"
 KINDS = ("resourceclaims", "resourceclaimtemplates", "deviceclasses", "resourceslices")
 
 
@@ -72,7 +73,25 @@ def test_crds_are_established(control_plane: ControlPlane) -> None:
 
 def test_seed_objects_apply_and_list(control_plane: ControlPlane) -> None:
     # The claims annotation pod needs the default ServiceAccount: the controller-manager made it.
-    out = control_plane.kubectl("apply", "-k", str(SEED)).stdout
+    # The variant with the cats as a static slice (no agent runs here): the seed's objects
+    # plus exactly that slice; the seed itself publishes no cats (an agent does).
+    kinds = {str(SEED): [], str(SEED_STATIC): []}
+    for directory, found in kinds.items():
+        built = control_plane.kubectl("kustomize", directory).stdout
+        found.extend(sorted(f"{d['kind']}/{d['metadata']['name']}"
+                            for d in yaml.safe_load_all(built) if d))
+    assert sorted([*kinds[str(SEED)], "ResourceSlice/worker-1-cats"]) == kinds[str(SEED_STATIC)]
+    try:
+        check_seed_objects(control_plane)
+    finally:
+        control_plane.kubectl("delete", "pod", "pod-with-cats", "-n", "default", "--force",
+                              "--grace-period=0", "--ignore-not-found", check=False)
+        control_plane.kubectl("delete", "-k", str(SEED_STATIC), "--ignore-not-found",
+                              "--wait=false", check=False)
+
+
+def check_seed_objects(control_plane: ControlPlane) -> None:
+    out = control_plane.kubectl("apply", "-k", str(SEED_STATIC)).stdout
     assert "resourceclaim.resource.kdra.dev/small-white-cat-claim" in out
     listing = control_plane.kubectl("get", "kdra", "-A").stdout
     for name in ("small-white-cat-claim", "large-black-cat-claim-template",

@@ -39,8 +39,9 @@ REAL_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"
               "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 KUSTOMIZATIONS = ("base", "base/crds", "overlays/kind", "overlays/nvidia",
                   "overlays/servicemonitor", "webhooks", "examples/gpu", "examples/seed",
-                  "examples/v1")
+                  "examples/seed-static-slice", "examples/v1", "simulation")
 DRY_RUN = ("base", "overlays/kind", "overlays/nvidia", "examples/gpu")
+SIMULATION = f"system:serviceaccount:{SYSTEM}:kdra-agent-simulation"
 
 
 def build(plane: ControlPlane, directory: str) -> list[dict[str, Any]]:
@@ -210,9 +211,15 @@ def test_servicemonitor_overlay_dry_run(control_plane: ControlPlane, installed: 
         assert result.stdout.count("servicemonitor.monitoring.coreos.com/") == 2
         services = {(d["metadata"]["name"], p["name"]) for d in build(control_plane, "base")
                     if d["kind"] == "Service" for p in d["spec"]["ports"]}
-        for monitor in build(control_plane, "overlays/servicemonitor"):
+        docs = build(control_plane, "overlays/servicemonitor")
+        for monitor in (d for d in docs if d["kind"] == "ServiceMonitor"):
             name = monitor["metadata"]["name"]
             assert (name, monitor["spec"]["endpoints"][0]["port"]) in services, name
+        # The Grafana dashboard, for the sidecar convention (label grafana_dashboard: "1").
+        dashboard = find(docs, "ConfigMap", "kdra-dashboard")
+        assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert json.loads(dashboard["data"]["kdra.json"])["uid"] == "kdra"
+        assert "configmap/kdra-dashboard" in result.stdout
     finally:
         control_plane.kubectl("delete", "crd", "servicemonitors.monitoring.coreos.com",
                               "--ignore-not-found", "--wait=false", check=False)
@@ -308,6 +315,53 @@ OPERATOR_DENIED = [
 ]
 
 
+SIMULATION_ALLOWED = [
+    ("create", "resourceslices.resource.kdra.dev"),
+    ("update", "resourceclaims.resource.kdra.dev", "--subresource=status", "-n", "default"),
+    ("create", "nodes"),
+    ("patch", "nodes", "--subresource=status"),
+    ("create", "leases.coordination.k8s.io", "-n", SYSTEM),
+]
+SIMULATION_DENIED = [
+    ("get", "secrets", "-n", SYSTEM),
+    ("create", "pods", "--subresource=binding", "-n", "default"),
+    ("update", "resourceclaims.resource.kdra.dev", "-n", "default"),
+    ("delete", "nodes"),
+    ("create", "leases.coordination.k8s.io", "-n", "default"),
+]
+
+
+@pytest.fixture(scope="module")
+def simulation(control_plane: ControlPlane, installed: Any) -> Iterator[None]:
+    """manifests/simulation, for real (it concerns only the kdra-agent-simulation account)."""
+    control_plane.kubectl("apply", "-k", str(MANIFESTS / "simulation"))
+    yield
+    control_plane.kubectl("delete", "-k", str(MANIFESTS / "simulation"), "--ignore-not-found",
+                          "--wait=false", check=False)
+
+
+@pytest.mark.parametrize("args", SIMULATION_ALLOWED, ids=" ".join)
+def test_simulation_agent_may(control_plane: ControlPlane, simulation: None,
+                              args: tuple[str, ...]) -> None:
+    assert can_i(control_plane, SIMULATION, *args)
+
+
+@pytest.mark.parametrize("args", SIMULATION_DENIED, ids=" ".join)
+def test_simulation_agent_may_not(control_plane: ControlPlane, simulation: None,
+                                  args: tuple[str, ...]) -> None:
+    assert not can_i(control_plane, SIMULATION, *args)
+
+
+def test_the_daemonset_agent_is_not_the_simulation_agent(control_plane: ControlPlane,
+                                                         installed: Any) -> None:
+    """A simulation agent's rights are granted to its own account, never the DaemonSet's."""
+    assert not can_i(control_plane, AGENT, "create", "nodes")
+    subjects = [s for doc in build(control_plane, "simulation")
+                if doc["kind"] in ("ClusterRoleBinding", "RoleBinding")
+                for s in doc["subjects"]]
+    assert {s["name"] for s in subjects} == {"kdra-agent-simulation"}
+
+
 @pytest.mark.parametrize("args", AGENT_ALLOWED, ids=" ".join)
 def test_agent_may(control_plane: ControlPlane, installed: Any, args: tuple[str, ...]) -> None:
     assert can_i(control_plane, AGENT, *args)
@@ -331,8 +385,17 @@ def test_operator_may_not(control_plane: ControlPlane, installed: Any,
     assert not can_i(control_plane, OPERATOR, *args)
 
 
+def test_base_leaves_every_webhooks_ca_bundle_to_the_operator(
+        control_plane: ControlPlane) -> None:
+    """Re-applying the base never overwrites the CA bundle the operator keeps current."""
+    for doc in build(control_plane, "base"):
+        if doc["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+            for webhook in doc["webhooks"]:
+                assert "caBundle" not in webhook["clientConfig"], webhook["name"]
+
+
 def test_roles_use_no_wildcards(control_plane: ControlPlane) -> None:
-    for directory in ("overlays/kind", "overlays/nvidia"):
+    for directory in ("overlays/kind", "overlays/nvidia", "simulation"):
         for doc in build(control_plane, directory):
             if doc["kind"] not in ("Role", "ClusterRole"):
                 continue

@@ -164,10 +164,12 @@ def test_configurations_carry_the_ca_bundle(control_plane: ControlPlane,
             assert webhook["failurePolicy"] == "Fail"
             assert webhook["sideEffects"] == "None"
             assert webhook["timeoutSeconds"] == 5
-            if webhook["rules"][0]["resources"] == ["pods"]:
+            if webhook["name"] == "mutate-pods.resource.kdra.dev":
                 assert webhook["matchConditions"][0]["expression"] == (
                     "has(object.metadata.annotations) && "
                     "'resource.kdra.dev/claims' in object.metadata.annotations")
+            elif webhook["rules"][0]["resources"] == ["pods"]:  # issue 22: updates too
+                assert webhook["rules"][0]["operations"] == ["CREATE", "UPDATE"]
 
 
 def test_claim_with_invalid_cel_is_rejected(control_plane: ControlPlane, webhooks: Webhooks,
@@ -260,26 +262,37 @@ def test_pod_with_malformed_annotation_is_rejected(control_plane: ControlPlane,
 
 def test_pod_with_annotation_is_mutated(control_plane: ControlPlane, webhooks: Webhooks,
                                         ns: str) -> None:
+    # A container that uses the claim may not set the device env itself (issue 22): kdra
+    # sets it from the allocation. (The mutation keeps the user's entry; validation denies.)
     user_env = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
+    message = rejected(control_plane, pod(
+        "consumer", ns, [{"name": "gpu", "resourceClaimName": "c",
+                          "containers": ["main", "setup"]}],
+        containers=("main", "sidecar"), init=("setup",), env={"main": user_env}),
+        "consuming container with its own NVIDIA_VISIBLE_DEVICES")
+    assert ("spec.containers[0].env[0]: NVIDIA_VISIBLE_DEVICES is set by kdra in containers "
+            "that use the pod's claims") in message
     created = create(control_plane, pod(
         "consumer", ns, [{"name": "gpu", "resourceClaimName": "c",
                           "containers": ["main", "setup"]}],
-        containers=("main", "sidecar"), init=("setup",), env={"main": user_env}))
+        containers=("main", "sidecar"), init=("setup",),
+        env={"main": [{"name": "A", "value": "1"}], "sidecar": user_env}))
     assert created.returncode == 0, created.stderr
     obj = json.loads(created.stdout)
     spec = obj["spec"]
     assert spec["schedulerName"] == "kdra-scheduler"
     env = {c["name"]: c.get("env", []) for c in spec["containers"] + spec["initContainers"]}
-    # main: the user's NVIDIA_VISIBLE_DEVICES wins; KDRA_DEVICES is added.
+    # main: the user's own variables are kept; kdra's are added.
     assert env["main"] == [
-        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
+        {"name": "A", "value": "1"},
         {"name": "KDRA_DEVICES", "valueFrom": field_ref("devices.resource.kdra.dev/main")},
+        {"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": field_ref("gpus.resource.kdra.dev/main")},
     ]
     assert env["setup"] == [
         {"name": "KDRA_DEVICES", "valueFrom": field_ref("devices.resource.kdra.dev/setup")},
         {"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": field_ref("gpus.resource.kdra.dev/setup")},
     ]
-    assert env["sidecar"] == []  # does not consume the claim
+    assert env["sidecar"] == user_env  # does not consume the claim: its own business
 
     # Default: every (regular) container consumes the claim.
     created = create(control_plane, pod("all", ns, [{"name": "gpu", "resourceClaimName": "c"}],

@@ -76,3 +76,22 @@ def test_the_sweep_leaves_a_run_whose_owner_isis_running(tmp_path: Path) -> None
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_child_spawned_from_a_worker_thread_outlives_the_thread(tmp_path: Path) -> None:
+    # asyncio.to_thread(plane.start_component, ...) forks from a pool thread: the parent-death
+    # signal must not fire when that thread ends, only when the process does.
+    import threading
+
+    started: list[subprocess.Popen[bytes]] = []
+    worker = threading.Thread(target=lambda: started.append(
+        spawn(["sleep", "600"], run_dir=tmp_path)))
+    worker.start()
+    worker.join()
+    (child,) = started
+    try:
+        time.sleep(0.5)
+        assert child.poll() is None
+    finally:
+        child.kill()
+        child.wait()

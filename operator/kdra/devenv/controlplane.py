@@ -9,7 +9,7 @@ Invariants:
 - Authentication is by client certificates from a CA made fresh for each control plane;
   authorization is ``Node,RBAC``, as on a real cluster, so RBAC manifests can be tested.
 - kube-controller-manager runs only the controllers tests rely on (garbage collector,
-  namespace lifecycle, service accounts and their tokens' root CA).
+  namespace lifecycle, service accounts and their tokens' root CA, ClusterRole aggregation).
 - :meth:`ControlPlane.stop` ends every process it started, even after a failed start; each
   process's output goes to ``<workdir>/<name>.log`` (read by :meth:`ControlPlane.logs`).
 - Every process is started by :func:`kdra.devenv.process.spawn`: it dies with the process that
@@ -48,6 +48,8 @@ CONTROLLERS = (
     "namespace-controller",
     "serviceaccount-controller",
     "root-ca-certificate-publisher-controller",
+    # edit/view/admin aggregate labelled roles (kdra-user): users' rights as on a cluster
+    "clusterrole-aggregation-controller",
 )
 TOOLS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 

@@ -7,9 +7,11 @@ the terminal reaches only the parent, which then stops its children in order. Th
 case where the parent never gets to stop them: SIGKILL, an OOM kill, a CI time limit.
 
 Invariants:
-- Every process started by :func:`spawn` gets ``SIGKILL`` when the thread that started it ends
-  (Linux ``PR_SET_PDEATHSIG``; start processes from a long-lived thread, as the main thread is).
-  If the parent is already gone when the child starts, the child exits at once.
+- Every process started by :func:`spawn` gets ``SIGKILL`` when this process ends (Linux
+  ``PR_SET_PDEATHSIG``). The kernel sends it when the *thread* that forked the child ends, so
+  :func:`spawn` forks only from the main thread or from one spawner thread that lives as long as
+  the process: a child started from a worker thread (``asyncio.to_thread``) outlives that
+  worker. If the parent is already gone when the child starts, the child exits at once.
 - Every such process carries ``KDRA_DEVENV_OWNER=<pid>:<start time>:<run directory>`` in its
   environment (and passes it on to its own children). :func:`sweep` kills only processes whose
   marker names a run directory under the given root and whose owner no longer exists: a
@@ -19,11 +21,14 @@ Invariants:
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import ctypes
+import functools
 import os
 import signal
 import subprocess
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -94,11 +99,23 @@ def spawn(cmd: Sequence[str | os.PathLike[str]], *, run_dir: Path,
     environment = dict(os.environ if env is None else env)
     environment[OWNER_ENV] = _owner_marker(run_dir)
     parent = os.getpid()
-    return subprocess.Popen(
-        [os.fspath(c) for c in cmd], stdout=stdout, stderr=stderr, stdin=stdin,
-        env=environment, cwd=cwd, text=text, start_new_session=True,
-        preexec_fn=lambda: _die_with_parent(parent),
-    )
+
+    def fork() -> subprocess.Popen[Any]:
+        return subprocess.Popen(
+            [os.fspath(c) for c in cmd], stdout=stdout, stderr=stderr, stdin=stdin,
+            env=environment, cwd=cwd, text=text, start_new_session=True,
+            preexec_fn=lambda: _die_with_parent(parent),
+        )
+
+    if threading.current_thread() is threading.main_thread():
+        return fork()
+    return _spawner().submit(fork).result()
+
+
+@functools.cache
+def _spawner() -> concurrent.futures.ThreadPoolExecutor:
+    """One thread that forks for every other thread: it lives until the process exits."""
+    return concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kdra-spawn")
 
 
 def terminate(popen: subprocess.Popen[Any], grace: float = 10.0) -> None:

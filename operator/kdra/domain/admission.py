@@ -13,11 +13,21 @@ kdra's own objects are in :mod:`kdra.domain.admission_objects`:
   ``resource.kdra.dev/admin-access: "true"``. Fields kdra does not act on yet (capacity
   requests) are admitted with a warning. Pods with the
   ``resource.kdra.dev/claims`` annotation must have a well-formed annotation whose
-  ``containers`` name containers of the pod.
+  ``containers`` name containers of the pod, and their consuming containers
+  may not set ``KDRA_DEVICES`` / ``NVIDIA_VISIBLE_DEVICES`` themselves (kdra sets them from
+  the allocation; a user's value would claim devices the pod was not given). On UPDATE, the
+  annotation may not change once the pod's claims are resolved (claim-statuses recorded, or
+  bound). kdra-owned annotations (``claim-statuses``, ``devices.resource.kdra.dev/*``,
+  ``gpus.resource.kdra.dev/*``) may be created, changed or removed by kdra's own identities
+  only (``trusted``: the operator's username, from the request's ``userInfo``).
 * **mutating** (:func:`mutate_pod`): a pod with claims gets ``schedulerName: kdra-scheduler``
   (when unset or ``default-scheduler``) and, in every container that consumes a claim, the env
-  vars ``KDRA_DEVICES`` and ``NVIDIA_VISIBLE_DEVICES`` read through the downward API from the
-  per-container annotations the binder writes before it binds the pod.
+  var ``KDRA_DEVICES`` — and ``NVIDIA_VISIBLE_DEVICES`` where a GPU can be involved — read
+  through the downward API from the per-container annotations the binder writes before it
+  binds the pod. A GPU can be involved unless every claim the container consumes is known to
+  ask only for devices of DeviceClasses whose selectors pin another driver
+  (:func:`class_may_select`; the webhook server looks the claims, templates and classes up, and
+  anything it cannot find counts as "may be a GPU").
 
 Invariants:
 - Pure: no I/O, no clock. A request is a plain dict (``AdmissionReview.request``); the answer
@@ -34,14 +44,18 @@ Invariants:
   static rules even when the webhook is down.
 - Updates are ratcheted: an update that leaves ``spec`` unchanged is always allowed, and CEL
   expressions the old object already had are not re-checked, so an object stored before a
-  rule tightened never becomes impossible to edit.
+  rule tightened never becomes impossible to edit. A pod update is checked only for what it
+  changes of kdra's keys.
+- Bounded: at most :data:`~kdra.domain.untrusted.MAX_REPORTED` errors per object (the rest
+  counted), values in messages cut short; opaque parameters are measured without recursion
+  (at most :data:`MAX_OPAQUE_PARAMETERS_DEPTH` levels, 10 KiB).
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,26 +63,34 @@ from kdra import GROUP
 from kdra.domain.admission_objects import (
     ADMIN_ACCESS_LABEL,
     MAX_OPAQUE_PARAMETERS_BYTES,
+    MAX_OPAQUE_PARAMETERS_DEPTH,
+    MAX_SPEC_DEPTH,
     FieldError,
     admin_access_errors,
     admin_access_requested,
     claim_errors,
+    claim_request_classes,
     class_errors,
+    class_may_select,
     object_warnings,
     template_errors,
     v1alpha3_paths,
 )
 from kdra.domain.errors import InvalidObject
 from kdra.domain.podclaims import (
+    CLAIM_STATUSES_ANNOTATION,
     CLAIMS_ANNOTATION,
+    DEVICE_ENVS,
     DEVICES_ANNOTATION_PREFIX,
     DEVICES_ENV,
     GPU_UUIDS_ANNOTATION_PREFIX,
     GPU_UUIDS_ENV,
     SCHEDULER_NAME,
     PodClaim,
+    kdra_owned,
     pod_claims,
 )
+from kdra.domain.untrusted import MAX_REPORTED, shorten, too_deep
 
 __all__ = [
     "ADMIN_ACCESS_LABEL",
@@ -80,7 +102,9 @@ __all__ = [
     "admin_access_errors",
     "admin_access_requested",
     "claim_errors",
+    "claim_request_classes",
     "class_errors",
+    "class_may_select",
     "consuming_containers",
     "injected_env",
     "mutate_pod",
@@ -90,6 +114,7 @@ __all__ = [
     "pod_warnings",
     "review",
     "template_errors",
+    "undecodable",
     "validate",
 ]
 
@@ -171,14 +196,23 @@ def review(body: Any, decide: Decide) -> dict[str, Any]:
     return decide(request).to_review()
 
 
+def undecodable(uid: str, reason: str) -> AdmissionResponse:
+    """The denial of a request whose object could not be decoded (``reason``: why)."""
+    return AdmissionResponse(uid, (FieldError("<object>", "cannot be decoded: nested too "
+                                              "deeply or malformed JSON "
+                                              f"({shorten(reason, 100)})"),))
+
+
 # --------------------------------------------------------------------------- dispatch
 
 
 def validate(request: Mapping[str, Any],
+             trusted: frozenset[str] = frozenset(),
              namespace_labels: Mapping[str, str] | None = None) -> AdmissionResponse:
-    """The validating webhook: claims, templates, classes, and pods with the annotation.
+    """The validating webhook: claims, templates, classes, and pods with kdra's keys.
 
     Kinds it does not know, and operations other than CREATE and UPDATE, are allowed.
+    ``trusted``: usernames whose requests are kdra's own (they may write kdra-owned keys).
     ``namespace_labels`` are the labels of the object's namespace, read by the caller when
     :func:`admin_access_requested` (None: they could not be read).
     """
@@ -196,11 +230,9 @@ def validate(request: Mapping[str, Any],
               "name": str(request.get("name") or meta.get("name") or meta.get("generateName")
                           or "")}
     if group == "" and name == "Pod":
-        # Only creation is checked: the annotation's later edits are the claim controller's
-        # business (it reports them), and blocking pod updates would block kubelet and
-        # controllers whenever the webhook is down.
-        errors = pod_errors(obj) if operation == "CREATE" else []
-        return AdmissionResponse(uid, tuple(errors), **target)
+        user = (request.get("userInfo") or {}).get("username")
+        errors = pod_errors(obj, old, kdra_writer=isinstance(user, str) and user in trusted)
+        return AdmissionResponse(uid, _capped(errors), **target)
     if group != GROUP:
         return AdmissionResponse(uid)
     if old is not None and old.get("spec") == obj.get("spec"):
@@ -214,20 +246,35 @@ def validate(request: Mapping[str, Any],
     check = checks.get(name)
     if check is None:
         return AdmissionResponse(uid, **target)
+    if too_deep(obj.get("spec"), MAX_SPEC_DEPTH):
+        return AdmissionResponse(uid, (FieldError("spec", f"nested deeper than {MAX_SPEC_DEPTH} "
+                                                  "levels (opaque parameters may nest at most "
+                                                  f"{MAX_OPAQUE_PARAMETERS_DEPTH})"),), **target)
     errors = check(obj, old)
     if name != "DeviceClass":
         errors += admin_access_errors(obj, namespace_labels)
     if (request.get("requestKind") or {}).get("version") == "v1alpha3":
         errors = v1alpha3_paths(errors)
-    return AdmissionResponse(uid, tuple(errors), warnings=tuple(object_warnings(obj)),
+    return AdmissionResponse(uid, _capped(errors), warnings=tuple(object_warnings(obj)),
                              **target)
 
 
-def mutate_pod(request: Mapping[str, Any]) -> AdmissionResponse:
+def _capped(errors: list[FieldError]) -> tuple[FieldError, ...]:
+    """At most MAX_REPORTED errors; one more saying how many were left out."""
+    if len(errors) <= MAX_REPORTED:
+        return tuple(errors)
+    rest = len(errors) - MAX_REPORTED
+    return (*errors[:MAX_REPORTED],
+            FieldError(errors[MAX_REPORTED].field, f"... and {rest} more error(s)"))
+
+
+def mutate_pod(request: Mapping[str, Any], *,
+               gpu_claims: Collection[str] | None = None) -> AdmissionResponse:
     """The mutating webhook for pods: schedulerName and the device env vars, on CREATE.
 
-    A pod whose annotation does not parse is let through unchanged: the validating webhook
-    rejects it with the precise reason.
+    ``gpu_claims``: the names of the pod's claim entries that may get GPUs (None: all of them;
+    see :func:`pod_patch`). A pod whose annotation does not parse is let through unchanged: the
+    validating webhook rejects it with the precise reason.
     """
     uid = str(request.get("uid", ""))
     pod = request.get("object")
@@ -237,15 +284,60 @@ def mutate_pod(request: Mapping[str, Any]) -> AdmissionResponse:
         claims = pod_claims(pod)
     except InvalidObject:
         return AdmissionResponse(uid)
-    return AdmissionResponse(uid, patch=tuple(pod_patch(pod, claims)),
+    return AdmissionResponse(uid, patch=tuple(pod_patch(pod, claims, gpu_claims=gpu_claims)),
                              warnings=tuple(pod_warnings(pod, claims)))
 
 
 # --------------------------------------------------------------------------- pods
 
 
-def pod_errors(pod: Mapping[str, Any]) -> list[FieldError]:
-    """Why a pod with the claims annotation must be rejected (empty: it is fine)."""
+def pod_errors(pod: Mapping[str, Any], old: Mapping[str, Any] | None = None, *,
+               kdra_writer: bool = False) -> list[FieldError]:
+    """Why a pod's creation (``old`` None) or update must be rejected (empty: it is fine).
+
+    ``kdra_writer``: the request is kdra's own, which may write kdra-owned keys."""
+    errors = [] if kdra_writer else _owned_key_errors(pod, old)
+    errors += _claims_annotation_errors(pod, old)
+    if old is None:
+        errors += _env_errors(pod)
+    return errors
+
+
+def _annotations(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    return annotations if isinstance(annotations, Mapping) else {}
+
+
+def _owned_key_errors(pod: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[FieldError]:
+    now = kdra_owned(_annotations(pod))
+    before = kdra_owned(_annotations(old))
+    changed = sorted(k for k in now.keys() | before.keys() if now.get(k) != before.get(k))
+    what = ("is written by kdra only: remove it from the pod (or the template it comes from)"
+            if old is None else "is written by kdra only: it cannot be added, changed or "
+                                "removed")
+    return [FieldError(f"metadata.annotations[{shorten(key, 100)}]", what) for key in changed]
+
+
+def _resolved(pod: Mapping[str, Any]) -> bool:
+    """The pod's claims are resolved: kdra recorded their names, or the pod is bound."""
+    spec = pod.get("spec")
+    return (CLAIM_STATUSES_ANNOTATION in _annotations(pod)
+            or bool(isinstance(spec, Mapping) and spec.get("nodeName")))
+
+
+def _claims_annotation_errors(pod: Mapping[str, Any],
+                              old: Mapping[str, Any] | None) -> list[FieldError]:
+    text = _annotations(pod).get(CLAIMS_ANNOTATION)
+    if old is not None:
+        if text == _annotations(old).get(CLAIMS_ANNOTATION):
+            return []
+        if _resolved(old):
+            return [FieldError(_ANNOTATION_FIELD, "cannot be changed once the pod's claims are "
+                               "resolved (claim-statuses recorded or the pod bound); delete "
+                               "the pod and create it again")]
+    if text is None:
+        return []
     try:
         claims = pod_claims(pod)
     except InvalidObject as exc:
@@ -256,13 +348,49 @@ def pod_errors(pod: Mapping[str, Any]) -> list[FieldError]:
     for index, claim in enumerate(claims):
         for k, name in enumerate(claim.containers or ()):
             if name not in containers and name not in init_containers:
-                listing = f"containers: {', '.join(containers) or 'none'}"
+                listing = f"containers: {_listing(containers)}"
                 if init_containers:
-                    listing += f"; init containers: {', '.join(init_containers)}"
+                    listing += f"; init containers: {_listing(init_containers)}"
                 errors.append(FieldError(
                     f"{_ANNOTATION_FIELD}[{index}].containers[{k}]",
                     f"the pod has no container named {name!r} ({listing})"))
     return errors
+
+
+def _listing(names: list[str], limit: int = 8) -> str:
+    shown = ", ".join(shorten(n, 63) for n in names[:limit]) or "none"
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _env_errors(pod: Mapping[str, Any]) -> list[FieldError]:
+    """Consuming containers may not set the env vars kdra sets from the allocation."""
+    try:
+        claims = pod_claims(pod)
+    except InvalidObject:
+        return []  # reported by _claims_annotation_errors
+    consumers = consuming_containers(pod, claims)
+    spec = pod.get("spec") or {}
+    errors: list[FieldError] = []
+    for key in ("initContainers", "containers"):
+        for i, container in enumerate(spec.get(key) or ()):
+            if not isinstance(container, Mapping) or container.get("name") not in consumers:
+                continue
+            ours = {e["name"]: e for e in injected_env(str(container["name"]))}
+            for j, env in enumerate(container.get("env") or ()):
+                name = env.get("name") if isinstance(env, Mapping) else None
+                if name in DEVICE_ENVS and not _same_env(env, ours[name]):
+                    errors.append(FieldError(
+                        f"spec.{key}[{i}].env[{j}]",
+                        f"{name} is set by kdra in containers that use the pod's claims (to "
+                        "the devices allocated to them); remove it"))
+    return errors
+
+
+def _same_env(env: Mapping[str, Any], ours: Mapping[str, Any]) -> bool:
+    """``env`` is the entry kdra injects (the API server may have filled in defaults)."""
+    ref = ((env.get("valueFrom") or {}).get("fieldRef") or {}) if "value" not in env else {}
+    return bool(ref.get("fieldPath") == ours["valueFrom"]["fieldRef"]["fieldPath"]
+                and ref.get("apiVersion", "v1") == "v1")
 
 
 def consuming_containers(pod: Mapping[str, Any], claims: Sequence[PodClaim]) -> frozenset[str]:
@@ -287,11 +415,14 @@ def injected_env(container: str) -> tuple[dict[str, Any], ...]:
 
 
 def pod_patch(pod: Mapping[str, Any],
-              claims: Sequence[PodClaim] | None = None) -> list[dict[str, Any]]:
+              claims: Sequence[PodClaim] | None = None, *,
+              gpu_claims: Collection[str] | None = None) -> list[dict[str, Any]]:
     """The JSONPatch that prepares a pod for kdra (empty when it needs nothing).
 
     ``claims`` defaults to the pod's parsed annotation (raising InvalidObject when it is bad).
-    A pod whose annotation lists no claims needs nothing.
+    A pod whose annotation lists no claims needs nothing. ``NVIDIA_VISIBLE_DEVICES`` goes only
+    into containers that consume an entry named in ``gpu_claims`` (None: every entry may get
+    GPUs), so a pod of cats gets no GPU variable (not even an empty one).
     """
     claims = pod_claims(pod) if claims is None else claims
     if not claims:
@@ -304,6 +435,8 @@ def pod_patch(pod: Mapping[str, Any],
     elif scheduler == DEFAULT_SCHEDULER:
         ops.append({"op": "replace", "path": "/spec/schedulerName", "value": SCHEDULER_NAME})
     consumers = consuming_containers(pod, claims)
+    gpu_consumers = consumers if gpu_claims is None else consuming_containers(
+        pod, [claim for claim in claims if claim.name in gpu_claims])
     for key in ("initContainers", "containers"):
         for index, container in enumerate(spec.get(key) or ()):
             name = container.get("name")
@@ -311,6 +444,8 @@ def pod_patch(pod: Mapping[str, Any],
                 continue
             env = container.get("env")
             present = {e.get("name") for e in env or () if isinstance(e, Mapping)}
+            if name not in gpu_consumers:
+                present.add(GPU_UUIDS_ENV)
             wanted = [e for e in injected_env(name) if e["name"] not in present]
             if not wanted:
                 continue

@@ -6,7 +6,8 @@ known request names, upstream's limits), every CEL selector compiles, opaque par
 in 10 KiB, a claim does not ask for more devices than one allocation holds (counting the
 smallest ``firstAvailable`` alternative), admin access only in a namespace labelled
 ``resource.kdra.dev/admin-access: "true"``; and what to warn about (fields kdra accepts but
-does not act on yet).
+does not act on yet); and, for the mutating webhook, which DeviceClasses a claim may use and
+whether a class can ever select a GPU (:func:`claim_request_classes`, :func:`class_may_select`).
 
 Invariants:
 - Pure: objects are plain dicts in ``v1`` (the API server converts v1alpha3 first); the
@@ -14,18 +15,20 @@ Invariants:
 - Every error names its field in ``kubectl explain`` notation; :func:`v1alpha3_paths` maps
   v1 paths back for a user who wrote v1alpha3.
 - Ratcheting: CEL expressions the old object already had are not re-checked.
+- Bounded: opaque parameters are measured without recursion (at most
+  :data:`MAX_OPAQUE_PARAMETERS_DEPTH` levels, 10 KiB); the old object is walked without
+  recursion.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kdra import GROUP
-from kdra.domain.cel import compile_selector
+from kdra.domain.cel import compile_selector, selector_drivers
 from kdra.domain.errors import CelCompileError, InvalidObject
 from kdra.domain.models import (
     MAX_DEVICES_PER_CLAIM,
@@ -36,15 +39,21 @@ from kdra.domain.models import (
     parse_class,
     parse_template,
 )
+from kdra.domain.podclaims import GPU_DRIVER
+from kdra.domain.untrusted import json_size, too_deep
 
 __all__ = [
     "ADMIN_ACCESS_LABEL",
     "MAX_OPAQUE_PARAMETERS_BYTES",
+    "MAX_OPAQUE_PARAMETERS_DEPTH",
+    "MAX_SPEC_DEPTH",
     "FieldError",
     "admin_access_errors",
     "admin_access_requested",
     "claim_errors",
+    "claim_request_classes",
     "class_errors",
+    "class_may_select",
     "object_warnings",
     "template_errors",
     "v1alpha3_paths",
@@ -52,6 +61,11 @@ __all__ = [
 
 # Upstream's OpaqueParametersMaxLength: the raw JSON of one opaque configuration's parameters.
 MAX_OPAQUE_PARAMETERS_BYTES = 10 * 1024
+MAX_OPAQUE_PARAMETERS_DEPTH = 32
+"""Nesting levels of one configuration's parameters (upstream has no limit but the size;
+kdra's JSON encoder stops at 254 levels, and no driver's configuration comes close to 32)."""
+MAX_SPEC_DEPTH = 48
+"""Nesting levels of a kdra object's ``spec`` (its own fields plus the parameters')."""
 _V1ALPHA3_PATH = re.compile(r"requests\[(\d+)\]\.exactly\.")
 """The v1 path of a request's field, for an object a user wrote in v1alpha3 (the API server
 converts it to v1 before calling the webhook; the user should see their own field names)."""
@@ -217,10 +231,14 @@ def _selector_errors(selectors: Iterable[tuple[str, str]],
 def _parameter_errors(configs: Iterable[tuple[str, Any]]) -> list[FieldError]:
     errors: list[FieldError] = []
     for field, parameters in configs:
-        size = len(json.dumps(parameters, separators=(",", ":"), ensure_ascii=False).encode())
+        if too_deep(parameters, MAX_OPAQUE_PARAMETERS_DEPTH):
+            errors.append(FieldError(field, f"may nest at most {MAX_OPAQUE_PARAMETERS_DEPTH} "
+                                            "levels"))
+            continue
+        size = json_size(parameters, MAX_OPAQUE_PARAMETERS_BYTES)
         if size > MAX_OPAQUE_PARAMETERS_BYTES:
             errors.append(FieldError(field, f"must be at most {MAX_OPAQUE_PARAMETERS_BYTES} "
-                                            f"bytes of JSON (has {size})"))
+                                            f"bytes of JSON (has more)"))
     return errors
 
 
@@ -229,17 +247,70 @@ def _old_expressions(old: Mapping[str, Any] | None) -> frozenset[str]:
     if old is None:
         return frozenset()
     found: set[str] = set()
-
-    def walk(node: Any) -> None:
+    stack: list[Any] = [old.get("spec")]
+    while stack:  # no recursion: the old object may nest a thousand levels deep
+        node = stack.pop()
         if isinstance(node, Mapping):
             cel = node.get("cel")
             if isinstance(cel, Mapping) and isinstance(cel.get("expression"), str):
                 found.add(cel["expression"])
-            for value in node.values():
-                walk(value)
+            stack.extend(node.values())
         elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(old.get("spec"))
+            stack.extend(node)
     return frozenset(found)
+
+
+# --------------------------------------------------------------------------- GPU or not
+
+
+def class_may_select(device_class: Mapping[str, Any] | None, driver: str = GPU_DRIVER) -> bool:
+    """Whether a DeviceClass (the API object; None: not found) can ever select a device of
+    ``driver``: False only when one of its selectors pins other drivers
+    (:func:`kdra.domain.cel.selector_drivers`), True whenever that is not certain."""
+    if not isinstance(device_class, Mapping):
+        return True
+    spec = device_class.get("spec")
+    selectors = spec.get("selectors") if isinstance(spec, Mapping) else None
+    for selector in selectors if isinstance(selectors, list) else ():
+        cel = selector.get("cel") if isinstance(selector, Mapping) else None
+        expression = cel.get("expression") if isinstance(cel, Mapping) else None
+        if isinstance(expression, str):
+            drivers = selector_drivers(expression)
+            if drivers is not None and driver not in drivers:
+                return False
+    return True
+
+
+def claim_request_classes(claim_spec: Mapping[str, Any] | None,
+                          request: str | None = None) -> list[str] | None:
+    """The DeviceClass names a v1 claim spec (``ResourceClaim.spec``, or a template's
+    ``spec.spec``) asks for: each ``exactly`` request's class and every class its
+    ``firstAvailable`` alternatives name. ``request`` (a pod's claims entry: ``<request>``
+    or ``<request>/<subrequest>``) narrows it to that request or alternative. None when the
+    spec cannot be read (the caller then assumes anything)."""
+    devices = claim_spec.get("devices") if isinstance(claim_spec, Mapping) else None
+    requests = devices.get("requests") if isinstance(devices, Mapping) else None
+    if not isinstance(requests, list):
+        return None
+    parent, _, sub = (request or "").partition("/")
+    names: list[str] = []
+    for entry in requests:
+        if not isinstance(entry, Mapping):
+            return None
+        if request is not None and entry.get("name") != parent:
+            continue
+        exactly = entry.get("exactly")
+        alternatives = entry.get("firstAvailable")
+        if isinstance(exactly, Mapping):
+            asked: list[Any] = [exactly]
+        elif isinstance(alternatives, list) and alternatives:
+            asked = [a for a in alternatives
+                     if not sub or (isinstance(a, Mapping) and a.get("name") == sub)]
+        else:
+            return None
+        for one in asked:
+            name = one.get("deviceClassName") if isinstance(one, Mapping) else None
+            if not isinstance(name, str) or not name:
+                return None
+            names.append(name)
+    return names

@@ -27,9 +27,11 @@ Rules:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from kdra.domain.tables import table as _table
 
 __all__ = [
     "ClaimDevice",
@@ -38,7 +40,9 @@ __all__ = [
     "DeviceRow",
     "Holder",
     "PoolRow",
+    "claims_of",
     "describe",
+    "natural",
     "render",
 ]
 
@@ -109,6 +113,10 @@ class ClaimDevice:
     ready: bool | None
     published: bool
     """Whether a current slice publishes the device."""
+    device_class: str = ""
+    """The DeviceClass its request asks for (empty when the claim's spec does not say)."""
+    unhealthy: bool = False
+    """The node agent reported it unhealthy (``Ready=False``, reason ``DeviceUnhealthy``)."""
 
     def __str__(self) -> str:
         return f"{self.driver}/{self.pool}/{self.device}"
@@ -174,7 +182,7 @@ def describe(slices: Iterable[JSON], claims: Iterable[JSON], *, node: str | None
     claims holding a device of a kept pool or allocated on that node (pending claims are
     kept unless a filter is given).
     """
-    claim_rows = [_claim_row(claim) for claim in claims]
+    claim_rows = claims_of(claims)
     holders: dict[tuple[str, str, str], list[Holder]] = {}
     for row in claim_rows:
         for device in row.devices:
@@ -192,7 +200,8 @@ def describe(slices: Iterable[JSON], claims: Iterable[JSON], *, node: str | None
     for row in claim_rows:
         devices = tuple(
             ClaimDevice(d.request, d.driver, d.pool, d.device, d.ready,
-                        published=(d.driver, d.pool, d.device) in published)
+                        published=(d.driver, d.pool, d.device) in published,
+                        device_class=d.device_class, unhealthy=d.unhealthy)
             for d in row.devices)
         row = ClaimRow(row.namespace, row.name, row.state, row.node, devices, row.pods)
         unfiltered = node is None and driver is None
@@ -200,8 +209,8 @@ def describe(slices: Iterable[JSON], claims: Iterable[JSON], *, node: str | None
         on_node = node is not None and driver is None and row.node == node
         if unfiltered or on_kept_pool or on_node:
             final_claims.append(row)
-    pools.sort(key=lambda p: (_natural(p.node), p.driver, _natural(p.pool)))
-    final_claims.sort(key=lambda c: (c.namespace, _natural(c.name)))
+    pools.sort(key=lambda p: (natural(p.node), p.driver, natural(p.pool)))
+    final_claims.sort(key=lambda c: (c.namespace, natural(c.name)))
     return Description(pools=tuple(pools), claims=tuple(final_claims))
 
 
@@ -239,7 +248,7 @@ def _pool_row(key: tuple[str, str], members: list[JSON],
                 name=device_name, details=_details(_map(device), driver),
                 holders=tuple(holders.get((driver, name, device_name), ())),
                 taints=_taints(_map(device))))
-    devices.sort(key=lambda d: _natural(d.name))
+    devices.sort(key=lambda d: natural(d.name))
     return PoolRow(node=_slice_node(first), driver=driver, pool=name,
                    generation=_generation(members[0]), complete=len(members) == expected,
                    devices=tuple(devices))
@@ -283,6 +292,16 @@ def _details(device: JSON, driver: str) -> str:
     return ",".join(f"{name}={value}" for name, value in strings[:MAX_DETAIL_ATTRIBUTES])
 
 
+def claims_of(claims: Iterable[JSON]) -> list[ClaimRow]:
+    """Each claim's row: state, node, devices (``published`` unknown: False) and pods —
+    what :func:`describe` and the usage views (:mod:`kdra.domain.utilisation`) build on."""
+    return [_claim_row(claim) for claim in claims]
+
+
+UNHEALTHY_REASON = "DeviceUnhealthy"
+"""The reason of the Ready=False condition the node agent writes for an unhealthy device."""
+
+
 def _claim_row(claim: JSON) -> ClaimRow:
     meta = _map(claim.get("metadata"))
     status = _map(claim.get("status"))
@@ -291,19 +310,31 @@ def _claim_row(claim: JSON) -> ClaimRow:
     pods = tuple(f"{namespace}/{ref.get('name')}" for ref in map(_map, _list(
         status.get("reservedFor"))) if ref.get("resource", "pods") == "pods" and ref.get("name"))
     ready: dict[tuple[str, str, str], bool] = {}
+    unhealthy: set[tuple[str, str, str]] = set()
     for entry in map(_map, _list(status.get("devices"))):
         key = (str(entry.get("driver")), str(entry.get("pool")), str(entry.get("device")))
         condition = next((c for c in map(_map, _list(entry.get("conditions")))
                           if c.get("type") == "Ready"), None)
         if condition is not None:
             ready[key] = condition.get("status") == "True"
+            if condition.get("status") == "False" and condition.get("reason") == \
+                    UNHEALTHY_REASON:
+                unhealthy.add(key)
+        health = next((c for c in map(_map, _list(entry.get("conditions")))
+                       if c.get("type") == "Healthy"), None)
+        if health is not None and health.get("status") == "False":
+            unhealthy.add(key)  # the agent's applied health (issue 25)
+    classes = _request_classes(_map(_map(claim.get("spec")).get("devices")))
     devices = []
     for result in map(_map, _list(_map(_map(allocation).get("devices")).get("results"))):
         key = (str(result.get("driver") or ""), str(result.get("pool") or ""),
                str(result.get("device") or ""))
-        devices.append(ClaimDevice(request=str(result.get("request") or ""), driver=key[0],
+        request = str(result.get("request") or "")
+        devices.append(ClaimDevice(request=request, driver=key[0],
                                    pool=key[1], device=key[2], ready=ready.get(key),
-                                   published=False))
+                                   published=False,
+                                   device_class=classes.get(request, ""),
+                                   unhealthy=key in unhealthy))
     if meta.get("deletionTimestamp"):
         state = "deleting"
     elif not allocation:
@@ -314,6 +345,20 @@ def _claim_row(claim: JSON) -> ClaimRow:
         state = "allocated"
     return ClaimRow(namespace=namespace, name=str(meta.get("name") or ""), state=state,
                     node=_allocated_node(_map(allocation)), devices=tuple(devices), pods=pods)
+
+
+def _request_classes(devices: JSON) -> dict[str, str]:
+    """Result name → DeviceClass of a v1 claim's requests: ``<request>`` for ``exactly``,
+    ``<request>/<subrequest>`` for each ``firstAvailable`` alternative."""
+    classes: dict[str, str] = {}
+    for request in map(_map, _list(devices.get("requests"))):
+        name = str(request.get("name"))
+        exactly = _map(request.get("exactly"))
+        if exactly:
+            classes[name] = str(exactly.get("deviceClassName") or "")
+        for sub in map(_map, _list(request.get("firstAvailable"))):
+            classes[f"{name}/{sub.get('name')}"] = str(sub.get("deviceClassName") or "")
+    return classes
 
 
 def _allocated_node(allocation: JSON) -> str:
@@ -345,7 +390,7 @@ def _generation(obj: JSON) -> int:
     return _int(_map(_map(obj.get("spec")).get("pool")).get("generation"))
 
 
-def _natural(text: str) -> tuple[tuple[int, int | str], ...]:
+def natural(text: str) -> tuple[tuple[int, int | str], ...]:
     """Sort key that puts gpu-2 before gpu-10."""
     return tuple((0, int(part)) if part.isdigit() else (1, part)
                  for part in re.split(r"(\d+)", text) if part)
@@ -399,8 +444,3 @@ def _ready(ready: bool | None) -> str:
     return "-" if ready is None else ("True" if ready else "False")
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(str(row[i])) for row in [headers, *rows]) for i in range(len(headers))]
-    lines = ["   ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
-             .rstrip() for row in [headers, *rows]]
-    return "\n".join(lines)

@@ -27,6 +27,10 @@ sentence naming the objects. The rules (``Violation.rule``):
 ``stale-slice``
     (only with ``now``) No slice of a node whose agent Lease for the slice's driver expired
     more than ``lease_grace`` seconds ago.
+``foreign-claim`` / ``forged-devices`` / ``forged-env``
+    kdra's per-pod outputs say nothing kdra did not decide: generated claims serve only their
+    own pods, device annotations and device env name only devices the pod's claims hold
+    (:mod:`kdra.domain.forged`).
 ``not-prepared`` / ``stale-checkpoint`` / ``unfinished-prepare`` / ``orphan-cdi``
     (only for nodes in :class:`NodeLocal`) Every claim allocated to the node's pool and
     reserved has a checkpoint entry ``prepared`` and its CDI spec file(s); no checkpoint entry
@@ -52,6 +56,8 @@ from pydantic import ValidationError
 
 from kdra.domain.allocator.nodeselector import NodeInfo, selector_matches
 from kdra.domain.errors import InvalidObject
+from kdra.domain.forged import RULES as FORGED_RULES
+from kdra.domain.forged import forged_outputs
 from kdra.domain.models import NodeSelector
 from kdra.domain.nodeprep import (
     CLAIM_UID_ANNOTATION,
@@ -76,6 +82,7 @@ DeviceKey = tuple[str, str, str]
 RULES = (
     "double-allocation",
     "pod-claims",
+    *FORGED_RULES,
     "stale-reservation",
     "unreserved-allocation",
     "orphan-slice",
@@ -132,6 +139,7 @@ def check(
     found += _pod_claims(pods, claims, nodes)
     found += _stale_reservations(pods, claims)
     found += _orphan_slices(slices, nodes)
+    found += [Violation(rule, message) for rule, message in forged_outputs(pods, claims, slices)]
     if now is not None:
         found += _stale_slices(slices, list(leases), now, lease_grace)
     if local is not None:

@@ -8,8 +8,9 @@ kdra's agent does the same job from the claim itself (UPSTREAM.md §6). This mod
   :func:`wants_prepared`: whether the claim should be prepared there now (allocated to the
   pool and ``reservedFor`` non-empty, not being deleted).
 - :func:`build_cdi_spec`: the CDI spec (``cdiVersion 0.6.0``) of one claim and driver: one
-  CDI device per claim+device named ``<claim-uid>-<device>``, ``KDRA_DEVICE_<n>`` env, the
-  GPUs' ``NVIDIA_VISIBLE_DEVICES``, and host ``deviceNodes`` only for real (NVML) GPUs.
+  CDI device per claim+device named ``<claim-uid>-<device>``, with env named after the
+  device (``KDRA_DEVICE_GPU_0_UUID``), host ``deviceNodes`` for real (NVML) GPUs and a
+  ``/dev/kdra/<device>`` node for fake ones.
 - :class:`Checkpoint`: the agent's durable record of the claims it prepared, with a checksum.
 - :func:`device_statuses` / :func:`merge_device_statuses`: the ``status.devices[]`` entries
   (condition ``Ready``) and how they replace the agent's own entries while keeping every entry
@@ -175,40 +176,62 @@ class ClaimRef:
         return f"{self.namespace}/{self.name}"
 
 
+FAKE_DEVICE_DIR = "/dev/kdra"
+FAKE_DEVICE_NODE = {"type": "c", "major": 1, "minor": 3, "fileMode": 0o666}
+"""A fake GPU's device node in the container: ``/dev/kdra/<device>``, a character device
+with /dev/null's numbers (1:3). runc creates it inside the container (nothing is created on
+the host) and the device-cgroup rule CDI adds allows exactly it."""
+
+
+def env_name(device: str) -> str:
+    """``KDRA_DEVICE_<NAME>``: the device name upper-cased, every other character ``_``."""
+    return "KDRA_DEVICE_" + re.sub(r"[^A-Z0-9]", "_", device.upper())
+
+
 def build_cdi_spec(*, node: str, claim: ClaimRef, driver: str,
                    devices: Sequence[InventoryDevice]) -> JSON:
-    """The CDI spec of ``claim``'s ``devices`` of ``driver`` on ``node``.
+    """The CDI spec of ``claim``'s ``devices`` of ``driver`` on ``node``: the single
+    description of what each device gives a container (containerd injects it when the
+    agent's NRI plugin names the device at container creation).
 
-    Each device gets ``KDRA_DEVICE_<n>=<device>`` and ``KDRA_DEVICE_<n>_RESOURCE_CLAIM=<uid>``
-    (``n`` counts the claim's devices of this driver), plus ``KDRA_DEVICE_<n>_UUID`` when it
-    has a ``uuid`` attribute, and its host device nodes when it has any (real GPUs only).
-    Spec-wide edits (applied when any of the claim's devices is injected) name the node and
-    the driver, and for GPUs set ``NVIDIA_VISIBLE_DEVICES`` to the claim's GPU UUIDs: one
-    variable per device would overwrite each other."""
+    Each device (``NAME`` = :func:`env_name`) gives ``KDRA_DEVICE_NAME=driver/pool/device``,
+    ``KDRA_DEVICE_NAME_CLAIM=<namespace>/<name>``, ``KDRA_DEVICE_NAME_UUID`` when it has a
+    ``uuid`` attribute, and for other drivers than GPUs each attribute as
+    ``KDRA_DEVICE_NAME_<ATTRIBUTE>`` (the seed's cats: ``..._COLOR=white``); a real GPU its
+    host device nodes, a fake GPU the node ``/dev/kdra/<device>`` (:data:`FAKE_DEVICE_NODE`).
+    Every variable is named after its device, so a container with several claims' devices
+    gets them all (CDI env edits replace a variable of the same name). The lists over a
+    container's devices, ``KDRA_DEVICES`` and ``NVIDIA_VISIBLE_DEVICES``, are set by the NRI
+    plugin (:mod:`kdra.domain.exposure`), never by a spec. Spec-wide: ``KDRA_NODE_NAME``."""
     cdi_devices: list[JSON] = []
-    uuids: list[str] = []
-    for n, device in enumerate(devices):
-        env = [f"KDRA_DEVICE_{n}={device.name}", f"KDRA_DEVICE_{n}_RESOURCE_CLAIM={claim.uid}"]
+    for device in devices:
+        name = env_name(device.name)
+        env = [f"{name}={driver}/{node}/{device.name}", f"{name}_CLAIM={claim.key}"]
         uuid = device.attribute("uuid")
         if isinstance(uuid, str):
-            env.append(f"KDRA_DEVICE_{n}_UUID={uuid}")
-            uuids.append(uuid)
+            env.append(f"{name}_UUID={uuid}")
+        if driver != GPU_DRIVER:
+            for attribute in sorted(device.attributes):
+                value = device.attribute(attribute)
+                suffix = re.sub(r"[^A-Z0-9]", "_", attribute.rsplit("/", 1)[-1].upper())
+                if attribute != "uuid" and value is not None:
+                    text = str(value).lower() if isinstance(value, bool) else str(value)
+                    env.append(f"{name}_{suffix}={text}")
         edits: JSON = {"env": env}
         if device.device_nodes:
             edits["deviceNodes"] = [{"path": path} for path in device.device_nodes]
+        elif driver == GPU_DRIVER:
+            edits["deviceNodes"] = [{"path": f"{FAKE_DEVICE_DIR}/{device.name}",
+                                     **FAKE_DEVICE_NODE}]
         cdi_devices.append({"name": cdi_device_name(claim.uid, device.name),
                             "containerEdits": edits})
-    common = [f"KDRA_NODE_NAME={node}", f"KDRA_DRIVER={driver}",
-              f"KDRA_RESOURCE_CLAIM={claim.key}"]
-    if driver == GPU_DRIVER and uuids:
-        common.append("NVIDIA_VISIBLE_DEVICES=" + ",".join(uuids))
     return {
         "cdiVersion": CDI_VERSION,
         "kind": cdi_kind(driver),
         "annotations": {NODE_ANNOTATION: node, CLAIM_ANNOTATION: claim.key,
                         CLAIM_UID_ANNOTATION: claim.uid, DRIVER_ANNOTATION: driver},
         "devices": cdi_devices,
-        "containerEdits": {"env": common},
+        "containerEdits": {"env": [f"KDRA_NODE_NAME={node}"]},
     }
 
 

@@ -7,7 +7,12 @@ their fields). The claim controller and the binder both build on these.
 Invariants:
 - :func:`parse_pod_claims` accepts exactly the shape of ``pod.spec.resourceClaims`` (plus an
   optional ``containers`` list and ``request``) and raises InvalidObject naming the entry and
-  field; a pod with a bad annotation is never half-processed.
+  field — never another exception, whatever the text (size, depth, YAML aliases, key types);
+  a pod with a bad annotation is never half-processed.
+- Names read from annotations (claim names, pod-claim names, container names) are checked as
+  DNS subdomains / labels before they are returned, so they are safe as URL path segments.
+- kdra-owned keys (:func:`is_kdra_owned`: claim-statuses and the per-container device and
+  GPU annotations) are written by kdra only; :func:`claim_statuses` ignores a malformed value.
 - :func:`generate_name_prefix` mirrors upstream: ``<pod>-<claim>-`` truncated proportionally to
   57 characters, so the API server's 5 random characters keep the name within 63.
 """
@@ -15,16 +20,14 @@ Invariants:
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from kdra import GROUP, VERSION
 from kdra.domain.errors import InvalidObject
 from kdra.domain.models import DNS_LABEL, DNS_SUBDOMAIN
+from kdra.domain.untrusted import load_json, load_yaml, shorten
 
 CLAIMS_ANNOTATION = f"{GROUP}/claims"
 CLAIM_STATUSES_ANNOTATION = f"{GROUP}/claim-statuses"
@@ -41,6 +44,21 @@ DEVICES_ANNOTATION_PREFIX = f"devices.{GROUP}/"  # value: "driver/pool/device,..
 GPU_UUIDS_ANNOTATION_PREFIX = f"gpus.{GROUP}/"  # value: "GPU-uuid,..." (gpu.kdra.dev only)
 DEVICES_ENV = "KDRA_DEVICES"
 GPU_UUIDS_ENV = "NVIDIA_VISIBLE_DEVICES"
+DEVICE_ENVS = (DEVICES_ENV, GPU_UUIDS_ENV)
+
+
+def is_kdra_owned(key: str) -> bool:
+    """Whether a pod annotation key is one only kdra writes: the claim-statuses record and
+    the per-container device / GPU summaries the injected env reads."""
+    return (key == CLAIM_STATUSES_ANNOTATION or key.startswith(DEVICES_ANNOTATION_PREFIX)
+            or key.startswith(GPU_UUIDS_ANNOTATION_PREFIX))
+
+
+def kdra_owned(annotations: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The kdra-owned entries of ``annotations``."""
+    if not isinstance(annotations, Mapping):
+        return {}
+    return {k: v for k, v in annotations.items() if isinstance(k, str) and is_kdra_owned(k)}
 
 MAX_GENERATE_NAME = 57
 MAX_POD_CLAIMS = 32
@@ -61,20 +79,57 @@ class PodClaim:
         return self.resource_claim_template_name is not None
 
 
-_KNOWN_KEYS = {"name", "resourceClaimName", "resourceClaimTemplateName", "containers", "request"}
+_KNOWN_KEYS = ("name", "resourceClaimName", "resourceClaimTemplateName", "containers",
+               "request")
+MAX_ANNOTATION_BYTES = 16 * 1024
+"""The claims annotation's size limit: 32 entries of the longest names fit in ~12 KiB."""
+MAX_CONTAINERS = 64
+"""Container names one entry may list."""
+_ANNOTATION_DEPTH = 4  # list → entry → containers → name (a flow style adds nothing)
+_CLAIMS_FIELD = f"metadata.annotations[{CLAIMS_ANNOTATION}]"
+_STATUSES_FIELD = f"metadata.annotations[{CLAIM_STATUSES_ANNOTATION}]"
+
+
+def is_dns_label(value: object) -> bool:
+    """A DNS label (RFC 1123): at most 63 lowercase alphanumerics or '-'."""
+    return isinstance(value, str) and len(value) <= 63 and bool(DNS_LABEL.fullmatch(value))
+
+
+def is_object_name(value: object) -> bool:
+    """A name kdra may put in a URL path: a DNS subdomain (RFC 1123) of at most 253
+    characters, so never ``..``, ``/``, ``%`` or a query."""
+    return (isinstance(value, str) and len(value) <= 253
+            and bool(DNS_SUBDOMAIN.fullmatch(value)))
+
+
+def parse_pod_claims(text: str) -> tuple[PodClaim, ...]:
+    """Parse the annotation's value (YAML or JSON list). Raises InvalidObject (only).
+
+    Total and bounded (:mod:`kdra.domain.untrusted`): at most 16 KiB, 4 levels, no YAML
+    anchors or aliases, 32 entries of at most 64 containers, and one error reported (the
+    first), its values cut short. Memoised by text, errors included: every watch event of a
+    pod reads it, and YAML parsing was ~7% of the operator's CPU in the scale bench. The
+    result is immutable."""
+    outcome = _parse_cached(text)
+    if isinstance(outcome, InvalidObject):
+        raise InvalidObject(outcome.field, outcome.message)
+    return outcome
 
 
 @functools.lru_cache(maxsize=4096)
-def parse_pod_claims(text: str) -> tuple[PodClaim, ...]:
-    """Parse the annotation's value (YAML or JSON list). Raises InvalidObject.
-
-    Memoised by text: every watch event of a pod reads it, and YAML parsing was ~7% of the
-    operator's CPU in the scale bench. The result is immutable."""
-    field = f"metadata.annotations[{CLAIMS_ANNOTATION}]"
+def _parse_cached(text: str) -> tuple[PodClaim, ...] | InvalidObject:
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InvalidObject(field, "not valid YAML/JSON: " + " ".join(str(exc).split())) from exc
+        return _parse(text)
+    except InvalidObject as exc:  # kept without its traceback (and the parser it holds)
+        return InvalidObject(exc.field, exc.message)
+
+
+def _parse(text: str) -> tuple[PodClaim, ...]:
+    field = _CLAIMS_FIELD
+    if not isinstance(text, str):
+        raise InvalidObject(field, "must be a string holding a YAML/JSON list")
+    data = load_yaml(text, field=field, max_bytes=MAX_ANNOTATION_BYTES,
+                     max_depth=_ANNOTATION_DEPTH)
     if not isinstance(data, list):
         raise InvalidObject(field, "must be a list of {name, resourceClaimName | "
                                    "resourceClaimTemplateName} entries")
@@ -83,63 +138,100 @@ def parse_pod_claims(text: str) -> tuple[PodClaim, ...]:
     claims: list[PodClaim] = []
     seen: set[str] = set()
     for index, entry in enumerate(data):
-        where = f"{field}[{index}]"
-        if not isinstance(entry, Mapping):
-            raise InvalidObject(where, "each entry must be a mapping")
-        unknown = sorted(set(entry) - _KNOWN_KEYS)
-        if unknown:
-            raise InvalidObject(f"{where}.{unknown[0]}", "unknown field; allowed: "
-                                + ", ".join(sorted(_KNOWN_KEYS)))
-        name = entry.get("name")
-        if not isinstance(name, str) or not DNS_LABEL.match(name) or len(name) > 63:
-            raise InvalidObject(f"{where}.name", "required; a DNS label (lowercase letters, "
-                                "digits, '-'; at most 63 characters)")
-        if name in seen:
-            raise InvalidObject(f"{where}.name", f"duplicate entry name {name!r}")
-        seen.add(name)
-        claim_name = entry.get("resourceClaimName")
-        template_name = entry.get("resourceClaimTemplateName")
-        if (claim_name is None) == (template_name is None):
-            raise InvalidObject(where, "exactly one of resourceClaimName or "
-                                       "resourceClaimTemplateName must be set")
-        reference = claim_name if claim_name is not None else template_name
-        key = "resourceClaimName" if claim_name is not None else "resourceClaimTemplateName"
-        if (not isinstance(reference, str) or not DNS_SUBDOMAIN.match(reference)
-                or len(reference) > 253):
-            raise InvalidObject(f"{where}.{key}", "must be the name of an object in the "
-                                                  "pod's namespace (a DNS subdomain)")
-        containers = entry.get("containers")
-        if containers is not None and (
-            not isinstance(containers, list)
-            or not all(isinstance(c, str) and c for c in containers)
-        ):
-            raise InvalidObject(f"{where}.containers", "must be a list of container names")
-        request = entry.get("request")
-        if request is not None and (not isinstance(request, str) or not DNS_LABEL.match(request)):
-            raise InvalidObject(f"{where}.request", "must be a request name (a DNS label)")
-        claims.append(PodClaim(name, claim_name, template_name,
-                               tuple(containers) if containers is not None else None, request))
+        claims.append(_entry(f"{field}[{index}]", entry, seen))
     return tuple(claims)
+
+
+def _entry(where: str, entry: object, seen: set[str]) -> PodClaim:
+    if not isinstance(entry, dict):
+        raise InvalidObject(where, "each entry must be a mapping")
+    for key in entry:
+        if not isinstance(key, str):
+            raise InvalidObject(where, f"keys must be strings (found {shorten(repr(key), 40)})")
+        if key not in _KNOWN_KEYS:
+            raise InvalidObject(f"{where}.{shorten(key, 40)}", "unknown field; allowed: "
+                                + ", ".join(sorted(_KNOWN_KEYS)))
+    name = entry.get("name")
+    if not is_dns_label(name):
+        raise InvalidObject(f"{where}.name", "required; a DNS label (lowercase letters, "
+                            "digits, '-'; at most 63 characters)")
+    assert isinstance(name, str)
+    if name in seen:
+        raise InvalidObject(f"{where}.name", f"duplicate entry name {name!r}")
+    seen.add(name)
+    claim_name = entry.get("resourceClaimName")
+    template_name = entry.get("resourceClaimTemplateName")
+    if (claim_name is None) == (template_name is None):
+        raise InvalidObject(where, "exactly one of resourceClaimName or "
+                                   "resourceClaimTemplateName must be set")
+    reference = claim_name if claim_name is not None else template_name
+    key = "resourceClaimName" if claim_name is not None else "resourceClaimTemplateName"
+    if not is_object_name(reference):
+        raise InvalidObject(f"{where}.{key}", "must be the name of an object in the "
+                                              "pod's namespace (a DNS subdomain)")
+    containers = entry.get("containers")
+    if containers is not None:
+        if not isinstance(containers, list) or not all(is_dns_label(c) for c in containers):
+            raise InvalidObject(f"{where}.containers", "must be a list of container names "
+                                                       "(DNS labels)")
+        if len(containers) > MAX_CONTAINERS:
+            raise InvalidObject(f"{where}.containers", f"at most {MAX_CONTAINERS} names "
+                                                       f"(has {len(containers)})")
+        if len(set(containers)) != len(containers):
+            raise InvalidObject(f"{where}.containers", "names a container twice")
+    request = entry.get("request")
+    if request is not None and not is_dns_label(request):
+        raise InvalidObject(f"{where}.request", "must be a request name (a DNS label)")
+    return PodClaim(name, claim_name, template_name,
+                    tuple(containers) if containers is not None else None, request)
+
+
+def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = pod.get("metadata") if isinstance(pod, Mapping) else None
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    return annotations if isinstance(annotations, Mapping) else {}
 
 
 def pod_claims(pod: Mapping[str, Any]) -> tuple[PodClaim, ...]:
     """The pod's claims from its annotation (empty when it has none). Raises InvalidObject."""
-    text = pod.get("metadata", {}).get("annotations", {}).get(CLAIMS_ANNOTATION)
+    text = _annotations(pod).get(CLAIMS_ANNOTATION)
     return parse_pod_claims(text) if text is not None else ()
 
 
+def parse_claim_statuses(text: str) -> dict[str, str]:
+    """The claim-statuses annotation's value: pod-claim name (a DNS label) → claim name (a
+    DNS subdomain). Raises InvalidObject (only); bounded like the claims annotation."""
+    field = _STATUSES_FIELD
+    if not isinstance(text, str):
+        raise InvalidObject(field, "must be a string holding a JSON object")
+    data = load_json(text, field=field, max_bytes=MAX_ANNOTATION_BYTES, max_depth=1)
+    if not isinstance(data, dict):
+        raise InvalidObject(field, "must be a JSON object of pod-claim name to claim name")
+    if len(data) > MAX_POD_CLAIMS:
+        raise InvalidObject(field, f"at most {MAX_POD_CLAIMS} entries (has {len(data)})")
+    for key, value in data.items():
+        if not is_dns_label(key) or not is_object_name(value):
+            raise InvalidObject(f"{field}[{shorten(key, 40)}]", "must map a pod-claim name "
+                                "(DNS label) to a claim name (DNS subdomain)")
+    return dict(data)
+
+
 def claim_statuses(pod: Mapping[str, Any]) -> dict[str, str]:
-    """The pod's recorded pod-claim name → claim name (tolerates a damaged annotation)."""
-    text = pod.get("metadata", {}).get("annotations", {}).get(CLAIM_STATUSES_ANNOTATION)
+    """The pod's recorded pod-claim name → claim name; empty when the annotation is absent
+    or malformed (a malformed one is ignored whole: kdra never wrote it, and its names never
+    become URL paths)."""
+    text = _annotations(pod).get(CLAIM_STATUSES_ANNOTATION)
     if not text:
         return {}
+    return dict(_statuses_cached(text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _statuses_cached(text: str) -> dict[str, str]:
     try:
-        data = json.loads(text)
-    except ValueError:
+        return parse_claim_statuses(text)
+    except InvalidObject:
         return {}
-    if not isinstance(data, dict):
-        return {}
-    return {str(k): str(v) for k, v in data.items() if isinstance(v, str)}
 
 
 def generate_name_prefix(pod_name: str, claim_name: str) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 
 from kdra.domain.allocator import NodeInfo, Placement, selector_matches
 from kdra.domain.errors import InvalidObject
-from kdra.domain.models import NodeSelector
+from kdra.domain.models import NodeSelector, ResourceClaim
 from kdra.domain.podclaims import (
     DEVICES_ANNOTATION_PREFIX,
     GPU_DRIVER,
@@ -36,6 +36,9 @@ from kdra.domain.quantity import InvalidQuantity, parse_quantity
 JSON = Mapping[str, Any]
 POLICIES = ("binpack", "spread", "first-fit")
 POLICY_ANNOTATION = "resource.kdra.dev/placement-policy"
+SEARCH_EXHAUSTED = "AllocationSearchExhausted"
+"""PodScheduled=False reason of a pod whose allocation search ran out of budget (the binder
+sets it; ``kubectl kdra why`` explains it)."""
 
 
 # --------------------------------------------------------------------------- resources
@@ -211,6 +214,35 @@ class PodFit:
         if requests.memory > allocatable.memory - used.memory:
             return "Insufficient memory"
         return None
+
+
+def node_rejection(fit: PodFit, node: NodeView, used: Resources,
+                   claims: Sequence[ResourceClaim]) -> str | None:
+    """Why ``node`` cannot take the pod before its unallocated claims are considered: the
+    pod's own filters (:meth:`PodFit.why_not`), or a claim of the pod already allocated with
+    a node selector the node does not match. ``None``: the node is a candidate."""
+    why = fit.why_not(node, used)
+    if why is not None:
+        return why
+    for claim in claims:
+        allocation = claim.status.allocation
+        if claim.allocated and allocation is not None and \
+                not selector_matches(allocation.node_selector, node.info):
+            return (f"node(s) didn't match the node selector of allocated claim "
+                    f"{claim.metadata.name!r}")
+    return None
+
+
+def node_usage(pods: Iterable[JSON]) -> dict[str, Resources]:
+    """Node name → the summed requests of the pods bound to it that are not done (what the
+    binder keeps up to date from pod events, computed at once from a list)."""
+    used: dict[str, Resources] = {}
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        phase = (pod.get("status") or {}).get("phase")
+        if node and phase not in ("Succeeded", "Failed"):
+            used[node] = used.get(node, Resources()) + pod_requests(pod)
+    return used
 
 
 def node_filter(pod: JSON, node: JSON, used: Resources, requests: Resources) -> str | None:

@@ -12,9 +12,14 @@ Failure policy — the trade-off, written down once:
   kdra-scheduler``, and the default scheduler would run it with no devices. Failing closed
   costs little: while no operator replica serves the webhook, nothing could allocate those
   objects anyway.
-* Ordinary pods are never affected, even while the webhook is down: the pod webhooks carry a
-  ``matchConditions`` expression (evaluated by the API server itself) so that only pods with
-  the annotation are sent, and they skip ``kube-system``.
+* Ordinary pods are never affected, even while the webhook is down: the pod webhooks carry
+  ``matchConditions`` expressions (evaluated by the API server itself) so that only requests
+  that create or change kdra's keys on a pod are sent, and they skip ``kube-system``:
+  ``validate-pods`` gets the creations of pods with the claims annotation and the updates that
+  change it; ``protect-pods`` gets the creations and updates that write kdra-owned keys
+  (claim-statuses, ``devices.`` / ``gpus.resource.kdra.dev/*``) by anyone but kdra's own
+  identities (the ``trusted`` usernames: the operator's ServiceAccount), so kdra's own writes
+  (the claim controller's claim-statuses) never wait for a webhook, and users' are denied.
 * For DeviceClasses, an update that leaves ``spec`` unchanged (labels, finalizers) is not sent
   either, so metadata edits keep working during an outage.
 
@@ -30,11 +35,18 @@ Invariants:
 from __future__ import annotations
 
 import base64
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kdra import GROUP, VERSION
-from kdra.domain.podclaims import CLAIMS_ANNOTATION
+from kdra.domain.podclaims import (
+    CLAIM_STATUSES_ANNOTATION,
+    CLAIMS_ANNOTATION,
+    DEVICES_ANNOTATION_PREFIX,
+    GPU_UUIDS_ANNOTATION_PREFIX,
+)
 
 __all__ = [
     "CONVERT_PATH",
@@ -43,6 +55,7 @@ __all__ = [
     "LABELS",
     "MUTATE_PODS_PATH",
     "MUTATING_CONFIG",
+    "OPERATOR_SERVICE_ACCOUNT",
     "POD_MATCH_CONDITION",
     "SERVICE_NAME",
     "SERVICE_PORT",
@@ -52,7 +65,9 @@ __all__ = [
     "Endpoint",
     "conversion",
     "mutating_configuration",
+    "operator_username",
     "service_dns_names",
+    "trusted_usernames",
     "validating_configuration",
 ]
 
@@ -72,11 +87,53 @@ CRD_NAMES = tuple(f"{plural}.{GROUP}" for plural in (
 
 MUTATE_PODS_WEBHOOK = f"mutate-pods.{GROUP}"
 VALIDATE_PODS_WEBHOOK = f"validate-pods.{GROUP}"
+PROTECT_PODS_WEBHOOK = f"protect-pods.{GROUP}"
 VALIDATE_WEBHOOK = f"validate.{GROUP}"
+VALIDATE_BINDINGS_WEBHOOK = f"validate-bindings.{GROUP}"
+OPERATOR_SERVICE_ACCOUNT = "kdra-operator"
+
+
+def _has(obj: str, key: str) -> str:
+    return f"(has({obj}.metadata.annotations) && '{key}' in {obj}.metadata.annotations)"
+
 
 POD_MATCH_CONDITION = (
     f"has(object.metadata.annotations) && '{CLAIMS_ANNOTATION}' in object.metadata.annotations"
 )
+"""A pod carrying the claims annotation (the mutating webhook's condition)."""
+
+CLAIMS_CHANGED_CONDITION = (
+    f"request.operation == 'CREATE' ? {_has('object', CLAIMS_ANNOTATION)} : "
+    f"({_has('object', CLAIMS_ANNOTATION)} != {_has('oldObject', CLAIMS_ANNOTATION)} || "
+    f"({_has('object', CLAIMS_ANNOTATION)} && object.metadata.annotations['{CLAIMS_ANNOTATION}']"
+    f" != oldObject.metadata.annotations['{CLAIMS_ANNOTATION}']))"
+)
+"""A creation with the claims annotation, or an update that adds, changes or removes it."""
+
+_OWNED = (f"(k == '{CLAIM_STATUSES_ANNOTATION}' || k.startsWith('{DEVICES_ANNOTATION_PREFIX}') "
+          f"|| k.startsWith('{GPU_UUIDS_ANNOTATION_PREFIX}'))")
+OWNED_KEYS_CHANGED_CONDITION = (
+    f"request.operation == 'CREATE' ? (has(object.metadata.annotations) && "
+    f"object.metadata.annotations.exists(k, {_OWNED})) : "
+    f"((has(object.metadata.annotations) && object.metadata.annotations.exists(k, {_OWNED} && "
+    "(!has(oldObject.metadata.annotations) || !(k in oldObject.metadata.annotations) || "
+    "oldObject.metadata.annotations[k] != object.metadata.annotations[k]))) || "
+    f"(has(oldObject.metadata.annotations) && oldObject.metadata.annotations.exists(k, {_OWNED}"
+    " && (!has(object.metadata.annotations) || !(k in object.metadata.annotations)))))"
+)
+"""A creation carrying a kdra-owned key, or an update that adds, changes or removes one."""
+
+
+def trusted_usernames(namespace: str, extra: Sequence[str] = ()) -> tuple[str, ...]:
+    """The usernames whose pod writes are kdra's own: the operator's ServiceAccount in
+    ``namespace`` (as the manifests deploy it), plus ``extra``; sorted, without repeats."""
+    return tuple(sorted({f"system:serviceaccount:{namespace}:{OPERATOR_SERVICE_ACCOUNT}",
+                         *extra}))
+
+
+def _not_trusted(users: Sequence[str]) -> str:
+    listed = ", ".join(json.dumps(u, ensure_ascii=False) for u in users)
+    return f"!(request.userInfo.username in [{listed}])"
 SPEC_CHANGED_CONDITION = (
     "request.operation != 'UPDATE' || !has(object.spec) || !has(oldObject.spec) || "
     "object.spec != oldObject.spec"
@@ -113,13 +170,15 @@ def service_dns_names(namespace: str, name: str = SERVICE_NAME) -> tuple[str, ..
             f"{name}.{namespace}.svc.cluster.local")
 
 
-def _pod_rules() -> list[dict[str, Any]]:
-    return [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+def _pod_rules(*operations: str) -> list[dict[str, Any]]:
+    return [{"apiGroups": [""], "apiVersions": ["v1"], "operations": list(operations),
              "resources": ["pods"], "scope": "Namespaced"}]
 
 
-def _pod_webhook(name: str, endpoint: Endpoint, path: str,
-                 ca_bundle: bytes | None) -> dict[str, Any]:
+def _pod_webhook(name: str, endpoint: Endpoint, path: str, ca_bundle: bytes | None,
+                 operations: Sequence[str] = ("CREATE",),
+                 conditions: Sequence[tuple[str, str]] = (
+                     ("has-claims-annotation", POD_MATCH_CONDITION),)) -> dict[str, Any]:
     return {
         "name": name,
         "admissionReviewVersions": ["v1"],
@@ -128,13 +187,39 @@ def _pod_webhook(name: str, endpoint: Endpoint, path: str,
         "matchPolicy": "Equivalent",
         "sideEffects": "None",
         "timeoutSeconds": TIMEOUT_SECONDS,
-        "rules": _pod_rules(),
+        "rules": _pod_rules(*operations),
         "namespaceSelector": {"matchExpressions": [{
             "key": "kubernetes.io/metadata.name", "operator": "NotIn",
             "values": ["kube-system"]}]},
         "objectSelector": {},
-        "matchConditions": [{"name": "has-claims-annotation",
-                             "expression": POD_MATCH_CONDITION}],
+        "matchConditions": [{"name": n, "expression": e} for n, e in conditions],
+    }
+
+
+def operator_username(namespace: str) -> str:
+    """The user name kdra's operator has in requests: its service account's."""
+    return f"system:serviceaccount:{namespace}:{OPERATOR_SERVICE_ACCOUNT}"
+
+
+def _binding_webhook(endpoint: Endpoint, ca_bundle: bytes | None) -> dict[str, Any]:
+    """The operator's own bindings, checked by its own webhook (kdra.domain.bindings): only
+    the kdra-operator service account's are sent, so no other binding in the cluster waits
+    for kdra or fails while it is down."""
+    username = operator_username(endpoint.namespace)
+    return {
+        "name": VALIDATE_BINDINGS_WEBHOOK,
+        "admissionReviewVersions": ["v1"],
+        "clientConfig": endpoint.client_config(VALIDATE_PATH, ca_bundle),
+        "failurePolicy": "Fail",
+        "matchPolicy": "Equivalent",
+        "sideEffects": "None",
+        "timeoutSeconds": TIMEOUT_SECONDS,
+        "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                   "resources": ["pods/binding"], "scope": "Namespaced"}],
+        "namespaceSelector": {},
+        "objectSelector": {},
+        "matchConditions": [{"name": "is-kdra-operator",
+                             "expression": f"request.userInfo.username == '{username}'"}],
     }
 
 
@@ -151,9 +236,14 @@ def mutating_configuration(endpoint: Endpoint, ca_bundle: bytes | None) -> dict[
     }
 
 
-def validating_configuration(endpoint: Endpoint, ca_bundle: bytes | None) -> dict[str, Any]:
-    """``kdra-validating``: pods with the claims annotation, and kdra's claims, templates and
-    classes (claims' and templates' specs are immutable, so only their creation is sent)."""
+def validating_configuration(endpoint: Endpoint, ca_bundle: bytes | None,
+                             trusted: Sequence[str] | None = None) -> dict[str, Any]:
+    """``kdra-validating``: pods whose claims annotation is created or changed, pods whose
+    kdra-owned keys anyone but ``trusted`` (default: :func:`trusted_usernames` of the
+    endpoint's namespace) writes, and kdra's claims, templates and classes (claims' and
+    templates' specs are immutable, so only their creation is sent); and the operator's own
+    pod bindings (only pods with schedulerName kdra-scheduler)."""
+    users = tuple(trusted) if trusted is not None else trusted_usernames(endpoint.namespace)
     objects = {
         "name": VALIDATE_WEBHOOK,
         "admissionReviewVersions": ["v1"],
@@ -177,8 +267,15 @@ def validating_configuration(endpoint: Endpoint, ca_bundle: bytes | None) -> dic
         "kind": "ValidatingWebhookConfiguration",
         "metadata": {"name": VALIDATING_CONFIG, "labels": dict(LABELS)},
         "webhooks": [
-            _pod_webhook(VALIDATE_PODS_WEBHOOK, endpoint, VALIDATE_PATH, ca_bundle),
+            _pod_webhook(VALIDATE_PODS_WEBHOOK, endpoint, VALIDATE_PATH, ca_bundle,
+                         ("CREATE", "UPDATE"),
+                         (("claims-annotation-set", CLAIMS_CHANGED_CONDITION),)),
+            _pod_webhook(PROTECT_PODS_WEBHOOK, endpoint, VALIDATE_PATH, ca_bundle,
+                         ("CREATE", "UPDATE"),
+                         (("not-kdra", _not_trusted(users)),
+                          ("kdra-owned-keys-written", OWNED_KEYS_CHANGED_CONDITION))),
             objects,
+            _binding_webhook(endpoint, ca_bundle),
         ],
     }
 

@@ -7,7 +7,8 @@ page by page, as plain dicts. The node-local part reads CDI spec files (``kdra.d
 and checkpoints (``checkpoint-<node>.json``) from the directories given.
 
 Exit code: 0 when every invariant holds, 1 when any is violated, 2 when the cluster could not
-be read.
+be read or held objects that cannot be decoded (the check cannot vouch for them; the
+violations found among the rest are printed all the same).
 """
 
 from __future__ import annotations
@@ -22,14 +23,16 @@ from typing import Any
 from kdra import GROUP, VERSION
 from kdra.domain.invariants import NodeLocal, Violation, check
 from kdra.domain.nodeprep import CDI_FILE_PREFIX, NODE_ANNOTATION
-from kdra.handlers.readers import api_client, list_all
+from kdra.handlers.readers import UnreadableList, api_client, list_all
 
 JSON = dict[str, Any]
 CHECKPOINT_PREFIX = "checkpoint-"
 
 
-def read_cluster(api: Any, namespace: str = "kdra-system") -> dict[str, list[JSON]]:
-    """Pods, claims, slices, nodes and agent Leases, as :func:`check` takes them."""
+def read_cluster(api: Any, namespace: str = "kdra-system",
+                 unreadable: list[str] | None = None) -> dict[str, list[JSON]]:
+    """Pods, claims, slices, nodes and agent Leases, as :func:`check` takes them. Objects
+    that cannot be decoded are left out and described in ``unreadable`` (kind first)."""
     import kubernetes
 
     from kdra.domain.inventory import AGENT_LEASE_LABEL
@@ -37,14 +40,24 @@ def read_cluster(api: Any, namespace: str = "kdra-system") -> dict[str, list[JSO
     core = kubernetes.client.CoreV1Api(api)
     custom = kubernetes.client.CustomObjectsApi(api)
     coordination = kubernetes.client.CoordinationV1Api(api)
-    return {
-        "pods": list_all(core.list_pod_for_all_namespaces),
-        "claims": list_all(custom.list_cluster_custom_object, GROUP, VERSION, "resourceclaims"),
-        "slices": list_all(custom.list_cluster_custom_object, GROUP, VERSION, "resourceslices"),
-        "nodes": list_all(core.list_node),
-        "leases": list_all(coordination.list_namespaced_lease, namespace,
-                        label_selector=f"{AGENT_LEASE_LABEL}=true"),
+    bad: dict[str, list[str]] = {}
+
+    def read(kind: str, call: Any, *args: str, **kwargs: Any) -> list[JSON]:
+        return list_all(call, *args, unreadable=bad.setdefault(kind, []), **kwargs)
+
+    state = {
+        "pods": read("Pod", core.list_pod_for_all_namespaces),
+        "claims": read("ResourceClaim", custom.list_cluster_custom_object, GROUP, VERSION,
+                       "resourceclaims"),
+        "slices": read("ResourceSlice", custom.list_cluster_custom_object, GROUP, VERSION,
+                       "resourceslices"),
+        "nodes": read("Node", core.list_node),
+        "leases": read("Lease", coordination.list_namespaced_lease, namespace,
+                       label_selector=f"{AGENT_LEASE_LABEL}=true"),
     }
+    if unreadable is not None:
+        unreadable.extend(f"{kind} {what}" for kind, items in bad.items() for what in items)
+    return state
 
 
 def read_local(cdi_dirs: Iterable[Path], state_dirs: Iterable[Path],
@@ -75,30 +88,42 @@ def read_local(cdi_dirs: Iterable[Path], state_dirs: Iterable[Path],
 
 
 def violations(api: Any, *, local: NodeLocal | None = None, namespace: str = "kdra-system",
-               lease_grace: float | None = None) -> list[Violation]:
-    """Read the cluster through ``api`` and check it."""
-    state = read_cluster(api, namespace)
+               lease_grace: float | None = None,
+               unreadable: list[str] | None = None) -> list[Violation]:
+    """Read the cluster through ``api`` and check it (see :func:`read_cluster` for
+    ``unreadable``)."""
+    state = read_cluster(api, namespace, unreadable)
     now = dt.datetime.now(dt.UTC) if lease_grace is not None else None
     return check(**state, local=local, now=now, lease_grace=lease_grace or 0.0)
 
 
 def run_check(*, kubeconfig: str | None, cdi_dirs: list[str], state_dirs: list[str],
               nodes: list[str], namespace: str, lease_grace: float | None,
-              output: str) -> int:
+              output: str, context: str | None = None) -> int:
     import kubernetes
+    import urllib3
 
     try:
-        api = api_client(kubeconfig)
+        api = api_client(kubeconfig, context)
     except Exception as exc:  # any kubeconfig / in-cluster configuration problem
         print(f"kdra check: no cluster configuration: {exc}", file=sys.stderr)
         return 2
     local = None
     if cdi_dirs or state_dirs:
         local = read_local([Path(d) for d in cdi_dirs], [Path(d) for d in state_dirs], nodes)
+    unreadable: list[str] = []
     try:
-        found = violations(api, local=local, namespace=namespace, lease_grace=lease_grace)
+        found = violations(api, local=local, namespace=namespace, lease_grace=lease_grace,
+                           unreadable=unreadable)
     except kubernetes.client.exceptions.ApiException as exc:
         print(f"kdra check: the API server answered {exc.status} {exc.reason}",
+              file=sys.stderr)
+        return 2
+    except (UnreadableList, OSError, ValueError, urllib3.exceptions.HTTPError) as exc:
+        print(f"kdra check: cannot read the cluster: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # bad data nobody foresaw: still "could not check", not 1
+        print(f"kdra check: checking failed ({type(exc).__name__}: {str(exc)[:300]})",
               file=sys.stderr)
         return 2
     finally:
@@ -110,4 +135,8 @@ def run_check(*, kubeconfig: str | None, cdi_dirs: list[str], state_dirs: list[s
             print(violation)
         checked = "cluster" + (f" and {len(local.nodes)} node(s) on disk" if local else "")
         print(f"{len(found)} violation(s) in the {checked}", file=sys.stderr)
+    for what in unreadable:
+        print(f"kdra check: cannot decode {what}; not checked", file=sys.stderr)
+    if unreadable:
+        return 2
     return 1 if found else 0

@@ -1,10 +1,10 @@
-"""kopf wiring of the operator: its lifecycle and the rare kinds' events.
+"""kopf wiring of the operator: its lifecycle.
 
-kopf starts and stops the operator (kdra.services.operator) and watches the kinds that change
-rarely — DeviceClasses and ResourceClaimTemplates — with low-level ``@kopf.on.event`` handlers
-(no annotations, no extra PATCHes per object) that hand events to the services. The hot kinds
-(pods, claims, slices, nodes, and the node agents' heartbeat Leases) are watched by the
-operator's own informers (kdra.services.informer), which skip kopf's per-event machinery.
+kopf starts and stops the operator (kdra.services.operator), serves the liveness endpoint and
+retries a failed start. Every kind kdra watches — pods, claims, slices, nodes, the node
+agents' heartbeat Leases, and the rare kinds, DeviceClasses and ResourceClaimTemplates — is
+watched by the operator's own informers (kdra.services.informer), which skip kopf's per-event
+machinery and survive an object they cannot decode (a kopf watch would replay it forever).
 Every handler is ``async``: kopf runs sync handlers in a thread pool, and the services' caches
 and queues belong to the event loop.
 """
@@ -16,7 +16,6 @@ from typing import Any
 
 import kopf
 
-from kdra import GROUP, VERSION
 from kdra.domain.backoff import Backoffs
 from kdra.services.operator import Operator
 from kdra.settings import OperatorSettings
@@ -43,12 +42,3 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     if operator is not None:
         await operator.stop()
 
-
-@kopf.on.event(GROUP, VERSION, "deviceclasses")
-async def class_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    memo.operator.binder.on_class(event["type"], event["object"])
-
-
-@kopf.on.event(GROUP, VERSION, "resourceclaimtemplates")
-async def template_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    memo.operator.claim_controller.on_template(event["type"], event["object"])

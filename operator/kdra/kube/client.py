@@ -9,9 +9,14 @@ Invariants:
 - A failed call raises :class:`ApiError` or one of its subclasses — :class:`NotFound`,
   :class:`Conflict` (409: a resourceVersion precondition failed, or the object exists),
   :class:`Invalid` (422: the server's validation rejected the object; ``message`` names the
-  field) — or :class:`Unreachable` (an ``OSError``) when the server cannot be reached, the
-  connection breaks mid-request or the server stops answering (``REQUEST_TIMEOUT``); callers
-  treat that as "retry later". Never a transport-specific (aiohttp) exception.
+  field), :class:`Undecodable` (an answer, or a body, too deep or malformed for JSON) — or
+  :class:`Unreachable` (an ``OSError``) when the server cannot be reached, the connection
+  breaks mid-request or the server stops answering (``REQUEST_TIMEOUT``); callers treat that
+  as "retry later". Never a transport-specific (aiohttp) or a decoder's exception.
+- One object never stops a list or a watch: an item or event that cannot be decoded is
+  skipped (logged once, counted in ``kdra_watch_decode_errors_total``), the watch's
+  resourceVersion moves past it, and a list reports it in ``skipped`` (see :data:`WatchEvent`).
+- Names are URL path segments, percent-quoted (:meth:`Resource.path`).
 - Objects come back without ``metadata.managedFields`` (from reads, lists, watches and write
   responses alike): kdra never reads them, they were half the bytes of an allocated claim,
   and client-go's informers strip them too (``TransformStripManagedFields``). A PUT built
@@ -29,17 +34,20 @@ import json
 import logging
 import os
 import random
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import orjson
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
-from kdra import GROUP, VERSION, __version__
+from kdra import GROUP, VERSION, __version__, metrics
 from kdra.domain.backoff import backoff_delay
+from kdra.domain.jsonscan import ScanError, decode_list, member_spans, path_value
 
 log = logging.getLogger(__name__)
 
@@ -61,19 +69,28 @@ class Resource:
 
     def path(self, namespace: str | None = None, name: str | None = None,
              subresource: str | None = None) -> str:
+        """The URL path; ``namespace``, ``name`` and ``subresource`` are each quoted as one
+        path segment (a name such as ``../../secrets`` stays inside the collection)."""
         base = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
         if self.namespaced and namespace:
-            base += f"/namespaces/{namespace}"
+            base += f"/namespaces/{_segment(namespace)}"
         base += f"/{self.plural}"
         if name:
-            base += f"/{name}"
+            base += f"/{_segment(name)}"
         if subresource:
-            base += f"/{subresource}"
+            base += f"/{_segment(subresource)}"
         return base
 
     @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
+
+
+def _segment(part: str) -> str:
+    """``part`` as one URL path segment: percent-encoded, with ``.`` and ``..`` (which a
+    server would resolve as relative paths) encoded too."""
+    quoted = quote(part, safe="")
+    return quoted.replace(".", "%2E") if quoted in (".", "..") else quoted
 
 
 CLAIMS = Resource(GROUP, VERSION, "resourceclaims", True, "ResourceClaim")
@@ -132,6 +149,38 @@ class Gone(ApiError):
     """410: a watch's resourceVersion is too old (compacted); list again."""
 
 
+class Undecodable(ApiError):
+    """The server answered, but its JSON could not be decoded (nested deeper than the
+    decoder allows, or malformed): a problem of the object asked for, not of the server."""
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """An object of a watch event or a list that could not be decoded, as far as it is
+    known (what :mod:`kdra.domain.jsonscan` found of its metadata)."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    reason: str
+
+    def stub(self) -> JSON:
+        """The object reduced to what is known of its metadata (for a deletion)."""
+        meta = {"name": self.name, "uid": self.uid, "resourceVersion": self.resource_version}
+        if self.namespace:
+            meta["namespace"] = self.namespace
+        return {"metadata": meta}
+
+    def __str__(self) -> str:
+        where = f"{self.namespace}/{self.name}" if self.namespace else self.name
+        return f"{self.kind} {where or '<unknown>'} (resourceVersion {self.resource_version})"
+
+
+Skips = list[Skipped]
+
+
 class Unreachable(ConnectionError):
     """The request got no answer: the server could not be reached, the connection broke
     mid-request (e.g. the API server restarting) or the server stopped answering. An
@@ -149,8 +198,58 @@ _ERRORS: dict[int, type[ApiError]] = {404: NotFound, 409: Conflict, 422: Invalid
                                       410: Gone}
 
 WatchEvent = tuple[str, JSON]
-"""``("LIST", {"items": [...]})`` — the complete current state, after every (re)list — or
+"""``("LIST", {"items": [...], "skipped": [...]})`` — the complete current state, after every
+(re)list; ``skipped`` holds :meth:`Skipped.stub` of each listed object that could not be
+decoded, which the caller must neither add nor take for deleted — or
 ``("ADDED" | "MODIFIED" | "DELETED", object)``."""
+
+MAX_REPORTED_SKIPS = 1024
+"""Undecodable objects (UID and resourceVersion) whose skip was logged already: each is
+logged once, not on every list or replay."""
+
+
+def _skim(raw: bytes, kind: str, reason: str) -> Skipped:
+    """What can be read of an object that cannot be decoded whole."""
+    def text(*path: str) -> str:
+        value = path_value(raw, ("metadata", *path))
+        return value if isinstance(value, str) else ""
+
+    return Skipped(kind, text("namespace"), text("name"), text("uid"),
+                   text("resourceVersion"), reason)
+
+
+def _encode(body: Any, what: str) -> bytes:
+    """``body`` as JSON: orjson (non-string keys as json.dumps writes them), or, for a body
+    nested deeper than orjson's 254 levels (an old object's free-form field), the standard
+    library's encoder; one too deep for both raises :class:`Undecodable` (an ApiError: the
+    caller treats it as a failed request, not a crash)."""
+    try:
+        return orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:  # orjson.JSONEncodeError: "Recursion limit reached"
+        try:
+            return json.dumps(body, separators=(",", ":")).encode()
+        except (RecursionError, TypeError, ValueError) as exc:
+            raise Undecodable(0, "Unencodable", f"{what}: the body cannot be encoded: "
+                              f"{_reason(exc)}") from None
+
+
+def _decoded(raw: bytes, status: int, what: str) -> JSON:
+    """A 2xx answer's JSON object, managedFields stripped (from each item of a list)."""
+    try:
+        data = orjson.loads(raw) if raw else {}
+    except orjson.JSONDecodeError as exc:
+        raise Undecodable(status, "Undecodable", f"{what}: the answer cannot be decoded: "
+                          f"{_reason(exc)}") from None
+    if not isinstance(data, dict):
+        raise Undecodable(status, "Undecodable", f"{what}: the answer is not a JSON object")
+    items = data.get("items")
+    for obj in items if isinstance(items, list) else (data,):
+        _strip_managed_fields(obj)
+    return data
+
+
+def _reason(exc: Exception) -> str:
+    return " ".join(str(exc).split())[:200] or type(exc).__name__
 
 
 @contextlib.contextmanager
@@ -201,6 +300,7 @@ class KubeClient:
                 self._extra["proxy_headers"] = rest.proxy_headers
         if rest.server_hostname:
             self._extra["server_hostname"] = rest.server_hostname
+        self._reported: OrderedDict[tuple[str, str, str], None] = OrderedDict()
 
     async def __aenter__(self) -> KubeClient:
         return self
@@ -220,17 +320,31 @@ class KubeClient:
         its credentials, refreshed as it refreshes them) but not through its generated-client
         layer, which walks every body to "sanitize" it and re-encodes it with the standard
         library: measured at ~8% of the operator's CPU in the steady-state benchmark."""
+        status, raw = await self._call(method, path, query, body, content_type)
+        return _decoded(raw, status, f"{method} {path}")
+
+    async def _call(self, method: str, path: str, query: dict[str, Any] | None, body: Any,
+                    content_type: str = "application/json") -> tuple[int, bytes]:
+        """Send one request; the status and body of a 2xx answer, else its ApiError."""
         with _unreachable(f"{method} {path}"):
             async with await self._send(method, path, query, body, content_type) as response:
                 raw = await response.read()
                 status, reason = response.status, str(response.reason)
         if 200 <= status < 300:
-            data: JSON = orjson.loads(raw) if raw else {}
-            items = data.get("items")
-            for obj in items if isinstance(items, list) else (data,):
-                _strip_managed_fields(obj)
-            return data
+            return status, raw
         raise _error(status, reason, raw)
+
+    def skipped(self, skip: Skipped) -> None:
+        """Count an undecodable object, and log it the first time it is seen."""
+        metrics.record_watch_decode_error(skip.kind)
+        key = (skip.kind, skip.uid or f"{skip.namespace}/{skip.name}", skip.resource_version)
+        if key in self._reported:
+            return
+        self._reported[key] = None
+        while len(self._reported) > MAX_REPORTED_SKIPS:
+            self._reported.popitem(last=False)
+        log.warning("skipping %s: it cannot be decoded (%s); it is ignored until it changes",
+                    skip, skip.reason)
 
     async def _send(self, method: str, path: str, query: dict[str, Any] | None, body: Any,
                     content_type: str = "application/json",
@@ -242,7 +356,7 @@ class KubeClient:
         data = None
         if body is not None:
             headers["Content-Type"] = content_type
-            data = orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS)  # as json.dumps does
+            data = _encode(body, f"{method} {path}")
         return await self._session.request(
             method, self._host + path, params=params or None, data=data, headers=headers,
             timeout=limits or REQUEST_TIMEOUT, **self._extra)
@@ -262,19 +376,55 @@ class KubeClient:
     async def list_with_version(self, res: Resource, namespace: str | None = None, *,
                                 label_selector: str | None = None,
                                 field_selector: str | None = None) -> tuple[Items, str]:
-        """Every object (all pages) and the list's resourceVersion, to watch from."""
+        """Every object (all pages) and the list's resourceVersion, to watch from. Objects
+        that cannot be decoded are left out (logged once, counted)."""
+        items, version, _ = await self.list_all(res, namespace, label_selector=label_selector,
+                                                field_selector=field_selector)
+        return items, version
+
+    async def list_all(self, res: Resource, namespace: str | None = None, *,
+                       label_selector: str | None = None, field_selector: str | None = None,
+                       ) -> tuple[Items, str, Skips]:
+        """Every object (all pages), the list's resourceVersion, and the objects that could
+        not be decoded (logged once, counted in ``kdra_watch_decode_errors_total``)."""
         items: Items = []
+        skipped: Skips = []
         token: str | None = None
         version = ""
         while True:
-            page = await self.request("GET", res.path(namespace), query={
+            page, bad = await self._list_page(res, res.path(namespace), {
                 "labelSelector": label_selector, "fieldSelector": field_selector,
                 "limit": 500, "continue": token})
-            items.extend(page.get("items", []))
-            version = version or str(page.get("metadata", {}).get("resourceVersion", ""))
-            token = page.get("metadata", {}).get("continue")
+            items.extend(page.get("items") or [])
+            skipped.extend(bad)
+            meta = page.get("metadata") or {}
+            version = version or str(meta.get("resourceVersion", ""))
+            token = meta.get("continue")
             if not token:
-                return items, version
+                return items, version, skipped
+
+    async def _list_page(self, res: Resource, path: str,
+                         query: dict[str, Any]) -> tuple[JSON, Skips]:
+        """One page of a LIST. A page that does not decode whole (one object in it nests too
+        deep) is decoded item by item, and the items that still fail are skipped."""
+        status, raw = await self._call("GET", path, query, None)
+        try:
+            meta, decoded, bad = decode_list(raw)
+        except ScanError as exc:
+            raise Undecodable(status, "Undecodable", f"GET {path}: the list cannot be "
+                              f"decoded: {_reason(exc)}") from None
+        items: Items = []
+        for item in decoded:
+            if isinstance(item, dict):
+                _strip_managed_fields(item)
+                items.append(item)
+        skipped: Skips = []
+        for undecoded in bad:
+            skip = Skipped(res.kind, undecoded.namespace, undecoded.name, undecoded.uid,
+                           undecoded.resource_version, undecoded.reason)
+            self.skipped(skip)
+            skipped.append(skip)
+        return {"metadata": meta, "items": items}, skipped
 
     async def watch(self, res: Resource, namespace: str | None = None, *,
                     label_selector: str | None = None, field_selector: str | None = None,
@@ -297,21 +447,22 @@ class KubeClient:
         while True:
             try:
                 if version is None:
-                    items, version = await self.list_with_version(
+                    items, version, skipped = await self.list_all(
                         res, namespace, label_selector=label_selector,
                         field_selector=field_selector)
-                    yield "LIST", {"items": items}
+                    yield "LIST", {"items": items, "skipped": [s.stub() for s in skipped]}
                 query = {**selectors, "watch": "1", "resourceVersion": version,
                          "allowWatchBookmarks": "true", "timeoutSeconds": timeout_seconds}
-                async for event in self._stream(res.path(namespace), query, timeout_seconds):
-                    kind = str(event.get("type", ""))
-                    obj = event.get("object") or {}
+                async for line in self._stream(res.path(namespace), query, timeout_seconds):
+                    kind, obj = self._event(line, res)
                     if kind == "ERROR":
                         raise _error(int(obj.get("code") or 500), str(obj.get("reason", "")),
                                      json.dumps(obj).encode())
-                    version = str(obj.get("metadata", {}).get("resourceVersion") or version)
+                    meta = obj.get("metadata")
+                    if isinstance(meta, dict):
+                        version = str(meta.get("resourceVersion") or version)
                     failures = 0
-                    if kind in ("ADDED", "MODIFIED", "DELETED"):
+                    if kind in ("ADDED", "MODIFIED", "DELETED") and obj:
                         _strip_managed_fields(obj)
                         yield kind, obj
             except Gone:
@@ -325,9 +476,39 @@ class KubeClient:
                             res.plural, exc, failures, delay)
                 await asyncio.sleep(delay)
 
+    def _event(self, line: bytes, res: Resource) -> tuple[str, JSON]:
+        """Decode one watch event. An event whose object cannot be decoded (nested deeper
+        than orjson's 1,024 levels, say) is skipped — logged once, counted — but still moves
+        the watch's resourceVersion past it, so a resumed watch does not replay it; a
+        deletion is delivered with what is known of the object's metadata."""
+        try:
+            event = orjson.loads(line)
+            if not isinstance(event, dict):
+                raise orjson.JSONDecodeError("a watch event must be an object", "", 0)
+            obj = event.get("object")
+            return str(event.get("type", "")), obj if isinstance(obj, dict) else {}
+        except orjson.JSONDecodeError as exc:
+            failure = _reason(exc)
+        try:
+            members = member_spans(line)
+        except ScanError:
+            members = {}
+        kind = path_value(line, ("type",)) if "type" in members else None
+        span = members.get("object")
+        skip = _skim(line[span[0]:span[1]] if span else b"", res.kind, failure)
+        if not isinstance(kind, str) or not skip.resource_version:
+            # Not even the version can be read: the stream itself is broken; reconnect.
+            raise Undecodable(200, "Undecodable", f"watch of {res.plural}: an event cannot be "
+                              f"decoded: {failure}")
+        self.skipped(skip)
+        stub = skip.stub()
+        if kind == "DELETED":
+            return kind, stub
+        return "SKIPPED", {"metadata": {"resourceVersion": skip.resource_version}}
+
     async def _stream(self, path: str, query: dict[str, Any],
-                      seconds: int) -> AsyncIterator[JSON]:
-        """The JSON lines of one watch request (lines may be of any length)."""
+                      seconds: int) -> AsyncIterator[bytes]:
+        """The lines of one watch request (lines may be of any length)."""
         timeout = aiohttp.ClientTimeout(sock_connect=30, sock_read=seconds + 30)
         with _unreachable(f"watch {path}"):
             async with await self._send("GET", path, query, None, limits=timeout) as response:
@@ -339,9 +520,9 @@ class KubeClient:
                     while b"\n" in buffer:
                         line, buffer = buffer.split(b"\n", 1)
                         if line.strip():
-                            yield orjson.loads(line)
+                            yield line
                 if buffer.strip():
-                    yield orjson.loads(buffer)
+                    yield buffer
 
     async def create(self, res: Resource, body: JSON, namespace: str | None = None) -> JSON:
         return await self.request("POST", res.path(namespace), body=body)
@@ -372,6 +553,16 @@ class KubeClient:
         if propagation:
             options["propagationPolicy"] = propagation
         return await self.request("DELETE", res.path(namespace, name), body=options)
+
+    async def whoami(self) -> str:
+        """The username the API server knows this client by (a SelfSubjectReview)."""
+        answer = await self.request("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                                    body={"apiVersion": "authentication.k8s.io/v1",
+                                          "kind": "SelfSubjectReview"})
+        user = ((answer.get("status") or {}).get("userInfo") or {}).get("username")
+        if not isinstance(user, str) or not user:
+            raise Undecodable(200, "Undecodable", "the SelfSubjectReview names no username")
+        return user
 
     async def bind(self, namespace: str, pod: str, uid: str, node: str, *,
                    annotations: dict[str, str] | None = None) -> JSON:

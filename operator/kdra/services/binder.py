@@ -37,19 +37,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
+import functools
 import heapq
 import itertools
 import logging
 import random
 import time
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from kdra import metrics
-from kdra.domain.allocator import Placement, Snapshot, place, selector_matches
+from kdra.domain.allocator import (
+    ClusterOutcome,
+    NodeInfo,
+    Placement,
+    Placing,
+    Snapshot,
+)
 from kdra.domain.backoff import backoff_delay
 from kdra.domain.errors import InvalidObject
 from kdra.domain.models import (
@@ -61,30 +67,37 @@ from kdra.domain.models import (
     parse_slice,
 )
 from kdra.domain.podclaims import (
+    CLAIM_STATUSES_ANNOTATION,
     FINALIZER,
     SCHEDULER_NAME,
     PodClaim,
     claim_statuses,
     clear_allocation,
+    kdra_owned,
+    owned_by,
     pod_claims,
     pod_ref,
     set_allocation,
 )
 from kdra.domain.scheduling import (
+    SEARCH_EXHAUSTED,
     NodeView,
     PodFit,
     Resources,
     best,
     container_devices,
     explain,
+    node_rejection,
     node_view,
     pod_policy,
     pod_requests,
     search_window,
 )
 from kdra.domain.taint_rules import parse_rule
+from kdra.domain.untrusted import shorten
 from kdra.kube.client import CLAIMS, PODS, ApiError, Conflict, KubeClient, NotFound
 from kdra.kube.events import EventRecorder
+from kdra.services.searches import Limit, SearchBudget, Searches
 from kdra.services.store import JSON, Key, RecentSet, Store, is_older, key_of
 
 log = logging.getLogger(__name__)
@@ -122,6 +135,10 @@ class BinderSettings:
     (their claims' pods are gone and the claim controller has not yet deallocated them):
     in a full cluster a new pod often arrives just before its predecessor's devices are
     freed. After this, or once nothing is being released, it is reported unschedulable."""
+    search: SearchBudget = field(default_factory=SearchBudget)
+    """How much searching one pod's attempt may do (steps, seconds, steps between yields);
+    a pod that finds no placement within it is reported ``AllocationSearchExhausted`` and
+    retried after a backoff (kdra.services.searches)."""
 
 
 class _PodQueue:
@@ -152,6 +169,20 @@ class _PodQueue:
         *_, key = heapq.heappop(self._heap)
         self._queued.discard(key)
         return key
+
+
+@dataclass
+class _Context:
+    """One scheduling attempt of a pod, from its claims and node filters to the decision."""
+
+    resolved: list[tuple[PodClaim, str, JSON]]  # pod claim entry, claim name, claim
+    parsed: list[ResourceClaim]
+    unallocated: list[ResourceClaim]
+    reasons: Counter[str]  # why nodes were filtered or rejected → how many
+    total: int  # nodes in the cluster
+    policy: str
+    candidates: list[NodeInfo]
+    filtered: Counter[str]  # the node filters' rejections only (the allocator's: by code)
 
 
 class _Failure(NamedTuple):
@@ -214,27 +245,36 @@ class Binder:
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop_task: asyncio.Task[None] | None = None
         self._flush_task: asyncio.Task[None] | None = None
+        self.searches = Searches(  # long allocation searches
+            self.settings.search,
+            on_error=lambda key: self._retry_later(key, self._backoff(key)))
 
     # ------------------------------------------------------------------ lifecycle
 
     def prime(self, *, nodes: list[JSON], slices: list[JSON], classes: list[JSON],
               pods: list[JSON]) -> None:
-        for node in nodes:
-            self.on_node(None, node)
-        for slice_ in slices:
-            self.on_slice(None, slice_)
-        for device_class in classes:
-            self.on_class(None, device_class)
+        """Fill the caches from start-up LISTs. An object whose handling fails is logged and
+        left out, as a watch event would be: one object never stops a start."""
+        def each(handler: Callable[[str | None, JSON], None], objects: list[JSON]) -> None:
+            for obj in objects:
+                try:
+                    handler(None, obj)
+                except Exception:
+                    log.exception("%s/%s: left out at start-up", *key_of(obj))
+
+        each(self.on_node, nodes)
+        each(self.on_slice, slices)
+        each(self.on_class, classes)
         for claim in self.claims:
             self._snapshot_claim(claim)
-        for pod in pods:
-            self.on_pod(None, pod)
+        each(self.on_pod, pods)
 
     def start(self) -> None:
         self._loop_task = asyncio.create_task(self._run(), name="binder")
         self._flush_task = asyncio.create_task(self._flush(), name="binder-flush")
 
     async def stop(self) -> None:
+        await self.searches.stop()
         for task in [self._loop_task, self._flush_task, *self._tasks]:
             if task is not None:
                 task.cancel()
@@ -275,6 +315,7 @@ class Binder:
         if not ours:
             return
         if gone or node or pod["metadata"].get("deletionTimestamp"):
+            self.searches.cancel(key)
             if self.pending.pop(key, None) is not None:
                 self.parked.discard(key)
                 self.excluded.pop(key, None)
@@ -437,9 +478,11 @@ class Binder:
 
     async def _run(self) -> None:
         while True:
+            if self.searches:
+                await asyncio.sleep(0)  # a long search takes its slice between two pods
             key = await self.queue.pop()
             pod = self.pending.get(key)
-            if pod is None or key in self.binding:
+            if pod is None or key in self.binding or key in self.searches:
                 continue
             started = time.perf_counter()
             try:
@@ -472,12 +515,23 @@ class Binder:
 
     async def _schedule(self, key: Key, pod: JSON) -> str:
         namespace = key[0]
+        forged = sorted(k for k in kdra_owned(pod["metadata"].get("annotations"))
+                        if k != CLAIM_STATUSES_ANNOTATION)
+        if forged:
+            # Only kdra writes these, in the Binding: an unbound pod carrying them was given
+            # them by someone else (its env would read devices it does not hold).
+            more = f" (and {len(forged) - 1} more)" if len(forged) > 1 else ""
+            await self._unschedulable(pod, f"annotation {shorten(forged[0], 100)}{more} is "
+                                      "written by kdra only, when it binds the pod; delete the "
+                                      "pod and create it without it", reason="InvalidPod")
+            return "invalid"
         try:
             entries = pod_claims(pod)
         except InvalidObject:
             self.parked.add(key)  # the claim controller reports the bad annotation
             return "invalid"
         recorded = claim_statuses(pod)
+        uid = pod["metadata"]["uid"]
         resolved: list[tuple[PodClaim, str, JSON]] = []
         for entry in entries:
             # A generated claim only once the pod's claim-statuses annotation names it: two
@@ -490,6 +544,13 @@ class Binder:
                     self.waiting_for_claim[(namespace, name)].add(key)
                 log.debug("pod %s/%s waits for claim %s", *key, name or entry.name)
                 return "waiting"  # the pod or claim event re-enqueues it
+            if entry.from_template and not owned_by(raw, uid):
+                # Upstream's IsForPod: a generated claim serves only the pod that owns it.
+                # The claim controller records the pod's own claim; its write wakes the pod.
+                await self._unschedulable(pod, f"claim {name!r} recorded for entry "
+                                          f"{entry.name!r} belongs to another pod; waiting for "
+                                          "the pod's own claim")
+                return "unschedulable"
             owner = self.in_flight.get((namespace, name))
             if owner is not None and owner != key:
                 # Another pod's allocation of this (shared) claim is being written: wait for
@@ -505,7 +566,6 @@ class Binder:
         except InvalidObject as exc:
             await self._unschedulable(pod, f"invalid claim: {exc}")
             return "unschedulable"
-        uid = pod["metadata"]["uid"]
         for claim in parsed:
             reserved = claim.status.reserved_for
             if claim.allocated and not any(r.uid == uid for r in reserved) \
@@ -520,7 +580,7 @@ class Binder:
             await self._unschedulable(pod, f"invalid pod: {exc}")
             return "unschedulable"
         reasons: Counter[str] = Counter()
-        candidates = []
+        candidates: list[NodeInfo] = []
         excluded = self.excluded.get(key, {})
         now = time.monotonic()
         nodes = self._node_views()
@@ -528,52 +588,112 @@ class Binder:
             if excluded.get(node.name, 0) > now:
                 reasons["node(s) failed to prepare this pod's devices recently"] += 1
                 continue
-            why = fit.why_not(node, self.node_used.get(node.name, NO_RESOURCES))
-            if why is None:
-                for claim in parsed:
-                    if claim.allocated and claim.status.allocation is not None and \
-                            not selector_matches(claim.status.allocation.node_selector,
-                                                 node.info):
-                        why = (f"node(s) didn't match the node selector of allocated claim "
-                               f"{claim.metadata.name!r}")
-                        break
+            why = node_rejection(fit, node, self.node_used.get(node.name, NO_RESOURCES),
+                                 parsed)
             if why is not None:
                 reasons[why] += 1
                 continue
             candidates.append(node.info)
 
-        unallocated = [c for c in parsed if not c.allocated]
-        placements: dict[str, Placement] = {}
-        policy = pod_policy(pod, self.settings.policy)
-        if unallocated and candidates:
-            window = search_window(policy, len(candidates), self._next_start)
+        attempt = _Context(resolved, parsed, [c for c in parsed if not c.allocated], reasons,
+                           len(nodes), pod_policy(pod, self.settings.policy), candidates,
+                           reasons.copy())
+        if attempt.unallocated and candidates:
+            window = search_window(attempt.policy, len(candidates), self._next_start)
             started = time.perf_counter()
-            outcome = place(self.snapshot, unallocated, candidates, limit=window.limit,
-                            start=window.start)
+            placing = Placing(self.snapshot, attempt.unallocated, candidates,
+                              limit=window.limit, start=window.start,
+                              node_steps=self.settings.search.node_steps(len(candidates)))
+            outcome = placing.advance(self.settings.search.slice)
+            if outcome is None:  # a long search: on beside the loop (kdra.services.searches)
+                self.searches.start(key, placing, functools.partial(
+                    self._searched, key, pod, attempt, placing, window.rotates, started))
+                return "searching"
             metrics.observe_allocator(time.perf_counter() - started)
             if window.rotates:
                 self._next_start = outcome.next_start
-            if outcome.fatal is not None:
-                message = outcome.summary(len(nodes))
-                metrics.record_unschedulable(outcome.fatal.code.value)
-                await self._unschedulable(pod, message)
-                return "unschedulable"
-            rejected = outcome.reasons.values()
-            reasons.update(reason.message for reason in rejected)
-            for code, count in Counter(reason.code.value for reason in rejected).items():
-                metrics.record_unschedulable(code, count)
-            placements = outcome.placements
-        elif candidates:
-            placements = {n.name: Placement(n.name, (), [], {}) for n in candidates}
-        choice = best(placements, policy, [n.name for n in candidates])
-        if choice is None and unallocated and self._wait_for_releases(key):
+            return await self._decide(key, pod, attempt, outcome)
+        placements = {n.name: Placement(n.name, (), [], {}) for n in candidates}
+        return await self._choose(key, pod, attempt, placements)
+
+    async def _searched(self, key: Key, pod: JSON, attempt: _Context, placing: Placing,
+                        rotates: bool, started: float, outcome: ClusterOutcome, limit: Limit,
+                        _: float) -> None:
+        """A long search ended (kdra.services.searches): decide as ``_schedule`` would have,
+        taking a placement only if it still fits the snapshot as it is now."""
+        seconds = time.perf_counter() - started
+        metrics.observe_allocator(seconds)
+        current = self.pending.get(key)
+        if current is None or key in self.binding or current.get("spec", {}).get("nodeName"):
+            return  # deleted, bound or being bound meanwhile
+        if rotates:
+            self._next_start = outcome.next_start
+        try:
+            result = await self._decide(key, pod, attempt, outcome, placing=placing,
+                                        limit=limit, seconds=seconds)
+        except Exception as exc:
+            delay = self._backoff(key)
+            if isinstance(exc, (ApiError, OSError)):
+                log.warning("scheduling %s/%s failed (%s); retrying in %.1fs", *key, exc, delay)
+            else:
+                log.exception("scheduling %s/%s failed; retrying", *key)
+            result = "error"
+            self._retry_later(key, delay)
+        metrics.record_schedule_attempt(result, seconds)
+
+    async def _decide(self, key: Key, pod: JSON, attempt: _Context, outcome: ClusterOutcome,
+                      *, placing: Placing | None = None, limit: Limit = "",
+                      seconds: float = 0.0) -> str:
+        """The allocator's outcome for the pod's unallocated claims → a placement, or why
+        not. ``placing``: the search was long, so the snapshot may have moved on."""
+        if outcome.fatal is not None:
+            message = outcome.summary(attempt.total)
+            metrics.record_unschedulable(outcome.fatal.code.value)
+            await self._unschedulable(pod, message)
+            return "unschedulable"
+        rejected = outcome.reasons.values()
+        attempt.reasons.update(reason.message for reason in rejected)
+        for code, count in Counter(reason.code.value for reason in rejected).items():
+            metrics.record_unschedulable(code, count)
+        if outcome.exhausted and not outcome.placements:
+            return await self._exhausted(key, pod, attempt, outcome, limit, seconds)
+        return await self._choose(key, pod, attempt, outcome.placements, placing)
+
+    async def _choose(self, key: Key, pod: JSON, attempt: _Context,
+                      placements: dict[str, Placement], placing: Placing | None = None) -> str:
+        choice = best(placements, attempt.policy, [n.name for n in attempt.candidates])
+        if choice is not None and placing is not None and not placing.still_fits(choice):
+            # Devices or slices changed during the long search: start over from fresh state.
+            self.queue.add(key, self.pending.get(key, pod))
+            return "conflict"
+        if choice is None and attempt.unallocated and self._wait_for_releases(key):
             return "releasing"
         if choice is None:
-            for message in reasons:
-                metrics.record_unschedulable(_reason_label(message))
-            await self._unschedulable(pod, explain(reasons, len(nodes)))
+            for message, count in attempt.filtered.items():
+                metrics.record_unschedulable(_reason_label(message), count)
+            await self._unschedulable(pod, explain(attempt.reasons, attempt.total))
             return "unschedulable"
-        return self._reserve(key, pod, resolved, parsed, unallocated, choice)
+        return self._reserve(key, pod, attempt.resolved, attempt.parsed, attempt.unallocated,
+                             choice)
+
+    async def _exhausted(self, key: Key, pod: JSON, attempt: _Context, outcome: ClusterOutcome,
+                         limit: Limit, seconds: float) -> str:
+        """No placement found within the search budget: say so, and retry after a backoff
+        (not on every cluster change: each attempt may cost the whole budget again)."""
+        budget = self.settings.search
+        claims = ", ".join(repr(claim.metadata.name) for claim in attempt.unallocated)
+        spent = (f"{outcome.steps} steps in {seconds:.1f}s" if seconds
+                 else f"{outcome.steps} steps")
+        message = (f"allocation search for claims {claims} exhausted its budget "
+                   f"({budget.steps} steps, "
+                   f"{budget.node_steps(len(attempt.candidates))} per node, "
+                   f"{budget.timeout:g}s; spent {spent}) without finding a placement; "
+                   f"retrying later. {explain(attempt.reasons, attempt.total)}")
+        metrics.record_search_exhausted(limit or "node-steps")
+        delay = self._backoff(key)
+        await self._unschedulable(pod, message, reason=SEARCH_EXHAUSTED, park=False)
+        self._retry_later(key, delay)
+        return "exhausted"
 
     # ------------------------------------------------------------------ writes
 
@@ -677,6 +797,8 @@ class Binder:
         updated = await self.client.replace_status(CLAIMS, body)
         self.claims.upsert(updated)
         self._snapshot_claim(updated)
+        if result is not None:
+            metrics.observe_claim_allocated(updated)
         return updated
 
     async def _roll_back(self, attempt: _Attempt, *, every_claim: bool = False) -> None:
@@ -726,8 +848,10 @@ class Binder:
             keep = [r for r in reserved if r.get("uid") != uid]
             if len(keep) == len(reserved):
                 return
-            body = copy.deepcopy(raw)
+            body = {**raw, "status": dict(status)}  # shallow: only status keys change
             body["status"]["reservedFor"] = keep
+            if not keep:
+                del body["status"]["reservedFor"]  # no field, as upstream (omitempty)
             if not keep and deallocate:
                 clear_allocation(body["status"])
             try:
@@ -866,15 +990,20 @@ class Binder:
 
     # ------------------------------------------------------------------ reporting
 
-    async def _unschedulable(self, pod: JSON, message: str) -> None:
+    async def _unschedulable(self, pod: JSON, message: str, *, reason: str = "Unschedulable",
+                             park: bool = True) -> None:
+        """Report the pod unschedulable (condition + event); ``park``: wait for a change in
+        the cluster before the next attempt."""
         key = key_of(pod)
-        self.parked.add(key)
+        if park:
+            self.parked.add(key)
         log.info("pod %s/%s is unschedulable: %s", *key, message)
-        condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+        condition = {"type": "PodScheduled", "status": "False", "reason": reason,
                      "message": message}
         current = next((c for c in pod.get("status", {}).get("conditions") or []
                         if c.get("type") == "PodScheduled"), None)
-        if current is None or current.get("message") != message:
+        if current is None or current.get("message") != message or \
+                current.get("reason") != reason:
             try:
                 updated = await self.client.patch(
                     PODS, pod["metadata"]["name"], {"status": {"conditions": [condition]}},

@@ -28,7 +28,6 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
 import logging
 from collections import defaultdict
@@ -44,6 +43,7 @@ from kdra.domain.podclaims import (
     claim_statuses,
     clear_allocation,
     generated_claim,
+    is_object_name,
     owned_by,
     pod_claims,
     pod_is_done,
@@ -68,6 +68,13 @@ def _owner_uids(claim: JSON) -> list[str]:
 def _reserved_uids(claim: JSON) -> list[str]:
     return [ref["uid"] for ref in claim.get("status", {}).get("reservedFor") or ()
             if ref.get("uid")]
+
+
+def _with_status(claim: JSON) -> JSON:
+    """A copy of ``claim`` whose ``status`` (only) may be changed: top-level keys are
+    copied, nothing nested is (a deep copy of a free-form field nested a thousand levels
+    deep would fail, and costs more)."""
+    return {**claim, "status": dict(claim.get("status") or {})}
 
 
 def _template_refs(pod: JSON) -> list[str]:
@@ -190,7 +197,10 @@ class ClaimController:
         if pod_is_done(pod):
             return
         recorded = claim_statuses(pod)
-        names = dict(recorded)
+        # Only the annotation's entries count: a recorded name for anything else is not
+        # kdra's (the annotation is rewritten without it), and a recorded generated claim
+        # counts only if the pod owns it (_find_generated: upstream's IsForPod).
+        names: dict[str, str] = {}
         pending = False
         for entry in entries:
             if entry.resource_claim_name is not None:
@@ -282,10 +292,14 @@ class ClaimController:
             self.pod_written(updated)
 
     async def _ensure_reserved(self, pod: JSON, claim_name: str) -> None:
-        """A pod already bound to a node uses its allocated claims: make that visible."""
+        """A pod already bound to a node uses its allocated claims: make that visible. A
+        generated claim only for the pod that owns it (upstream's IsForPod)."""
         namespace = pod["metadata"]["namespace"]
         claim = self.claims.get((namespace, claim_name))
         if claim is None or not claim.get("status", {}).get("allocation"):
+            return
+        if POD_CLAIM_NAME_ANNOTATION in (claim["metadata"].get("annotations") or {}) \
+                and not owned_by(claim, pod["metadata"]["uid"]):
             return
         if claim["metadata"].get("deletionTimestamp"):
             return
@@ -294,7 +308,7 @@ class ClaimController:
             return
         if len(reserved) >= MAX_RESERVED_FOR:
             return
-        body = copy.deepcopy(claim)
+        body = _with_status(claim)
         body["status"]["reservedFor"] = [*reserved, pod_ref(pod)]
         await self._write_status(body)
         metrics.record_release("reserve")
@@ -312,7 +326,9 @@ class ClaimController:
         reserved = status.get("reservedFor") or []
         valid = []
         for ref in reserved:
-            pod = await self._pod(namespace, ref.get("name", ""), ref.get("uid", ""))
+            if not is_object_name(ref.get("name")):  # not a pod kdra reserved: drop it
+                continue
+            pod = await self._pod(namespace, ref["name"], ref.get("uid", ""))
             if pod is not None and pod["metadata"].get("uid") == ref.get("uid") \
                     and not pod_is_done(pod):
                 valid.append(ref)
@@ -325,9 +341,12 @@ class ClaimController:
         # allocation someone else wrote (no kdra finalizer) is left alone, as upstream does.
         ours = protected_by_kdra(claim)
         if len(valid) != len(reserved) or (allocated and not valid and ours):
-            body = copy.deepcopy(claim)
-            body.setdefault("status", {})["reservedFor"] = valid
+            body = _with_status(claim)
+            body["status"]["reservedFor"] = valid
             if not valid:
+                # No consumer left: no field at all, as upstream leaves it (omitempty), rather
+                # than an empty list.
+                body["status"].pop("reservedFor")
                 clear_allocation(body["status"])
                 deallocated = allocated
             claim = await self._write_status(body)

@@ -1,10 +1,12 @@
-"""Informers: one watch per hot kind, every change handed to the services in order.
+"""Informers: one watch per kind, every change handed to the services in order.
 
-The operator's hot kinds (pods, ResourceClaims, ResourceSlices, Nodes) are watched here with
+The operator's kinds (pods, ResourceClaims, ResourceSlices, Nodes, agent Leases, and the rare
+ones, DeviceClasses and ResourceClaimTemplates) are watched here with
 :meth:`kdra.kube.client.KubeClient.watch` rather than through kopf: kopf runs every event
 through its per-object worker machinery (measured at ~35% of the operator's CPU in the scale
-benchmark, see bench/RESULTS.md), and kdra's handlers only update caches and enqueue keys.
-kopf keeps the rare kinds (classes, templates, agent Leases) and the operator's lifecycle.
+benchmark, see bench/RESULTS.md), kdra's handlers only update caches and enqueue keys, and
+kdra's watch skips an object it cannot decode where kopf's would replay it forever. kopf keeps
+the operator's lifecycle.
 
 Invariants:
 - Handlers see events in the order of the watch stream, one at a time, on the event loop;
@@ -15,6 +17,8 @@ Invariants:
   happened while the watch was down.
 - A handler that raises is logged and skipped; the informer keeps running (one bad object
   never stops the operator serving the others).
+- An object the client could not decode (:class:`kdra.kube.client.Skipped`) is neither
+  delivered nor taken for deleted by a relist: what was known of it stays as it was.
 """
 
 from __future__ import annotations
@@ -59,16 +63,21 @@ class Informer:
         async for event, obj in self.client.watch(self.resource, self.namespace,
                                                   label_selector=self.label_selector):
             if event == "LIST":
-                self.relist(obj["items"])
+                self.relist(obj["items"], obj.get("skipped", ()))
             else:
                 self.deliver(event, obj)
 
-    def relist(self, items: Iterable[JSON]) -> None:
-        """A complete list: deliver every object, then the deletions the list implies."""
+    def relist(self, items: Iterable[JSON], skipped: Iterable[JSON] = ()) -> None:
+        """A complete list: deliver every object, then the deletions the list implies.
+        ``skipped`` objects (undecodable) are in the list but unknown: kept as they were."""
         before = self.known
         self.known = {}
         for obj in items:
             self.deliver(None, obj)
+        for stub in skipped:
+            key = key_of(stub)
+            if key in before and key not in self.known:
+                self.known[key] = before[key]
         for key, obj in before.items():
             if key not in self.known:
                 self.deliver("DELETED", obj)

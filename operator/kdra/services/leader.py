@@ -14,6 +14,14 @@ Invariants:
   Lease calls ``on_lost`` at once.
 - Releasing (graceful shutdown) empties ``holderIdentity`` so a standby takes over without
   waiting for the lease to expire.
+- A standby honours at most :func:`honoured_duration` seconds of another holder's lease (four
+  times its own lease duration, at least 60 s), counted from the Lease's ``renewTime`` or
+  from when this replica last saw the Lease change, whichever is earlier (client-go measures
+  from the latter: it also covers a ``renewTime`` in the future). A Lease written with an
+  absurd duration (2e9 s) or a renewal time years ahead — by anything but a live replica,
+  which renews every third of the duration — keeps a standby waiting that long, not forever.
+  The replicas of one Deployment share the duration, so a live leader is never taken over
+  early.
 - Whatever kdra does, allocations stay safe without this (resourceVersion preconditions);
   election avoids duplicate work and conflicting retries.
 """
@@ -23,12 +31,19 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import time
 from collections.abc import Callable
 
 from kdra.domain.timestamps import micro_time, now, parse_time
 from kdra.kube.client import LEASES, ApiError, Conflict, KubeClient, NotFound
 
 log = logging.getLogger(__name__)
+
+
+def honoured_duration(lease_duration: float) -> float:
+    """The most seconds of another holder's Lease a replica waits for (see the module doc)."""
+    return max(60.0, 4 * lease_duration)
+
 
 class LeaderElector:
     def __init__(self, client: KubeClient, *, namespace: str, name: str, identity: str,
@@ -41,6 +56,9 @@ class LeaderElector:
         self.renew_interval = renew_interval
         self._lease: dict[str, object] | None = None
         self._renewed = now()
+        self._seen: tuple[object, float] | None = None
+        """The Lease as last read (what changes on every renewal), and when it was first
+        read like that (monotonic)."""
 
     def _spec(self, acquire: bool, transitions: int) -> dict[str, object]:
         now = micro_time()
@@ -72,8 +90,18 @@ class LeaderElector:
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
         renewed = parse_time(spec.get("renewTime")) or dt.datetime.min.replace(tzinfo=dt.UTC)
-        duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
-        expired = now() - renewed > dt.timedelta(seconds=duration)
+        try:
+            duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
+        except (TypeError, ValueError):
+            duration = self.lease_duration
+        duration = min(duration, honoured_duration(self.lease_duration))
+        record = (holder, spec.get("renewTime"), spec.get("leaseDurationSeconds"),
+                  (lease.get("metadata") or {}).get("resourceVersion"))
+        if self._seen is None or self._seen[0] != record:
+            self._seen = (record, time.monotonic())
+        unchanged = time.monotonic() - self._seen[1]
+        expired = (now() - renewed > dt.timedelta(seconds=duration)
+                   or unchanged > duration)
         if holder and holder != self.identity and not expired:
             return False
         transitions = int(spec.get("leaseTransitions") or 0) + (holder != self.identity)

@@ -17,6 +17,7 @@ import os
 import signal
 import socket
 
+from kdra import metrics
 from kdra.domain import cel
 from kdra.domain.inventory import AGENT_LEASE_LABEL
 from kdra.domain.podclaims import CLAIMS_ANNOTATION
@@ -33,10 +34,12 @@ from kdra.kube.client import (
     connect,
 )
 from kdra.kube.events import EventRecorder
+from kdra.services import utilisation
 from kdra.services.binder import Binder, BinderSettings
 from kdra.services.claim_controller import ClaimController, claim_store, pod_store
 from kdra.services.informer import Informer
 from kdra.services.leader import LeaderElector
+from kdra.services.searches import SearchBudget
 from kdra.services.slice_gc import SliceGC
 from kdra.services.store import JSON, Store
 from kdra.services.taint_eviction import DEVICE_TAINT_RULES, TaintEvictionController
@@ -65,7 +68,10 @@ class Operator:
         self.binder = Binder(client, EventRecorder(client, component="kdra-scheduler"),
                              claims=self.claims, settings=BinderSettings(
                                  policy=settings.policy,
-                                 prepare_timeout=settings.prepare_timeout))
+                                 prepare_timeout=settings.prepare_timeout,
+                                 search=SearchBudget(
+                                     steps=settings.allocation_search_steps,
+                                     timeout=settings.allocation_search_timeout)))
         # The controller's write responses go to the binder at once: claim names on a pod,
         # devices freed by a deallocation (the watch events of the same versions follow and
         # change nothing).
@@ -84,6 +90,10 @@ class Operator:
                           Informer(client, SLICES, self.on_slice),
                           Informer(client, NODES, self.on_node),
                           Informer(client, DEVICE_TAINT_RULES, self.on_rule),
+                          # The rare kinds too: a kopf watch would replay forever an object
+                          # it cannot decode (kdra's informers skip it, kdra.kube.client).
+                          Informer(client, CLASSES, self.binder.on_class),
+                          Informer(client, TEMPLATES, self.claim_controller.on_template),
                           # node agents' heartbeats: one renewal per node every few seconds
                           Informer(client, LEASES, self.slice_gc.on_lease,
                                    namespace=settings.namespace,
@@ -93,30 +103,48 @@ class Operator:
     async def start(cls, settings: OperatorSettings) -> Operator:
         client = await connect(settings.kubeconfig, component="operator")
         operator = cls(settings, client)
+        try:
+            await operator._start()
+        except BaseException:
+            # kopf retries a failed start-up: give back what this attempt took (the webhook
+            # port above all, else every retry fails with "address already in use").
+            await asyncio.shield(operator.stop())
+            raise
+        return operator
+
+    async def _start(self) -> None:
+        settings = self.settings
         # Admission webhooks: stateless, so every replica serves them (standbys too), and
         # before the controllers run, since the claims they create go through the validating
         # webhook (kdra.services.webhook).
-        operator.webhook = await start_webhooks(settings, client)
+        self.webhook = await start_webhooks(settings, self.client)
         if settings.leader_elect:
-            operator.elector = LeaderElector(
-                client, namespace=settings.namespace, name="kdra-operator",
+            self.elector = LeaderElector(
+                self.client, namespace=settings.namespace, name="kdra-operator",
                 identity=settings.identity or f"{socket.gethostname()}-{os.getpid()}",
                 lease_duration=settings.leader_lease_duration,
                 renew_interval=settings.leader_lease_duration / 3)
-            await operator.elector.acquire()  # a standby waits here
-            operator.leadership = asyncio.create_task(
-                operator.elector.keep(_leadership_lost), name="leader-lease")
+            await self.elector.acquire()  # a standby waits here
+            self.leadership = asyncio.create_task(
+                self.elector.keep(_leadership_lost), name="leader-lease")
         await asyncio.to_thread(cel.warm_up)  # else the first allocation pays for it
-        await operator.prime()
-        operator.claim_controller.start()
-        operator.binder.start()
-        operator.slice_gc.start()
-        operator.taint_eviction.start()
-        for informer in operator.informers:
+        await self.prime()
+        self.claim_controller.start()
+        self.binder.start()
+        self.slice_gc.start()
+        self.taint_eviction.start()
+        for informer in self.informers:
             informer.start()
+        # Utilisation gauges, computed from the caches at scrape time (leader only: a
+        # standby has no caches, and the sums over replicas stay right).
+        rows = utilisation.ClaimRows()
+        metrics.register_utilisation(
+            utilisation.loop_source(asyncio.get_running_loop(), lambda: utilisation.figures(
+                self.binder.snapshot, self.claims, rows)),
+            metrics.Limits(max_nodes=settings.metrics_max_nodes,
+                           max_namespaces=settings.metrics_max_namespaces))
         log.info("kdra operator started: %d pods with claims, %d claims, %d templates",
-                 len(operator.pods), len(operator.claims), len(operator.templates))
-        return operator
+                 len(self.pods), len(self.claims), len(self.templates))
 
     async def prime(self) -> None:
         self.claims.prime(await self.client.list(CLAIMS))

@@ -4,7 +4,9 @@ Invariants:
 - A store holds the newest version it has seen of each object: an event carrying an older
   ``resourceVersion`` than the cached one is ignored (watch streams may be re-listed).
 - Secondary indexes (``index(name, key)``) always agree with the stored objects: they are
-  recomputed from the object on every add, update and delete.
+  recomputed from the object on every add, update and delete. An index function that raises
+  on an object (a bug, or a shape nobody foresaw) indexes it under nothing, logged: no
+  stored object can make ``upsert``, ``delete`` or ``prime`` raise.
 - ``prime(items)`` fills the store from a LIST before workers start, so a controller never
   mistakes "not seen yet" for "does not exist" right after a restart.
 - A deleted object never comes back: controllers also upsert the responses of their own
@@ -16,9 +18,12 @@ Invariants:
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)
@@ -147,8 +152,8 @@ class Store:
         if old is not None:
             self._unindex(key, old)
         self._objects[key] = obj
-        for name, fn in self._index_fns.items():
-            for value in fn(obj):
+        for name in self._index_fns:
+            for value in self._values(name, obj):
                 self._indexes[name][value].add(key)
         return old
 
@@ -163,9 +168,19 @@ class Store:
         if uid:
             self._deleted.add(uid, TOMBSTONES)
 
+    def _values(self, index: str, obj: JSON) -> list[str]:
+        """The values ``obj`` is indexed under in ``index`` (none if the function fails)."""
+        try:
+            return [value for value in self._index_fns[index](obj) if isinstance(value, str)]
+        except Exception as exc:
+            namespace, name = key_of(obj)
+            log.warning("%s %s/%s: not indexed by %s (%s: %s)", self.kind, namespace, name,
+                        index, type(exc).__name__, str(exc)[:200])
+            return []
+
     def _unindex(self, key: Key, obj: JSON) -> None:
-        for name, fn in self._index_fns.items():
-            for value in fn(obj):
+        for name in self._index_fns:
+            for value in self._values(name, obj):
                 bucket = self._indexes[name].get(value)
                 if bucket is not None:
                     bucket.discard(key)

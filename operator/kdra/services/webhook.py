@@ -3,7 +3,10 @@
 The operator starts one :class:`WebhookServer` (unless ``webhook_port`` is 0). It serves
 
 * ``POST /validate`` — :func:`kdra.domain.admission.validate` (claims, templates, classes, and
-  pods with the claims annotation; for an admin-access claim it reads the namespace's labels),
+  pods whose kdra keys are written; kdra's own identities, :attr:`WebhookServer.trusted`,
+  may write kdra-owned keys; for an admin-access claim it reads the namespace's labels), and
+  :func:`kdra.domain.bindings.binding_decision` for the operator's own pod bindings (the pod
+  read from the API server),
 * ``POST /mutate-pods`` — :func:`kdra.domain.admission.mutate_pod`,
 * ``POST /convert`` — :func:`kdra.domain.models.conversion.review` (kdra's four kinds between
   ``v1`` and ``v1alpha3``),
@@ -14,7 +17,10 @@ generated one kept in the Secret ``kdra-webhook-tls`` (shared by replicas, rotat
 replica first finds it due, see :mod:`kdra.services.certs`). With ``webhook_manage_config`` it
 creates and keeps the ``kdra-mutating`` / ``kdra-validating`` configurations
 (:mod:`kdra.domain.webhooks`) current, CA bundle included, and points the four CRDs'
-``spec.conversion`` at this server with the same CA bundle.
+``spec.conversion`` at this server with the same CA bundle; where it may change only the
+configurations' CA bundle (in a cluster, the ValidatingAdmissionPolicy
+``kdra-operator-webhooks``), it keeps that current and warns that the rest differs from this
+version's (re-apply manifests/webhooks).
 
 Invariants:
 - The server listens before the configurations are written, so the API server never calls a
@@ -28,13 +34,17 @@ Invariants:
   converting a list of a thousand objects, must not stall kopf's event loop.
 - A CRD that is missing (not installed yet) is skipped with a warning; the conversion of the
   others is still kept current.
+- Every review gets an AdmissionReview answer, even one whose object cannot be decoded (nested
+  deeper than the JSON decoder's limit): it is denied, naming why, if its uid can be read.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import datetime as dt
+import functools
 import logging
 import ssl
 import tempfile
@@ -43,10 +53,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+import orjson
 from aiohttp import web
 
 from kdra.domain import admission
+from kdra.domain.bindings import binding_decision, is_binding
 from kdra.domain.errors import InvalidObject
+from kdra.domain.jsonscan import path_value
 from kdra.domain.models import conversion
 from kdra.domain.webhooks import (
     CONVERT_PATH,
@@ -61,12 +74,14 @@ from kdra.domain.webhooks import (
     conversion_patch,
     mutating_configuration,
     service_dns_names,
+    trusted_usernames,
     validating_configuration,
 )
 from kdra.kube.client import (
     CRDS,
     MUTATING_WEBHOOKS,
     NAMESPACES,
+    PODS,
     SECRETS,
     SERVICES,
     VALIDATING_WEBHOOKS,
@@ -78,6 +93,7 @@ from kdra.kube.client import (
 )
 from kdra.services import certs
 from kdra.services.certs import TlsBundle
+from kdra.services.gpu_lookup import GpuClaimLookup
 from kdra.settings import OperatorSettings
 
 __all__ = ["CHECK_INTERVAL", "WebhookServer", "start_webhooks"]
@@ -125,6 +141,8 @@ class WebhookServer:
         self.check_interval = check_interval
         self.clock = clock
         self.endpoint = Endpoint(namespace=settings.namespace, url=settings.webhook_url)
+        self.trusted: tuple[str, ...] = trusted_usernames(settings.namespace)
+        """Usernames that may write kdra-owned pod annotations (settings.trusted_users)."""
         self.bundle: TlsBundle | None = None
         self.port = settings.webhook_port
         self._ssl = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -147,6 +165,8 @@ class WebhookServer:
         return hosts
 
     async def start(self) -> None:
+        self.trusted = await self._trusted()
+        log.info("kdra-owned pod annotations may be written by %s", ", ".join(self.trusted))
         bundle = await self._fetch_bundle()
         self._load(bundle)
         app = web.Application(client_max_size=MAX_BODY)
@@ -201,6 +221,21 @@ class WebhookServer:
             except Exception:
                 log.exception("webhook certificate/configuration check failed; "
                               "retrying in %.0fs", self.check_interval)
+
+    async def _trusted(self) -> tuple[str, ...]:
+        """settings.trusted_users, or the operator's ServiceAccount and its own username."""
+        configured = [u.strip() for u in self.settings.trusted_users.split(",") if u.strip()]
+        if configured:
+            return tuple(sorted(set(configured)))
+        own: list[str] = []
+        if self.client is not None:
+            try:
+                own.append(await self.client.whoami())
+            except (ApiError, OSError) as exc:
+                log.warning("cannot tell the operator's own username (%s); trusting only the "
+                            "ServiceAccount %s", exc, trusted_usernames(
+                                self.settings.namespace)[0])
+        return trusted_usernames(self.settings.namespace, own)
 
     # ------------------------------------------------------------------ certificates
 
@@ -288,7 +323,8 @@ class WebhookServer:
                                "webhook_cert_dir, or turn webhook_manage_config off")
         for resource, desired in (
             (MUTATING_WEBHOOKS, mutating_configuration(self.endpoint, bundle.ca_pem)),
-            (VALIDATING_WEBHOOKS, validating_configuration(self.endpoint, bundle.ca_pem)),
+            (VALIDATING_WEBHOOKS, validating_configuration(self.endpoint, bundle.ca_pem,
+                                                           self.trusted)),
         ):
             await self._apply(resource, desired)
         await self._apply_conversion(bundle)
@@ -337,9 +373,42 @@ class WebhookServer:
                 await self.client.replace(resource, body)
             except Conflict:
                 continue
+            except ApiError as exc:
+                if exc.status not in (403, 422):
+                    raise
+                # Not allowed to change more than the CA bundle (kdra-operator-webhooks).
+                if not await self._update_ca_bundle(resource, live, desired, exc):
+                    continue
+                return
             log.info("updated %s %s", resource.kind, name)
             return
         raise WebhookError(f"{resource.kind} {name} kept changing while being updated")
+
+    async def _update_ca_bundle(self, resource: Resource, live: dict[str, Any],
+                                desired: dict[str, Any], refused: ApiError) -> bool:
+        """Put ``desired``'s CA bundle into ``live``, changing nothing else; False on
+        Conflict (the caller reads again)."""
+        assert self.client is not None
+        name = live["metadata"]["name"]
+        bundles = {w["name"]: w["clientConfig"].get("caBundle")
+                   for w in desired.get("webhooks") or []}
+        body = copy.deepcopy(live)
+        for webhook in body.get("webhooks") or []:
+            bundle = bundles.get(webhook.get("name"))
+            if bundle:
+                webhook.setdefault("clientConfig", {})["caBundle"] = bundle
+        differs = not _contains(body, desired)
+        if body != live:
+            try:
+                await self.client.replace(resource, body)
+            except Conflict:
+                return False
+            log.info("updated the CA bundle of %s %s", resource.kind, name)
+        if differs:
+            log.warning("%s %s differs from this kdra version's beyond the CA bundle, which is all "
+                        "this operator may change (%s): re-apply manifests/webhooks",
+                        resource.kind, name, refused.message)
+        return True
 
     async def _check_service(self) -> None:
         if self.endpoint.url:
@@ -362,13 +431,7 @@ class WebhookServer:
         return web.Response(text="ok")
 
     async def _validate(self, request: web.Request) -> web.Response:
-        try:
-            body = await request.json()
-        except ValueError:
-            return web.json_response({"error": "the body is not JSON"}, status=400)
-        labels = await self._namespace_labels(body)
-        return await self._decide(
-            body, lambda req: admission.validate(req, namespace_labels=labels))
+        return await self._review(request, admission.validate, bindings=True, objects=True)
 
     async def _namespace_labels(self, body: Any) -> dict[str, str] | None:
         """The labels of the reviewed object's namespace when the admin-access rule needs
@@ -388,11 +451,33 @@ class WebhookServer:
             return None
         return dict((namespace.get("metadata") or {}).get("labels") or {})
 
-    async def _convert(self, request: web.Request) -> web.Response:
+    async def _validate_binding(self, body: Any, review: Mapping[str, Any]) -> web.Response:
+        """The operator's own bindings: only pods with schedulerName kdra-scheduler."""
+        pod: dict[str, Any] | None = None
+        namespace, name = review.get("namespace"), review.get("name")
+        if self.client is not None and isinstance(namespace, str) and isinstance(name, str):
+            try:
+                pod = await self.client.get(PODS, name, namespace)
+            except NotFound:
+                pod = None
+            except (ApiError, OSError) as exc:  # the API server applies the failure policy
+                return web.json_response({"error": f"reading pod {namespace}/{name}: {exc}"},
+                                         status=503)
         try:
-            body = await request.json()
-        except (ValueError, RecursionError):
-            return web.json_response({"error": "the body is not JSON"}, status=400)
+            answer = admission.review(body, lambda request: binding_decision(request, pod))
+        except InvalidObject as exc:
+            return web.json_response({"error": str(exc)}, status=400)
+        if not answer["response"]["allowed"]:
+            log.warning("denied %s: %s", _describe(body), answer["response"]["status"]["message"])
+        return web.json_response(answer)
+
+    async def _convert(self, request: web.Request) -> web.Response:
+        raw = await request.read()
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return web.json_response({"error": "the body is not JSON (or is nested too deeply)"},
+                                     status=400)
         loop = asyncio.get_running_loop()
         try:
             answer = await loop.run_in_executor(None, conversion.review, body)
@@ -407,16 +492,34 @@ class WebhookServer:
         return web.json_response(answer)
 
     async def _mutate_pods(self, request: web.Request) -> web.Response:
-        return await self._review(request, admission.mutate_pod)
+        return await self._review(request, admission.mutate_pod, gpu_lookup=True)
 
-    async def _review(self, request: web.Request, decide: admission.Decide) -> web.Response:
+    async def _review(self, request: web.Request, decide: admission.Decide, *,
+                      gpu_lookup: bool = False, bindings: bool = False,
+                      objects: bool = False) -> web.Response:
+        """``gpu_lookup``: the pod mutation learns which claims may get GPUs (env vars);
+        ``bindings``: a pod Binding goes to :meth:`_validate_binding` instead;
+        ``objects``: ``decide`` is :func:`admission.validate`, given kdra's identities and the
+        labels of the object's namespace."""
+        raw = await request.read()
         try:
-            body = await request.json()
-        except ValueError:
-            return web.json_response({"error": "the body is not JSON"}, status=400)
-        return await self._decide(body, decide)
-
-    async def _decide(self, body: Any, decide: admission.Decide) -> web.Response:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            uid = path_value(raw, ("request", "uid"))
+            if not isinstance(uid, str):
+                return web.json_response({"error": "the body is not JSON"}, status=400)
+            log.info("denied an AdmissionReview that cannot be decoded: %s", exc)
+            return web.json_response(admission.undecodable(uid, str(exc)).to_review())
+        if bindings:
+            review = body.get("request") if isinstance(body, Mapping) else None
+            if isinstance(review, Mapping) and is_binding(review):
+                return await self._validate_binding(body, review)
+        if objects:  # the validating webhook: kdra's identities, the namespace's labels
+            decide = functools.partial(admission.validate, trusted=frozenset(self.trusted),
+                                       namespace_labels=await self._namespace_labels(body))
+        if gpu_lookup and self.client is not None:  # which claims may get GPUs (env vars)
+            gpu_claims = await GpuClaimLookup(self.client).gpu_claims(body)
+            decide = functools.partial(admission.mutate_pod, gpu_claims=gpu_claims)
         loop = asyncio.get_running_loop()
         try:
             answer = await loop.run_in_executor(None, admission.review, body, decide)

@@ -9,7 +9,9 @@ Invariants:
 - A failing key is retried with per-key exponential backoff plus jitter, capped
   (:func:`kdra.domain.backoff.backoff_delay`); success resets its backoff. ``add_after``
   delays a key without counting as a failure.
-- One key's failure (any exception) never stops the workers; it is logged and retried.
+- One key's failure (any exception) never stops the workers; it is logged and retried. An
+  API or connection error is logged in one line (it names the request); anything else with
+  its traceback (a bug).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
 from kdra.domain.backoff import backoff_delay
+from kdra.kube.client import ApiError
 
 K = TypeVar("K", bound=Hashable)
 
@@ -114,6 +117,9 @@ class WorkQueue(Generic[K]):
             except Retry as signal:
                 log.debug("%s: retrying %s: %s", self.name, key, signal.reason)
                 failed, delay = True, signal.delay
+            except (ApiError, OSError) as exc:
+                log.warning("%s: reconciling %s failed (%s); will retry", self.name, key, exc)
+                failed = True
             except Exception:
                 log.exception("%s: reconciling %s failed; will retry", self.name, key)
                 failed = True

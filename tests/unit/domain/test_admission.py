@@ -16,7 +16,9 @@ from kdra.domain.admission import (
     AdmissionResponse,
     FieldError,
     claim_errors,
+    claim_request_classes,
     class_errors,
+    class_may_select,
     consuming_containers,
     injected_env,
     mutate_pod,
@@ -346,6 +348,75 @@ def test_seed_pod_patch() -> None:
     assert patch[1]["value"] == list(injected_env("container0"))
 
 
+def test_gpu_env_only_where_a_gpu_can_be_involved() -> None:
+    """The seed's cats: no claim may get a GPU, so no container gets NVIDIA_VISIBLE_DEVICES
+    (not even an empty one); a GPU entry gives it to its containers only."""
+    seed = pod(yaml.safe_load("""
+- {name: cat-0, resourceClaimName: small-white-cat-claim, containers: [container0]}
+- {name: gpu, resourceClaimTemplateName: one-gpu, containers: [container1]}
+"""), containers=("container0", "container1"), scheduler=None)
+    envs = {op["path"]: [e["name"] for e in op["value"]]
+            for op in pod_patch(seed, gpu_claims={"gpu"}) if op["path"].endswith("/env")}
+    assert envs == {"/spec/containers/0/env": ["KDRA_DEVICES"],
+                    "/spec/containers/1/env": ["KDRA_DEVICES", "NVIDIA_VISIBLE_DEVICES"]}
+    nothing = [op for op in pod_patch(seed, gpu_claims=frozenset()) if op["path"].endswith("/env")]
+    assert [[e["name"] for e in op["value"]] for op in nothing] == [["KDRA_DEVICES"]] * 2
+    unknown = [op for op in pod_patch(seed) if op["path"].endswith("/env")]  # None: may be GPUs
+    assert [[e["name"] for e in op["value"]] for op in unknown] == [
+        ["KDRA_DEVICES", "NVIDIA_VISIBLE_DEVICES"]] * 2
+    request = {"uid": "u", "operation": "CREATE", "object": seed}
+    patched = mutate_pod(request, gpu_claims=frozenset()).patch
+    assert "NVIDIA_VISIBLE_DEVICES" not in json.dumps(patched)
+
+
+def device_class(*expressions: str) -> dict[str, Any]:
+    return {"apiVersion": API, "kind": "DeviceClass", "metadata": {"name": "c"},
+            "spec": {"selectors": [{"cel": {"expression": e}} for e in expressions]}}
+
+
+@pytest.mark.parametrize(("expressions", "gpu"), [
+    (('device.driver == "resource-driver.example.com"',), False),
+    (('"resource-driver.example.com" == device.driver',), False),
+    (('device.driver == "gpu.kdra.dev"',), True),
+    (('device.driver in ["a.dev", "b.dev"]',), False),
+    (('device.driver in ["a.dev", "gpu.kdra.dev"]',), True),
+    (('device.driver == "a.dev" && device.attributes["a.dev"].x == 1',), False),
+    (('device.driver == "a.dev" || device.driver == "gpu.kdra.dev"',), True),
+    (('device.driver == "a.dev" || device.attributes["a.dev"].x == 1',), True),  # any driver
+    (('device.driver != "gpu.kdra.dev"',), True),  # not understood: may be a GPU
+    (('device.attributes["a.dev"].x == 1', 'device.driver == "a.dev"'), False),
+    (('device.attributes["a.dev"].x == 1',), True),
+    ((), True),  # no selector: every device
+    (('device.driver == ',), True),  # does not compile: unknown
+])
+def test_class_may_select_reads_the_driver_its_selectors_pin(expressions: tuple[str, ...],
+                                                             gpu: bool) -> None:
+    assert class_may_select(device_class(*expressions)) is gpu
+
+
+def test_a_missing_or_odd_class_may_select_anything() -> None:
+    assert class_may_select(None)
+    assert class_may_select({"spec": {"selectors": "nonsense"}})
+    assert class_may_select({"spec": {"selectors": [{"cel": None}, 3]}})
+
+
+def test_claim_request_classes() -> None:
+    spec = {"devices": {"requests": [
+        {"name": "a", "exactly": {"deviceClassName": "x"}},
+        {"name": "b", "exactly": {"deviceClassName": "y"}},
+        {"name": "c", "firstAvailable": [{"name": "big", "deviceClassName": "z"},
+                                         {"name": "small", "deviceClassName": "y"}]}]}}
+    assert claim_request_classes(spec) == ["x", "y", "z", "y"]
+    assert claim_request_classes(spec, "b") == ["y"]
+    assert claim_request_classes(spec, "c") == ["z", "y"]  # any alternative
+    assert claim_request_classes(spec, "c/big") == ["z"]
+    assert claim_request_classes(None) is None
+    assert claim_request_classes({"devices": {"requests": [{"name": "a"}]}}) is None
+    assert claim_request_classes({"devices": {"requests": [
+        {"name": "a", "exactly": {}}]}}) is None
+    assert claim_request_classes({"devices": {"requests": ["x"]}}) is None
+
+
 # (id, pod, expected schedulerName after the patch, container -> env names after the patch)
 MUTATION_CASES: list[tuple[str, dict[str, Any], str | None, dict[str, list[str]]]] = [
     ("default-scheduler-replaced", pod([{"name": "g", "resourceClaimName": "c"}]),
@@ -501,3 +572,143 @@ def test_a_user_of_v1alpha3_sees_v1alpha3_field_paths() -> None:
                               "kind": "ResourceClaim"}
     response = validate(request)
     assert response.errors[0].field == "spec.devices.requests[0].selectors[0].cel.expression"
+
+
+# --------------------------------------------------------------------------- pods: hostile input
+
+OPERATOR = "system:serviceaccount:kdra-system:kdra-operator"
+STATUSES = "resource.kdra.dev/claim-statuses"
+DEVICES_MAIN = "devices.resource.kdra.dev/main"
+
+
+def as_user(request: dict[str, Any], user: str) -> dict[str, Any]:
+    return {**request, "userInfo": {"username": user, "groups": ["system:authenticated"]}}
+
+
+def annotated(obj: dict[str, Any], annotations: dict[str, str | None]) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    current = out["metadata"].setdefault("annotations", {})
+    for key, value in annotations.items():
+        if value is None:
+            current.pop(key, None)
+        else:
+            current[key] = value
+    return out
+
+
+GOOD = pod([{"name": "gpu", "resourceClaimName": "c"}])
+PLAIN = pod(None)
+RESOLVED = annotated(GOOD, {STATUSES: '{"gpu": "c"}'})
+BOUND = copy.deepcopy(GOOD)
+BOUND["spec"]["nodeName"] = "worker-1"
+
+# (id, operation, new, old, trusted user?, denied field or None)
+POD_UPDATE_CASES: list[tuple[str, str, dict[str, Any], dict[str, Any] | None, bool,
+                             str | None]] = [
+    # Attack 1: a bad annotation added by UPDATE to a pod created without one.
+    ("add-bad-by-update", "UPDATE", annotated(PLAIN, {CLAIMS_ANNOTATION: "[" * 1000}), PLAIN,
+     False, ANNOTATION),
+    ("add-int-and-str-keys", "UPDATE",
+     annotated(PLAIN, {CLAIMS_ANNOTATION: "- {name: a, resourceClaimName: b, 1: x}"}), PLAIN,
+     False, f"{ANNOTATION}[0]"),
+    ("add-good-to-unresolved", "UPDATE", GOOD, PLAIN, False, None),
+    ("change-unresolved", "UPDATE",
+     annotated(GOOD, {CLAIMS_ANNOTATION: '[{"name": "gpu", "resourceClaimName": "d"}]'}), GOOD,
+     False, None),
+    ("change-resolved", "UPDATE",
+     annotated(RESOLVED, {CLAIMS_ANNOTATION: '[{"name": "gpu", "resourceClaimName": "d"}]'}),
+     RESOLVED, False, ANNOTATION),
+    ("remove-when-bound", "UPDATE", annotated(BOUND, {CLAIMS_ANNOTATION: None}), BOUND, False,
+     ANNOTATION),
+    ("unrelated-label-on-bad-pod", "UPDATE", pod("[{"), pod("[{"), False, None),
+    # Attack 6/7: kdra-owned keys written by a user, at creation or later.
+    ("forge-statuses-at-create", "CREATE", annotated(GOOD, {STATUSES: '{"gpu": "victim"}'}),
+     None, False, f"metadata.annotations[{STATUSES}]"),
+    ("forge-devices-without-claims", "CREATE",
+     annotated(PLAIN, {DEVICES_MAIN: "gpu.kdra.dev/n/gpu-0"}), None, False,
+     f"metadata.annotations[{DEVICES_MAIN}]"),
+    ("patch-gpus-after-binding", "UPDATE",
+     annotated(BOUND, {"gpus.resource.kdra.dev/main": "GPU-victim"}), BOUND, False,
+     "metadata.annotations[gpus.resource.kdra.dev/main]"),
+    ("remove-devices", "UPDATE", BOUND, annotated(BOUND, {DEVICES_MAIN: "x"}), False,
+     f"metadata.annotations[{DEVICES_MAIN}]"),
+    ("kdra-records-statuses", "UPDATE", RESOLVED, GOOD, True, None),
+    ("kdra-may-not-change-claims", "UPDATE",
+     annotated(RESOLVED, {CLAIMS_ANNOTATION: "[]"}), RESOLVED, True, ANNOTATION),
+    ("unchanged-owned-keys", "UPDATE", annotated(RESOLVED, {"x": "y"}), RESOLVED, False, None),
+]
+
+
+@pytest.mark.parametrize(("operation", "new", "old", "trusted", "field"),
+                         [c[1:] for c in POD_UPDATE_CASES],
+                         ids=[c[0] for c in POD_UPDATE_CASES])
+def test_pod_writes(operation: str, new: dict[str, Any], old: dict[str, Any] | None,
+                    trusted: bool, field: str | None) -> None:
+    user = OPERATOR if trusted else "alice"
+    response = validate(as_user(request_for(new, operation, old), user),
+                        trusted=frozenset({OPERATOR}))
+    if field is None:
+        assert response.allowed, response.message
+    else:
+        assert not response.allowed
+        assert response.errors[0].field == field, response.message
+        assert len(response.message) < 500
+
+
+def test_user_env_in_consuming_containers_is_denied() -> None:
+    """Attack 7: NVIDIA_VISIBLE_DEVICES=all in a container that uses a claim."""
+    obj = pod([{"name": "gpu", "resourceClaimName": "c", "containers": ["main"]}],
+              containers=("main", "side"),
+              env={"main": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}],
+                   "side": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}]})
+    # The mutating webhook leaves the user's entry (it never rewrites a user's value) ...
+    patched = apply_patch(obj, list(mutate_pod(request_for(obj)).patch))
+    # ... and the validating webhook, which sees the mutated pod, denies it.
+    response = validate(request_for(patched))
+    assert [e.field for e in response.errors] == ["spec.containers[0].env[0]"]
+    assert "NVIDIA_VISIBLE_DEVICES is set by kdra" in response.message
+    # kdra's own injected entries pass, as does a non-consuming container's own value.
+    clean = apply_patch(pod([{"name": "gpu", "resourceClaimName": "c"}]), [])
+    clean = apply_patch(clean, list(mutate_pod(request_for(clean)).patch))
+    assert validate(request_for(clean)).allowed
+    other = copy.deepcopy(clean)
+    other["spec"]["containers"][0]["env"][1]["valueFrom"]["fieldRef"]["fieldPath"] = \
+        "metadata.annotations['gpus.resource.kdra.dev/victim']"
+    assert not validate(request_for(other)).allowed
+
+
+def test_errors_are_capped_and_values_cut_short() -> None:
+    """Attack 2's error text: 30,000 bad container names gave 191 MiB; now at most five
+    errors, each short."""
+    names = [f"c{i}-" + "x" * 15 for i in range(8)]
+    obj = pod([{"name": f"g{i}", "resourceClaimName": "c", "containers": names}
+               for i in range(32)], containers=tuple(f"k{i}" * 20 for i in range(100)))
+    response = validate(request_for(obj))
+    assert len(response.errors) == 6
+    assert response.errors[-1].message == "... and 251 more error(s)"
+    assert "and 92 more)" in response.errors[0].message  # the pod's containers, listed
+    assert len(response.message) < 3000
+
+
+def test_deep_parameters_are_denied_without_recursion() -> None:
+    deep: Any = {}
+    for _ in range(5000):
+        deep = {"x": deep}
+    obj = claim(config=[{"opaque": {"driver": "gpu.kdra.dev", "parameters": deep}}])
+    response = validate(request_for(obj))
+    assert not response.allowed and response.errors[0].field == "spec"
+    shallow: Any = {}
+    for _ in range(33):
+        shallow = {"x": shallow}
+    obj = claim(config=[{"opaque": {"driver": "gpu.kdra.dev", "parameters": shallow}}])
+    (error,) = validate(request_for(obj)).errors
+    assert error.field == "spec.devices.config[0].opaque.parameters"
+    assert "at most 32 levels" in error.message
+
+
+def test_an_undecodable_review_is_denied_by_uid() -> None:
+    from kdra.domain.admission import undecodable
+
+    wire = undecodable("u-9", "depth limit exceeded").to_review()["response"]
+    assert wire["uid"] == "u-9" and wire["allowed"] is False
+    assert "cannot be decoded" in wire["status"]["message"]

@@ -258,3 +258,15 @@ def test_unhealthy_devices_show_their_taints() -> None:
     assert "free (tainted gpu.kdra.dev/unhealthy=XID-48:NoSchedule)" in text
     assert view.to_json()["pools"][0]["devices"][1]["taints"] == [
         "gpu.kdra.dev/unhealthy=DeviceLost:NoExecute"]
+
+
+def test_a_prioritized_claims_devices_carry_the_chosen_alternatives_class() -> None:
+    from kdra.domain.describe import claims_of
+
+    claim = raw_claim("c", ("gpu/small", GPU, "node-a", "gpu-0"), ("cat", CATS, "w", "k-0"))
+    claim["spec"] = {"devices": {"requests": [
+        {"name": "gpu", "firstAvailable": [{"name": "big", "deviceClassName": "h100"},
+                                           {"name": "small", "deviceClassName": "a100"}]},
+        {"name": "cat", "exactly": {"deviceClassName": "cats"}}]}}
+    (row,) = claims_of([claim])
+    assert [d.device_class for d in row.devices] == ["a100", "cats"]

@@ -43,6 +43,11 @@ def claim(name: str, devices: list[str] | None = None, *, node_name: str = "n1",
     body: dict[str, Any] = {"metadata": {"name": name, "namespace": NS,
                                          "uid": uid or f"uid-{name}"},
                             "spec": {"devices": {"requests": [request]}}, "status": {}}
+    if name.endswith("-gpu"):  # generated for pod <name>'s template entry: owned by it
+        owner = name.removesuffix("-gpu")
+        body["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod",
+                                                "name": owner, "uid": f"uid-{owner}",
+                                                "controller": True}]
     if devices is not None:
         allocation: dict[str, Any] = {"devices": {"results": [
             {"request": "gpu", "driver": GPU, "pool": node_name, "device": d} for d in devices]}}
@@ -327,3 +332,95 @@ def test_violations_are_sorted_and_unique() -> None:
     found = check(**state)
     assert found == sorted(found)
     assert str(found[0]).startswith("orphan-slice: slice a")
+
+
+# --------------------------------------------------------------------------- forged outputs
+
+
+def gpu_slice(node_name: str, *uuids: str) -> dict[str, Any]:
+    body = slice_(f"{node_name}-gpu", node_name)
+    body["spec"]["devices"] = [{"name": f"gpu-{i}", "attributes": {
+        "uuid": {"string": uuid}}} for i, uuid in enumerate(uuids)]
+    return body
+
+
+def forged_state() -> dict[str, Any]:
+    """p1 holds gpu-0 (GPU-a) on n1; gpu-1 (GPU-b) belongs to nobody's pod p1."""
+    state = healthy()
+    state["slices"] = [gpu_slice("n1", "GPU-a", "GPU-b")]
+    annotations = state["pods"][0]["metadata"]["annotations"]
+    annotations["devices.resource.kdra.dev/c"] = "gpu.kdra.dev/n1/gpu-0"
+    annotations["gpus.resource.kdra.dev/c"] = "GPU-a"
+    state["pods"][0]["spec"]["containers"][0]["env"] = [
+        {"name": "KDRA_DEVICES", "valueFrom": {"fieldRef": {
+            "fieldPath": "metadata.annotations['devices.resource.kdra.dev/c']"}}},
+        {"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"fieldRef": {
+            "fieldPath": "metadata.annotations['gpus.resource.kdra.dev/c']"}}}]
+    return state
+
+
+def plain_pod(name: str, env: list[dict[str, Any]], annotations: dict[str, str] | None = None,
+              node_name: str = "n1") -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}",
+                         "annotations": annotations or {}},
+            "spec": {"nodeName": node_name, "containers": [{"name": "c", "env": env}]}}
+
+
+def test_kdras_own_outputs_are_not_forged() -> None:
+    assert check(**forged_state()) == []
+
+
+@pytest.mark.parametrize(("change", "rule", "words"), [
+    ("devices-annotation", "forged-devices", "gpu.kdra.dev/n1/gpu-1"),
+    ("gpus-annotation", "forged-devices", "GPU-b"),
+    ("literal-env", "forged-env", "is not kdra's entry"),
+    ("no-claims-devices", "forged-devices", "gpu.kdra.dev/n1/gpu-1"),
+    ("no-claims-env-all", "forged-env", "'all' on node n1"),
+    ("no-claims-env-uuid", "forged-env", "GPU-b"),
+    ("foreign-status", "foreign-claim", "which another pod owns"),
+    ("foreign-reservation", "foreign-claim", "is reserved for another pod"),
+])
+def test_forged_outputs_are_violations(change: str, rule: str, words: str) -> None:
+    """Issue 22 attacks 6 and 7, as ``kdra check`` sees them once a webhook was bypassed."""
+    state = forged_state()
+    the_pod = state["pods"][0]
+    annotations = the_pod["metadata"]["annotations"]
+    if change == "devices-annotation":
+        annotations["devices.resource.kdra.dev/c"] += ",gpu.kdra.dev/n1/gpu-1"
+    elif change == "gpus-annotation":
+        annotations["gpus.resource.kdra.dev/c"] = "GPU-b"
+    elif change == "literal-env":
+        the_pod["spec"]["containers"][0]["env"][1] = {"name": "NVIDIA_VISIBLE_DEVICES",
+                                                      "value": "GPU-a"}
+    elif change == "no-claims-devices":
+        state["pods"].append(plain_pod("x", [], {
+            "devices.resource.kdra.dev/c": "gpu.kdra.dev/n1/gpu-1"}))
+    elif change == "no-claims-env-all":
+        state["pods"].append(plain_pod("x", [{"name": "NVIDIA_VISIBLE_DEVICES",
+                                              "value": "all"}]))
+    elif change == "no-claims-env-uuid":
+        state["pods"].append(plain_pod("x", [{"name": "NVIDIA_VISIBLE_DEVICES",
+                                              "value": "GPU-b,GPU-unknown"}]))
+    elif change == "foreign-status":
+        thief = pod("thief", claims={"gpu": "p1-gpu"})
+        state["pods"].append(thief)
+    elif change == "foreign-reservation":
+        state["claims"][0]["metadata"]["annotations"] = {
+            "resource.kdra.dev/pod-claim-name": "gpu"}
+        state["claims"][0]["status"]["reservedFor"].append(
+            {"resource": "pods", "name": "thief", "uid": "uid-thief"})
+        state["pods"].append(plain_pod("thief", []))
+    found = [v for v in check(**state) if v.rule == rule]
+    assert len(found) == 1, check(**state)
+    assert words in found[0].message
+
+
+def test_harmless_env_is_not_forged() -> None:
+    state = forged_state()
+    state["pods"] += [
+        plain_pod("none", [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}]),
+        plain_pod("elsewhere", [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}],
+                  node_name="n2"),  # no kdra GPUs there
+        plain_pod("unknown", [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "GPU-not-kdras"}]),
+    ]
+    assert check(**state) == []

@@ -124,7 +124,7 @@ def test_seed_cats_example() -> None:
     assert [d.name for d in inventory.devices] == [f"kitten-{i}" for i in range(6)]
     assert inventory.devices[0].attributes == {"color": {"string": "white"},
                                                "size": {"string": "small"}}
-    seed = (Path(__file__).resolve().parents[3] / "manifests" / "examples" / "seed"
+    seed = (Path(__file__).resolve().parents[3] / "manifests" / "examples" / "seed-static-slice"
             / "resourceslice.yaml")
     import yaml
 

@@ -76,16 +76,20 @@ def test_gpu_cdi_spec() -> None:
         "annotations": {"kdra.dev/node": "node-1", "kdra.dev/claim": "ns/c",
                         "kdra.dev/claim-uid": UID, "kdra.dev/driver": GPU},
         "devices": [
-            {"name": f"{UID}-gpu-1", "containerEdits": {"env": [
-                "KDRA_DEVICE_0=gpu-1", f"KDRA_DEVICE_0_RESOURCE_CLAIM={UID}",
-                f"KDRA_DEVICE_0_UUID={uuids[0]}"]}},
-            {"name": f"{UID}-gpu-3", "containerEdits": {"env": [
-                "KDRA_DEVICE_1=gpu-3", f"KDRA_DEVICE_1_RESOURCE_CLAIM={UID}",
-                f"KDRA_DEVICE_1_UUID={uuids[1]}"]}},
+            {"name": f"{UID}-gpu-1", "containerEdits": {
+                "env": [f"KDRA_DEVICE_GPU_1={GPU}/node-1/gpu-1", "KDRA_DEVICE_GPU_1_CLAIM=ns/c",
+                        f"KDRA_DEVICE_GPU_1_UUID={uuids[0]}"],
+                "deviceNodes": [{"path": "/dev/kdra/gpu-1", "type": "c", "major": 1,
+                                 "minor": 3, "fileMode": 0o666}]}},
+            {"name": f"{UID}-gpu-3", "containerEdits": {
+                "env": [f"KDRA_DEVICE_GPU_3={GPU}/node-1/gpu-3", "KDRA_DEVICE_GPU_3_CLAIM=ns/c",
+                        f"KDRA_DEVICE_GPU_3_UUID={uuids[1]}"],
+                "deviceNodes": [{"path": "/dev/kdra/gpu-3", "type": "c", "major": 1,
+                                 "minor": 3, "fileMode": 0o666}]}},
         ],
-        "containerEdits": {"env": [
-            "KDRA_NODE_NAME=node-1", f"KDRA_DRIVER={GPU}", "KDRA_RESOURCE_CLAIM=ns/c",
-            f"NVIDIA_VISIBLE_DEVICES={uuids[0]},{uuids[1]}"]},
+        # KDRA_DEVICES / NVIDIA_VISIBLE_DEVICES list a container's devices of every claim:
+        # the NRI plugin sets them (a spec's env would replace another claim's)
+        "containerEdits": {"env": ["KDRA_NODE_NAME=node-1"]},
     }
     assert cdi_file_name(GPU, UID) == f"kdra.dev-{UID}.json"
     assert cdi_device_id(GPU, UID, "gpu-1") == f"kdra.dev/gpu={UID}-gpu-1"
@@ -99,9 +103,10 @@ def test_real_gpus_get_device_nodes_and_other_drivers_their_own_kind() -> None:
     cat = InventoryDevice(CATS, "kitten-1", {"color": {"string": "black"}})
     spec = build_cdi_spec(node="n", claim=ClaimRef(UID, "ns", "c"), driver=CATS, devices=[cat])
     assert spec["kind"] == cdi_kind(CATS) == "kdra.dev/resource-driver-example-com"
-    assert "deviceNodes" not in spec["devices"][0]["containerEdits"]
-    assert not any(e.startswith("NVIDIA_VISIBLE_DEVICES")
-                   for e in spec["containerEdits"]["env"])
+    assert spec["devices"][0]["containerEdits"] == {"env": [  # cats: env only
+        f"KDRA_DEVICE_KITTEN_1={CATS}/n/kitten-1", "KDRA_DEVICE_KITTEN_1_CLAIM=ns/c",
+        "KDRA_DEVICE_KITTEN_1_COLOR=black"]}
+    assert spec["containerEdits"] == {"env": ["KDRA_NODE_NAME=n"]}
     assert cdi_file_name(CATS, UID) == f"kdra.dev-resource-driver-example-com-{UID}.json"
 
 

@@ -17,7 +17,9 @@ from kdra.domain.podclaims import (
     claim_statuses,
     generate_name_prefix,
     generated_claim,
+    kdra_owned,
     owned_by,
+    parse_claim_statuses,
     parse_pod_claims,
     pod_claims,
     pod_is_done,
@@ -77,6 +79,47 @@ def test_bad_annotations(text: str, field: str, words: str) -> None:
     assert words in info.value.message
 
 
+# Hostile annotations (issue 22, attacks 1 and 2): each is one InvalidObject naming the
+# field, with a short message, never another exception, and the parse stays bounded.
+HOSTILE = [
+    ("[" * 1000 + "]" * 1000, "", "nested deeper than 4 levels"),
+    ("[" * 1000, "", "nested deeper than 4 levels"),
+    ("- {name: a, resourceClaimName: b, 1: x}", "[0]", "keys must be strings"),
+    ("- {1: x, name: a, resourceClaimName: b}", "[0]", "keys must be strings"),
+    ("- {name: a, resourceClaimName: b, [x]: y}", "", "not valid YAML/JSON"),
+    ("- {name: &n a, resourceClaimName: b}", "", "anchors (&name) are not allowed"),
+    ("- {name: a, resourceClaimName: b, containers: *c}", "", "aliases (*name) are not allowed"),
+    ("- {name: a, resourceClaimName: b, containers: [\"main\\n\"]}", "[0].containers",
+     "container names"),
+    ("- {name: a, resourceClaimName: \"b\\n\"}", "[0].resourceClaimName", "DNS subdomain"),
+    ("- {name: a, resourceClaimName: ../../x}", "[0].resourceClaimName", "DNS subdomain"),
+    ("- {name: a, resourceClaimName: b, containers: [" + ", ".join(["c"] * 3) + "]}",
+     "[0].containers", "names a container twice"),
+    ("- {name: a, resourceClaimName: b, containers: ["
+     + ", ".join(f"c{i}" for i in range(65)) + "]}", "[0].containers", "at most 64 names"),
+    ("- {name: a, resourceClaimName: b}\n" + "#" * 17000, "", "at most 16384 bytes"),
+    ("- {name: " + "9" * 5000 + "}", "", "not valid YAML/JSON"),
+    ("- {name: a, resourceClaimName: b, request: 1.5}", "[0].request", "DNS label"),
+    ("- {name: !!binary aGk=, resourceClaimName: b}", "[0].name", "DNS label"),
+]
+
+
+@pytest.mark.parametrize(("text", "where", "words"), HOSTILE,
+                         ids=[f"hostile-{i}" for i in range(len(HOSTILE))])
+def test_hostile_annotations(text: str, where: str, words: str) -> None:
+    for _ in range(2):  # the second answer comes from the cache: the same error
+        with pytest.raises(InvalidObject) as info:
+            parse_pod_claims(text)
+        assert info.value.field == f"metadata.annotations[{CLAIMS_ANNOTATION}]{where}"
+        assert words in info.value.message
+        assert len(str(info.value)) < 300
+
+
+def test_non_string_annotation_is_invalid() -> None:
+    with pytest.raises(InvalidObject):
+        pod_claims({"metadata": {"annotations": {CLAIMS_ANNOTATION: 5}}})
+
+
 def test_pod_without_annotation_has_no_claims() -> None:
     assert pod_claims({"metadata": {"name": "p"}}) == ()
 
@@ -122,6 +165,31 @@ def test_claim_statuses_tolerates_damage() -> None:
     assert claim_statuses(with_('{"a": "b"}')) == {"a": "b"}
     assert claim_statuses(with_("not json")) == {}
     assert claim_statuses(with_("[1]")) == {}
+
+
+@pytest.mark.parametrize("value", [
+    '{"gpu": "../../../api/v1/namespaces/kdra-system/secrets/kdra-webhook-tls"}',
+    '{"gpu": "UPPER"}', '{"gpu": "a/b"}', '{"GPU": "c"}', '{"gpu": {"x": "y"}}',
+    '{"gpu": "c\\n"}', "[" * 5000 + "]" * 5000, '{"g": "' + "x" * 17000 + '"}',
+    "{" + ", ".join(f'"g{i}": "c"' for i in range(33)) + "}",
+])
+def test_claim_statuses_ignores_forged_or_malformed_values(value: str) -> None:
+    """A value kdra would never write is ignored whole (kdra rewrites it), so no name from
+    it ever reaches a URL path (attack 6)."""
+    pod = {"metadata": {"annotations": {CLAIM_STATUSES_ANNOTATION: value}}}
+    assert claim_statuses(pod) == {}
+    with pytest.raises(InvalidObject):
+        parse_claim_statuses(value)
+
+
+def test_kdra_owned_keys() -> None:
+    annotations = {CLAIM_STATUSES_ANNOTATION: "{}", CLAIMS_ANNOTATION: "[]",
+                   "devices.resource.kdra.dev/main": "x", "gpus.resource.kdra.dev/main": "y",
+                   "other.resource.kdra.dev/main": "z", "resource.kdra.dev/placement-policy": "s"}
+    assert kdra_owned(annotations) == {CLAIM_STATUSES_ANNOTATION: "{}",
+                                       "devices.resource.kdra.dev/main": "x",
+                                       "gpus.resource.kdra.dev/main": "y"}
+    assert kdra_owned(None) == {}
 
 
 def test_generated_claim_without_template_labels_has_none() -> None:

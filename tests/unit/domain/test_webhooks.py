@@ -17,6 +17,7 @@ from kdra.domain.webhooks import (
     conversion_patch,
     mutating_configuration,
     service_dns_names,
+    trusted_usernames,
     validating_configuration,
 )
 
@@ -56,17 +57,53 @@ def test_policies() -> None:
                 + validating_configuration(Endpoint(), None)["webhooks"])
     assert {w["name"] for w in webhooks} == {"mutate-pods.resource.kdra.dev",
                                              "validate-pods.resource.kdra.dev",
-                                             "validate.resource.kdra.dev"}
+                                             "protect-pods.resource.kdra.dev",
+                                             "validate.resource.kdra.dev",
+                                             "validate-bindings.resource.kdra.dev"}
     for webhook in webhooks:
         assert webhook["failurePolicy"] == "Fail"
         assert webhook["sideEffects"] == "None"
         assert webhook["timeoutSeconds"] == 5
         assert webhook["admissionReviewVersions"] == ["v1"]
-        if webhook["rules"][0]["resources"] == ["pods"]:
+        if webhook["name"] == "mutate-pods.resource.kdra.dev":
             # Only pods with the annotation reach the webhook: an outage never blocks others.
             assert webhook["matchConditions"] == [{"name": "has-claims-annotation",
                                                    "expression": POD_MATCH_CONDITION}]
             assert webhook["rules"][0]["operations"] == ["CREATE"]
+        elif webhook["rules"][0]["resources"] == ["pods"]:
+            # Creations and updates, but only those that write kdra's keys (matchConditions,
+            # checked against the real API server in tests/e2e/test_hostile.py).
+            assert webhook["rules"][0]["operations"] == ["CREATE", "UPDATE"]
+            assert webhook["matchConditions"]
+            assert webhook["namespaceSelector"]["matchExpressions"][0]["values"] == [
+                "kube-system"]
+
+
+def test_kdra_own_identities_skip_the_protection_webhook() -> None:
+    """The protect-pods webhook is not sent kdra's own writes (its claim-statuses patches),
+    so they never wait for (or fail on) a webhook; the usernames follow the namespace."""
+    def conditions(config: dict[str, Any]) -> dict[str, str]:
+        (hook,) = [w for w in config["webhooks"] if w["name"].startswith("protect-pods")]
+        return {c["name"]: c["expression"] for c in hook["matchConditions"]}
+
+    default = conditions(validating_configuration(Endpoint(namespace="ops"), None))
+    assert default["not-kdra"] == (
+        '!(request.userInfo.username in ["system:serviceaccount:ops:kdra-operator"])')
+    assert trusted_usernames("ops", ["admin", 'we"ird']) == (
+        "admin", "system:serviceaccount:ops:kdra-operator", 'we"ird')
+    custom = conditions(validating_configuration(Endpoint(), None, ["a", 'we"ird']))
+    assert custom["not-kdra"] == '!(request.userInfo.username in ["a", "we\\"ird"])'
+
+
+def test_only_the_operators_own_bindings_go_to_the_binding_webhook() -> None:
+    webhook = next(w for w in validating_configuration(Endpoint(namespace="ops"), None)["webhooks"]
+                   if w["name"] == "validate-bindings.resource.kdra.dev")
+    assert webhook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"],
+                                 "operations": ["CREATE"], "resources": ["pods/binding"],
+                                 "scope": "Namespaced"}]
+    assert webhook["matchConditions"] == [{
+        "name": "is-kdra-operator",
+        "expression": "request.userInfo.username == 'system:serviceaccount:ops:kdra-operator'"}]
 
 
 def test_the_crds_convert_through_the_operators_webhook() -> None:

@@ -142,7 +142,8 @@ def test_a_watch_yields_the_list_then_each_event_and_resumes_from_the_last_versi
 
     events = asyncio.run(main())
     assert events[0] == ("LIST", {"items": [{"metadata": {"name": "a",
-                                                           "resourceVersion": "9"}}]})
+                                                           "resourceVersion": "9"}}],
+                                  "skipped": []})
     assert events[1] == ("ADDED", {"metadata": {"name": "b", "resourceVersion": "11"}})
     assert events[2] == ("ADDED", {"metadata": {"name": "c", "resourceVersion": "12"}})
     assert requests[1]["resourceVersion"] == "10" and requests[1]["watch"] == "1"

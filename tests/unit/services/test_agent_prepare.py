@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -361,11 +362,17 @@ def test_holder_index_follows_every_checkpoint_change() -> None:
 
 
 class SlowCheckpointFile(CheckpointFile):
-    """Counts saves; each takes a while (an fsync on a busy disk)."""
+    """Counts saves; each takes a while (an fsync on a busy disk). ``started`` is set when
+    the first save begins."""
 
     saves = 0
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.started = threading.Event()
+
     def save(self, checkpoint: Any) -> None:
+        self.started.set()
         time.sleep(0.05)
         super().save(checkpoint)
         self.saves += 1
@@ -423,7 +430,9 @@ def test_a_change_made_during_a_save_gets_a_save_of_its_own(tmp_path: Path) -> N
 
     async def overlapping() -> None:
         first = asyncio.create_task(preparer.sync("ns", "c0", claims[0]))
-        await asyncio.sleep(0.02)  # c0's save is under way (it takes 50 ms)
+        # c0's save is under way (it takes 50 ms): wait for it to begin, however busy the
+        # machine (a fixed sleep raced with the worker thread under load).
+        assert await asyncio.to_thread(file.started.wait, 10)
         await asyncio.gather(first, preparer.sync("ns", "c1", claims[1]))
 
     asyncio.run(overlapping())

@@ -101,3 +101,43 @@ def test_a_deleted_slice_is_written_again_owned_by_the_node_as_it_is_now() -> No
     (written,) = api.slices.values()
     assert [ref["uid"] for ref in written["metadata"]["ownerReferences"]] == ["uid-2"]
     assert written["spec"]["pool"]["generation"] == 0
+
+
+def deletions(reason: str) -> float:
+    from prometheus_client import REGISTRY
+
+    value = REGISTRY.get_sample_value("kdra_agent_slice_deletions_total", {"reason": reason})
+    return value or 0.0
+
+
+def test_a_foreign_slice_in_the_agents_pool_is_deleted_logged_and_counted(
+        caplog: Any) -> None:
+    """A slice applied by hand into the agent's pool (the seed's static cats next to an agent
+    serving the same node) makes the pool invalid: the next resync deletes it and says so."""
+    api, publisher = published()
+    (own,) = api.slices.values()
+    foreign = copy.deepcopy(own)
+    foreign["metadata"] = {"name": "node-a-by-hand"}
+    api.slices["node-a-by-hand"] = foreign
+    before = {reason: deletions(reason) for reason in ("foreign", "superseded")}
+    with caplog.at_level("INFO", logger="kdra.services.agent.publisher"):
+        assert asyncio.run(publisher.resync(devices())) == 1
+    assert sorted(api.slices) == [own["metadata"]["name"]]
+    assert deletions("foreign") == before["foreign"] + 1
+    assert deletions("superseded") == before["superseded"]
+    (record,) = [r for r in caplog.records if "node-a-by-hand" in r.getMessage()]
+    assert record.levelname == "WARNING"
+    assert "the agent did not write it" in record.getMessage()
+
+
+def test_wiping_at_start_up_names_every_slice_it_deletes(caplog: Any) -> None:
+    api, _ = published()
+    (name,) = api.slices
+    before = deletions("start-up")
+    fresh = SlicePublisher(api, NODE)  # type: ignore[arg-type]
+    with caplog.at_level("INFO", logger="kdra.services.agent.publisher"):
+        assert asyncio.run(fresh.wipe(["gpu.kdra.dev"])) == 1
+    assert not api.slices
+    assert deletions("start-up") == before + 1
+    assert any(f"deleted ResourceSlice {name} (driver gpu.kdra.dev, pool {NODE}, generation 0) "
+               "at start-up" in r.getMessage() for r in caplog.records)

@@ -75,3 +75,61 @@ def test_release_without_a_lease_writes_nothing() -> None:
     leader._lease = None
     asyncio.run(leader.release())
     assert server.replaced == 0
+
+
+def at(seconds_ago: float) -> str:
+    import datetime as dt
+
+    from kdra.domain.timestamps import micro_time
+
+    return micro_time(dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds_ago))
+
+
+def standby(server: LeaseServer, duration: float = 15) -> LeaderElector:
+    return LeaderElector(server, namespace="kdra-system",  # type: ignore[arg-type]
+                         name="kdra-operator", identity="standby", lease_duration=duration)
+
+
+def test_a_standby_honours_at_most_four_lease_durations_of_another_holder() -> None:
+    # A Lease written with an absurd duration (issue 22, attack 5: an agent wrote 2e9 s):
+    # the standby waits 4 x 15 s = 60 s after the last renewal, not 63 years.
+    server = LeaseServer("attacker")
+    server.bump(leaseDurationSeconds=2_000_000_000, renewTime=at(30))
+    assert not asyncio.run(standby(server).try_acquire())  # within 60 s: still honoured
+    server.bump(renewTime=at(61))
+    assert asyncio.run(standby(server).try_acquire())
+    assert server.lease["spec"]["holderIdentity"] == "standby"
+    assert server.lease["spec"]["leaseDurationSeconds"] == 15
+
+
+def test_a_renewal_time_in_the_future_is_honoured_only_while_the_lease_changes() -> None:
+    from unittest import mock
+
+    server = LeaseServer("attacker")
+    server.bump(leaseDurationSeconds=15, renewTime=at(-10 * 365 * 86400))  # ten years ahead
+    leader = standby(server)
+    clock = [1000.0]
+    with mock.patch("kdra.services.leader.time.monotonic", side_effect=lambda: clock[0]):
+        assert not asyncio.run(leader.try_acquire())
+        clock[0] += 14  # unchanged for less than its duration
+        assert not asyncio.run(leader.try_acquire())
+        server.bump(renewTime=at(-10 * 365 * 86400 - 1))  # someone renews it: counted anew
+        clock[0] += 14
+        assert not asyncio.run(leader.try_acquire())
+        clock[0] += 16  # unchanged for longer than its duration: expired
+        assert asyncio.run(leader.try_acquire())
+    assert server.lease["spec"]["holderIdentity"] == "standby"
+
+
+def test_a_live_leaders_lease_is_honoured_for_its_own_duration() -> None:
+    server = LeaseServer("leader")
+    server.bump(leaseDurationSeconds=15, renewTime=at(10))
+    assert not asyncio.run(standby(server).try_acquire())
+    server.bump(renewTime=at(16))
+    assert asyncio.run(standby(server).try_acquire())
+
+
+def test_garbage_in_the_duration_falls_back_to_the_own_one() -> None:
+    server = LeaseServer("attacker")
+    server.bump(leaseDurationSeconds="forever", renewTime=at(16))
+    assert asyncio.run(standby(server).try_acquire())

@@ -16,12 +16,21 @@ from typing import Any
 import aiohttp
 from cryptography import x509
 
-from kdra.domain.webhooks import CRD_NAMES, MUTATING_CONFIG, TLS_SECRET, VALIDATING_CONFIG
+from kdra.domain.webhooks import (
+    CRD_NAMES,
+    MUTATING_CONFIG,
+    TLS_SECRET,
+    VALIDATING_CONFIG,
+    Endpoint,
+    mutating_configuration,
+    validating_configuration,
+)
 from kdra.kube.client import (
     CRDS,
     MUTATING_WEBHOOKS,
     SECRETS,
     VALIDATING_WEBHOOKS,
+    ApiError,
     Conflict,
     NotFound,
     Resource,
@@ -42,6 +51,9 @@ class FakeClient:
         self.version = 0
         self.writes: list[tuple[str, str, str]] = []
         self.fail_next_create = False
+
+    async def whoami(self) -> str:
+        return "operator-user"
 
     def _key(self, res: Resource, name: str, namespace: str | None) -> tuple[str, str | None, str]:
         return (res.plural, namespace if res.namespaced else None, name)
@@ -304,6 +316,104 @@ def test_conversion_of_the_crds_is_pointed_here_and_served() -> None:
             assert answer["response"]["result"] == {"status": "Success"}
             assert converted["apiVersion"] == "resource.kdra.dev/v1alpha3"
             assert converted["spec"]["devices"]["requests"][0]["deviceClassName"] == "x"
+        finally:
+            await server.stop()
+
+    run(scenario)
+
+
+class CaBundleOnly(FakeClient):
+    """As the API server with manifests/base's policy kdra-operator-webhooks: an update of a
+    webhook configuration that changes more than the CA bundles is refused (403)."""
+
+    async def replace(self, res: Resource, body: dict[str, Any], **_: Any) -> dict[str, Any]:
+        if res in (MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS):
+            live = self.objects[self._key(res, body["metadata"]["name"], None)]
+
+            def without_bundles(config: dict[str, Any]) -> Any:
+                stripped = copy.deepcopy(config.get("webhooks"))
+                for webhook in stripped:
+                    webhook["clientConfig"].pop("caBundle", None)
+                return stripped, config["metadata"].get("labels")
+
+            if without_bundles(body) != without_bundles(live):
+                raise ApiError(403, "Forbidden", "ValidatingAdmissionPolicy "
+                               "'kdra-operator-webhooks' denied request: kdra's operator may "
+                               "change only the caBundle")
+        return await super().replace(res, body)
+
+
+def test_where_only_the_ca_bundle_may_change_only_it_is_kept_current(caplog: Any) -> None:
+    client = CaBundleOnly()
+    # As an installer applied them: another endpoint (the Service), another timeout.
+    for res, config in ((MUTATING_WEBHOOKS, mutating_configuration(Endpoint(), b"\n")),
+                        (VALIDATING_WEBHOOKS, validating_configuration(Endpoint(), b"\n"))):
+        for webhook in config["webhooks"]:
+            webhook["timeoutSeconds"] = 7
+        asyncio.run(client.create(res, config))
+
+    async def scenario() -> None:
+        server = WebhookServer(settings(), client)  # type: ignore[arg-type]
+        await server.start()
+        try:
+            assert server.bundle is not None
+            for res, name in ((MUTATING_WEBHOOKS, MUTATING_CONFIG),
+                              (VALIDATING_WEBHOOKS, VALIDATING_CONFIG)):
+                config = await client.get(res, name)
+                for webhook in config["webhooks"]:
+                    assert base64.b64decode(webhook["clientConfig"]["caBundle"]) == \
+                        server.bundle.ca_pem
+                    assert webhook["timeoutSeconds"] == 7  # the installer's, kept
+                    assert "service" in webhook["clientConfig"]
+        finally:
+            await server.stop()
+
+    with caplog.at_level("WARNING", logger="kdra.services.webhook"):
+        run(scenario)
+    assert "differs from this kdra version's beyond the CA bundle" in caplog.text
+    assert "re-apply manifests/webhooks" in caplog.text
+
+
+def test_the_operators_bindings_are_checked_against_the_pod(tmp_path: Path) -> None:
+    """validate-bindings: the server reads the pod a Binding is for (kdra.domain.bindings)."""
+    bundle = certs.generate(["127.0.0.1"], dt.datetime.now(dt.UTC))
+    for name, data in (("tls.crt", bundle.cert_pem), ("tls.key", bundle.key_pem),
+                       ("ca.crt", bundle.ca_pem)):
+        (tmp_path / name).write_bytes(data)
+    client = FakeClient()
+    for pod, scheduler in (("ours", "kdra-scheduler"), ("theirs", "default-scheduler")):
+        client.objects[("pods", "team", pod)] = {
+            "metadata": {"name": pod, "namespace": "team", "resourceVersion": "1"},
+            "spec": {"schedulerName": scheduler}}
+
+    def binding(pod: str) -> dict[str, Any]:
+        return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+            "uid": pod, "kind": {"group": "", "version": "v1", "kind": "Binding"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "subResource": "binding", "namespace": "team", "name": pod, "operation": "CREATE",
+            "object": {"apiVersion": "v1", "kind": "Binding",
+                       "metadata": {"name": pod, "namespace": "team"},
+                       "target": {"kind": "Node", "name": "n"}}}}
+
+    async def scenario() -> None:
+        server = WebhookServer(settings(webhook_cert_dir=str(tmp_path),
+                                        webhook_manage_config=False),
+                               client)  # type: ignore[arg-type]
+        await server.start()
+        try:
+            trust = ssl.create_default_context(cadata=bundle.ca_pem.decode())
+            answers = {}
+            async with aiohttp.ClientSession() as http:
+                for pod in ("ours", "theirs", "gone"):
+                    async with http.post(f"https://127.0.0.1:{server.port}/validate", ssl=trust,
+                                         json=binding(pod)) as response:
+                        answers[pod] = (await response.json())["response"]
+            assert answers["ours"] == {"uid": "ours", "allowed": True}
+            assert answers["gone"]["allowed"] is True  # the API server refuses it itself
+            assert answers["theirs"]["allowed"] is False
+            assert answers["theirs"]["status"]["message"] == (
+                "spec.schedulerName: kdra's operator binds only pods with schedulerName "
+                "kdra-scheduler; pod team/theirs has 'default-scheduler'")
         finally:
             await server.stop()
 

@@ -6,34 +6,43 @@ A pure library over an in-memory :class:`Snapshot` of slices, classes and device
   :class:`~kdra.domain.errors.AllocationError` (bad input);
 - :func:`place` — many nodes for the binder: placements (with what a scorer needs) or a
   :class:`Reason` per node, and :func:`summarize` to explain a pod that fits nowhere;
-- :func:`selector_matches` — core NodeSelector matching (also for pods' node selection).
+  :class:`Placing` — the same in steps, within a budget (a bounded, resumable search);
+- :func:`selector_matches` — core NodeSelector matching (also for pods' node selection);
+- :func:`nearest_fits` — where a pod that fits nowhere would fit if devices were freed.
 
 The caller persists: nothing here talks to the API server. Modules, one job each:
 ``nodeselector`` (NodeSelector), ``pools`` (devices, slices, pools per node), ``snapshot``
-(incremental indexes), ``search`` (per-node backtracking), ``choices`` (``firstAvailable``
-alternatives, the one-node entry point), ``results`` (AllocationResult building), ``cluster``
-(many nodes, reasons), ``reasons``, ``stats``.
+(incremental indexes), ``prepared`` (classes resolved, selectors compiled), ``search``
+(per-node backtracking, resumable), ``choices`` (``firstAvailable`` alternatives, the
+one-node entry point), ``results`` (AllocationResult building), ``cluster`` (many nodes,
+budgets), ``diagnosis`` (reasons from counts), ``reasons``, ``stats``, ``whatif`` (devices
+to free).
 """
 
 from kdra.domain.allocator.choices import allocate, preference
-from kdra.domain.allocator.cluster import ClusterOutcome, Placement, place, summarize
+from kdra.domain.allocator.cluster import ClusterOutcome, Placement, Placing, place, summarize
 from kdra.domain.allocator.nodeselector import NodeInfo, node_name_selector, selector_matches
 from kdra.domain.allocator.pools import DeviceId
 from kdra.domain.allocator.reasons import Reason, ReasonCode
 from kdra.domain.allocator.snapshot import Snapshot, devices_in_use
 from kdra.domain.allocator.stats import Stats
+from kdra.domain.allocator.whatif import Freeing, WhatIf, nearest_fits
 
 __all__ = [
     "ClusterOutcome",
     "DeviceId",
+    "Freeing",
     "NodeInfo",
     "Placement",
+    "Placing",
     "Reason",
     "ReasonCode",
     "Snapshot",
     "Stats",
+    "WhatIf",
     "allocate",
     "devices_in_use",
+    "nearest_fits",
     "node_name_selector",
     "place",
     "preference",

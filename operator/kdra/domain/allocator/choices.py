@@ -14,13 +14,21 @@ never worse in that order. :func:`preference` scores the choice for the binder a
 scheduler does (each chosen alternative adds ``8 - its position``), so a node where the first
 choice fits beats one where only the third does.
 
+:class:`ChoiceSearch` runs those searches one after another in steps, like
+:class:`~.search.NodeSearch` (same ``advance`` / ``steps`` / ``finished`` / ``result``), so the
+binder's budget covers a prioritized pod as it covers any other.
+
 Invariants:
 - A pod without ``firstAvailable`` requests costs exactly one search, as before.
+- Every alternative's search counts against the same budget: :attr:`ChoiceSearch.steps` is
+  the sum of the steps of every combination searched on the node, and a caller's step limit
+  or deadline stops the node's evaluation wherever it is, between combinations or inside one.
 - Before any search, alternatives that cannot fit the node on their own (too few free
   matching devices, for an ExactCount request whose candidates cannot raise errors) are
   dropped; if a request has none left, the node does not fit.
-- At most :data:`MAX_COMBINATIONS` combinations are searched per node; past that the node gets
-  the ``too-many-choices`` reason instead of an unbounded search.
+- At most :data:`MAX_COMBINATIONS` combinations are considered per node (searched, or skipped
+  because a claim would get more than 32 devices); past that the node gets the
+  ``too-many-choices`` reason instead of an unbounded enumeration.
 - Errors met by a search (a selector failing at run time, an invalid pool) end the node's
   evaluation, as upstream's would.
 """
@@ -28,7 +36,7 @@ Invariants:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Collection, Container, Iterator, Sequence
+from collections.abc import Callable, Collection, Container, Iterator, Sequence
 
 from kdra.domain.allocator.nodeselector import NodeInfo
 from kdra.domain.allocator.pools import DeviceId, NodePools
@@ -85,9 +93,12 @@ def viable(request: PreparedRequest, pools: NodePools, busy: Container[DeviceId]
 
 
 def combinations(claims: Sequence[PreparedClaim], pools: NodePools,
-                 busy: Container[DeviceId], stats: Stats) -> Iterator[tuple[PreparedClaim, ...]]:
+                 busy: Container[DeviceId], stats: Stats,
+                 skipped: Callable[[], None] = lambda: None,
+                 ) -> Iterator[tuple[PreparedClaim, ...]]:
     """The claims with each combination of viable alternatives, best first (see the module
-    doc). Claims without prioritized lists are passed through."""
+    doc). Claims without prioritized lists are passed through. ``skipped`` is called for each
+    combination left out because a claim would get more than 32 devices."""
     options: list[list[PreparedRequest]] = []
     for claim in claims:
         for alternatives in claim.alternatives:
@@ -109,19 +120,82 @@ def combinations(claims: Sequence[PreparedClaim], pools: NodePools,
         if all(sum(r.count for r in claim.requests) <= MAX_DEVICES_PER_CLAIM
                for claim in resolved):
             yield tuple(resolved)
+        else:
+            skipped()
 
 
-def search_choices(claims: Sequence[PreparedClaim], pools: NodePools,
-                   busy: Container[DeviceId], stats: Stats) -> Chosen | None:
-    """The first combination that fits the node, with its picks; None if none does.
+class ChoiceSearch:
+    """The first combination of alternatives that fits the node (see the module doc), searched
+    in steps. Once :attr:`finished`, :attr:`result` holds the picks per claim (None: no
+    combination fits) and :attr:`claims` the claims with their chosen alternatives.
 
     Raises Unallocatable for bad input met by a search, or when more than
-    :data:`MAX_COMBINATIONS` combinations would be needed."""
-    if not any(claim.prioritized for claim in claims):
-        picks = NodeSearch(claims, pools, busy, stats).run()
-        return None if picks is None else (tuple(claims), picks)
-    for tried, resolved in enumerate(combinations(claims, pools, busy, stats)):
-        if tried == MAX_COMBINATIONS:
+    :data:`MAX_COMBINATIONS` combinations would be needed.
+    """
+
+    def __init__(self, claims: Sequence[PreparedClaim], pools: NodePools,
+                 busy: Container[DeviceId], stats: Stats) -> None:
+        self.claims = tuple(claims)
+        """The claims; once a combination fits, with its alternatives."""
+        self.pools = pools
+        self.busy = busy
+        self.stats = stats
+        self.steps = 0
+        """Devices tried so far, over every combination searched."""
+        self.finished = False
+        self.result: list[list[Pick]] | None = None
+        self._order: Iterator[tuple[PreparedClaim, ...]] | None = None
+        self._considered = 0
+        self._search: NodeSearch | None = None
+
+    def run(self) -> list[list[Pick]] | None:
+        """Search to the end."""
+        self.advance(None)
+        return self.result
+
+    def advance(self, steps: int | None) -> bool:
+        """Search on for about ``steps`` more devices tried (None: no limit); True once
+        finished."""
+        if self.finished:
+            return True
+        if self._order is None:
+            self._order = (iter((self.claims,)) if not any(c.prioritized for c in self.claims)
+                           else combinations(self.claims, self.pools, self.busy, self.stats,
+                                             self._skipped))
+        spent = 0
+        while True:
+            search = self._search
+            if search is None:
+                resolved = next(self._order, None)
+                if resolved is None:
+                    self.finished = True
+                    return True
+                self._count()
+                search = self._search = NodeSearch(resolved, self.pools, self.busy,
+                                                   self.stats)
+            before = search.steps
+            try:
+                done = search.advance(None if steps is None else max(0, steps - spent))
+            finally:
+                spent += search.steps - before
+                self.steps += search.steps - before
+            if not done:
+                return False
+            self._search = None
+            if search.result is not None:
+                self.claims = tuple(search.claims)
+                self.result = search.result
+                self.finished = True
+                return True
+            if steps is not None and spent >= steps:
+                return False
+
+    def _skipped(self) -> None:
+        """A combination skipped without a search (a claim would get too many devices)."""
+        self._count()
+
+    def _count(self) -> None:
+        if self._considered == MAX_COMBINATIONS:
             raise Unallocatable(
                 ReasonCode.TOO_MANY_CHOICES,
                 f"the pod's firstAvailable requests combine into more than {MAX_COMBINATIONS} "
@@ -130,10 +204,16 @@ def search_choices(claims: Sequence[PreparedClaim], pools: NodePools,
                 "firstAvailable alternatives fits the node; list fewer alternatives, or "
                 "fewer firstAvailable requests per pod",
             )
-        picks = NodeSearch(resolved, pools, busy, stats).run()
-        if picks is not None:
-            return resolved, picks
-    return None
+        self._considered += 1
+
+
+def search_choices(claims: Sequence[PreparedClaim], pools: NodePools,
+                   busy: Container[DeviceId], stats: Stats) -> Chosen | None:
+    """The first combination that fits the node, with its picks; None if none does (an
+    unbounded :class:`ChoiceSearch`). Raises Unallocatable."""
+    search = ChoiceSearch(claims, pools, busy, stats)
+    picks = search.run()
+    return None if picks is None else (search.claims, picks)
 
 
 def allocate(

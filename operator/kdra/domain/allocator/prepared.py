@@ -1,11 +1,19 @@
-"""The allocator's input, resolved once per pod and independent of nodes: each claim's
-requests with their DeviceClass found and their CEL selectors compiled, ``firstAvailable``
-alternatives in order, constraints.
+"""A pod's claims made ready for the search, once per pod and independent of nodes: each
+claim's requests with their DeviceClass found and their CEL selectors compiled,
+``firstAvailable`` alternatives in order, constraints.
+
+:func:`prepare` raises :class:`~.reasons.Unallocatable` for node-independent bad input: a
+missing DeviceClass, a selector that does not compile, more than 32 devices for one claim even
+with the smallest alternatives (upstream checks the same before searching any node), fields
+kdra does not act on yet. The error builders at the end are shared by the per-node search
+(:mod:`.search`), which raises them only when its walk reaches the bad input, as upstream's
+lazy evaluation would.
 
 Invariants:
-- :func:`prepare` raises :class:`~.reasons.Unallocatable` for node-independent bad input
-  (a missing class, a selector that does not compile, more than 32 devices even with the
-  smallest alternatives, fields kdra does not act on yet) and never touches nodes or devices.
+- Prepared objects are immutable and hold no per-node state: one preparation serves every
+  candidate node of a pod.
+- A request's selectors are its class's, then its own (``key``: their expressions, the cache
+  key of the per-node matching-device lists).
 - A :class:`PreparedClaim`'s ``requests`` are always one alternative per request (the
   first, until :meth:`PreparedClaim.choose`); ``alternatives`` keeps them all.
 """
@@ -15,12 +23,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kdra.domain.allocator.pools import Selector
+from kdra.domain.allocator.pools import (
+    DeviceEntry,
+    MatchItem,
+    NodePools,
+    Selector,
+    SelectorFailure,
+)
 from kdra.domain.allocator.reasons import ReasonCode, Unallocatable
 from kdra.domain.allocator.snapshot import Snapshot
+from kdra.domain.allocator.stats import Stats
 from kdra.domain.allocator.tainting import tolerations_key
 from kdra.domain.cel import compile_selector
-from kdra.domain.errors import CelCompileError
+from kdra.domain.errors import CelCompileError, CelRuntimeError, InvalidObject
 from kdra.domain.models import (
     MAX_DEVICES_PER_CLAIM,
     All,
@@ -223,3 +238,80 @@ def too_many_devices(claim: ResourceClaim, count: int) -> Unallocatable:
         f"claim {claim.key} asks for {count} devices, more than the limit of "
         f"{MAX_DEVICES_PER_CLAIM} per claim",
     )
+
+
+# --------------------------------------------------------------------------- errors in the walk
+
+
+def pool_invalid(item: MatchItem, request: PreparedRequest) -> Unallocatable:
+    return Unallocatable(
+        ReasonCode.POOL_INVALID,
+        f'a resource pool with devices for request "{request.name}" of claim '
+        f'"{request.claim_name}" is invalid (duplicate device names)',
+        f"resource pool {item.pool.id} is invalid: device name {item.pool.duplicate} appears "
+        f"more than once ({request.describe()})",
+    )
+
+
+def selector_failed(
+    entry: DeviceEntry, failure: tuple[Selector, SelectorFailure], request: PreparedRequest
+) -> Unallocatable:
+    selector, exc = failure
+    if isinstance(exc, CelRuntimeError):
+        what = "CEL runtime error: " + exc.message.removesuffix(f" on device {exc.device}")
+    else:
+        what = f"cannot be evaluated: {exc}"
+    problem = Unallocatable(
+        ReasonCode.CEL_ERROR,
+        f"selector {_short(selector.expression)} fails at run time "
+        f'(request "{request.name}" of claim "{request.claim_name}")',
+        f"claim {request.claim_key}, request {request.name}: {selector.origin} on device "
+        f"{entry.id}: {what} (expression: {_short(selector.expression)})",
+    )
+    problem.__cause__ = exc
+    return problem
+
+
+def check_all_request(items: tuple[MatchItem, ...], request: PreparedRequest,
+                      pools: NodePools, stats: Stats) -> None:
+    """Raise why an ``All`` request cannot take every matching device of the node: one lies in
+    an incomplete or invalid pool, fails a selector at run time, or (matching otherwise)
+    uses a feature kdra does not support yet."""
+    for item in items:
+        pool = item.pool
+        if pool.incomplete:
+            raise Unallocatable(
+                ReasonCode.POOL_INCOMPLETE,
+                f'request "{request.name}" of claim "{request.claim_name}" asks for all '
+                "devices, but a resource pool is being updated",
+                f"claim {request.claim_key}, request {request.name} asks for all devices, "
+                f"but resource pool {pool.id} is incomplete (generation {pool.generation}: "
+                f"{len(pool.slices)} of "
+                f"{pool.slices[0].slice.spec.pool.resource_slice_count} slices)",
+            )
+        if pool.duplicate is not None:
+            raise pool_invalid(item, request)
+        if item.failure is not None:
+            raise selector_failed(item.entry, item.failure, request)
+    for entry in pools.unsupported():
+        if _matches_quietly(entry, request, stats):
+            raise Unallocatable(
+                ReasonCode.UNSUPPORTED,
+                f'request "{request.name}" of claim "{request.claim_name}" asks for all '
+                "devices, but a matching device uses a feature kdra does not support yet",
+                f"claim {request.claim_key}, request {request.name} asks for all devices, "
+                f"but matching device {entry.id} uses {', '.join(entry.unsupported)}, "
+                "which kdra does not support yet",
+            )
+
+
+def _matches_quietly(entry: DeviceEntry, request: PreparedRequest, stats: Stats) -> bool:
+    """Whether every selector of ``request`` accepts ``entry``; a failing one counts as no."""
+    try:
+        return all(entry.evaluate(selector, stats) for selector in request.selectors)
+    except (CelRuntimeError, InvalidObject):
+        return False
+
+
+def _short(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -7,7 +7,7 @@ where upstream's allocator returns an error rather than "does not fit" — ``err
 :class:`~kdra.domain.errors.AllocationError` to surface (chained from its cause).
 
 :class:`Unallocatable` is the package-internal exception that carries a reason out of the
-search; it never leaves the package: :func:`~kdra.domain.allocator.search.allocate` turns it
+search; it never leaves the package: :func:`~kdra.domain.allocator.choices.allocate` turns it
 into an AllocationError, the cluster entry point into a Reason.
 """
 
@@ -43,6 +43,9 @@ class ReasonCode(StrEnum):
     TOO_MANY_CHOICES = "too-many-choices"
     """The pod's ``firstAvailable`` requests combine into more alternatives than one node's
     search may try."""
+    SEARCH_EXHAUSTED = "search-exhausted"
+    """The search on the node took more steps than its budget allows (upstream: the filter
+    timeout); a longer search might have found a placement."""
 
 
 @dataclass(frozen=True, slots=True)

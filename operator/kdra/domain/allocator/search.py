@@ -1,20 +1,20 @@
-"""Structured allocation on one node: a depth-first search with backtracking.
+"""Structured allocation on one node: a depth-first search with backtracking, resumable.
 
 :class:`NodeSearch` is the pure core of upstream's ``Allocate(node)`` for a pod's
 *unallocated* claims, each request already resolved to one alternative (``firstAvailable``
-choices are :mod:`kdra.domain.allocator.choices`' job, which also has :func:`allocate`). It
-returns the devices picked per claim or ``None`` when they do not fit the node, and raises
+choices are :mod:`.choices`' job, which also has :func:`~.choices.allocate`). It returns the
+devices picked per claim or ``None`` when they do not fit the node, and raises
 :class:`~.reasons.Unallocatable` for bad input. It is all-or-nothing across the claims.
 Devices of allocated claims in the snapshot, of assumed allocations, and ``in_flight``
 devices are in use (admin-access results are not).
 
 The search, in upstream's order (first complete solution wins; scoring is the binder's job):
 
-1. :func:`prepare` (node-independent): every request (every ``firstAvailable`` alternative)
-   needs its DeviceClass; selectors are compiled (class selectors first, then the
-   request's); ExactCount needs ``count`` devices (default 1); more than 32 devices for one
-   claim is an error; a claim using fields kdra does not act on yet (capacity requests) is
-   refused with that reason instead of being allocated as if they were absent. A device
+1. :func:`~.prepared.prepare` (node-independent): every request (every ``firstAvailable``
+   alternative) needs its DeviceClass; selectors are compiled (class selectors first, then
+   the request's); ExactCount needs ``count`` devices (default 1); more than 32 devices for
+   one claim is an error; a claim using fields kdra does not act on yet (capacity requests)
+   is refused with that reason instead of being allocated as if they were absent. A device
    with a taint the request does not tolerate is not among its matching devices.
 2. Per node, each request gets its list of matching devices in walk order (pools by driver
    and name, slices by name, devices as listed), memoised per device and expression. An
@@ -23,10 +23,10 @@ The search, in upstream's order (first complete solution wins; scoring is the bi
 3. One slot per device: claims in order → requests in order → devices. A slot takes the next
    matching device that is not in use (adminAccess may take in-use devices, not one already
    picked for the same claim) and not picked by this allocation, and that satisfies the
-   claim's constraints (``matchAttribute``: same value as the devices before it;
-   ``distinctAttribute``: a value none of them has); the search recurses, and on failure
-   undoes the pick and tries the next device. Devices that use features kdra does not
-   implement yet are never candidates; an ``All`` request that would need one fails.
+   claim's constraints (:mod:`.constraints`: ``matchAttribute``, same value as the devices
+   before it; ``distinctAttribute``, a value none of them has); the search descends, and on
+   failure undoes the pick and tries the next device. Devices that use features kdra does
+   not implement yet are never candidates; an ``All`` request that would need one fails.
 
 Differences from a literal transcription, none changing the first solution found:
 - slots of one request take devices in increasing walk order (any solution reordered within a
@@ -35,116 +35,65 @@ Differences from a literal transcription, none changing the first solution found
   when a matchAttribute value is already fixed and fewer free, unpicked candidates carry it
   than the request still needs — only when none of the request's candidates could raise an
   error (upstream would walk on and fail the same way, just slower: without this an
-  unsatisfiable constraint over 128 devices takes ~10^5 steps).
+  unsatisfiable constraint over 128 devices takes ~10^5 steps);
+- upstream's early stop for ``All`` (its allocator's ``errStop``, 1.31): when a device an
+  ``All`` request (without adminAccess) needs is in use outside this allocation, the node
+  does not fit and nothing is searched. No choice of the other slots can free that device,
+  so the backtracking upstream does since 1.32 can only fail, after trying every
+  combination of the slots before it (16 single-device claims ahead of such a request took
+  1.1 M steps). A device taken by *this* allocation's earlier picks is still backtracked
+  over, as upstream does.
 
 Errors met during the walk (a selector failing at run time, an invalid pool holding a matching
 device) are raised only when the walk reaches them, as upstream's lazy evaluation would.
+
+The walk keeps its own stack (a position per slot) instead of recursing, so it can stop after
+a number of steps and resume later (:meth:`NodeSearch.advance`): the binder steps a long search
+in slices between other pods and gives up at its budget. Resuming sees the snapshot as it is
+then (devices taken meanwhile count as taken from then on); a caller that resumes after the
+snapshot changed re-checks the result (the binder does, before it assumes a placement).
+
+Invariants:
+- Every device tried is one step (:attr:`NodeSearch.steps`, ``stats.search_steps``); a walk
+  pauses only between slots, so a slice overruns its steps by at most one slot's scan.
+- Backtracking undoes a pick exactly (the picks, the devices held, the constraints' states).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Collection, Container, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from kdra.domain.allocator.constraints import (
+    ConstraintState,
+    all_unconstrained,
+    constrain,
+    release,
+)
 from kdra.domain.allocator.pools import (
     AttributeValue,
     DeviceEntry,
     DeviceId,
     MatchItem,
     NodePools,
-    Selector,
-    SelectorFailure,
 )
 from kdra.domain.allocator.prepared import (
     PreparedClaim,
-    PreparedConstraint,
     PreparedRequest,
+    check_all_request,
+    pool_invalid,
+    selector_failed,
     too_many_devices,
 )
-from kdra.domain.allocator.reasons import ReasonCode, Unallocatable
 from kdra.domain.allocator.results import Pick
 from kdra.domain.allocator.snapshot import Snapshot
 from kdra.domain.allocator.stats import Stats
-from kdra.domain.errors import CelRuntimeError, InvalidObject
-from kdra.domain.models import (
-    MAX_DEVICES_PER_CLAIM,
-)
+from kdra.domain.models import MAX_DEVICES_PER_CLAIM
 
-# --------------------------------------------------------------------------- errors in the walk
-
-
-def pool_invalid(item: MatchItem, request: PreparedRequest) -> Unallocatable:
-    return Unallocatable(
-        ReasonCode.POOL_INVALID,
-        f'a resource pool with devices for request "{request.name}" of claim '
-        f'"{request.claim_name}" is invalid (duplicate device names)',
-        f"resource pool {item.pool.id} is invalid: device name {item.pool.duplicate} appears "
-        f"more than once ({request.describe()})",
-    )
-
-
-def selector_failed(
-    entry: DeviceEntry, failure: tuple[Selector, SelectorFailure], request: PreparedRequest
-) -> Unallocatable:
-    selector, exc = failure
-    if isinstance(exc, CelRuntimeError):
-        what = "CEL runtime error: " + exc.message.removesuffix(f" on device {exc.device}")
-    else:
-        what = f"cannot be evaluated: {exc}"
-    problem = Unallocatable(
-        ReasonCode.CEL_ERROR,
-        f"selector {_short(selector.expression)} fails at run time "
-        f'(request "{request.name}" of claim "{request.claim_name}")',
-        f"claim {request.claim_key}, request {request.name}: {selector.origin} on device "
-        f"{entry.id}: {what} (expression: {_short(selector.expression)})",
-    )
-    problem.__cause__ = exc
-    return problem
-
-
-def _short(text: str, limit: int = 120) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
+__all__ = ["InUse", "NodeSearch", "busy_view"]
 
 # --------------------------------------------------------------------------- the search
-
-
-class _ConstraintState:
-    """A constraint while searching. ``matchAttribute``: the first device fixes the value,
-    ``count`` devices hold it. ``distinctAttribute``: ``taken`` holds the values of the
-    devices picked so far (each once)."""
-
-    __slots__ = ("attribute", "count", "distinct", "taken", "value")
-
-    def __init__(self, constraint: PreparedConstraint) -> None:
-        self.attribute = constraint.attribute
-        self.distinct = constraint.distinct
-        self.value: AttributeValue | None = None
-        self.count = 0
-        self.taken: set[AttributeValue] = set()
-
-    def add(self, value: AttributeValue | None) -> bool:
-        """Take a device with ``value`` (None: it lacks the attribute); False if the
-        constraint forbids it (then nothing changed)."""
-        if value is None:
-            return False
-        if self.distinct:
-            if value in self.taken:
-                return False
-            self.taken.add(value)
-        elif self.count and value != self.value:
-            return False
-        elif not self.count:
-            self.value = value
-        self.count += 1
-        return True
-
-    def remove(self, value: AttributeValue | None) -> None:
-        """Undo an :meth:`add` of a device with ``value``."""
-        self.count -= 1
-        if self.distinct:
-            self.taken.discard(value)  # type: ignore[arg-type]
 
 
 @dataclass(slots=True)
@@ -153,7 +102,7 @@ class _Slot:
     request: PreparedRequest
     items: tuple[MatchItem, ...]
     """ExactCount: the request's matching devices. All: the one device this slot takes."""
-    constraints: tuple[_ConstraintState, ...]
+    constraints: tuple[ConstraintState, ...]
     """The claim's constraints that apply to this request."""
     remaining: int
     """Slots of this request from this one on (this one included)."""
@@ -166,6 +115,20 @@ class _Slot:
     supply: tuple[_Supply | None, ...] | None = None
     """Per applying constraint, where devices for its value can come from (prunable,
     non-admin ExactCount slots only; None for a distinctAttribute constraint)."""
+    frame: _Frame = field(init=False)
+    """What the walk reads at every visit, in one tuple."""
+
+    def __post_init__(self) -> None:
+        # A prunable slot stops where too few candidates remain for its request's slots.
+        end = len(self.items)
+        if self.prunable and not self.fixed:
+            end = min(end, end - self.remaining + 1)
+        self.frame = (self.items, end, self.claim, self.request, self.request.admin_access,
+                      self.fixed, bool(self.constraints))
+
+
+_Frame = tuple[tuple[MatchItem, ...], int, int, PreparedRequest, bool, bool, bool]
+"""items, where the scan ends, claim index, request, adminAccess, fixed (All), constrained."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,8 +152,12 @@ class _RequestPlan:
     """Per constraint index: value → positions of free candidates (filled lazily)."""
 
 
+_NO_LIMIT = 1 << 62
+
+
 class NodeSearch:
-    """One search on one node. ``run()`` returns the picks per claim, or None.
+    """One search on one node: ``run()`` returns the picks per claim, or None; or step it
+    with :meth:`advance` and read :attr:`result` once it is :attr:`finished`.
 
     Raises Unallocatable for bad input met on the way.
     """
@@ -209,24 +176,57 @@ class NodeSearch:
         self.picked: dict[DeviceId, list[int]] = {}
         self.picks: list[list[Pick]] = [[] for _ in claims]
         self.slots: list[_Slot] = []
+        self.steps = 0
+        """Devices tried so far (also added to ``stats.search_steps``)."""
+        self.finished = False
+        self.result: list[list[Pick]] | None = None
+        """Once finished: the picks per claim, or None (does not fit)."""
+        self._planned = False
+        self._blocked = False
+        self._level = 0
+        self._back = False
+        self._positions: list[int] = []
+        self._starts: list[int] = []
 
     def run(self) -> list[list[Pick]] | None:
-        self.stats.searches += 1
-        self._plan()
-        return self.picks if self._fill(0, 0) else None
+        """Search to the end."""
+        self.advance(None)
+        return self.result
+
+    def advance(self, steps: int | None) -> bool:
+        """Search on for about ``steps`` more devices tried (None: no limit); True once
+        finished. A pause happens between slots, so a call may overrun ``steps`` by the
+        devices one slot scans."""
+        if self.finished:
+            return True
+        if not self._planned:
+            self.stats.searches += 1
+            self._plan()
+            self._planned = True
+            self._positions = [0] * len(self.slots)
+            self._starts = [0] * (len(self.slots) + 1)
+        found = False if self._blocked else self._walk(steps)
+        if found is None:
+            return False
+        self.finished = True
+        self.result = self.picks if found else None
+        return True
 
     def _plan(self) -> None:
         """Lay out the slots (validating All requests, counting devices per claim)."""
         for index, claim in enumerate(self.claims):
-            states = [_ConstraintState(c) for c in claim.constraints]
+            states = [ConstraintState(c) for c in claim.constraints]
             total = claim.exact_devices
             plans: list[_RequestPlan] = []
             for request in claim.requests:
                 items = self.pools.matching(request.selectors, request.key, self.stats,
                                             request.tolerations)
                 if request.all_devices:
-                    self._check_all(items, request)
+                    check_all_request(items, request, self.pools, self.stats)
                     total += len(items)
+                    if not request.admin_access and any(
+                            item.entry.id in self.busy for item in items):
+                        self._blocked = True  # in use elsewhere: never all of them
                 applies = tuple(
                     k for k, c in enumerate(claim.constraints) if c.applies(request)
                 )
@@ -245,7 +245,7 @@ class NodeSearch:
         claim: int,
         plan: _RequestPlan,
         later: list[_RequestPlan],
-        states: list[_ConstraintState],
+        states: list[ConstraintState],
     ) -> None:
         request, items = plan.request, plan.items
         applying = tuple(states[k] for k in plan.applies)
@@ -325,127 +325,112 @@ class NodeSearch:
                 return True
         return False
 
-    def _check_all(self, items: tuple[MatchItem, ...], request: PreparedRequest) -> None:
-        for item in items:
-            pool = item.pool
-            if pool.incomplete:
-                raise Unallocatable(
-                    ReasonCode.POOL_INCOMPLETE,
-                    f'request "{request.name}" of claim "{request.claim_name}" asks for all '
-                    "devices, but a resource pool is being updated",
-                    f"claim {request.claim_key}, request {request.name} asks for all devices, "
-                    f"but resource pool {pool.id} is incomplete (generation {pool.generation}: "
-                    f"{len(pool.slices)} of "
-                    f"{pool.slices[0].slice.spec.pool.resource_slice_count} slices)",
-                )
-            if pool.duplicate is not None:
-                raise pool_invalid(item, request)
-            if item.failure is not None:
-                raise selector_failed(item.entry, item.failure, request)
-        for entry in self.pools.unsupported():
-            if _matches_quietly(entry, request, self.stats):
-                raise Unallocatable(
-                    ReasonCode.UNSUPPORTED,
-                    f'request "{request.name}" of claim "{request.claim_name}" asks for all '
-                    "devices, but a matching device uses a feature kdra does not support yet",
-                    f"claim {request.claim_key}, request {request.name} asks for all devices, "
-                    f"but matching device {entry.id} uses {', '.join(entry.unsupported)}, "
-                    "which kdra does not support yet",
-                )
-
-    def _fill(self, index: int, start: int) -> bool:
-        if index == len(self.slots):
-            return True
-        slot = self.slots[index]
-        claim = slot.claim
-        request = slot.request
-        admin = request.admin_access
-        busy = self.busy
+    def _walk(self, limit: int | None) -> bool | None:
+        """Depth-first over the slots from where the last call stopped: True (every slot
+        filled), False (no solution), None (paused after ``limit`` steps)."""
+        slots = self.slots
+        count = len(slots)
+        positions = self._positions
+        starts = self._starts
         picked = self.picked
-        items = slot.items
-        stats = self.stats
-        if slot.fixed:
-            if not items:
-                return False  # an All request without any device (1.33+: does not fit)
-            entry = items[0].entry
-            holders = picked.get(entry.id)
-            if admin:
-                if holders and claim in holders:
-                    return False
-            elif holders or entry.id in busy:
-                return False  # All needs every matching device, and this one is taken
-            stats.search_steps += 1
-            if not self._constrain(slot, entry):
-                raise Unallocatable(
-                    ReasonCode.CONSTRAINT_UNSATISFIABLE,
-                    f'request "{request.name}" of claim "{request.claim_name}" asks for all '
-                    "devices, but they do not satisfy the claim's constraints",
-                    f"claim {request.claim_key}, request {request.name} asks for all devices, "
-                    f"but device {entry.id} does not satisfy "
-                    + ", ".join(("distinctAttribute " if state.distinct else "matchAttribute ")
-                                + state.attribute for state in slot.constraints),
-                )
-            self._pick(slot, entry)
-            if self._fill(index + 1, 0):
-                return True
-            self._unpick(slot, entry)
-            return False
-
-        if slot.supply is not None and self._hopeless(slot, start):
-            return False
-        last = len(items) - slot.remaining  # past it, too few candidates remain
-        for position in range(start, len(items)):
-            if slot.prunable and position > last:
-                break
-            entry, pool, failure = items[position]
-            if pool.duplicate is not None:
-                raise pool_invalid(items[position], request)
-            device = entry.id
-            holders = picked.get(device)
-            if admin:
-                if holders and claim in holders:
+        picks = self.picks
+        busy = self.busy
+        unpick = self._unpick
+        level = self._level
+        back = self._back
+        stop = _NO_LIMIT if limit is None else limit
+        steps = 0
+        try:
+            while True:
+                if level == count:
+                    return True
+                if steps >= stop:
+                    self._level, self._back = level, back
+                    return None
+                slot = slots[level]
+                items, end, claim, request, admin, fixed, constrained = slot.frame
+                if back:  # the deeper slots failed: undo this slot's pick, try its next
+                    unpick(slot, items[positions[level]].entry)
+                    if fixed:
+                        level -= 1
+                        if level < 0:
+                            return False
+                        continue
+                    start = positions[level] + 1
+                elif fixed:  # an All slot: its one device, or the slots before must change
+                    taken = True  # also when the request has no device (1.33+: no fit)
+                    if items:
+                        entry = items[0].entry
+                        device = entry.id
+                        holders = picked.get(device)
+                        taken = bool((holders and claim in holders) if admin else (
+                            holders or device in busy))
+                    if taken:
+                        level -= 1
+                        back = True
+                        if level < 0:
+                            return False
+                        continue
+                    steps += 1
+                    if constrained and not constrain(slot.constraints, entry):
+                        raise all_unconstrained(request, slot.constraints, entry)
+                    picked.setdefault(device, []).append(claim)
+                    picks[claim].append(Pick(request, entry))
+                    positions[level] = 0
+                    level += 1
+                    starts[level] = 0
                     continue
-            elif holders or device in busy:
-                continue
-            if failure is not None:
-                raise selector_failed(entry, failure, request)
-            stats.search_steps += 1
-            if slot.constraints and not self._constrain(slot, entry):
-                continue
-            self._pick(slot, entry)
-            if self._fill(index + 1, position + 1 if slot.continues else 0):
-                return True
-            self._unpick(slot, entry)
-        return False
-
-    def _constrain(self, slot: _Slot, entry: DeviceEntry) -> bool:
-        for done, state in enumerate(slot.constraints):
-            if not state.add(entry.attribute(state.attribute)):
-                for undo in slot.constraints[:done]:
-                    undo.remove(entry.attribute(undo.attribute))
-                return False
-        return True
-
-    def _pick(self, slot: _Slot, entry: DeviceEntry) -> None:
-        self.picked.setdefault(entry.id, []).append(slot.claim)
-        self.picks[slot.claim].append(Pick(slot.request, entry))
+                else:
+                    start = starts[level]
+                    if slot.supply is not None and self._hopeless(slot, start):
+                        level -= 1
+                        back = True
+                        if level < 0:
+                            return False
+                        continue
+                chosen = None
+                for index in range(start, end):
+                    entry, pool, failure = items[index]
+                    if pool.duplicate is not None:
+                        raise pool_invalid(items[index], request)
+                    device = entry.id
+                    holders = picked.get(device)
+                    if admin:
+                        if holders and claim in holders:
+                            continue
+                    elif holders or device in busy:
+                        continue
+                    if failure is not None:
+                        raise selector_failed(entry, failure, request)
+                    steps += 1
+                    if constrained and not constrain(slot.constraints, entry):
+                        continue
+                    chosen = index
+                    break
+                if chosen is None:
+                    level -= 1
+                    back = True
+                    if level < 0:
+                        return False
+                    continue
+                picked.setdefault(device, []).append(claim)
+                picks[claim].append(Pick(request, entry))
+                positions[level] = chosen
+                level += 1
+                starts[level] = chosen + 1 if slot.continues else 0
+                back = False
+        finally:
+            self.steps += steps
+            self.stats.search_steps += steps
 
     def _unpick(self, slot: _Slot, entry: DeviceEntry) -> None:
-        for state in slot.constraints:
-            state.remove(entry.attribute(state.attribute))
-        holders = self.picked[entry.id]
+        release(slot.constraints, entry)
+        picked = self.picked
+        holders = picked[entry.id]
         holders.pop()
         if not holders:
-            del self.picked[entry.id]
+            del picked[entry.id]
         self.picks[slot.claim].pop()
-
-
-def _matches_quietly(entry: DeviceEntry, request: PreparedRequest, stats: Stats) -> bool:
-    """Whether every selector of ``request`` accepts ``entry``; a failing one counts as no."""
-    try:
-        return all(entry.evaluate(selector, stats) for selector in request.selectors)
-    except (CelRuntimeError, InvalidObject):
-        return False
 
 
 class InUse:

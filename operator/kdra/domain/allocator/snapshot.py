@@ -127,6 +127,10 @@ class Snapshot:
     def slices(self) -> Iterator[ResourceSlice]:
         return (entry.slice for entry in self._slices.values())
 
+    def slice_entries(self) -> Iterator[SliceEntry]:
+        """Every slice with its device entries (and their selector memos)."""
+        return iter(self._slices.values())
+
     def _unindex(self, entry: SliceEntry) -> None:
         spec = entry.slice.spec
         pool = (spec.driver, spec.pool.name)
@@ -179,6 +183,9 @@ class Snapshot:
 
     def get_class(self, name: str) -> DeviceClass | None:
         return self._classes.get(name)
+
+    def classes(self) -> Iterator[DeviceClass]:
+        return iter(self._classes.values())
 
     # ------------------------------------------------------------------ claims / in use
 

@@ -108,6 +108,7 @@ nothing per device beyond its temporaries.
 from __future__ import annotations
 
 from ._cost import COST_LIMIT
+from ._drivers import selector_drivers
 from ._parse import warm_up
 from ._selector import MAX_EXPRESSION_LENGTH, DeviceSelector, compile_selector
 from ._values import CelDevice, make_device
@@ -119,5 +120,6 @@ __all__ = [
     "DeviceSelector",
     "compile_selector",
     "make_device",
+    "selector_drivers",
     "warm_up",
 ]

@@ -9,7 +9,10 @@
     prepare.py     prepare/unprepare claims: CDI specs, checkpoint, status.devices
     cdi.py         the CDI spec directory
     checkpoint.py  atomic, durable files; the checkpoint file
+    exposure.py    what a container gets at creation: the NRI plugin's policy and set-up
+    nri/           the NRI plugin: wire framing, messages, the ttrpc session, lifecycle
 
-The pure rules (inventory format, slices, CDI spec content, checkpoint model) live in
-:mod:`kdra.domain.inventory`, :mod:`kdra.domain.gpu_profiles` and :mod:`kdra.domain.nodeprep`.
+The pure rules (inventory format, slices, CDI spec content, checkpoint model, which
+devices a container gets) live in :mod:`kdra.domain.inventory`,
+:mod:`kdra.domain.gpu_profiles`, :mod:`kdra.domain.nodeprep` and :mod:`kdra.domain.exposure`.
 """

@@ -12,16 +12,21 @@ Invariants:
   to the Node, and a node that was deleted must not get its slices back.
 - The agent writes only slices with its own deterministic names and node; other slices of the
   same node (other drivers) are never touched.
+- Every slice the agent deletes is logged with its name and why, and counted
+  (``kdra_agent_slice_deletions_total{reason}``): ``start-up`` (the node's slices wiped when
+  the agent starts), ``superseded`` (the agent's own slice that a new generation no longer
+  uses), ``foreign`` (a slice in the agent's pool that it did not write, e.g. a static one
+  applied by hand: two publishers of one pool make it invalid, so the agent's pool wins) and
+  ``driver-gone`` (the node has no devices of that driver any more).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Iterable
 
 from kdra import metrics
-from kdra.domain.inventory import InventoryDevice, Publication, plan_publication
+from kdra.domain.inventory import InventoryDevice, Publication, plan_publication, slice_name
 from kdra.kube.client import NODES, SLICES, Conflict, KubeClient, NotFound
 from kdra.services.store import JSON
 
@@ -62,14 +67,15 @@ class SlicePublisher:
             meta = obj["metadata"]
             try:
                 await self.client.delete(SLICES, meta["name"], uid=meta.get("uid"))
-                deleted += 1
             except (NotFound, Conflict):
-                pass
+                continue
+            deleted += 1
+            metrics.record_agent_slice_deletion("start-up")
+            log.info("node %s: deleted ResourceSlice %s (driver %s, pool %s, generation %d) "
+                     "at start-up: an agent starting on a node replaces its slices", self.node,
+                     meta["name"], driver, obj["spec"].get("pool", {}).get("name"), generation)
         for driver in wanted:
             self._published[driver] = []
-        if deleted:
-            log.info("node %s: deleted %d stale slice(s) of %s at start-up", self.node, deleted,
-                     ", ".join(sorted(wanted)))
         return deleted
 
     async def _owner(self) -> dict[str, str] | None:
@@ -110,9 +116,8 @@ class SlicePublisher:
         written = 0
         for driver in sorted(set(self._published) - set(devices)):
             for obj in self._published.pop(driver):
-                await self._delete(obj["metadata"]["name"])
-            log.info("node %s: driver %s has no devices any more; its slices are deleted",
-                     self.node, driver)
+                await self._delete(obj["metadata"]["name"], "driver-gone",
+                                   f"driver {driver} has no devices on the node any more")
         for driver, items in sorted(devices.items()):
             written += await self._publish_pool(driver, items, owner)
         return written
@@ -127,8 +132,19 @@ class SlicePublisher:
         result: list[JSON] = []
         for body in plan.slices:
             result.append(await self._write(body, by_name.get(body["metadata"]["name"])))
+        own = {slice_name(self.node, driver, index) for index in range(len(current))}
         for name in plan.stale:
-            await self._delete(name)
+            if name in own:
+                await self._delete(name, "superseded",
+                                   f"generation {plan.generation} of pool {self.node} ({driver}) "
+                                   "no longer uses it")
+            else:
+                await self._delete(name, "foreign",
+                                   f"it publishes devices in pool {self.node} of {driver}, the "
+                                   "pool this agent publishes, but the agent did not write it "
+                                   "(two publishers make the pool invalid: duplicate device "
+                                   "names); publish a node's devices either with the agent or "
+                                   "by hand, not both")
         self._published[driver] = result
         self._min_generation[driver] = plan.generation
         metrics.record_slice_publish(len(result))
@@ -158,9 +174,15 @@ class SlicePublisher:
                 existing = await self.client.get(SLICES, name)
         raise RuntimeError(f"slice {name} keeps changing under the agent")
 
-    async def _delete(self, name: str) -> None:
-        with contextlib.suppress(NotFound):
+    async def _delete(self, name: str, reason: str, why: str) -> None:
+        """Delete one slice, saying which and why (``reason``: the metric's label)."""
+        try:
             await self.client.delete(SLICES, name)
+        except NotFound:
+            return
+        metrics.record_agent_slice_deletion(reason)
+        log_at = logging.WARNING if reason == "foreign" else logging.INFO
+        log.log(log_at, "node %s: deleted ResourceSlice %s: %s", self.node, name, why)
 
     async def resync(self, devices: dict[str, tuple[InventoryDevice, ...]],
                      listed: list[JSON] | None = None) -> int:

@@ -62,6 +62,7 @@ from kdra.services.agent.discovery import (
     FakeDiscovery,
     NvmlDiscovery,
 )
+from kdra.services.agent.exposure import ExposurePolicy, make_nri_plugin
 from kdra.services.agent.health import HealthSource, InventoryHealth, MarksFile
 from kdra.services.agent.heartbeat import Heartbeat
 from kdra.services.agent.node_health import NodeHealth
@@ -228,6 +229,10 @@ class AgentRunner:
         self.reread = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._signature: object | None = None
+        first = self.nodes[nodes[0]]
+        self.nri = make_nri_plugin(settings, nodes, ExposurePolicy(
+            first.node, claims=lambda: self.claims.values(),
+            checkpoint=lambda: first.preparer.checkpoint, drivers=lambda: first.claim_drivers))
 
     # ------------------------------------------------------------------ start-up
 
@@ -247,6 +252,8 @@ class AgentRunner:
         self.queue.start()
         self._tasks += [asyncio.create_task(self._poll(), name="agent-inventory-poll"),
                         asyncio.create_task(self._resync(), name="agent-resync")]
+        if self.nri is not None:  # after the first LIST: see services.agent.exposure
+            self._tasks.append(asyncio.create_task(self.nri.run(), name="agent-nri"))
         devices = sum(len(agent.inventory.devices) for agent in self.nodes.values())
         log.info("kdra agent started: %d node(s), %d device(s), drivers %s", len(self.nodes),
                  devices, ", ".join(sorted({d for a in self.nodes.values() for d in a.drivers})))
@@ -360,12 +367,17 @@ class AgentRunner:
         for node in nodes:
             self.queue.add((node, key[0], key[1]))
 
-    def _on_list(self, items: Iterable[JSON]) -> None:
+    def _on_list(self, items: Iterable[JSON], skipped: Iterable[JSON] = ()) -> None:
         """A (re)list: the complete truth. Sync every claim that names our pools now or did
-        before, and every claim a checkpoint holds."""
+        before, and every claim a checkpoint holds. A claim that could not be decoded
+        (``skipped``) keeps the version cached before, if any."""
         before = self.claims
         self.claims = {key_of(c): c for c in items
                        if self._interested(c) or self._holders(key_of(c))}
+        for stub in skipped:
+            key = key_of(stub)
+            if key in before:
+                self.claims.setdefault(key, before[key])
         for key, claim in [*self.claims.items(), *before.items()]:
             for node in self._interested(claim):
                 self.queue.add((node, key[0], key[1]))
@@ -376,10 +388,14 @@ class AgentRunner:
 
     async def _watch_claims(self) -> None:
         async for event, obj in self.client.watch(CLAIMS):
-            if event == "LIST":
-                self._on_list(obj["items"])
-            else:
-                self._on_claim(event, obj)
+            try:
+                if event == "LIST":
+                    self._on_list(obj["items"], obj.get("skipped", ()))
+                else:
+                    self._on_claim(event, obj)
+            except Exception:  # one bad object must not stop the watch
+                log.exception("claim %s/%s: handling a %s event failed",
+                              *key_of(obj) if event != "LIST" else ("", ""), event)
 
     async def _sync(self, key: ClaimKey) -> None:
         node, namespace, name = key

@@ -1,0 +1,35 @@
+"""Plain-text tables as kubectl prints them, for kdra's command-line views (pure).
+
+Invariants:
+- Columns are as wide as their widest cell, separated by three spaces, trailing blanks cut.
+- Colour is optional and never changes the layout: ``paint(column, cell)`` returns an ANSI
+  SGR code (``"32"``, ``"1;31"``) or ``""``, applied after padding, so a coloured table lines
+  up exactly like a plain one. Callers pass a painter only when writing to a terminal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+Painter = Callable[[str, str], str]
+"""(column header, cell text) → ANSI SGR parameters, or "" for none."""
+
+RESET = "\033[0m"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]],
+          paint: Painter | None = None) -> str:
+    """``headers`` and ``rows`` (cells as text) laid out in columns; no trailing newline."""
+    widths = [max(len(str(row[i])) for row in [headers, *rows]) for i in range(len(headers))]
+    lines = []
+    for number, row in enumerate([headers, *rows]):
+        cells = []
+        for header, cell, width in zip(headers, row, widths, strict=True):
+            text = str(cell)
+            code = paint(header, text) if paint is not None and number else ""
+            if number == 0 and paint is not None:
+                code = "1"  # headers in bold
+            padding = " " * (width - len(text))  # outside the codes: rstrip still trims it
+            cells.append(f"\033[{code}m{text}{RESET}{padding}" if code else text + padding)
+        lines.append("   ".join(cells).rstrip())
+    return "\n".join(lines)

@@ -1,0 +1,218 @@
+"""The Helm chart (charts/kdra): ``helm lint``, no drift from the kustomize manifests, and its
+rendered manifests applied server-side (dry-run) to a real API server.
+
+Drift: the chart and manifests/ must describe the same install. With equivalent settings
+each pair renders the same objects (same kinds, names, namespaces, and contents apart from
+Helm's own bookkeeping labels):
+
+| kustomize                          | helm values                                          |
+|------------------------------------|------------------------------------------------------|
+| manifests/overlays/nvidia          | defaults (agent.discovery=nvml), namespace.create    |
+| manifests/overlays/kind            | agent.discovery=inventory, image kdra:dev, the kind  |
+|                                    | overlay's inventory files, namespace.create          |
+| manifests/overlays/servicemonitor  | serviceMonitor.enabled, dashboard.enabled (those)     |
+| manifests/simulation               | simulation.enabled (those objects)                   |
+
+A difference fails with a unified diff per object. Fix it where it comes from: the copied
+parts (CRDs, RBAC, admission policies, Services, webhook configurations, the simulation
+agent's objects, the dashboard) with
+``hack/sync-chart.py``; the templated workloads in ``charts/kdra/templates/``.
+
+helm is built from Go modules by ``hack/build-helm.sh`` (cached in ~/.cache/kdra/bin).
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kdra.devenv.controlplane import ControlPlane
+from tests.e2e.conftest import ROOT
+from tests.e2e.test_manifests import SERVICEMONITOR_CRD
+
+CHART = ROOT / "charts" / "kdra"
+MANIFESTS = ROOT / "manifests"
+HELM_ONLY_LABELS = ("helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance")
+KIND_INVENTORY = sorted((MANIFESTS / "overlays" / "kind" / "inventory").glob("*.yaml"))
+
+
+@pytest.fixture(scope="session")
+def helm() -> str:
+    result = subprocess.run(["bash", str(ROOT / "hack" / "build-helm.sh")], capture_output=True,
+                            text=True, timeout=1800)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout.strip().splitlines()[-1]
+
+
+def render(helm: str, *args: str, namespace: str = "kdra-system") -> list[dict[str, Any]]:
+    result = subprocess.run([helm, "template", "kdra", str(CHART), "--namespace", namespace,
+                             "--include-crds", *args], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def kustomize(plane: ControlPlane, directory: str) -> list[dict[str, Any]]:
+    out = plane.kubectl("kustomize", str(MANIFESTS / directory)).stdout
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def inventory_values() -> list[str]:
+    args = ["--set", "agent.discovery=inventory", "--set", "image.repository=kdra",
+            "--set", "image.tag=dev"]
+    for path in KIND_INVENTORY:
+        key = path.name.replace(".", "\\.")
+        args += ["--set-file", f"agent.inventory.files.{key}={path}"]
+    return args
+
+
+def normalised(doc: dict[str, Any]) -> dict[str, Any]:
+    doc = copy.deepcopy(doc)
+    labels = doc.get("metadata", {}).get("labels") or {}
+    for key in HELM_ONLY_LABELS:
+        labels.pop(key, None)
+    return doc
+
+
+def key(doc: dict[str, Any]) -> str:
+    meta = doc.get("metadata", {})
+    return f"{doc['kind']} {meta.get('namespace', '')}/{meta['name']}".replace(" /", " ")
+
+
+def drift(chart: Sequence[dict[str, Any]], manifests: Sequence[dict[str, Any]],
+          what: str) -> str:
+    """Empty when both render the same objects, else a readable report with diffs."""
+    ours = {key(doc): normalised(doc) for doc in chart}
+    theirs = {key(doc): normalised(doc) for doc in manifests}
+    report = []
+    for name in sorted(set(theirs) - set(ours)):
+        report.append(f"only in {what}: {name}")
+    for name in sorted(set(ours) - set(theirs)):
+        report.append(f"only in the chart: {name}")
+    for name in sorted(set(ours) & set(theirs)):
+        if ours[name] != theirs[name]:
+            a = yaml.safe_dump(theirs[name], sort_keys=True).splitlines(True)
+            b = yaml.safe_dump(ours[name], sort_keys=True).splitlines(True)
+            report.append("".join(difflib.unified_diff(a, b, f"{name} ({what})",
+                                                       f"{name} (chart)")))
+    if not report:
+        return ""
+    return (f"charts/kdra and {what} have drifted apart:\n" + "\n".join(report) +
+            "\n\nRun .venv/bin/python hack/sync-chart.py for the copied parts (CRDs, RBAC, "
+            "policies, Services, webhooks, dashboard); edit charts/kdra/templates/ for the "
+            "workloads.")
+
+
+def test_helm_lint(helm: str) -> None:
+    everything = [*inventory_values(), "--set", "serviceMonitor.enabled=true",
+                  "--set", "dashboard.enabled=true", "--set", "simulation.enabled=true"]
+    for args in ([], everything):
+        result = subprocess.run([helm, "lint", "--strict", str(CHART), *args],
+                                capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
+
+
+def test_the_copied_parts_are_up_to_date() -> None:
+    result = subprocess.run([sys.executable, str(ROOT / "hack" / "sync-chart.py"), "--check"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr
+
+
+def test_the_chart_renders_what_the_nvidia_overlay_renders(helm: str,
+                                                           control_plane: ControlPlane) -> None:
+    chart = render(helm, "--set", "namespace.create=true")
+    report = drift(chart, kustomize(control_plane, "overlays/nvidia"), "overlays/nvidia")
+    assert not report, report
+
+
+def test_the_chart_renders_what_the_kind_overlay_renders(helm: str,
+                                                         control_plane: ControlPlane) -> None:
+    chart = render(helm, "--set", "namespace.create=true", *inventory_values())
+    report = drift(chart, kustomize(control_plane, "overlays/kind"), "overlays/kind")
+    assert not report, report
+
+
+def test_the_chart_renders_what_the_servicemonitor_overlay_renders(
+        helm: str, control_plane: ControlPlane) -> None:
+    chart = [doc for doc in render(helm, "--set", "serviceMonitor.enabled=true",
+                                   "--set", "dashboard.enabled=true")
+             if doc["kind"] == "ServiceMonitor" or doc["metadata"]["name"] == "kdra-dashboard"]
+    report = drift(chart, kustomize(control_plane, "overlays/servicemonitor"),
+                   "overlays/servicemonitor")
+    assert not report, report
+
+
+def test_the_chart_renders_what_the_simulation_kustomization_renders(
+        helm: str, control_plane: ControlPlane) -> None:
+    plain = {key(doc) for doc in render(helm)}
+    chart = [doc for doc in render(helm, "--set", "simulation.enabled=true")
+             if key(doc) not in plain]
+    assert chart, "simulation.enabled adds nothing"
+    report = drift(chart, kustomize(control_plane, "simulation"), "manifests/simulation")
+    assert not report, report
+
+
+def test_a_drift_is_reported_with_a_diff() -> None:
+    deployment = {"kind": "Deployment", "metadata": {"name": "kdra-operator",
+                                                     "namespace": "kdra-system"},
+                  "spec": {"replicas": 2}}
+    changed = copy.deepcopy(deployment)
+    changed["spec"]["replicas"] = 3
+    report = drift([changed], [deployment], "overlays/x")
+    assert "-  replicas: 2\n+  replicas: 3" in report
+    assert "only in the chart: ConfigMap x" in drift(
+        [{"kind": "ConfigMap", "metadata": {"name": "x"}}], [], "overlays/x")
+
+
+def test_another_namespace_is_used_throughout(helm: str) -> None:
+    docs = render(helm, "--set", "serviceMonitor.enabled=true", "--set", "dashboard.enabled=true",
+                  "--set", "simulation.enabled=true", namespace="gpu-system")
+    text = yaml.safe_dump_all(docs)
+    assert "kdra-system" not in text
+    namespaced = [d for d in docs if d["metadata"].get("namespace")]
+    assert namespaced and {d["metadata"]["namespace"] for d in namespaced} == {"gpu-system"}
+    assert "system:serviceaccount:gpu-system:kdra-agent" in text
+    assert "system:serviceaccount:gpu-system:kdra-agent-simulation" in text
+    webhooks = [d for d in docs if d["kind"].endswith("WebhookConfiguration")]
+    assert webhooks and all(w["clientConfig"]["service"]["namespace"] == "gpu-system"
+                            for d in webhooks for w in d["webhooks"])
+
+
+def test_rendered_manifests_apply_server_side(helm: str, control_plane: ControlPlane,
+                                              tmp_path: Path) -> None:
+    """`helm template | kubectl apply --server-side --dry-run=server`, every option on. (The
+    namespace exists, as after `kubectl create namespace` or a first install: a dry-run
+    creates nothing, so objects in a namespace the same dry-run would create are refused.)"""
+    control_plane.kubectl("create", "namespace", "kdra-system", check=False)
+    control_plane.kubectl("apply", "--server-side", "-f", "-", input=SERVICEMONITOR_CRD)
+    control_plane.kubectl("wait", "--for", "condition=Established", "--timeout", "60s",
+                          "crd/servicemonitors.monitoring.coreos.com")
+    try:
+        for args in (["--set", "namespace.create=true"],
+                     ["--set", "namespace.create=true", "--set", "serviceMonitor.enabled=true",
+                      "--set", "dashboard.enabled=true", "--set", "simulation.enabled=true",
+                      *inventory_values()]):
+            rendered = tmp_path / "rendered.yaml"
+            result = subprocess.run([helm, "template", "kdra", str(CHART), "--namespace",
+                                     "kdra-system", "--include-crds", *args],
+                                    capture_output=True, text=True)
+            assert result.returncode == 0, result.stderr
+            rendered.write_text(result.stdout)
+            applied = control_plane.kubectl("apply", "--server-side", "--dry-run=server",
+                                            "--force-conflicts", "-f", str(rendered),
+                                            check=False)
+            assert applied.returncode == 0, applied.stderr
+            lines = [line for line in applied.stdout.splitlines() if line.strip()]
+            assert lines and all(line.endswith("(server dry run)") for line in lines), lines
+            assert len(lines) == len([d for d in yaml.safe_load_all(result.stdout) if d])
+    finally:
+        control_plane.kubectl("delete", "crd", "servicemonitors.monitoring.coreos.com",
+                              "--ignore-not-found", "--wait=false", check=False)

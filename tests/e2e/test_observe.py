@@ -1,0 +1,449 @@
+"""`kdra demo`, seen and operated as a user would: ``kubectl kdra free / why / top`` (kubectl
+running the plugin from PATH) print the expected tables; a user with little RBAC sees what
+they may and is told what they may not; a real Prometheus (Debian's ``prometheus``) scrapes
+the demo's operator and agents, and every panel query of the Grafana dashboard parses and
+returns data; the key panels are rendered to a PNG (matplotlib).
+
+The demo runs once for the module (its own control plane, as ``make demo``). On top of its
+five pods the module adds load while Prometheus scrapes: two pods taking eight H100s each
+(gpu-node-1 and gpu-node-2 fill up) and ``big``, which wants eight H100s and fits nowhere:
+gpu-node-0 has five left (train-0..2 hold three), so it would fit there if three devices were
+freed.
+
+Prometheus comes from the Debian package (``.ci/run`` installs it): without it the Prometheus
+tests are skipped, unless ``KDRA_REQUIRE_PROMETHEUS=1`` (set by ``.ci/run``) makes that a
+failure. ``KDRA_DASHBOARD_PNG=docs/dashboard.png`` writes the rendered panels there.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kdra.devenv.controlplane import binaries, free_port
+from kdra.devenv.process import spawn, terminate
+from kdra.domain.podclaims import CLAIMS_ANNOTATION
+from tests.e2e.conftest import ROOT
+from tests.e2e.procs import wait_for
+
+pytestmark = pytest.mark.slow
+
+READY = "Ctrl-C stops everything."
+DASHBOARD = ROOT / "manifests" / "overlays" / "servicemonitor" / "dashboards" / "kdra.json"
+GPU = "gpu.kdra.dev"
+PACE = 8.0
+"""Seconds between the load's steps (Prometheus scrapes every second)."""
+H100 = 'device.attributes["gpu.kdra.dev"].productName.contains("H100")'
+
+
+@dataclass
+class Demo:
+    process: subprocess.Popen[str]
+    output: str
+    kubeconfig: Path
+    operator_metrics: str
+    agent_metrics: list[str]
+    started: float = field(default_factory=time.time)
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
+                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        """The demo's kubectl, with the plugin kubectl-kdra (this venv's) on PATH."""
+        environment = {**os.environ, "KUBECONFIG": str(self.kubeconfig),
+                       "PATH": f"{Path(sys.executable).parent}{os.pathsep}"
+                               f"{os.environ.get('PATH', '')}", **(env or {})}
+        result = subprocess.run([str(binaries(progress=False) / "kubectl"), *args],
+                                input=input, capture_output=True, text=True, env=environment,
+                                timeout=120)
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)}: {result.stderr}")
+        return result
+
+    def get(self, *args: str) -> Any:
+        return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+    run_dir = tmp_path_factory.mktemp("observe")
+    workdir = run_dir / "demo"
+    process = spawn([sys.executable, "-m", "kdra", "demo", "--dir", str(workdir)],
+                    run_dir=run_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert process.stdout is not None
+    lines: list[str] = []
+    try:
+        deadline = time.monotonic() + 600
+        for line in process.stdout:
+            lines.append(line)
+            if line.strip() == READY or time.monotonic() > deadline:
+                break
+        output = "".join(lines)
+        assert READY in output, output[-3000:]
+        kubeconfig = re.search(r"^export KUBECONFIG=(\S+)$", output, re.M)
+        urls = re.search(r"^metrics: (\S+) \(operator\), (.+) \(agents\)$", output, re.M)
+        assert kubeconfig and urls, output[-3000:]
+        yield Demo(process, output, Path(kubeconfig.group(1)), urls.group(1),
+                   [url.strip() for url in urls.group(2).split(",")])
+    finally:
+        terminate(process, grace=120)  # SIGTERM: the demo stops what it started, as on Ctrl-C
+
+
+@dataclass
+class Prometheus:
+    url: str
+    started: float
+
+    def query(self, expr: str) -> dict[str, Any]:
+        """The API's answer (status success or error) to an instant query."""
+        data = urllib.parse.urlencode({"query": expr}).encode()
+        request = urllib.request.Request(f"{self.url}/api/v1/query", data=data)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                answer: dict[str, Any] = json.loads(response.read())
+        except urllib.error.HTTPError as exc:  # 400 bad_data: the query does not parse
+            answer = json.loads(exc.read())
+        return answer
+
+    def query_range(self, expr: str, start: float, end: float, step: float) -> list[Any]:
+        params = urllib.parse.urlencode({"query": expr, "start": start, "end": end,
+                                         "step": step})
+        with urllib.request.urlopen(f"{self.url}/api/v1/query_range?{params}",
+                                    timeout=10) as response:
+            answer = json.loads(response.read())
+        assert answer["status"] == "success", answer
+        return list(answer["data"]["result"])
+
+
+def prometheus_binary() -> str:
+    found = shutil.which("prometheus")
+    if found:
+        return found
+    if os.environ.get("KDRA_REQUIRE_PROMETHEUS") == "1":
+        pytest.fail("prometheus is not installed (apt-get install prometheus; .ci/run does)")
+    pytest.skip("prometheus is not installed (apt-get install prometheus; .ci/run does it "
+                "and sets KDRA_REQUIRE_PROMETHEUS=1)")
+
+
+@pytest.fixture(scope="module")
+def prometheus(demo: Demo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+    """Prometheus on a free loopback port, its own config and data directory, scraping the
+    demo's operator and both agents every second."""
+    binary = prometheus_binary()
+    home = tmp_path_factory.mktemp("prometheus")
+    hostport = [urllib.parse.urlparse(url).netloc for url in demo.agent_metrics]
+    config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+              "scrape_configs": [
+                  {"job_name": "kdra-operator", "static_configs": [
+                      {"targets": [urllib.parse.urlparse(demo.operator_metrics).netloc]}]},
+                  {"job_name": "kdra-agent", "static_configs": [{"targets": hostport}]}]}
+    (home / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    log = (home / "prometheus.log").open("wb")
+    process = spawn(
+        [binary, f"--config.file={home / 'prometheus.yml'}",
+         f"--storage.tsdb.path={home / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
+        run_dir=home, stdout=log, stderr=subprocess.STDOUT)
+    prom = Prometheus(f"http://127.0.0.1:{port}", time.time())
+    try:
+        def ready() -> bool:
+            try:
+                with urllib.request.urlopen(f"{prom.url}/-/ready", timeout=2) as response:
+                    return response.status == 200
+            except OSError:
+                return process.poll() is not None  # stop waiting: it died
+        wait_for(ready, timeout=60, what="prometheus ready")
+        assert process.poll() is None, (home / "prometheus.log").read_text()[-2000:]
+
+        def scraping() -> bool:
+            result = prom.query("up")["data"]["result"]
+            return len(result) == 3 and all(r["value"][1] == "1" for r in result)
+        wait_for(scraping, timeout=60, what="the operator and both agents scraped")
+        yield prom
+    finally:
+        terminate(process, grace=30)
+        log.close()
+
+
+def gpu_pod(name: str, template: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "annotations": {
+                CLAIMS_ANNOTATION: yaml.safe_dump([{"name": "gpu",
+                                                    "resourceClaimTemplateName": template}])}},
+            "spec": {"containers": [{"name": "cuda", "image": "nvidia/cuda:12.4.0-base"}]}}
+
+
+@pytest.fixture(scope="module")
+def loaded(demo: Demo, request: pytest.FixtureRequest) -> Demo:
+    """Load on the demo while Prometheus scrapes (when it runs): fill-1 and fill-2 take eight
+    H100s each, ``big`` wants eight and fits nowhere."""
+    if shutil.which("prometheus"):  # scraping before the load, so the rates see it
+        request.getfixturevalue("prometheus")
+    template = {"apiVersion": "resource.kdra.dev/v1alpha3", "kind": "ResourceClaimTemplate",
+                "metadata": {"name": "eight-h100", "namespace": "default"},
+                "spec": {"spec": {"devices": {"requests": [{
+                    "name": "gpu", "deviceClassName": GPU, "count": 8,
+                    "selectors": [{"cel": {"expression": H100}}]}]}}}}
+    demo.kubectl("apply", "-f", "-", input=json.dumps(template))
+    time.sleep(PACE)  # a few scrapes before, between and after the steps: the PNG shows them
+    for name in ("fill-1", "fill-2"):
+        demo.kubectl("apply", "-f", "-", input=json.dumps(gpu_pod(name, "eight-h100")))
+        wait_for(lambda n=name: demo.get("pod", n)["spec"].get("nodeName"), timeout=60,
+                 what=f"{name} bound")
+        time.sleep(PACE)
+    demo.kubectl("apply", "-f", "-", input=json.dumps(gpu_pod("big", "eight-h100")))
+
+    def refused() -> bool:
+        conditions = demo.get("pod", "big").get("status", {}).get("conditions") or []
+        return any(c["type"] == "PodScheduled" and c["status"] == "False" for c in conditions)
+    wait_for(refused, timeout=60, what="big reported unschedulable")
+    return demo
+
+
+def rows(text: str) -> list[list[str]]:
+    return [line.split() for line in text.splitlines() if line.strip()]
+
+
+# --------------------------------------------------------------------------- kubectl kdra
+
+
+def test_kubectl_kdra_free(loaded: Demo) -> None:
+    result = loaded.kubectl("kdra", "free")
+    print(result.stdout)
+    assert result.stderr == ""
+    table = rows(result.stdout)
+    assert table[0] == ["CLASS", "NODE", "POOL", "TOTAL", "ALLOCATED", "FREE", "UNHEALTHY"]
+    gpu_rows = [r for r in table if r[0] == GPU and r[1].startswith("gpu-node-")]
+    # Each node: 8 H100 + 3 healthy A100 (the fourth is unhealthy, left out of the slice).
+    assert [(r[1], r[2], r[3]) for r in gpu_rows] == [
+        (f"gpu-node-{i}", f"{GPU}/gpu-node-{i}", "11") for i in range(3)]
+    # train-0..2, pair-0 (2) and fill-1/fill-2 (8 each): 21 of 33.
+    assert sum(int(r[4]) for r in gpu_rows) == 21
+    assert all(int(r[4]) + int(r[5]) == 11 and r[6] == "0" for r in gpu_rows)
+    assert ["resource.example.com", "worker-1", "resource-driver.example.com/worker-1", "6",
+            "2", "4", "0"] in table
+    assert [GPU, "33", "21", "12", "0"] in table  # totals per class
+    data = json.loads(loaded.kubectl("kdra", "free", "-o", "json").stdout)
+    assert {"class": GPU, "total": 33, "allocated": 21, "free": 12, "unhealthy": 0} in \
+        data["classes"]
+    assert data["notes"] == []
+
+
+def test_kubectl_kdra_why(loaded: Demo) -> None:
+    result = loaded.kubectl("kdra", "why", "big")
+    print(result.stdout)
+    text = result.stdout
+    claim = loaded.get("pod", "big")["metadata"]["annotations"]
+    generated = json.loads(claim["resource.kdra.dev/claim-statuses"])["gpu"]
+    assert text.startswith("Pod default/big: 0/4 nodes available: ")
+    assert "kdra-scheduler said: 0/4 nodes available" in text
+    table = text.split("Nodes that cannot take it, by reason:", 1)[1]
+    assert re.search(rf'too few free matching devices \(request "gpu" of claim "{generated}" '
+                     r"needs 8\)\s+gpu-node-0", table), table
+    assert re.search(rf'matching devices all allocated \(request "gpu" of claim "{generated}"\)'
+                     r"\s+gpu-node-1, gpu-node-2", table), table
+    assert re.search(rf'no device of class "{GPU}" matches request "gpu" of claim '
+                     rf'"{generated}".*worker-1', table), table
+    # The claim and its selectors.
+    assert re.search(rf"gpu\s+{generated}\s+pending\s+-\s+gpu\s+{GPU}\s+8\s+"
+                     rf'class: device.driver == "{GPU}"', text), text
+    assert f"request: {H100}" in text
+    # The nearest fit: gpu-node-0, once train-0..2 give back their H100s.
+    nearest = text.split("Nearest fit, if devices were freed:", 1)[1]
+    first = nearest.strip().splitlines()[0]
+    assert first.startswith("gpu-node-0 would fit if 3 devices were freed: ")
+    for pod in ("train-0", "train-1", "train-2"):
+        assert re.search(rf"default/{pod}-gpu-\w+ \(pod {pod}\)", first), first
+    data = json.loads(loaded.kubectl("kdra", "why", "big", "-o", "json").stdout)
+    assert data["verdict"] == "unschedulable"
+    assert data["nearest"][0]["node"] == "gpu-node-0" and data["nearest"][0]["free"] == 3
+
+
+def test_kubectl_kdra_top(loaded: Demo) -> None:
+    result = loaded.kubectl("kdra", "top")
+    print(result.stdout)
+    table = rows(result.stdout)
+    assert table[0] == ["NAMESPACE", "DEVICES", "CLAIMS", "PENDING", "BY", "CLASS"]
+    # 21 GPUs and 2 cats; 8 allocated claims (3 train, pair, 2 fill, 2 cats), big's pending.
+    assert table[1] == ["default", "23", "8", "1", f"{GPU}=21,", "resource.example.com=2"]
+    pods = {r[1]: (r[2], r[3]) for r in table if r[0] == "default" and len(r) == 4}
+    assert pods["fill-1"][0] == pods["fill-2"][0] == "8"
+    assert pods["pair-0"][0] == "2" and pods["pod-with-cats"][0] == "2"
+    assert pods["train-0"][0] == "1"
+    assert "small-white-cat-claim" in pods["pod-with-cats"][1]
+
+
+def test_describe_and_check_from_the_users_kubeconfig(loaded: Demo) -> None:
+    described = loaded.kubectl("kdra", "describe", "--summary").stdout
+    assert re.search(r"^gpu-node-0\s+gpu.kdra.dev\s+gpu-node-0\s+\d+\s+11\s+5\s+6$",
+                     described, re.M), described
+    check = loaded.kubectl("kdra", "check", check=False)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "0 violation(s)" in check.stderr
+
+
+def test_a_user_with_little_rbac_is_told_what_could_not_be_read(loaded: Demo) -> None:
+    """alice has the default ``view`` role in default (kdra's kdra-user-view, from
+    manifests/base, aggregated into it: claims and templates) and may list the cluster's
+    slices and classes (the user guide's kdra-devices-viewer), not nodes nor other namespaces'
+    claims; nobody may read nothing."""
+    loaded.kubectl("apply", "--server-side", "-f",
+                   str(ROOT / "manifests" / "base" / "user-roles.yaml"))
+    rbac = [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "alice-view", "namespace": "default"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": "view"},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                       "name": "alice"}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": "kdra-devices-viewer"},
+         "rules": [{"apiGroups": ["resource.kdra.dev"],
+                    "resources": ["resourceslices", "deviceclasses"],
+                    "verbs": ["get", "list"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": "alice-kdra-devices-viewer"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": "kdra-devices-viewer"},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                       "name": "alice"}]},
+    ]
+    loaded.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(o) for o in rbac))
+    # kube-controller-manager aggregates kdra-user-view into view (asynchronously).
+    wait_for(lambda: loaded.kubectl("auth", "can-i", "list", "resourceclaims.resource.kdra.dev",
+                                    "-n", "default", "--as", "alice",
+                                    check=False).stdout.strip() == "yes",
+             timeout=60, what="kdra-user-view aggregated into view")
+    free = loaded.kubectl("kdra", "free", "--as", "alice")
+    assert "could not read ResourceClaims in all namespaces: 403 Forbidden" in free.stderr
+    assert "only namespace default's claims are counted" in free.stderr
+    assert [GPU, "33", "21", "12", "0"] in rows(free.stdout)  # every claim is in default
+
+    why = loaded.kubectl("kdra", "why", "big", "--as", "alice")
+    assert "could not read nodes (cluster-wide): 403 Forbidden" in why.stderr, why.stderr
+    assert "nodes could not be read: taints, node selectors and capacity are not checked" \
+        in why.stderr
+    assert "Pod default/big: 0/4 nodes available" in why.stdout  # nodes from the slices
+    assert "gpu-node-0 would fit if 3 devices were freed" in why.stdout
+
+    nobody = loaded.kubectl("kdra", "free", "--as", "nobody", check=False)
+    assert nobody.returncode == 1
+    assert "could not read ResourceSlices (cluster-wide): 403 Forbidden" in nobody.stderr
+    assert nobody.stdout == ""
+
+
+# --------------------------------------------------------------------------- dashboard
+
+
+def panel_queries() -> list[tuple[str, str]]:
+    """(panel title, PromQL) of every panel, Grafana's variables as Grafana would fill them
+    in: every class, and a 10-minute rate window (as ``$__rate_interval`` is over a day's
+    range): it covers the load the module made since Prometheus started."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    found = []
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", ()):
+            expr = target["expr"].replace("$class", ".*").replace("$__rate_interval", "10m")
+            assert "$" not in expr, expr
+            found.append((panel["title"], expr))
+    return found
+
+
+def test_every_dashboard_query_parses_and_returns_data(prometheus: Prometheus,
+                                                       loaded: Demo) -> None:
+    queries = panel_queries()
+    assert len(queries) >= 18
+    missing: dict[str, Any] = {}
+
+    def all_answered() -> bool:
+        missing.clear()
+        for title, expr in queries:
+            answer = prometheus.query(expr)
+            assert answer["status"] == "success", (title, expr, answer)  # it parses
+            values = [float(r["value"][1]) for r in answer["data"]["result"]]
+            if not values or all(math.isnan(v) for v in values):
+                missing[title] = (expr, answer["data"]["result"])
+        return not missing
+
+    wait_for(all_answered, timeout=90, interval=2, what="every panel with data")
+    assert not missing, missing
+    # The figures are the cluster's: 21 of 33 GPUs allocated, 2 of 6 cats.
+    allocated = prometheus.query(f'sum(kdra_devices{{class="{GPU}",state="allocated"}})')
+    assert float(allocated["data"]["result"][0]["value"][1]) == 21.0
+    free = prometheus.query('sum by (class) (kdra_devices{state="free"})')["data"]["result"]
+    assert {r["metric"]["class"]: float(r["value"][1]) for r in free} == {
+        GPU: 12.0, "resource.example.com": 4.0}
+    pending = prometheus.query("sum(kdra_scheduler_pending_pods)")["data"]["result"]
+    assert float(pending[0]["value"][1]) == 1.0  # big
+    reasons = {r["metric"]["reason"]: float(r["value"][1]) for r in prometheus.query(
+        "kdra_scheduler_unschedulable_reasons_total")["data"]["result"]}
+    assert reasons["devices-busy"] > 0 and reasons["no-matching-device"] > 0
+    assert reasons["other"] == 0  # the allocator's rejections count once, by their code
+    bad = prometheus.query("sum(kdra_devices{state=}")
+    assert bad["status"] == "error" and bad["errorType"] == "bad_data"  # parsing is checked
+
+
+KEY_PANELS = ("Devices by state", "Free devices per node", "Devices allocated per namespace",
+              "Why nodes were rejected (per second)", "Scheduling latency (pod created → bound)",
+              "Agent prepare latency")
+
+
+def test_key_panels_render_to_a_png(prometheus: Prometheus, loaded: Demo,
+                                    tmp_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    queries: dict[str, list[tuple[str, str]]] = {}
+    dashboard = json.loads(DASHBOARD.read_text())
+    for panel in dashboard["panels"]:
+        if panel["title"] in KEY_PANELS:
+            queries[panel["title"]] = [  # rates over 30 s: the steps show as they happened
+                (t["expr"].replace("$class", ".*").replace("$__rate_interval", "30s"),
+                 t.get("legendFormat", "")) for t in panel["targets"]]
+    assert sorted(queries) == sorted(KEY_PANELS)
+    start = prometheus.started
+    end = time.time() + PACE
+    time.sleep(PACE)  # a flat tail after the last step
+    figure, axes = pyplot.subplots(2, 3, figsize=(16, 8))
+    plotted = 0
+    for axis, title in zip(axes.flat, KEY_PANELS, strict=True):
+        for expr, legend in queries[title]:
+            for series in prometheus.query_range(expr, start, end, 1):
+                times = [float(t) - start for t, _ in series["values"]]
+                values = [float(v) for _, v in series["values"]]
+                if not any(values):
+                    continue  # e.g. one of the 15 rejection reasons that never happened
+                label = re.sub(r"\{\{(\w+)\}\}",
+                               lambda m, s=series: str(s["metric"].get(m.group(1), "")),
+                               legend) or expr[:30]
+                axis.plot(times, values, label=label)
+                plotted += 1
+        axis.set_title(title, fontsize=10)
+        axis.set_xlabel("seconds since Prometheus started")
+        axis.legend(fontsize=7, loc="upper left")
+        axis.grid(alpha=0.3)
+    figure.suptitle("kdra dashboard — key panels, from Prometheus scraping `kdra demo`")
+    figure.tight_layout()
+    png = tmp_path / "dashboard.png"
+    figure.savefig(png, dpi=80)
+    pyplot.close(figure)
+    assert plotted >= len(KEY_PANELS)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+    target = os.environ.get("KDRA_DASHBOARD_PNG")
+    if target:
+        shutil.copyfile(png, ROOT / target if not os.path.isabs(target) else target)
