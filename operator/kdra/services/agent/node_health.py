@@ -19,13 +19,23 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from kdra import metrics
 from kdra.domain.health import Applied, Health, HealthDebouncer, Transition
 from kdra.domain.inventory import Inventory, InventoryDevice
 from kdra.domain.taints import UNHEALTHY_KEY
 from kdra.domain.timestamps import now as wall_now
-from kdra.services.agent.health import DeviceKey, HealthSource, observe_all
+from kdra.services.agent.discovery import Discovery, NvmlDiscovery
+from kdra.services.agent.health import (
+    DeviceKey,
+    HealthSource,
+    InventoryHealth,
+    MarksFile,
+    observe_all,
+)
+from kdra.services.agent.nvml_health import NvmlHealth
+from kdra.settings import AgentSettings
 
 log = logging.getLogger(__name__)
 
@@ -89,4 +99,13 @@ class NodeHealth:
         return len(inventory.devices) - bad, bad
 
 
-__all__ = ["NodeHealth"]
+def health_sources(settings: AgentSettings, discovery: Discovery) -> tuple[HealthSource, ...]:
+    """The discovery's verdict, the marks file, and NVML's health for real GPUs."""
+    marks = Path(settings.health_marks or Path(settings.state_dir) / "health-marks.json")
+    sources: list[HealthSource] = [InventoryHealth(), MarksFile(marks)]
+    if isinstance(discovery, NvmlDiscovery):
+        sources.append(NvmlHealth(driver=settings.driver, xid_hold=settings.nvml_xid_hold))
+    return tuple(sources)
+
+
+__all__ = ["NodeHealth", "health_sources"]

@@ -63,9 +63,9 @@ from kdra.services.agent.discovery import (
     NvmlDiscovery,
 )
 from kdra.services.agent.exposure import ExposurePolicy, make_nri_plugin
-from kdra.services.agent.health import HealthSource, InventoryHealth, MarksFile
+from kdra.services.agent.health import HealthSource, InventoryHealth
 from kdra.services.agent.heartbeat import Heartbeat
-from kdra.services.agent.node_health import NodeHealth
+from kdra.services.agent.node_health import NodeHealth, health_sources
 from kdra.services.agent.nvml_health import NvmlHealth
 from kdra.services.agent.prepare import HolderIndex, Preparer
 from kdra.services.agent.publisher import SlicePublisher
@@ -573,15 +573,6 @@ def served_nodes(settings: AgentSettings) -> list[str]:
     if not settings.node_name:
         raise AgentError("no node name: set NODE_NAME (or --node-name), or --simulate-nodes")
     return [settings.node_name]
-
-
-def health_sources(settings: AgentSettings, discovery: Discovery) -> tuple[HealthSource, ...]:
-    """The discovery's verdict, the marks file, and NVML's health for real GPUs."""
-    marks = Path(settings.health_marks or Path(settings.state_dir) / "health-marks.json")
-    sources: list[HealthSource] = [InventoryHealth(), MarksFile(marks)]
-    if isinstance(discovery, NvmlDiscovery):
-        sources.append(NvmlHealth(driver=settings.driver, xid_hold=settings.nvml_xid_hold))
-    return tuple(sources)
 
 
 def make_discovery(settings: AgentSettings, nodes: list[str]) -> Discovery:
