@@ -20,7 +20,8 @@ Rules:
   In [node]``, what the allocator writes for node-local devices); empty otherwise.
 - A device with a ``NoSchedule`` or ``NoExecute`` taint in its slice (e.g. the agent's
   ``gpu.kdra.dev/unhealthy``) shows it beside its state: ``free (tainted
-  gpu.kdra.dev/unhealthy=XID-48:NoSchedule)``; informational taints are not shown.
+  gpu.kdra.dev/unhealthy=XID-48:NoSchedule)``; informational taints are not shown. A pool's
+  FREE counts devices nobody holds *and* no acting taint keeps from new claims.
 - Malformed or partial objects never make describing fail: a missing field reads as empty.
 """
 
@@ -101,7 +102,9 @@ class PoolRow:
 
     @property
     def free(self) -> int:
-        return self.total - self.allocated
+        """Devices nobody holds and no acting taint keeps from new claims (as ``kubectl kdra
+        free`` counts them)."""
+        return sum(1 for device in self.devices if not device.holders and not device.taints)
 
 
 @dataclass(frozen=True)

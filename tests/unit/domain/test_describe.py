@@ -250,6 +250,8 @@ def test_unhealthy_devices_show_their_taints() -> None:
     view = describe([raw_slice("worker-1", sick, lost, informational)],
                     [raw_claim("c", ("gpu", GPU, "worker-1", lost["name"]), pods=("p",),
                                node="worker-1")])
+    (pool,) = view.pools
+    assert (pool.total, pool.allocated, pool.free) == (3, 1, 1)  # the tainted free one: no
     states = [d.state for d in view.pools[0].devices]
     assert states == ["free (tainted gpu.kdra.dev/unhealthy=XID-48:NoSchedule)",
                       "allocated (tainted gpu.kdra.dev/unhealthy=DeviceLost:NoExecute)",
