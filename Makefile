@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test unit e2e lint binaries bench chaos soak clean
+.PHONY: demo test unit e2e node lint binaries node-binaries bench chaos soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,9 +17,13 @@ $(STAMP): pyproject.toml
 binaries:
 	@bash hack/build-control-plane.sh >/dev/null
 
+node-binaries:
+	@bash hack/build-node.sh >/dev/null
+
 ## demo: local control plane + CRDs + the seed's example, printed (Ctrl-C stops)
+## NODE=real: on a real kubelet node of this machine (root); the pods run and print their devices
 demo: $(STAMP) binaries
-	$(VENV)/bin/kdra demo $(DEMO_FLAGS)
+	$(VENV)/bin/kdra demo $(if $(NODE),--node $(NODE)) $(DEMO_FLAGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check operator tests bench hack
@@ -32,9 +36,14 @@ unit: $(STAMP)
 e2e: $(STAMP) binaries
 	$(PY) -m pytest tests/e2e -q
 
-## test: lint + unit + end-to-end against real etcd/kube-apiserver (what CI runs)
-test: $(STAMP) binaries lint
-	$(PY) -m pytest tests -q
+## node: the real-node tier (root): containerd + kubelet, kdra deployed as pods, devices seen
+node: $(STAMP) binaries node-binaries
+	$(PY) -m pytest tests/node -q
+
+## test: lint + unit + end-to-end against real etcd/kube-apiserver, then the real-node tier
+test: $(STAMP) binaries node-binaries lint
+	$(PY) -m pytest tests/unit tests/e2e -q
+	$(PY) -m pytest tests/node -q
 
 bench: $(STAMP)
 	$(PY) bench/allocator.py

@@ -8,7 +8,13 @@
 # It
 #   1. creates the kind cluster `kdra` (one control plane, three workers: kdra-worker,
 #      kdra-worker2, kdra-worker3 — manifests/overlays/kind/inventory/ has a fake inventory
-#      for each: H100s, H100s + A100s, the seed article's cats) unless it exists,
+#      for each: H100s, H100s + A100s, the seed article's cats) unless it exists, with NRI and
+#      CDI on in the nodes' containerd (containerdConfigPatches), then checks that each
+#      node's containerd really has NRI on: the agent (an NRI plugin, like on the real node of
+#      manifests/overlays/node) gives containers exactly their devices through it. Where it is
+#      off (a cluster created earlier without the patch, containerd < 1.7) the script says so
+#      and goes on: containers then see their devices only through the webhook's env (not
+#      tamper-proof; docs/architecture.md, "Device exposure"),
 #   2. builds the image kdra:dev (Dockerfile) and loads it into the cluster's nodes,
 #   3. installs the CRDs, then manifests/overlays/kind (operator, agents, RBAC, policies),
 #   4. waits for the operator (its webhook must answer before pods with claims can be
@@ -38,15 +44,49 @@ step "kind cluster ${CLUSTER}"
 if kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
   echo "exists"
 else
+  # NRI on (containerd 2.x has it on by default, 1.7 off) on its standard socket, which the
+  # agent's DaemonSet mounts; CDI on with /var/run/cdi, where the agent writes its specs.
   kind create cluster --name "$CLUSTER" --wait 120s --config - <<'KIND'
 kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
+containerdConfigPatches:
+- |-
+  [plugins."io.containerd.nri.v1.nri"]
+    disable = false
+    socket_path = "/var/run/nri/nri.sock"
+  [plugins."io.containerd.grpc.v1.cri"]
+    enable_cdi = true
+    cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
 nodes:
 - role: control-plane
 - role: worker
 - role: worker
 - role: worker
 KIND
+fi
+
+step "NRI in the nodes' containerd"
+nri_off=()
+for node in $(kind get nodes --name "$CLUSTER"); do
+  version=$(docker exec "$node" containerd --version | awk '{print $3}')
+  # `config dump` prints the merged configuration; the NRI plugin's table says disable = ...
+  nri=$(docker exec "$node" containerd config dump 2>/dev/null \
+        | awk '/io\.containerd\.nri\.v1\.nri/ {found=1; next} found && /^ *\[/ {exit}
+               found && /^ *disable *=/ {print $3; exit}')
+  if [[ "$nri" == "false" ]]; then
+    echo "$node: containerd $version, NRI on"
+  else
+    echo "$node: containerd $version, NRI ${nri:+disable = $nri}${nri:-absent}" >&2
+    nri_off+=("$node")
+  fi
+done
+if (( ${#nri_off[@]} )); then
+  cat >&2 <<MSG
+kind-up: NRI is off in ${nri_off[*]}. kdra's agent runs there without its NRI plugin:
+containers see their devices only through the env the webhook injects (not tamper-proof).
+To turn it on, recreate the cluster (kind delete cluster --name ${CLUSTER}; hack/kind-up.sh),
+with a node image whose containerd is 1.7 or newer (kind >= 0.20).
+MSG
 fi
 
 step "image ${IMAGE}"
@@ -84,6 +124,10 @@ step "waiting for the example pods (images are pulled from the internet)"
 "${KUBECTL[@]}" wait --for condition=Ready --timeout 300s pod \
   single-gpu-pod shared-gpu-pod-a shared-gpu-pod-b gpu-pair-pod all-a100-pod pod-with-cats \
   || echo "(not all pods are ready yet: see kdra describe and kubectl describe pod)"
+
+step "the agents' NRI plugin"
+"${KUBECTL[@]}" -n kdra-system logs daemonset/kdra-agent --tail=-1 2>/dev/null \
+  | grep -m1 "NRI: registered" || echo "(no agent registered as NRI plugin yet: see above)"
 
 step "what got allocated"
 "${KUBECTL[@]}" -n kdra-system exec deployment/kdra-operator -- kdra describe

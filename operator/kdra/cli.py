@@ -68,6 +68,10 @@ def _health_mark(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    if args.node == "real":
+        from kdra.demo_node import run_node_demo
+
+        return run_node_demo(interactive=not args.no_wait, workdir=args.dir)
     from kdra.demo import run_demo
 
     return run_demo(interactive=not args.no_wait, workdir=args.dir)
@@ -77,6 +81,14 @@ def _controlplane(args: argparse.Namespace) -> int:
     from kdra.devenv import controlplane
 
     return controlplane.main(["--dir", str(args.dir)] if args.dir else [])
+
+
+def _node(args: argparse.Namespace) -> int:
+    from kdra.devenv.nodecmd import node_down, node_up
+
+    if args.action == "down":
+        return node_down()
+    return node_up(workdir=args.dir, deploy=not args.no_deploy, examples=args.examples)
 
 
 def _describe(args: argparse.Namespace) -> int:
@@ -200,6 +212,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-wait", action="store_true",
                       help="print the objects and stop (default: keep running until Ctrl-C)")
     demo.add_argument("--dir", default=None, help="work directory (default: a temp dir)")
+    demo.add_argument("--node", choices=("simulated", "real"), default="simulated",
+                      help="simulated (default): agents simulate the nodes, nothing runs; "
+                      "real: a kubelet node of this machine (root), kdra deployed as pods from "
+                      "the Dockerfile's image, and the example pods run and print the devices "
+                      "they see")
     demo.set_defaults(func=_demo)
 
     desc = sub.add_parser(
@@ -260,6 +277,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cp.add_argument("--dir", default=None, help="work directory (default: a temp dir)")
     cp.set_defaults(func=_controlplane)
+
+    node = sub.add_parser(
+        "node",
+        help="run kdra on a real kubelet node of this machine (root): up, or down",
+        description="up: start a local control plane and a real node (containerd 2.x with "
+        "NRI and CDI, runc, CNI, kubelet), build kdra's image from the Dockerfile, deploy "
+        "kdra with its manifests (operator and agent as pods) and run until Ctrl-C, which "
+        "undoes every host change. down: stop a running node from another shell, or undo "
+        "what a killed one left behind.",
+    )
+    node.add_argument("action", choices=("up", "down"))
+    node.add_argument("--dir", default=None, help="work directory (default: a temp dir)")
+    node.add_argument("--no-deploy", action="store_true",
+                      help="only the node: do not build the image or apply kdra's manifests")
+    node.add_argument("--examples", action="store_true",
+                      help="also apply the GPU examples and the seed's cats")
+    node.set_defaults(func=_node)
     return parser
 
 

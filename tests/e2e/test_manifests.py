@@ -37,10 +37,11 @@ OPERATOR = f"system:serviceaccount:{SYSTEM}:kdra-operator"
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 REAL_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
               "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
-KUSTOMIZATIONS = ("base", "base/crds", "overlays/kind", "overlays/nvidia",
-                  "overlays/servicemonitor", "webhooks", "examples/gpu", "examples/seed",
-                  "examples/seed-static-slice", "examples/v1", "simulation")
-DRY_RUN = ("base", "overlays/kind", "overlays/nvidia", "examples/gpu")
+KUSTOMIZATIONS = ("base", "base/crds", "overlays/kind", "overlays/nvidia", "overlays/node",
+                  "overlays/node/examples", "overlays/servicemonitor", "webhooks",
+                  "examples/gpu", "examples/seed", "examples/seed-static-slice", "examples/v1",
+                  "simulation")
+DRY_RUN = ("base", "overlays/kind", "overlays/nvidia", "overlays/node", "examples/gpu")
 SIMULATION = f"system:serviceaccount:{SYSTEM}:kdra-agent-simulation"
 
 
@@ -395,7 +396,7 @@ def test_base_leaves_every_webhooks_ca_bundle_to_the_operator(
 
 
 def test_roles_use_no_wildcards(control_plane: ControlPlane) -> None:
-    for directory in ("overlays/kind", "overlays/nvidia", "simulation"):
+    for directory in ("overlays/kind", "overlays/nvidia", "overlays/node", "simulation"):
         for doc in build(control_plane, directory):
             if doc["kind"] not in ("Role", "ClusterRole"):
                 continue
@@ -548,12 +549,20 @@ def test_operator_replicas_elect_a_leader(control_plane: ControlPlane) -> None:
     env = {e["name"]: e for e in container["env"]}
     assert env["KDRA_IDENTITY"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert find(docs, "PodDisruptionBudget", "kdra-operator")["spec"]["maxUnavailable"] == 1
-    probes = {key: container[key]["httpGet"] for key in ("livenessProbe", "readinessProbe")}
-    assert probes["livenessProbe"]["path"] == "/healthz"
+    # Every probe asks the webhook server, which a standby replica serves too (kopf's own
+    # liveness endpoint answers only on the leader: a standby probed there would be killed).
+    for key in ("startupProbe", "livenessProbe", "readinessProbe"):
+        probe = container[key]["httpGet"]
+        assert (probe["path"], probe["port"], probe["scheme"]) == ("/healthz", "webhook",
+                                                                    "HTTPS"), key
+    # No service-link env: the Service kdra-webhook would set KDRA_WEBHOOK_PORT=tcp://...
+    assert operator["spec"]["template"]["spec"]["enableServiceLinks"] is False
+    agent = find(docs, "DaemonSet", "kdra-agent")
+    assert agent["spec"]["template"]["spec"]["enableServiceLinks"] is False
 
 
 def test_agent_keeps_only_the_privileges_it_needs(control_plane: ControlPlane) -> None:
-    for directory in ("base", "overlays/kind", "overlays/nvidia"):
+    for directory in ("base", "overlays/kind", "overlays/nvidia", "overlays/node"):
         agent = find(build(control_plane, directory), "DaemonSet", "kdra-agent")
         spec = agent["spec"]["template"]["spec"]
         assert not spec.get("hostNetwork") and not spec.get("hostPID")
@@ -565,7 +574,9 @@ def test_agent_keeps_only_the_privileges_it_needs(control_plane: ControlPlane) -
         assert security["readOnlyRootFilesystem"] is True
         assert spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
         host_paths = {v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
-        assert host_paths == {"/var/run/cdi", "/var/lib/kdra"}, directory
+        # CDI specs, checkpoints, and the runtime's NRI socket (the agent's NRI plugin)
+        assert host_paths == {"/var/run/cdi", "/var/lib/kdra", "/var/run/nri"}, directory
+        assert {m["mountPath"] for m in container["volumeMounts"]} >= host_paths
         env = {e["name"]: e for e in container["env"]}
         assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
 
@@ -584,6 +595,30 @@ def test_kind_inventories_parse() -> None:
     kustomization = yaml.safe_load((MANIFESTS / "overlays/kind/Kustomization").read_text())
     listed = kustomization["configMapGenerator"][0]["files"]
     assert sorted(listed) == sorted(f"inventory/{name}.yaml" for name in devices)
+
+
+def test_node_overlay_runs_the_local_image_with_a_fake_inventory(
+        control_plane: ControlPlane) -> None:
+    from kdra.domain.inventory import parse_inventory
+
+    docs = build(control_plane, "overlays/node")
+    for kind, name in (("Deployment", "kdra-operator"), ("DaemonSet", "kdra-agent")):
+        template = find(docs, kind, name)["spec"]["template"]
+        container = template["spec"]["containers"][0]
+        assert container["image"] == "localhost/kdra:node"
+        assert container["imagePullPolicy"] == "Never"  # no registry: imported by the node
+        # kdra's own pods start without kdra's NRI plugin (the node requires it of others)
+        assert template["metadata"]["annotations"] == {
+            "tolerate-missing-plugins.kdra.dev": "true"}
+    inventory = find(docs, "ConfigMap", "kdra-inventory")["data"]["kdra-node.yaml"]
+    devices = parse_inventory(inventory, "kdra-node").devices
+    assert {d.driver for d in devices} == {"gpu.kdra.dev", "resource-driver.example.com"}
+    assert sum(1 for d in devices if d.healthy and d.driver == "gpu.kdra.dev") == 11
+    examples = build(control_plane, "overlays/node/examples")
+    assert not [d for d in examples if d["kind"] == "ResourceSlice"]  # the agent publishes
+    images = {c["image"] for d in examples if d["kind"] == "Pod"
+              for c in d["spec"]["containers"]}
+    assert images == {"localhost/busybox:static"}
 
 
 # --------------------------------------------------------------------------- image

@@ -22,6 +22,7 @@ from tests.e2e.conftest import CRDS, ROOT, get_json
 from tests.e2e.conversion import ConversionServer
 
 SEED = ROOT / "manifests" / "examples" / "seed"
+SEED_SLICE = ROOT / "manifests" / "examples" / "seed-static-slice"
 PLURALS = ("resourceclaims", "resourceclaimtemplates", "deviceclasses", "resourceslices")
 GROUP = "resource.kdra.dev"
 
@@ -62,8 +63,7 @@ def test_objects_stored_as_v1alpha3_survive_the_upgrade(plane: ControlPlane,
     plane.kubectl("wait", "--for", "condition=Established", "--timeout", "60s", "crd",
                   *[f"{p}.{GROUP}" for p in PLURALS])
     for path in (SEED / "deviceclass.yaml", SEED / "resourceclaim.yaml",
-                 SEED / "resourceclaimtemplate.yaml",
-                 SEED.with_name("seed-static-slice") / "resourceslice.yaml"):  # moved (issue 28)
+                 SEED / "resourceclaimtemplate.yaml", SEED_SLICE / "resourceslice.yaml"):
         plane.kubectl("create", "-f", str(path))
 
     # The upgrade: the new CRDs (v1 stored, v1alpha3 served) and the webhook that converts.

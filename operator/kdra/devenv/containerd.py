@@ -197,6 +197,8 @@ class Containerd:
             "  enable_cdi = true",
             f"  cdi_spec_dirs = {_toml([str(d) for d in self.cdi_spec_dirs])}",
             "  restrict_oom_score_adj = true",
+            # Pods' network namespaces under the state directory, not /var/run/netns.
+            "  netns_mounts_under_state_dir = true",
             f"[{runtime}.containerd]", "  default_runtime_name = 'runc'",
             f"[{runc}]", "  runtime_type = 'io.containerd.runc.v2'",
             f"[{runc}.options]", "  SystemdCgroup = false",

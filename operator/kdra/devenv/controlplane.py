@@ -9,7 +9,13 @@ Invariants:
 - Authentication is by client certificates from a CA made fresh for each control plane;
   authorization is ``Node,RBAC``, as on a real cluster, so RBAC manifests can be tested.
 - kube-controller-manager runs only the controllers tests rely on (garbage collector,
-  namespace lifecycle, service accounts and their tokens' root CA, ClusterRole aggregation).
+  namespace lifecycle, service accounts and their tokens' root CA, ClusterRole aggregation),
+  unless told more (the real node, :mod:`kdra.devenv.node`, adds what Deployments and
+  DaemonSets need).
+- kube-scheduler runs only when asked (``with_scheduler``: pods that kdra does not schedule,
+  on a real node).
+- The API server reaches kubelets with a client certificate of the same CA (group
+  ``system:masters``) and verifies their serving certificates against that CA.
 - :meth:`ControlPlane.stop` ends every process it started, even after a failed start; each
   process's output goes to ``<workdir>/<name>.log`` (read by :meth:`ControlPlane.logs`).
 - Every process is started by :func:`kdra.devenv.process.spawn`: it dies with the process that
@@ -117,6 +123,8 @@ class ControlPlane:
     workdir: Path
     bin_dir: Path
     with_controller_manager: bool = True
+    #: Run kube-scheduler too (for pods kdra does not schedule, on a real node).
+    with_scheduler: bool = False
     #: Controllers kube-controller-manager runs (the default set above unless given, e.g.
     #: ``(*CONTROLLERS, "resourceclaim-controller")`` for native DRA in the benchmarks).
     controllers: tuple[str, ...] = CONTROLLERS
@@ -127,6 +135,8 @@ class ControlPlane:
     api_port: int = 0
     etcd_port: int = 0
     processes: list[_Process] = field(default_factory=list)
+    #: The control plane's CA (set by :meth:`start`): a real node's kubelet certificates.
+    ca: CertificateAuthority | None = None
     #: Components stopped by :meth:`stop_component`: their arguments, to start them again.
     stopped: dict[str, list[str]] = field(default_factory=dict)
 
@@ -188,7 +198,7 @@ class ControlPlane:
 
     def _start(self, timeout: float) -> None:
         pki = self.workdir / "pki"
-        ca = CertificateAuthority(pki)
+        ca = self.ca = CertificateAuthority(pki)
         serving = ca.issue(
             "apiserver", "kube-apiserver",
             server_names=("127.0.0.1", "localhost", "kubernetes", "kubernetes.default",
@@ -196,6 +206,8 @@ class ControlPlane:
         )
         admin = ca.issue("admin", "kdra-admin", organization="system:masters", client=True)
         kcm = ca.issue("controller-manager", "system:kube-controller-manager", client=True)
+        kubelet_client = ca.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client",
+                                  organization="system:masters", client=True)
         sa_key = service_account_key(pki)
         self.etcd_port = self.etcd_port or free_port()
         self.api_port = self.api_port or free_port()
@@ -230,6 +242,9 @@ class ControlPlane:
             "--authorization-mode", "Node,RBAC",
             "--service-cluster-ip-range", SERVICE_CIDR,
             "--allow-privileged=true",
+            "--kubelet-client-certificate", str(kubelet_client.cert),
+            "--kubelet-client-key", str(kubelet_client.key),
+            "--kubelet-certificate-authority", str(ca.cert_path),
             "--profiling=false",
             "--v=1",
             *self.apiserver_args,
@@ -253,6 +268,19 @@ class ControlPlane:
                 *self.controller_manager_args,
             ])
             self._wait(self._default_service_account_exists, "kube-controller-manager", timeout)
+
+        if self.with_scheduler:
+            scheduler = ca.issue("scheduler", "system:kube-scheduler", client=True)
+            config = self.workdir / "scheduler.kubeconfig"
+            _write_kubeconfig(config, self.server, ca.cert_path, scheduler, "scheduler")
+            self._spawn("kube-scheduler", [
+                "--kubeconfig", str(config),
+                "--authentication-kubeconfig", str(config),
+                "--authorization-kubeconfig", str(config),
+                "--leader-elect=false",
+                "--bind-address", "127.0.0.1", "--secure-port", str(free_port()),
+                "--v=1",
+            ])
 
     def _default_service_account_exists(self) -> bool:
         self._check_alive()

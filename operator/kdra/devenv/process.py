@@ -15,7 +15,8 @@ Invariants:
 - Every such process carries ``KDRA_DEVENV_OWNER=<pid>:<start time>:<run directory>`` in its
   environment (and passes it on to its own children). :func:`sweep` kills only processes whose
   marker names a run directory under the given root and whose owner no longer exists: a
-  concurrent run, whose owner is alive, is never touched.
+  concurrent run, whose owner is alive, is never touched (unless the caller owns that run
+  directory and says so: ``include_live``, for a node's clean-up of its own processes).
 - :func:`terminate` stops a process group with SIGTERM, then SIGKILL after a grace period.
 """
 
@@ -149,17 +150,18 @@ def _markers() -> Iterator[tuple[int, str]]:
                 break
 
 
-def sweep(root: Path) -> list[int]:
+def sweep(root: Path, *, include_live: bool = False) -> list[int]:
     """Kill left-overs of earlier runs under ``root``: processes whose marker names a run
-    directory under ``root`` and whose owner process is gone. Returns the PIDs killed."""
+    directory under ``root`` and whose owner process is gone (``include_live``: whether or
+    not it is; never this process). Returns the PIDs killed."""
     root = root.resolve()
     killed = []
     for pid, marker in _markers():
         owner, _, rest = marker.partition(":")
         started, _, run_dir = rest.partition(":")
-        if not owner.isdigit() or not Path(run_dir).is_relative_to(root):
+        if not owner.isdigit() or not Path(run_dir).is_relative_to(root) or pid == os.getpid():
             continue
-        if _start_time(int(owner)) == started:
+        if not include_live and _start_time(int(owner)) == started:
             continue  # its owner is alive: a run in progress
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)

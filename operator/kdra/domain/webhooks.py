@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +63,7 @@ __all__ = [
     "VALIDATE_PATH",
     "VALIDATING_CONFIG",
     "Endpoint",
+    "contains",
     "conversion",
     "mutating_configuration",
     "operator_username",
@@ -295,3 +296,15 @@ def conversion_patch(endpoint: Endpoint, ca_bundle: bytes | None) -> dict[str, A
     client_config.setdefault("url", None)
     client_config.setdefault("service", None)
     return {"spec": {"conversion": desired}}
+
+
+def contains(live: Any, desired: Any) -> bool:
+    """Whether ``live`` (an object as the API server returns it) already holds everything
+    ``desired`` sets: the defaults the API server adds do not count as differences."""
+    if isinstance(desired, Mapping):
+        return isinstance(live, Mapping) and all(
+            key in live and contains(live[key], value) for key, value in desired.items())
+    if isinstance(desired, list):
+        return (isinstance(live, list) and len(live) == len(desired)
+                and all(contains(a, b) for a, b in zip(live, desired, strict=True)))
+    return bool(live == desired)

@@ -8,7 +8,7 @@ The operator starts one :class:`WebhookServer` (unless ``webhook_port`` is 0). I
   :func:`kdra.domain.bindings.binding_decision` for the operator's own pod bindings (the pod
   read from the API server),
 * ``POST /mutate-pods`` — :func:`kdra.domain.admission.mutate_pod`,
-* ``POST /convert`` — :func:`kdra.domain.models.conversion.review` (kdra's four kinds between
+* ``POST /convert`` — :func:`kdra.services.conversion.convert` (kdra's four kinds between
   ``v1`` and ``v1alpha3``),
 * ``GET /healthz`` — ``ok``,
 
@@ -17,7 +17,8 @@ generated one kept in the Secret ``kdra-webhook-tls`` (shared by replicas, rotat
 replica first finds it due, see :mod:`kdra.services.certs`). With ``webhook_manage_config`` it
 creates and keeps the ``kdra-mutating`` / ``kdra-validating`` configurations
 (:mod:`kdra.domain.webhooks`) current, CA bundle included, and points the four CRDs'
-``spec.conversion`` at this server with the same CA bundle; where it may change only the
+``spec.conversion`` at this server with the same CA bundle (:mod:`kdra.services.conversion`);
+where it may change only the
 configurations' CA bundle (in a cluster, the ValidatingAdmissionPolicy
 ``kdra-operator-webhooks``), it keeps that current and warns that the rest differs from this
 version's (re-apply manifests/webhooks).
@@ -30,10 +31,8 @@ Invariants:
   *before* this replica switches to the new certificate.
 - The configurations are left in place on shutdown: failing closed is the point (see
   :mod:`kdra.domain.webhooks` for why ordinary pods are unaffected).
-- Decisions and conversions run in a worker thread: compiling a 10 KiB CEL selector, or
-  converting a list of a thousand objects, must not stall kopf's event loop.
-- A CRD that is missing (not installed yet) is skipped with a warning; the conversion of the
-  others is still kept current.
+- Decisions run in a worker thread: compiling a 10 KiB CEL selector must not stall kopf's
+  event loop (conversions too, :mod:`kdra.services.conversion`).
 - Every review gets an AdmissionReview answer, even one whose object cannot be decoded (nested
   deeper than the JSON decoder's limit): it is denied, naming why, if its uid can be read.
 """
@@ -60,10 +59,8 @@ from kdra.domain import admission
 from kdra.domain.bindings import binding_decision, is_binding
 from kdra.domain.errors import InvalidObject
 from kdra.domain.jsonscan import path_value
-from kdra.domain.models import conversion
 from kdra.domain.webhooks import (
     CONVERT_PATH,
-    CRD_NAMES,
     HEALTHZ_PATH,
     LABELS,
     MUTATE_PODS_PATH,
@@ -71,14 +68,13 @@ from kdra.domain.webhooks import (
     TLS_SECRET,
     VALIDATE_PATH,
     Endpoint,
-    conversion_patch,
+    contains,
     mutating_configuration,
     service_dns_names,
     trusted_usernames,
     validating_configuration,
 )
 from kdra.kube.client import (
-    CRDS,
     MUTATING_WEBHOOKS,
     NAMESPACES,
     PODS,
@@ -93,6 +89,7 @@ from kdra.kube.client import (
 )
 from kdra.services import certs
 from kdra.services.certs import TlsBundle
+from kdra.services.conversion import convert, point_crds
 from kdra.services.gpu_lookup import GpuClaimLookup
 from kdra.settings import OperatorSettings
 
@@ -172,7 +169,7 @@ class WebhookServer:
         app = web.Application(client_max_size=MAX_BODY)
         app.router.add_post(VALIDATE_PATH, self._validate)
         app.router.add_post(MUTATE_PODS_PATH, self._mutate_pods)
-        app.router.add_post(CONVERT_PATH, self._convert)
+        app.router.add_post(CONVERT_PATH, convert)
         app.router.add_get(HEALTHZ_PATH, self._healthz)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -327,28 +324,9 @@ class WebhookServer:
                                                            self.trusted)),
         ):
             await self._apply(resource, desired)
-        await self._apply_conversion(bundle)
-
-    async def _apply_conversion(self, bundle: TlsBundle) -> None:
-        """Point each CRD's conversion webhook at this server (only when it does not yet)."""
         assert self.client is not None
-        patch = conversion_patch(self.endpoint, bundle.ca_pem)
-        wanted = {k: v for k, v in patch["spec"]["conversion"]["webhook"]["clientConfig"].items()
-                  if v is not None}
-        for name in CRD_NAMES:
-            try:
-                live = await self.client.get(CRDS, name)
-            except NotFound:
-                log.warning("CRD %s is not installed: its conversion webhook is not configured "
-                            "(install crds/, then the operator configures it)", name)
-                continue
-            current = ((live.get("spec") or {}).get("conversion") or {}).get("webhook") or {}
-            if _contains(current.get("clientConfig") or {}, wanted) and \
-                    set(current.get("clientConfig") or {}) == set(wanted):
-                continue
-            await self.client.patch(CRDS, name, patch)
-            log.info("pointed the conversion webhook of CRD %s at %s", name,
-                     self.endpoint.url or f"Service {self.settings.namespace}/{SERVICE_NAME}")
+        await point_crds(self.client, self.endpoint, bundle.ca_pem, self.endpoint.url or
+                         f"Service {self.settings.namespace}/{SERVICE_NAME}")
 
     async def _apply(self, resource: Resource, desired: dict[str, Any]) -> None:
         assert self.client is not None
@@ -363,7 +341,7 @@ class WebhookServer:
                     continue
                 log.info("created %s %s", resource.kind, name)
                 return
-            if _contains(live, desired):
+            if contains(live, desired):
                 return
             meta = live["metadata"]
             body = {**desired, "metadata": {
@@ -397,7 +375,7 @@ class WebhookServer:
             bundle = bundles.get(webhook.get("name"))
             if bundle:
                 webhook.setdefault("clientConfig", {})["caBundle"] = bundle
-        differs = not _contains(body, desired)
+        differs = not contains(body, desired)
         if body != live:
             try:
                 await self.client.replace(resource, body)
@@ -471,26 +449,6 @@ class WebhookServer:
             log.warning("denied %s: %s", _describe(body), answer["response"]["status"]["message"])
         return web.json_response(answer)
 
-    async def _convert(self, request: web.Request) -> web.Response:
-        raw = await request.read()
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            return web.json_response({"error": "the body is not JSON (or is nested too deeply)"},
-                                     status=400)
-        loop = asyncio.get_running_loop()
-        try:
-            answer = await loop.run_in_executor(None, conversion.review, body)
-        except InvalidObject as exc:
-            return web.json_response({"error": str(exc)}, status=400)
-        except RecursionError:  # nothing the API server sends is nested this deep
-            return web.json_response({"error": "the objects are nested too deeply"},
-                                     status=400)
-        result = answer["response"]["result"]
-        if result["status"] != "Success":
-            log.warning("conversion failed: %s", result.get("message"))
-        return web.json_response(answer)
-
     async def _mutate_pods(self, request: web.Request) -> web.Response:
         return await self._review(request, admission.mutate_pod, gpu_lookup=True)
 
@@ -538,15 +496,3 @@ def _describe(body: Mapping[str, Any]) -> str:
         "metadata", {}).get("generateName", "?")
     namespace = request.get("namespace")
     return f"{request.get('operation', '?')} {kind} {namespace + '/' if namespace else ''}{name}"
-
-
-def _contains(live: Any, desired: Any) -> bool:
-    """Whether ``live`` already holds everything ``desired`` sets (the API server adds
-    defaults, which do not count as differences)."""
-    if isinstance(desired, Mapping):
-        return isinstance(live, Mapping) and all(
-            key in live and _contains(live[key], value) for key, value in desired.items())
-    if isinstance(desired, list):
-        return (isinstance(live, list) and len(live) == len(desired)
-                and all(_contains(a, b) for a, b in zip(live, desired, strict=True)))
-    return bool(live == desired)

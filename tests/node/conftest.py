@@ -1,0 +1,63 @@
+"""The real-node tier: containers really run (containerd 2.x, runc, CNI, kubelet).
+
+Every test here gets the ``node`` marker. The tier needs root and a machine that can run
+containers; where it cannot, each test is skipped with the exact reason - unless
+``KDRA_REQUIRE_NODE=1`` (CI sets it), which turns that skip into a failure, so a CI machine
+that lost the ability to run containers cannot pass by skipping.
+
+``host_before`` is the host's state (:mod:`tests.node.hoststate`) before the first test of
+the tier changed anything; ``test_host.py`` compares it with the state after the deployed
+cluster (``tests/node/deployed``) is gone.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kdra.devenv.containerd import missing_prerequisites
+from tests.node import hoststate
+
+#: Seconds a test of the tier may take, its fixtures included: the first one builds kdra's image
+#: and the node's base image when they are not cached (10-15 minutes on 2 busy cores).
+TIMEOUT = 2700
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if Path(str(item.fspath)).is_relative_to(Path(__file__).parent):
+            item.add_marker(pytest.mark.node)
+            if item.get_closest_marker("timeout") is None:
+                item.add_marker(pytest.mark.timeout(TIMEOUT))
+
+
+def why_not() -> str:
+    """Why containers cannot run on this machine ('' when they can). Missing Debian
+    packages are not a reason: the node installs them."""
+    problems = missing_prerequisites()
+    problems = [p for p in problems if "runc" not in p]  # installed by the node itself
+    if shutil.which("apt-get") is None and shutil.which("runc") is None:
+        problems.append("no runc and no apt-get to install it")
+    if shutil.which("go") is None and not (
+            Path(os.environ.get("KDRA_CACHE", Path.home() / ".cache" / "kdra")) / "bin").is_dir():
+        problems.append("no Go toolchain to build kubelet and containerd")
+    return "; ".join(problems)
+
+
+def require_node() -> None:
+    """Skip (or fail, under KDRA_REQUIRE_NODE=1) when containers cannot run here."""
+    reason = why_not()
+    if not reason:
+        return
+    if os.environ.get("KDRA_REQUIRE_NODE") == "1":
+        pytest.fail(f"KDRA_REQUIRE_NODE=1 but this machine cannot run containers: {reason}")
+    pytest.skip(f"this machine cannot run containers: {reason}")
+
+
+@pytest.fixture(scope="session")
+def host_before() -> dict[str, str]:
+    require_node()
+    return hoststate.snapshot()
