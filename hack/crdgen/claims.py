@@ -42,8 +42,8 @@ def _props(node: Node, *path: str) -> Node:
 
 def toleration_schema() -> Node:
     return obj(
-        "A toleration: which device taints the request accepts (kdra does not act on device "
-        "taints yet: a claim with tolerations is reported as not supported until it does).",
+        "A toleration: which device taints the request accepts (upstream's matching: empty "
+        "key with `Exists` matches every taint, empty effect every effect).",
         {
             "key": string("The taint key to match; empty matches every key (then `operator` "
                           "must be `Exists`). A label name.", max_length=317,
@@ -86,9 +86,9 @@ def _counted(alpha_request: Node, *, subrequest: bool) -> Node:
             "are not taken away from others. Only allowed in namespaces labelled "
             "`resource.kdra.dev/admin-access: \"true\"`. Defaults to false.")
     properties["tolerations"] = arr(
-        f"Device taints {who} tolerates. Accepted, but kdra does not act on device taints "
-        "yet: a claim that sets tolerations is not allocated and its pod is told that the "
-        "field is not supported yet. At most 16.",
+        f"Device taints {who} tolerates: a device with a `NoSchedule` or `NoExecute` taint "
+        "is allocated only when a toleration matches it, and a pod using a device with a "
+        "`NoExecute` taint is evicted after `tolerationSeconds` (never, without). At most 16.",
         toleration_schema(), max_items=16)
     properties["capacity"] = obj(
         f"How much of each capacity {who} needs from each device (consumable capacity). "

@@ -139,8 +139,10 @@ def _device(alpha_device: Node, alpha_spec: Node) -> Node:
         "allNodes": boolean("With `perDeviceNodeSelection`: every node can reach this device "
                             "(only `true` may be set). " + NOT_YET),
         "taints": arr("Taints on the device. A device with a `NoSchedule` or `NoExecute` "
-                      "taint is not allocated (kdra does not match tolerations yet); `None` "
-                      "taints are informational. At most 16.", _taint(), max_items=16),
+                      "taint is allocated only to requests that tolerate it; `NoExecute` also "
+                      "evicts pods using it that do not tolerate it; `None` taints are "
+                      "informational. kdra's agent taints unhealthy devices "
+                      "`gpu.kdra.dev/unhealthy`. At most 16.", _taint(), max_items=16),
         "bindsToNode": boolean("The allocation must be limited to the node chosen at "
                                "allocation time. " + NOT_YET),
         "bindingConditions": arr("Conditions that must be True in the claim's "

@@ -36,6 +36,37 @@ def _agent(args: argparse.Namespace) -> int:
     return run_agent(agent_from_args(args))
 
 
+def _health_mark(args: argparse.Namespace) -> int:
+    """Write a health mark for a running agent to pick up at its next poll."""
+    import json
+    import os
+    from pathlib import Path
+
+    from kdra.domain.health import Health
+    from kdra.domain.taints import label_value
+    from kdra.services.agent.health import ANY_NODE, Mark, MarksError, default_reason, write_mark
+
+    try:
+        health = Health.parse(args.health)
+    except ValueError as exc:
+        print(f"kdra agent health mark: {exc}", file=sys.stderr)
+        return 2
+    state_dir = args.state_dir or os.environ.get("KDRA_STATE_DIR") or "/var/lib/kdra"
+    path = Path(args.marks_file or os.environ.get("KDRA_HEALTH_MARKS")
+                or Path(state_dir) / "health-marks.json")
+    node = args.node or os.environ.get("NODE_NAME") or ANY_NODE
+    mark = Mark(node, args.driver, args.device, health,
+                label_value(args.reason, default_reason(health)) if args.reason
+                else default_reason(health))
+    try:
+        marks = write_mark(path, mark)
+    except (MarksError, OSError) as exc:
+        print(f"kdra agent health mark: cannot update {path}: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps({"file": str(path), "marks": [m.to_json() for m in marks]}, indent=1))
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     if args.node == "real":
         from kdra.demo_node import run_node_demo
@@ -148,6 +179,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_arguments(agent, AgentSettings)
     agent.set_defaults(func=_agent)
+    agent_sub = agent.add_subparsers(dest="agent_command", metavar="ADMIN", required=False)
+    health = agent_sub.add_parser(
+        "health", help="administer device health (see `kdra agent health mark --help`)")
+    health_sub = health.add_subparsers(dest="health_command", metavar="ACTION", required=True)
+    mark = health_sub.add_parser(
+        "mark", help="declare a device unhealthy, lost or healthy again",
+        description="Record in the agent's marks file that a device is unhealthy (its slice "
+        "gets the gpu.kdra.dev/unhealthy taint with effect NoSchedule after the debounce), "
+        "lost (NoExecute: pods not tolerating it are evicted) or healthy (the taint goes after "
+        "the settled period). The running agent reads the file at its next poll.")
+    mark.add_argument("device", help="device name, e.g. gpu-0")
+    mark.add_argument("health", metavar="unhealthy|lost|healthy")
+    mark.add_argument("--node", default=None,
+                      help="node whose device it is (default: $NODE_NAME, else every node)")
+    mark.add_argument("--driver", default="gpu.kdra.dev", help="driver (default gpu.kdra.dev)")
+    mark.add_argument("--reason", default="",
+                      help="short reason, the taint's value (default MarkedUnhealthy/MarkedLost)")
+    mark.add_argument("--state-dir", default=None,
+                      help="the agent's state directory (default $KDRA_STATE_DIR, /var/lib/kdra)")
+    mark.add_argument("--marks-file", default=None,
+                      help="the marks file (default $KDRA_HEALTH_MARKS, "
+                      "<state-dir>/health-marks.json)")
+    mark.set_defaults(func=_health_mark)
 
     demo = sub.add_parser(
         "demo",

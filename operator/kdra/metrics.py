@@ -101,6 +101,7 @@ def init_series() -> None:
     for reason in SLICE_GC_REASONS:
         slice_gc_deletions.labels(reason=reason)
     init_binder_series()
+    init_taint_series()
 
 
 def record_claim_create(success: bool) -> None:
@@ -141,7 +142,8 @@ agent_prepared_claims = Gauge(
 )
 agent_devices = Gauge(
     "kdra_agent_devices",
-    "Devices the agent discovered, by health; unhealthy devices are not published.",
+    "Devices the agent discovered, by applied health (after the debounce); unhealthy devices "
+    "are published with the gpu.kdra.dev/unhealthy taint.",
     ["health"],
 )
 agent_slice_publishes = Counter(
@@ -187,10 +189,23 @@ agent_nri_connected = Gauge(
 )
 
 
+HEALTH_STATES = ("healthy", "degraded", "lost")
+
+device_health_transitions = Counter(
+    "kdra_device_health_transitions_total",
+    "Applied health changes of devices (after the debounce and settled period), by the "
+    "state a device went to: degraded (tainted NoSchedule), lost (tainted NoExecute), healthy "
+    "(taint removed).",
+    ["to"],
+)
+
+
 def init_agent_series() -> None:
     init_watch_series()
     for health in DEVICE_HEALTH:
         agent_devices.labels(health=health).set(0)
+    for state in HEALTH_STATES:
+        device_health_transitions.labels(to=state)
     agent_prepared_claims.set(0)
     for reason in AGENT_SLICE_DELETION_REASONS:
         agent_slice_deletions.labels(reason=reason)
@@ -210,6 +225,11 @@ def observe_nri_adjustment(result: str, seconds: float) -> None:
 
 def set_nri_connected(connected: bool) -> None:
     agent_nri_connected.set(1 if connected else 0)
+
+
+def record_health_transition(to: str) -> None:
+    if to in HEALTH_STATES:
+        device_health_transitions.labels(to=to).inc()
 
 
 def observe_prepare(seconds: float, ok: bool) -> None:
@@ -233,6 +253,46 @@ def set_agent_devices(healthy: int, unhealthy: int) -> None:
 
 def set_prepared_claims(count: int) -> None:
     agent_prepared_claims.set(count)
+
+
+# --------------------------------------------------------------------------- device taints
+# Served by the operator: the taints of published devices (slices and DeviceTaintRules) and
+# the evictions NoExecute taints caused.
+
+TAINT_EFFECTS = ("NoSchedule", "NoExecute", "None")
+TAINT_REASONS = ("unhealthy", "rule", "driver")
+"""unhealthy: kdra's agent (key gpu.kdra.dev/unhealthy); rule: a DeviceTaintRule; driver:
+any other taint a slice carries."""
+
+device_taints = Gauge(
+    "kdra_device_taints",
+    "Taints on published devices now, by effect and by where they come from (unhealthy: the "
+    "agent's health loop; rule: a DeviceTaintRule; driver: other slice taints).",
+    ["effect", "reason"],
+)
+taint_evictions = Counter(
+    "kdra_taint_evictions_total",
+    "Pods the operator evicted (Eviction API) because a device they use has a NoExecute taint "
+    "they do not tolerate (or no longer, after tolerationSeconds).",
+)
+
+
+def init_taint_series() -> None:
+    for effect in TAINT_EFFECTS:
+        for reason in TAINT_REASONS:
+            device_taints.labels(effect=effect, reason=reason).set(0)
+    taint_evictions.inc(0)
+
+
+def set_device_taints(counts: dict[tuple[str, str], int]) -> None:
+    """``counts[(effect, reason)]``; unknown effects count as None."""
+    for effect in TAINT_EFFECTS:
+        for reason in TAINT_REASONS:
+            device_taints.labels(effect=effect, reason=reason).set(counts.get((effect, reason), 0))
+
+
+def record_taint_eviction() -> None:
+    taint_evictions.inc()
 
 
 def serve(port: int, registry: CollectorRegistry = REGISTRY) -> None:

@@ -179,6 +179,27 @@ class AgentSettings:
     resync_period: float = 60.0
     """Seconds between checks that the published slices still exist as published."""
 
+    health_poll: float = 2.0
+    """Seconds between health checks: the sources (NVML, the marks file, the inventory's
+    verdict) are asked and the debounce advances."""
+
+    health_debounce: float = 10.0
+    """Seconds a device must be seen unhealthy (or lost) without interruption before its
+    slice gets the gpu.kdra.dev/unhealthy taint (NoSchedule when degraded, NoExecute when
+    lost). Checked every --inventory-poll seconds."""
+
+    health_settle: float = 120.0
+    """Seconds a tainted device must be seen healthy without interruption before its taint is
+    removed (the settled period: a flapping device does not thrash its slice)."""
+
+    health_marks: str = ""
+    """The marks file `kdra agent health mark` writes (devices an administrator declared
+    unhealthy or lost); empty: <state-dir>/health-marks.json."""
+
+    nvml_xid_hold: float = 300.0
+    """Seconds an NVML XID critical error keeps its GPU degraded (lost for XID 79) after it
+    was seen; the settled period follows before the taint goes."""
+
     simulate_nodes: str = field(default="", metadata={"multi": True})
     """Serve many simulated nodes from one process, each with its own pool, Lease and
     checkpoint: 'node-{0..99}' (quoted), or names separated by commas or spaces."""

@@ -108,11 +108,17 @@ def test_sighup_rereads_the_inventory(control_plane: ControlPlane,
     agent.inventory.write_text("gpus: [{profile: L4-24GB, count: 2, unhealthy: [1]}]\n")
     assert agent.proc.popen is not None
     os.kill(agent.proc.popen.pid, signal.SIGHUP)
+    # Issue 25: the unhealthy device stays published and gets the health taint once the
+    # health loop (every 2 s, independent of --inventory-poll) has debounced it.
     wait_for(lambda: generations(control_plane, node) == [1], timeout=60,
              what="generation 1 after SIGHUP")
     (slice_,) = slices_of(control_plane, node)
-    assert [d["name"] for d in slice_["spec"]["devices"]] == ["gpu-0"]  # unhealthy left out
+    assert [d["name"] for d in slice_["spec"]["devices"]] == ["gpu-0", "gpu-1"]
+    assert "taints" not in slice_["spec"]["devices"][0]
+    (taint,) = slice_["spec"]["devices"][1]["taints"]
+    assert (taint["key"], taint["effect"]) == ("gpu.kdra.dev/unhealthy", "NoSchedule")
     assert agent.metric('kdra_agent_devices{health="unhealthy"}') == 1.0
+    assert agent.metric('kdra_device_health_transitions_total{to="degraded"}') == 1.0
 
 
 def test_malformed_inventory_stops_the_agent(control_plane: ControlPlane,

@@ -290,8 +290,14 @@ OPERATOR_ALLOWED = [
     ("update", "leases.coordination.k8s.io/kdra-operator", "-n", SYSTEM),
     ("patch", "customresourcedefinitions.apiextensions.k8s.io/resourceclaims.resource.kdra.dev"),
     ("get", "namespaces/team-a"),
+    # issue 25: the taint eviction controller
+    ("create", "pods", "--subresource=eviction", "-n", "team-a"),
+    ("watch", "devicetaintrules.resource.kdra.dev"),
+    ("patch", "devicetaintrules.resource.kdra.dev", "--subresource=status"),
 ]
 OPERATOR_DENIED = [
+    ("update", "devicetaintrules.resource.kdra.dev"),
+    ("create", "devicetaintrules.resource.kdra.dev"),
     ("patch", "customresourcedefinitions.apiextensions.k8s.io/other.example.com"),
     ("update", "namespaces/team-a"),
     ("delete", "pods", "-n", "team-a"),

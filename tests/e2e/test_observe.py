@@ -227,17 +227,18 @@ def test_kubectl_kdra_free(loaded: Demo) -> None:
     table = rows(result.stdout)
     assert table[0] == ["CLASS", "NODE", "POOL", "TOTAL", "ALLOCATED", "FREE", "UNHEALTHY"]
     gpu_rows = [r for r in table if r[0] == GPU and r[1].startswith("gpu-node-")]
-    # Each node: 8 H100 + 3 healthy A100 (the fourth is unhealthy, left out of the slice).
+    # Each node: 8 H100 + 4 A100, the fourth A100 unhealthy — published with the agent's
+    # health taint since issue 25 (it used to be left out of the slice: 11 per node).
     assert [(r[1], r[2], r[3]) for r in gpu_rows] == [
-        (f"gpu-node-{i}", f"{GPU}/gpu-node-{i}", "11") for i in range(3)]
-    # train-0..2, pair-0 (2) and fill-1/fill-2 (8 each): 21 of 33.
+        (f"gpu-node-{i}", f"{GPU}/gpu-node-{i}", "12") for i in range(3)]
+    # train-0..2, pair-0 (2) and fill-1/fill-2 (8 each): 21 of the 33 healthy ones.
     assert sum(int(r[4]) for r in gpu_rows) == 21
-    assert all(int(r[4]) + int(r[5]) == 11 and r[6] == "0" for r in gpu_rows)
+    assert all(int(r[4]) + int(r[5]) == 11 and r[6] == "1" for r in gpu_rows)
     assert ["resource.example.com", "worker-1", "resource-driver.example.com/worker-1", "6",
             "2", "4", "0"] in table
-    assert [GPU, "33", "21", "12", "0"] in table  # totals per class
+    assert [GPU, "36", "21", "12", "3"] in table  # totals per class
     data = json.loads(loaded.kubectl("kdra", "free", "-o", "json").stdout)
-    assert {"class": GPU, "total": 33, "allocated": 21, "free": 12, "unhealthy": 0} in \
+    assert {"class": GPU, "total": 36, "allocated": 21, "free": 12, "unhealthy": 3} in \
         data["classes"]
     assert data["notes"] == []
 
@@ -288,7 +289,8 @@ def test_kubectl_kdra_top(loaded: Demo) -> None:
 
 def test_describe_and_check_from_the_users_kubeconfig(loaded: Demo) -> None:
     described = loaded.kubectl("kdra", "describe", "--summary").stdout
-    assert re.search(r"^gpu-node-0\s+gpu.kdra.dev\s+gpu-node-0\s+\d+\s+11\s+5\s+6$",
+    # 12 devices, one tainted unhealthy (issue 25): 5 allocated, 6 free to take.
+    assert re.search(r"^gpu-node-0\s+gpu.kdra.dev\s+gpu-node-0\s+\d+\s+12\s+5\s+6$",
                      described, re.M), described
     check = loaded.kubectl("kdra", "check", check=False)
     assert check.returncode == 0, check.stdout + check.stderr
@@ -330,7 +332,7 @@ def test_a_user_with_little_rbac_is_told_what_could_not_be_read(loaded: Demo) ->
     free = loaded.kubectl("kdra", "free", "--as", "alice")
     assert "could not read ResourceClaims in all namespaces: 403 Forbidden" in free.stderr
     assert "only namespace default's claims are counted" in free.stderr
-    assert [GPU, "33", "21", "12", "0"] in rows(free.stdout)  # every claim is in default
+    assert [GPU, "36", "21", "12", "3"] in rows(free.stdout)  # every claim is in default
 
     why = loaded.kubectl("kdra", "why", "big", "--as", "alice")
     assert "could not read nodes (cluster-wide): 403 Forbidden" in why.stderr, why.stderr

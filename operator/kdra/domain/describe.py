@@ -18,6 +18,10 @@ Rules:
   it is listed with the claim as not published, and counted in no pool.
 - A claim's node is the one its allocation's node selector names (``matchFields metadata.name
   In [node]``, what the allocator writes for node-local devices); empty otherwise.
+- A device with a ``NoSchedule`` or ``NoExecute`` taint in its slice (e.g. the agent's
+  ``gpu.kdra.dev/unhealthy``) shows it beside its state: ``free (tainted
+  gpu.kdra.dev/unhealthy=XID-48:NoSchedule)``; informational taints are not shown. A pool's
+  FREE counts devices nobody holds *and* no acting taint keeps from new claims.
 - Malformed or partial objects never make describing fail: a missing field reads as empty.
 """
 
@@ -69,10 +73,13 @@ class DeviceRow:
     name: str
     details: str
     holders: tuple[Holder, ...] = ()
+    taints: tuple[str, ...] = ()
+    """Acting taints as ``key=value:Effect``."""
 
     @property
     def state(self) -> str:
-        return "allocated" if self.holders else "free"
+        state = "allocated" if self.holders else "free"
+        return f"{state} (tainted {', '.join(self.taints)})" if self.taints else state
 
 
 @dataclass(frozen=True)
@@ -95,7 +102,9 @@ class PoolRow:
 
     @property
     def free(self) -> int:
-        return self.total - self.allocated
+        """Devices nobody holds and no acting taint keeps from new claims (as ``kubectl kdra
+        free`` counts them)."""
+        return sum(1 for device in self.devices if not device.holders and not device.taints)
 
 
 @dataclass(frozen=True)
@@ -150,6 +159,7 @@ class Description:
                 "total": pool.total, "allocated": pool.allocated, "free": pool.free,
                 "devices": [{
                     "name": device.name, "details": device.details, "state": device.state,
+                    "taints": list(device.taints),
                     "claims": [{"claim": h.claim, "request": h.request, "pods": list(h.pods),
                                 "ready": h.ready} for h in device.holders],
                 } for device in pool.devices],
@@ -239,11 +249,23 @@ def _pool_row(key: tuple[str, str], members: list[JSON],
             seen.add(device_name)
             devices.append(DeviceRow(
                 name=device_name, details=_details(_map(device), driver),
-                holders=tuple(holders.get((driver, name, device_name), ()))))
+                holders=tuple(holders.get((driver, name, device_name), ())),
+                taints=_taints(_map(device))))
     devices.sort(key=lambda d: natural(d.name))
     return PoolRow(node=_slice_node(first), driver=driver, pool=name,
                    generation=_generation(members[0]), complete=len(members) == expected,
                    devices=tuple(devices))
+
+
+def _taints(device: JSON) -> tuple[str, ...]:
+    found = []
+    for raw in _list(device.get("taints"))[:16]:
+        taint = _map(raw)
+        effect = str(taint.get("effect") or "")
+        if effect in ("NoSchedule", "NoExecute"):
+            value = str(taint.get("value") or "")
+            found.append(f"{taint.get('key')}{'=' + value if value else ''}:{effect}")
+    return tuple(found)
 
 
 def _slice_node(spec: JSON) -> str:
@@ -301,6 +323,10 @@ def _claim_row(claim: JSON) -> ClaimRow:
             if condition.get("status") == "False" and condition.get("reason") == \
                     UNHEALTHY_REASON:
                 unhealthy.add(key)
+        health = next((c for c in map(_map, _list(entry.get("conditions")))
+                       if c.get("type") == "Healthy"), None)
+        if health is not None and health.get("status") == "False":
+            unhealthy.add(key)  # the agent's applied health (issue 25)
     classes = _request_classes(_map(_map(claim.get("spec")).get("devices")))
     devices = []
     for result in map(_map, _list(_map(_map(allocation).get("devices")).get("results"))):

@@ -9,7 +9,9 @@ parsed here) and publishes them; this module holds everything about that which n
 - :func:`plan_publication` turns one driver's devices into the pool's slices (at most 128
   devices each, ``resourceSliceCount`` set, deterministic names) and decides whether the pool's
   ``generation`` must be bumped: whenever the set of published devices or any device changes,
-  health included (an unhealthy device is left out of the slices, so it is never allocated).
+  taints included. Every device is published; an unhealthy one carries the agent's
+  ``gpu.kdra.dev/unhealthy`` taint (set by the agent's health loop, kdra.domain.health), so
+  claims that do not tolerate it never get it.
 
 Inventory format (every key optional, unknown keys are errors)::
 
@@ -71,8 +73,10 @@ from kdra.domain.models import (
     MAX_ATTRIBUTES_AND_CAPACITY,
     MAX_DEVICES_PER_SLICE,
 )
+from kdra.domain.models.base import MAX_DEVICES_PER_SLICE_ADVANCED
 from kdra.domain.quantity import is_valid_quantity
 from kdra.domain.semver import is_valid_version
+from kdra.domain.taints import Taint
 
 AttributeValue = Mapping[str, int | bool | str]
 """One attribute in the API's form: exactly one of ``{"int": 1}``, ``{"bool": true}``,
@@ -98,6 +102,8 @@ class InventoryDevice:
     """Why the device is unhealthy (empty when healthy)."""
     device_nodes: tuple[str, ...] = ()
     """Host device nodes a container needs (``/dev/nvidia3``): set only for real GPUs."""
+    taints: tuple[Taint, ...] = ()
+    """Taints to publish (the agent's health loop sets them; discovery never does)."""
 
     def attribute(self, name: str) -> int | bool | str | None:
         value = self.attributes.get(name)
@@ -110,6 +116,8 @@ class InventoryDevice:
             device["attributes"] = {k: dict(v) for k, v in sorted(self.attributes.items())}
         if self.capacity:
             device["capacity"] = {k: {"value": v} for k, v in sorted(self.capacity.items())}
+        if self.taints:
+            device["taints"] = [taint.to_api() for taint in self.taints]
         return device
 
 
@@ -528,13 +536,14 @@ def chunk(devices: Sequence[InventoryDevice],
 def build_slices(*, node: str, driver: str, devices: Sequence[InventoryDevice], generation: int,
                  owner: Mapping[str, str] | None = None,
                  labels: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
-    """The pool ``node`` of ``driver``: healthy devices only, at most 128 per slice, every
-    slice with ``nodeName``, the same ``generation`` and ``resourceSliceCount``.
+    """The pool ``node`` of ``driver``: every device, at most 128 per slice (64 when a device
+    of the pool has taints, upstream's limit), every slice with ``nodeName``, the same
+    ``generation`` and ``resourceSliceCount``.
 
     ``owner`` is the Node (``{"name", "uid"}``): the slices get an owner reference to it, so
     deleting the Node deletes them (the API server's garbage collector)."""
-    healthy = [device for device in devices if device.healthy]
-    parts = chunk(healthy)
+    tainted = any(device.taints for device in devices)
+    parts = chunk(devices, MAX_DEVICES_PER_SLICE_ADVANCED if tainted else MAX_DEVICES_PER_SLICE)
     slices = []
     for index, part in enumerate(parts):
         metadata: dict[str, Any] = {"name": slice_name(node, driver, index)}

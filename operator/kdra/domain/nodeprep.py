@@ -47,6 +47,8 @@ CLAIM_UID_ANNOTATION = f"{CDI_VENDOR}/claim-uid"
 DRIVER_ANNOTATION = f"{CDI_VENDOR}/driver"
 
 READY = "Ready"
+HEALTHY = "Healthy"
+"""The device's applied health (issue 25), beside Ready in ``status.devices[].conditions``."""
 CHECKPOINT_VERSION = 1
 
 JSON = dict[str, Any]
@@ -403,6 +405,8 @@ class DeviceOutcome:
     reason: str
     message: str
     data: Mapping[str, Any] | None = None
+    health: tuple[bool, str, str] | None = None
+    """(healthy, reason, message) for the ``Healthy`` condition; None: not reported."""
 
 
 def ready_outcomes(devices: Sequence[PreparedDevice]) -> list[DeviceOutcome]:
@@ -431,8 +435,23 @@ def device_statuses(outcomes: Sequence[DeviceOutcome], *, now: str,
                            "message": outcome.message[:4096], "lastTransitionTime": since}
         if generation is not None:
             condition["observedGeneration"] = generation
+        conditions = [condition]
+        if outcome.health is not None:
+            healthy, reason, message = outcome.health
+            status = "True" if healthy else "False"
+            old_health = next((c for c in old.get("conditions") or ()
+                               if c.get("type") == HEALTHY), None)
+            since = now
+            if old_health and old_health.get("status") == status \
+                    and old_health.get("lastTransitionTime"):
+                since = old_health["lastTransitionTime"]
+            health: JSON = {"type": HEALTHY, "status": status, "reason": reason,
+                            "message": message[:4096], "lastTransitionTime": since}
+            if generation is not None:
+                health["observedGeneration"] = generation
+            conditions.append(health)
         entry: JSON = {"driver": outcome.driver, "pool": outcome.pool, "device": outcome.device,
-                       "conditions": [condition]}
+                       "conditions": conditions}
         if outcome.data:
             entry["data"] = dict(outcome.data)
         entries.append(entry)

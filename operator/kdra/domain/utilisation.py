@@ -18,13 +18,12 @@ Rules (also in ``docs/user-guide.md``):
   device once.
 - Only the newest generation of a pool counts (as for the allocator); a device name repeated
   in a pool counts once.
-- State, one per device: ``unhealthy`` when a claim holds it and either no current slice
-  publishes it any more (the node agent leaves unhealthy devices out of its slices; the
-  device is still held) or the agent reported it ``Ready=False`` with reason
-  ``DeviceUnhealthy``; ``allocated`` when a claim's allocation names it; ``free`` otherwise.
-  An unhealthy device that no claim holds is simply not published: it is not counted (the
-  agent's own ``kdra_agent_devices{health="unhealthy"}`` counts it). Unpublished devices are
-  counted under their claim's request class, on the claim's node.
+- State, one per device: ``unhealthy`` when its slice carries the agent's acting health
+  taint (``gpu.kdra.dev/unhealthy``, NoSchedule or NoExecute: issue 25), or a claim holds
+  it and either no current slice publishes it any more or the agent reported it
+  ``Ready=False`` with reason ``DeviceUnhealthy`` or ``Healthy=False``; ``allocated`` when
+  a claim's allocation names it; ``free`` otherwise. Unpublished devices are counted under
+  their claim's request class, on the claim's node.
 - A selector that fails on a device (CEL runtime error) or does not compile counts as "does
   not match": the view never fails on bad input.
 
@@ -49,6 +48,7 @@ from kdra.domain.cel import compile_selector
 from kdra.domain.describe import ClaimRow, natural
 from kdra.domain.errors import CelCompileError, CelRuntimeError, InvalidObject
 from kdra.domain.models import DeviceClass, ResourceSlice
+from kdra.domain.taints import UNHEALTHY_KEY, acts
 
 __all__ = [
     "STATES",
@@ -152,6 +152,8 @@ def utilisation(snapshot: Snapshot, claims: Sequence[ClaimRow],
             published.add(entry.id)
             holder = held.get(entry.id)
             state = "free" if holder is None else ("unhealthy" if holder[0] else "allocated")
+            if any(t.key == UNHEALTHY_KEY and acts(t) for t in entry.taints):
+                state = "unhealthy"
             node = _node_of(entry.slice)
             matched = [name for name, selectors in classes
                        if _matches(entry, selectors, stats)] or [NO_CLASS]

@@ -93,6 +93,7 @@ from kdra.domain.scheduling import (
     pod_requests,
     search_window,
 )
+from kdra.domain.taint_rules import parse_rule
 from kdra.domain.untrusted import shorten
 from kdra.kube.client import CLAIMS, PODS, ApiError, Conflict, KubeClient, NotFound
 from kdra.kube.events import EventRecorder
@@ -408,6 +409,19 @@ class Binder:
             except InvalidObject as exc:
                 log.warning("ignoring invalid slice: %s", exc)
                 self.snapshot.remove_slice(name)
+        self._wake()
+
+    def on_rule(self, event_type: str | None, rule: JSON) -> None:
+        """A DeviceTaintRule: its taint applies to matching devices at the next attempt."""
+        name = str(rule["metadata"]["name"])
+        if event_type == "DELETED":
+            self.snapshot.remove_rule(name)
+        else:
+            try:
+                self.snapshot.upsert_rule(parse_rule(rule))
+            except InvalidObject as exc:
+                log.warning("ignoring invalid DeviceTaintRule: %s", exc)
+                self.snapshot.remove_rule(name)
         self._wake()
 
     def on_class(self, event_type: str | None, device_class: JSON) -> None:

@@ -30,6 +30,7 @@ from kdra.kube.client import (
     SLICES,
     TEMPLATES,
     KubeClient,
+    NotFound,
     connect,
 )
 from kdra.kube.events import EventRecorder
@@ -41,6 +42,7 @@ from kdra.services.leader import LeaderElector
 from kdra.services.searches import SearchBudget
 from kdra.services.slice_gc import SliceGC
 from kdra.services.store import JSON, Store
+from kdra.services.taint_eviction import DEVICE_TAINT_RULES, TaintEvictionController
 from kdra.services.webhook import WebhookServer, start_webhooks
 from kdra.settings import OperatorSettings
 
@@ -81,10 +83,13 @@ class Operator:
         self.webhook: WebhookServer | None = None  # admission webhooks (started in start())
         self.slice_gc = SliceGC(client, namespace=settings.namespace,
                                 grace=settings.slice_gc_grace)
+        self.taint_eviction = TaintEvictionController(client, self.events, claims=self.claims,
+                                                      pods=self.pods)
         self.informers = [Informer(client, PODS, self.on_pod),
                           Informer(client, CLAIMS, self.on_claim),
                           Informer(client, SLICES, self.on_slice),
                           Informer(client, NODES, self.on_node),
+                          Informer(client, DEVICE_TAINT_RULES, self.on_rule),
                           # The rare kinds too: a kopf watch would replay forever an object
                           # it cannot decode (kdra's informers skip it, kdra.kube.client).
                           Informer(client, CLASSES, self.binder.on_class),
@@ -127,6 +132,7 @@ class Operator:
         self.claim_controller.start()
         self.binder.start()
         self.slice_gc.start()
+        self.taint_eviction.start()
         for informer in self.informers:
             informer.start()
         # Utilisation gauges, computed from the caches at scrape time (leader only: a
@@ -155,6 +161,14 @@ class Operator:
             slices=await self.client.list(SLICES), nodes=await self.client.list(NODES),
             leases=await self.client.list(LEASES, self.settings.namespace,
                                           label_selector=f"{AGENT_LEASE_LABEL}=true"))
+        try:
+            rules = await self.client.list(DEVICE_TAINT_RULES)
+        except NotFound:  # CRDs of an older kdra: no rules (the informer retries)
+            log.warning("DeviceTaintRule CRD not installed: apply crds/devicetaintrules.yaml")
+            rules = []
+        self.taint_eviction.prime(slices=await self.client.list(SLICES), rules=rules)
+        for rule in rules:
+            self.binder.on_rule(None, rule)
 
     # Watch events, fanned out to the services that keep state about each kind.
 
@@ -171,6 +185,11 @@ class Operator:
     def on_slice(self, event_type: str | None, slice_: JSON) -> None:
         self.binder.on_slice(event_type, slice_)
         self.slice_gc.on_slice(event_type, slice_)
+        self.taint_eviction.on_slice(event_type, slice_)
+
+    def on_rule(self, event_type: str | None, rule: JSON) -> None:
+        self.binder.on_rule(event_type, rule)
+        self.taint_eviction.on_rule(event_type, rule)
 
     def on_node(self, event_type: str | None, node: JSON) -> None:
         self.binder.on_node(event_type, node)
@@ -179,6 +198,7 @@ class Operator:
     def on_claim(self, event_type: str | None, claim: JSON) -> None:
         self.claim_controller.on_claim(event_type, claim)  # applies it to the shared store
         self.binder.on_claim(event_type, claim)
+        self.taint_eviction.on_claim(event_type, claim)
 
     async def stop(self) -> None:
         leading = self.leadership is not None and not self.leadership.done()
@@ -188,6 +208,7 @@ class Operator:
         for informer in self.informers:
             await informer.stop()
         await self.slice_gc.stop()
+        await self.taint_eviction.stop()
         await self.binder.stop()
         await self.claim_controller.stop()
         if self.webhook is not None:  # after the controllers: their last writes are admitted

@@ -549,14 +549,21 @@ def test_admin_access_rule_covers_templates() -> None:
 
 
 def test_unsupported_fields_are_admitted_with_a_warning() -> None:
-    obj = claim(req(tolerations=[{"key": "k", "operator": "Exists"}]))
+    obj = claim(req(capacity={"requests": {"memory": "1Gi"}}))
     response = validate(request_for(obj))
     assert response.allowed
     assert response.warnings == (
-        "spec.devices.requests[0].exactly.tolerations: kdra does not support this field yet; "
-        "the claim is kept but will not be allocated until kdra does (remove the field to "
+        "spec.devices.requests[0].exactly.capacity.requests: kdra does not support this field "
+        "yet; the claim is kept but will not be allocated until kdra does (remove the field to "
         "use it now)",)
     assert response.to_review()["response"]["warnings"] == list(response.warnings)
+
+
+def test_tolerations_are_supported_and_admitted_without_warning() -> None:
+    """Issue 25: tolerations are acted upon (they used to draw the warning above)."""
+    obj = claim(req(tolerations=[{"key": "k", "operator": "Exists"}]))
+    response = validate(request_for(obj))
+    assert response.allowed and response.warnings == ()
 
 
 def test_a_user_of_v1alpha3_sees_v1alpha3_field_paths() -> None:

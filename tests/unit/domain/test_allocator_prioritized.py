@@ -113,7 +113,7 @@ CASES = [
          [claim_with(request(all=True), constraints=[distinct(f"{DRIVER}/port")])],
          slices=[mixed], error=r"does not satisfy distinctAttribute gpu.kdra.dev/port"),
     # ---------------------------------------------------------------- not supported yet
-    Case("a tainted device (NoSchedule) is never allocated",
+    Case("a tainted device (NoSchedule) is not allocated without a toleration",
          [claim_with(request("gpu", H100))],
          slices=[slice_with(TAINTED, device("gpu-1", model="H100"))], expect=[["gpu:gpu-1"]]),
     Case("a device with an informational (None) taint is allocated",
@@ -134,14 +134,20 @@ CASES = [
              "cores": {"ints": [0, 1]}}})]),
     Case("All fails when a matching device uses a feature kdra does not support",
          [claim_with(request(all=True))],
-         slices=[slice_with(TAINTED, device("gpu-1", model="H100"))],
-         error=r"matching device gpu.kdra.dev/worker-1/gpu-0 uses taints, which kdra does "
-               r"not support yet"),
-    Case("a claim with tolerations is refused, not allocated as if it had none",
+         slices=[slice_with({"name": "gpu-0", "consumesCounters": [
+             {"counterSet": "gpu", "counters": {"mem": {"value": "10Gi"}}}]},
+             device("gpu-1", model="H100"))],
+         error=r"matching device gpu.kdra.dev/worker-1/gpu-0 uses consumesCounters, which "
+               r"kdra does not support yet"),
+    # Issue 25: taints and tolerations are acted upon (they used to be refused as unsupported).
+    Case("All leaves out a tainted device it does not tolerate",
+         [claim_with(request(all=True))],
+         slices=[slice_with(TAINTED, device("gpu-1", model="H100"))], expect=[["gpu:gpu-1"]]),
+    Case("a claim tolerating the taint may get the tainted device",
          [claim_with({"name": "gpu", "exactly": {
-             "deviceClassName": CLASS, "tolerations": [{"key": "k", "operator": "Exists"}]}})],
-         error=r"claim default/claim uses spec.devices.requests\[0\].exactly.tolerations, "
-               r"which kdra does not support yet"),
+             "deviceClassName": CLASS, "tolerations": [{"key": "gpu.kdra.dev/unhealthy",
+                                                        "operator": "Exists"}]}})],
+         slices=[slice_with(TAINTED)], expect=[["gpu:gpu-0"]]),
     Case("a claim with capacity requests in an alternative is refused",
          [claim_with({"name": "gpu", "firstAvailable": [
              {"name": "a", "deviceClassName": CLASS,
@@ -247,10 +253,22 @@ def test_preference_sums_every_prioritized_request() -> None:
 
 
 def test_why_not_names_unsupported_devices_and_alternatives() -> None:
-    snapshot, nodes = cluster_of([TAINTED])
+    counters = {"name": "gpu-0", "attributes": {"model": {"string": "H100"}},
+                "consumesCounters": [{"counterSet": "gpu", "counters": {"m": {"value": "1"}}}]}
+    snapshot, nodes = cluster_of([counters])
     outcome = place(snapshot, [claim_with(first_available("gpu", sub("h", H100),
                                                           sub("a", A100)))], nodes)
     assert not outcome.placements
     summary = outcome.summary()
-    assert "1 device(s) not usable: they use taints, which kdra does not support yet" in summary
+    assert ("1 device(s) not usable: they use consumesCounters, which kdra does not support "
+            "yet") in summary, summary
     assert "no other firstAvailable alternative of it fits either" in summary, summary
+
+
+def test_why_not_names_tainted_devices() -> None:
+    """Issue 25: a device turned away by a taint is named with the taint's key."""
+    snapshot, nodes = cluster_of([TAINTED])
+    outcome = place(snapshot, [claim_with(request("gpu", H100))], nodes)
+    assert not outcome.placements
+    summary = outcome.summary()
+    assert "1 device tainted gpu.kdra.dev/unhealthy (not tolerated)" in summary, summary

@@ -239,6 +239,29 @@ def test_json_shape() -> None:
          "published": True}]
 
 
+def test_unhealthy_devices_show_their_taints() -> None:
+    """Issue 25: the agent's health taint (and any acting taint) shows beside the state."""
+    sick, lost, informational = gpus(3)
+    sick["taints"] = [{"key": "gpu.kdra.dev/unhealthy", "value": "XID-48",
+                       "effect": "NoSchedule"}]
+    lost["taints"] = [{"key": "gpu.kdra.dev/unhealthy", "value": "DeviceLost",
+                       "effect": "NoExecute"}]
+    informational["taints"] = [{"key": "note", "effect": "None"}]
+    view = describe([raw_slice("worker-1", sick, lost, informational)],
+                    [raw_claim("c", ("gpu", GPU, "worker-1", lost["name"]), pods=("p",),
+                               node="worker-1")])
+    (pool,) = view.pools
+    assert (pool.total, pool.allocated, pool.free) == (3, 1, 1)  # the tainted free one: no
+    states = [d.state for d in view.pools[0].devices]
+    assert states == ["free (tainted gpu.kdra.dev/unhealthy=XID-48:NoSchedule)",
+                      "allocated (tainted gpu.kdra.dev/unhealthy=DeviceLost:NoExecute)",
+                      "free"]
+    text = render(view)
+    assert "free (tainted gpu.kdra.dev/unhealthy=XID-48:NoSchedule)" in text
+    assert view.to_json()["pools"][0]["devices"][1]["taints"] == [
+        "gpu.kdra.dev/unhealthy=DeviceLost:NoExecute"]
+
+
 def test_a_prioritized_claims_devices_carry_the_chosen_alternatives_class() -> None:
     from kdra.domain.describe import claims_of
 

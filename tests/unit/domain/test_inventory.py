@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from kdra.domain.inventory import (
 )
 from kdra.domain.models import parse_slice
 from kdra.domain.semver import is_valid_version
+from kdra.domain.taints import Taint
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "manifests" / "examples" / "inventory"
 
@@ -227,10 +229,36 @@ def test_300_devices_make_3_slices() -> None:
         parse_slice(obj)
 
 
-def test_unhealthy_devices_are_not_published_and_no_devices_is_one_empty_slice() -> None:
+def test_every_device_is_published_tainted_ones_with_their_taints() -> None:
+    """Issue 25: an unhealthy device is published with the agent's taint (it used to be left
+    out); the health loop, not the inventory, decides the taint."""
     inventory = parse_inventory("gpus: [{profile: L4-24GB, count: 2, unhealthy: [0, 1]}]", "n")
-    slices = build_slices(node="n", driver="gpu.kdra.dev", devices=inventory.devices,
+    taint = Taint("gpu.kdra.dev/unhealthy", "XID-48", "NoSchedule", "2026-12-02T08:00:00Z")
+    devices = (replace(inventory.devices[0], taints=(taint,)), inventory.devices[1])
+    slices = build_slices(node="n", driver="gpu.kdra.dev", devices=devices, generation=0)
+    published = slices[0]["spec"]["devices"]
+    assert [d["name"] for d in published] == ["gpu-0", "gpu-1"]
+    assert published[0]["taints"] == [{"key": "gpu.kdra.dev/unhealthy", "value": "XID-48",
+                                       "effect": "NoSchedule",
+                                       "timeAdded": "2026-12-02T08:00:00Z"}]
+    assert "taints" not in published[1]
+    parse_slice(slices[0])
+
+
+def test_a_pool_with_taints_has_at_most_64_devices_per_slice() -> None:
+    devices = list(widgets(100))
+    assert len(build_slices(node="n", driver="widget.example.com", devices=devices,
+                            generation=0)) == 1
+    devices[7] = replace(devices[7], taints=(Taint("k", "", "NoExecute"),))
+    slices = build_slices(node="n", driver="widget.example.com", devices=devices,
                           generation=0)
+    assert [len(s["spec"]["devices"]) for s in slices] == [64, 36]
+    for obj in slices:
+        parse_slice(obj)
+
+
+def test_no_devices_is_one_empty_slice() -> None:
+    slices = build_slices(node="n", driver="gpu.kdra.dev", devices=(), generation=0)
     assert len(slices) == 1 and slices[0]["spec"]["devices"] == []
     assert slices[0]["spec"]["pool"]["resourceSliceCount"] == 1
 
@@ -290,7 +318,7 @@ def test_unchanged_pool_is_not_republished() -> None:
 
 
 @pytest.mark.parametrize("change", ["device added", "device removed", "attribute changed",
-                                    "health changed", "owner changed"])
+                                    "taint added", "owner changed"])
 def test_any_change_bumps_the_generation(change: str) -> None:
     devices = widgets(130)
     owner = {"name": "n", "uid": "u"}
@@ -302,18 +330,17 @@ def test_any_change_bumps_the_generation(change: str) -> None:
         new = new[:100]
     elif change == "attribute changed":
         new[5] = InventoryDevice("widget.example.com", new[5].name, {"x": {"int": 1}})
-    elif change == "health changed":
-        for index in (128, 129):  # 128 healthy devices left: one slice
-            new[index] = InventoryDevice("widget.example.com", new[index].name, healthy=False)
+    elif change == "taint added":  # 130 devices, one tainted: 64 per slice, three slices
+        new[129] = replace(new[129], taints=(Taint("k", "v", "NoSchedule"),))
     else:
         owner = {"name": "n", "uid": "recreated"}
     plan = plan_publication(node="n", driver="widget.example.com", devices=new,
                             published=current, owner=owner)
     assert plan.changed and plan.generation == 4
     assert {s["spec"]["pool"]["generation"] for s in plan.slices} == {4}
-    expected_slices = 1 if change in ("device removed", "health changed") else 2
+    expected_slices = {"device removed": 1, "taint added": 3}.get(change, 2)
     assert len(plan.slices) == expected_slices
-    assert plan.stale == (() if expected_slices == 2 else ("n-widget-example-com-1",))
+    assert plan.stale == (("n-widget-example-com-1",) if expected_slices == 1 else ())
 
 
 def test_mixed_generations_are_republished() -> None:

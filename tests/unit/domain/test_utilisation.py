@@ -74,6 +74,27 @@ def test_unhealthy_is_a_held_device_gone_from_its_slice_or_reported_unhealthy() 
     assert rows(found) == [(GPU, "node-a", "node-a", 3, 1, 0, 2)]
 
 
+def test_a_device_with_the_health_taint_is_unhealthy_held_or_not() -> None:
+    """Issue 25: the agent publishes unhealthy devices with its taint (it used to leave them
+    out); a Healthy=False condition on a claim counts too."""
+    free_sick, held_sick, held_fine, plain = gpus(4)
+    for sick, effect in ((free_sick, "NoSchedule"), (held_sick, "NoExecute")):
+        sick["taints"] = [{"key": "gpu.kdra.dev/unhealthy", "value": "XID-79",
+                           "effect": effect}]
+    held_fine["taints"] = [{"key": "other.example.com/note", "effect": "None"}]
+    slices = [raw_slice("node-a", free_sick, held_sick, held_fine, plain)]
+    claims = [with_class(raw_claim(name, ("gpu", GPU, "node-a", dev["name"]), node="node-a"),
+                         GPU) for name, dev in (("a", held_sick), ("b", held_fine))]
+    found = utilisation(snapshot(slices, [GPU_CLASS]), claims_of(claims))
+    assert rows(found) == [(GPU, "node-a", "node-a", 4, 1, 1, 2)]
+    flagged = with_class(raw_claim("c", ("gpu", GPU, "node-a", plain["name"]), node="node-a",
+                                   ready={plain["name"]: True}), GPU)
+    flagged["status"]["devices"][0]["conditions"].append(
+        {"type": "Healthy", "status": "False", "reason": "MarkedLost"})
+    found = utilisation(snapshot(slices, [GPU_CLASS]), claims_of([*claims, flagged]))
+    assert rows(found) == [(GPU, "node-a", "node-a", 4, 1, 0, 3)]
+
+
 def test_only_the_newest_generation_counts_and_bad_selectors_match_nothing() -> None:
     slices = [raw_slice("node-a", *gpus(4), generation=0, name="old"),
               raw_slice("node-a", *gpus(2), generation=1, name="new")]

@@ -8,9 +8,11 @@ from typing import Any
 
 import pytest
 
+from kdra.domain.health import Health
 from kdra.domain.inventory import build_slices
 from kdra.domain.models import parse_slice
 from kdra.services.agent.discovery import DiscoveryError, FakeDiscovery, NvmlDiscovery
+from kdra.services.agent.health import InventoryHealth
 
 
 class FakeNVMLError(Exception):
@@ -149,9 +151,13 @@ def test_a_failing_gpu_is_marked_unhealthy_not_a_crash(tmp_path: Path) -> None:
     bad = inventory.devices[1]
     assert bad.name == "gpu-1" and bad.attribute("uuid") == A100["uuid"]
     assert "GPU is lost" in bad.health_reason
+    # Issue 25: published, and the agent's health loop sees it degraded (it gets the taint).
     slices = build_slices(node="n", driver="gpu.kdra.dev", devices=inventory.devices,
                           generation=0)
-    assert [d["name"] for d in slices[0]["spec"]["devices"]] == ["gpu-0"]
+    assert [d["name"] for d in slices[0]["spec"]["devices"]] == ["gpu-0", "gpu-1"]
+    seen = InventoryHealth().observe("n", inventory)
+    assert list(seen) == [("gpu.kdra.dev", "gpu-1")]
+    assert seen[("gpu.kdra.dev", "gpu-1")].health is Health.DEGRADED
 
 
 def test_a_gpu_nvml_cannot_identify_is_skipped(tmp_path: Path) -> None:

@@ -72,7 +72,7 @@ def _free_matching(pools: NodePools, request: PreparedRequest, busy: Container[D
     """(matching, free, whether a candidate could raise an error)."""
     matching = free = 0
     unsure = False
-    for item in pools.matching(request.selectors, request.key, stats):
+    for item in pools.matching(request.selectors, request.key, stats, request.tolerations):
         if item.failure is not None or item.pool.duplicate is not None:
             unsure = True
             continue

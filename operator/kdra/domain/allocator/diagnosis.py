@@ -22,6 +22,8 @@ from kdra.domain.allocator.pools import DeviceId, MatchItem, NodePools, Selector
 from kdra.domain.allocator.prepared import PreparedClaim, PreparedRequest
 from kdra.domain.allocator.reasons import Reason, ReasonCode
 from kdra.domain.allocator.stats import Stats
+from kdra.domain.allocator.tainting import tainted_note
+from kdra.domain.models import DeviceToleration
 
 __all__ = ["count_request", "diagnose", "raw_counts", "summarize"]
 
@@ -146,7 +148,7 @@ def count_request(
 ) -> tuple[int, int, bool]:
     """(matching devices, free ones, whether a free candidate could raise an error)."""
     matching, free, failing, failing_free, invalid = raw_counts(
-        pools, request.selectors, request.key, busy, stats, stamp)
+        pools, request.selectors, request.key, busy, stats, stamp, request.tolerations)
     if request.admin_access:
         return matching, matching, bool(invalid or failing)
     return matching, free, bool(invalid or failing_free)
@@ -159,14 +161,16 @@ def raw_counts(
     busy: Container[DeviceId],
     stats: Stats,
     stamp: tuple[int, int] | None,
+    tolerations: tuple[DeviceToleration, ...] = (),
 ) -> tuple[int, ...]:
-    """:func:`_raw_count` of the devices matching ``selectors`` (``key``: their expressions),
-    cached on the pools under the node's busy stamp."""
+    """:func:`_raw_count` of the devices matching ``selectors`` (``key``: their expressions
+    and the ``tolerations``' key) and tolerated, cached on the pools under the node's busy
+    stamp."""
     if stamp is not None:
         cached = pools.counts.get(key)
         if cached is not None and cached[0] == stamp:
             return cached[1]
-    raw = _raw_count(pools.matching(selectors, key, stats), busy)
+    raw = _raw_count(pools.matching(selectors, key, stats, tolerations), busy)
     if stamp is not None:
         pools.counts[key] = (stamp, raw)
     return raw
@@ -249,6 +253,10 @@ def _find_rejecting(request: PreparedRequest, pools: NodePools) -> str:
     if rejecting:
         label = "selector" if len(rejecting) == 1 else "selectors"
         parts.append(f"{label} " + "; ".join(_short(e) for e in rejecting))
+    tainted = tainted_note((e for pool in pools.pools for e in pool.entries),
+                           request.selectors, request.tolerations, pools.taints)
+    if tainted:
+        parts.append(tainted)
     unsupported = pools.unsupported()
     if unsupported:
         features = sorted({f for entry in unsupported for f in entry.unsupported})

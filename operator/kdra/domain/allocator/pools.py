@@ -4,8 +4,10 @@
   results per expression: a slice object never changes (models are frozen, and a device is
   immutable within a pool generation), and a new version of the slice gets new entries, so a
   memoised result can never be stale. A device that uses a feature kdra does not implement
-  yet (taints, counters, binding conditions, ... — ``Device.unsupported``) is never matched:
-  :attr:`DeviceEntry.unsupported` names the features, for explanations.
+  yet (counters, binding conditions, ... — ``Device.unsupported``) is never matched:
+  :attr:`DeviceEntry.unsupported` names the features, for explanations. A device with an
+  acting taint (its slice's or a DeviceTaintRule's) is matched only for requests that
+  tolerate it (:mod:`~kdra.domain.allocator.tainting`).
 - :func:`gather_pools` groups the slices a node can see into pools (upstream's GatherPools):
   per (driver, pool name) only the slices of the highest ``generation`` count; a pool is
   *incomplete* when that generation has fewer (or more) slices than ``resourceSliceCount``;
@@ -24,10 +26,11 @@ from typing import NamedTuple
 
 from kdra.domain.allocator.nodeselector import NodeInfo, selector_matches
 from kdra.domain.allocator.stats import Stats
+from kdra.domain.allocator.tainting import DeviceTaints
 from kdra.domain.cel import CelDevice, make_device
 from kdra.domain.cel import DeviceSelector as CompiledSelector
 from kdra.domain.errors import CelRuntimeError, InvalidObject
-from kdra.domain.models import ResourceSlice
+from kdra.domain.models import DeviceTaint, DeviceToleration, ResourceSlice
 
 CACHE_LIMIT = 128
 """Most expressions (or selector sets) one device memo / one node cache keeps; past it the
@@ -66,7 +69,8 @@ class Selector:
 class DeviceEntry:
     """One device of one slice object, with its CEL view and selector memo."""
 
-    __slots__ = ("_cel", "_memo", "attributes", "id", "index", "slice", "unsupported")
+    __slots__ = ("_cel", "_memo", "attributes", "id", "index", "slice", "taints",
+                 "unsupported")
 
     def __init__(self, slice_: ResourceSlice, index: int) -> None:
         device = slice_.spec.devices[index]
@@ -84,6 +88,8 @@ class DeviceEntry:
             unsupported.append("per-device node selection")
         self.unsupported: tuple[str, ...] = tuple(unsupported)
         """Features of the device kdra does not implement yet; non-empty: never allocated."""
+        self.taints: tuple[DeviceTaint, ...] = device.taints
+        """The slice's taints on the device (rules' taints: :class:`NodePools`)."""
         self._cel: CelDevice | None = None
         self._memo: dict[str, bool | SelectorFailure] = {}
 
@@ -193,22 +199,27 @@ class NodePools:
     stored with them.
     """
 
-    __slots__ = ("_matching", "counts", "node", "notes", "pools")
+    __slots__ = ("_matching", "counts", "node", "notes", "pools", "taints")
 
-    def __init__(self, node: NodeInfo, pools: tuple[Pool, ...]) -> None:
+    def __init__(self, node: NodeInfo, pools: tuple[Pool, ...],
+                 taints: DeviceTaints | None = None) -> None:
         self.node = node
         self.pools = pools
+        self.taints = taints if taints is not None else DeviceTaints()
+        """Each device's taints, its slice's and the DeviceTaintRules' (snapshot's rules)."""
         self._matching: dict[tuple[str, ...], tuple[MatchItem, ...]] = {}
         self.counts: dict[tuple[str, ...], tuple[tuple[int, int], tuple[int, ...]]] = {}
         self.notes: dict[tuple[str, ...], str] = {}
         """Per selector set: which selectors turned this node's devices away (for reasons)."""
 
     def matching(
-        self, selectors: tuple[Selector, ...], key: tuple[str, ...], stats: Stats
+        self, selectors: tuple[Selector, ...], key: tuple[str, ...], stats: Stats,
+        tolerations: tuple[DeviceToleration, ...] = (),
     ) -> tuple[MatchItem, ...]:
-        """The devices (in walk order, in use or not) that pass every selector, plus those
-        on which a selector failed (``failure`` set; evaluation stops at the failing one,
-        like the search would). ``key`` is the tuple of the selectors' expressions."""
+        """The devices (in walk order, in use or not) that pass every selector and whose
+        taints ``tolerations`` tolerate, plus those on which a selector failed (``failure``
+        set; evaluation stops at the failing one, like the search would). ``key`` is the
+        tuple of the selectors' expressions and :func:`tolerations_key`."""
         cached = self._matching.get(key)
         if cached is not None:
             return cached
@@ -232,6 +243,8 @@ class NodePools:
                     except (CelRuntimeError, InvalidObject) as exc:
                         failure = (selector, exc)
                         break
+                if matched and failure is None and self.taints.blocks(entry, tolerations):
+                    continue  # tainted, not tolerated (explained by tainted_note)
                 if matched:
                     items.append(MatchItem(entry, pool, failure))
         result = tuple(items)

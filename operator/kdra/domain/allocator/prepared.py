@@ -33,6 +33,7 @@ from kdra.domain.allocator.pools import (
 from kdra.domain.allocator.reasons import ReasonCode, Unallocatable
 from kdra.domain.allocator.snapshot import Snapshot
 from kdra.domain.allocator.stats import Stats
+from kdra.domain.allocator.tainting import tolerations_key
 from kdra.domain.cel import compile_selector
 from kdra.domain.errors import CelCompileError, CelRuntimeError, InvalidObject
 from kdra.domain.models import (
@@ -41,6 +42,7 @@ from kdra.domain.models import (
     BaseDeviceRequest,
     DeviceClass,
     DeviceSelector,
+    DeviceToleration,
     ResourceClaim,
 )
 
@@ -57,7 +59,8 @@ class PreparedRequest:
     selectors: tuple[Selector, ...]
     """Class selectors, then the request's own."""
     key: tuple[str, ...]
-    """The selectors' expressions: the cache key of the matching-device lists."""
+    """The selectors' expressions (and the tolerations, when any: tainting.tolerations_key):
+    the cache key of the matching-device lists."""
     class_selectors: tuple[Selector, ...]
     class_key: tuple[str, ...]
     all_devices: bool
@@ -73,6 +76,8 @@ class PreparedRequest:
     ``exactly`` request)."""
     choices: int = 1
     """How many alternatives the request has (1 for ``exactly``)."""
+    tolerations: tuple[DeviceToleration, ...] = ()
+    """The request's device tolerations (copied into its results, as upstream)."""
 
     def describe(self) -> str:
         return f"request {self.name} of claim {self.claim_key}"
@@ -188,7 +193,7 @@ def _prepare_request(claim: ResourceClaim, snapshot: Snapshot, name: str,
         class_name=class_name,
         device_class=device_class,
         selectors=selectors,
-        key=tuple(s.expression for s in selectors),
+        key=tuple(s.expression for s in selectors) + tolerations_key(asked.tolerations),
         class_selectors=class_selectors,
         class_key=tuple(s.expression for s in class_selectors),
         all_devices=all_devices,
@@ -199,6 +204,7 @@ def _prepare_request(claim: ResourceClaim, snapshot: Snapshot, name: str,
         parent=parent,
         rank=rank,
         choices=choices,
+        tolerations=asked.tolerations,
     )
 
 

@@ -38,7 +38,7 @@ class ReasonCode(StrEnum):
     CLASS_MISSING = "class-missing"
     """A request names a DeviceClass that does not exist."""
     UNSUPPORTED = "unsupported"
-    """The claim uses a field kdra does not act on yet (tolerations, capacity requests), or
+    """The claim uses a field kdra does not act on yet (capacity requests), or
     an ``All`` request meets a device that uses a feature kdra does not support yet."""
     TOO_MANY_CHOICES = "too-many-choices"
     """The pod's ``firstAvailable`` requests combine into more alternatives than one node's

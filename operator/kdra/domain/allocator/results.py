@@ -54,6 +54,7 @@ def build_result(claim: PreparedClaim, picks: Sequence[Pick]) -> AllocationResul
             pool=pick.entry.id.pool,
             device=pick.entry.id.device,
             admin_access=True if pick.request.admin_access else None,
+            tolerations=pick.request.tolerations,
         )
         for pick in picks
     )

@@ -13,9 +13,9 @@ The search, in upstream's order (first complete solution wins; scoring is the bi
 1. :func:`~.prepared.prepare` (node-independent): every request (every ``firstAvailable``
    alternative) needs its DeviceClass; selectors are compiled (class selectors first, then
    the request's); ExactCount needs ``count`` devices (default 1); more than 32 devices for
-   one claim is an error; a claim using fields kdra does not act on yet (tolerations,
-   capacity requests) is refused with that reason instead of being allocated as if they
-   were absent.
+   one claim is an error; a claim using fields kdra does not act on yet (capacity requests)
+   is refused with that reason instead of being allocated as if they were absent. A device
+   with a taint the request does not tolerate is not among its matching devices.
 2. Per node, each request gets its list of matching devices in walk order (pools by driver
    and name, slices by name, devices as listed), memoised per device and expression. An
    ``All`` request takes every matching device of the gathered pools; it is an error if one
@@ -219,7 +219,8 @@ class NodeSearch:
             total = claim.exact_devices
             plans: list[_RequestPlan] = []
             for request in claim.requests:
-                items = self.pools.matching(request.selectors, request.key, self.stats)
+                items = self.pools.matching(request.selectors, request.key, self.stats,
+                                            request.tolerations)
                 if request.all_devices:
                     check_all_request(items, request, self.pools, self.stats)
                     total += len(items)

@@ -34,7 +34,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from kdra.domain.allocator.nodeselector import NodeInfo, selector_matches
 from kdra.domain.allocator.pools import DeviceId, NodePools, SliceEntry, gather_pools
 from kdra.domain.allocator.stats import Stats
+from kdra.domain.allocator.tainting import DeviceTaints
 from kdra.domain.models import AllocationResult, DeviceClass, ResourceClaim, ResourceSlice
+from kdra.domain.taint_rules import TaintRule
 
 
 def devices_in_use(
@@ -75,6 +77,7 @@ class Snapshot:
         self._global_pools: dict[tuple[str, str], int] = {}
         self._busy_stamp: dict[str, int] = {}
         self._global_busy_stamp = 0
+        self._rules: dict[str, TaintRule] = {}
 
     @classmethod
     def build(
@@ -158,6 +161,17 @@ class Snapshot:
             self._global_stamp = next(self._clock)
 
     # ------------------------------------------------------------------ classes
+
+    def upsert_rule(self, rule: TaintRule) -> None:
+        """A DeviceTaintRule (new or changed): every node's pools are rebuilt."""
+        self._rules[rule.name] = rule
+        self._global_stamp = next(self._clock)
+        self.version += 1
+
+    def remove_rule(self, name: str) -> None:
+        if self._rules.pop(name, None) is not None:
+            self._global_stamp = next(self._clock)
+            self.version += 1
 
     def upsert_class(self, device_class: DeviceClass) -> None:
         self._classes[device_class.metadata.name] = device_class
@@ -260,7 +274,8 @@ class Snapshot:
             for entry in self._selected.values()
             if selector_matches(entry.slice.spec.node_selector, node)
         )
-        pools = NodePools(node, gather_pools(visible))
+        pools = NodePools(node, gather_pools(visible),
+                          DeviceTaints(tuple(self._rules.values())))
         labels = dict(node.labels) if self._selected else None
         self._node_cache[node.name] = (stamp, self._global_stamp, labels, pools)
         return pools

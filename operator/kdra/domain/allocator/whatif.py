@@ -178,7 +178,8 @@ def _freeing_one(claims: Sequence[PreparedClaim], pools: NodePools, busy: Contai
         for request in claim.requests:
             if request.admin_access:
                 continue
-            items = [item for item in pools.matching(request.selectors, request.key, stats)
+            items = [item for item in pools.matching(request.selectors, request.key, stats,
+                                                     request.tolerations)
                      if item.failure is None]
             need = len(items) if request.all_devices else request.count
             missing = need - sum(1 for item in items if item.entry.id not in busy)

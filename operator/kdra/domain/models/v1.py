@@ -13,8 +13,9 @@ Invariants:
   sub-request names, constraint and config references to existing requests (``req`` or
   ``req/sub``), exactly one kind of constraint, upstream's list limits. The CRD schema
   enforces the same at admission; this is the second line for objects that bypassed it.
-- Fields kdra does not act on yet (tolerations, capacity requests) are parsed and kept; the
-  allocator reports them (:meth:`ResourceClaim.unsupported`) instead of ignoring them.
+- Fields kdra does not act on yet (capacity requests) are parsed and kept; the allocator
+  reports them (:meth:`ResourceClaim.unsupported`) instead of ignoring them. Tolerations are
+  acted on (issue 25: kdra.domain.taints, the allocator's tainting module).
 """
 
 from __future__ import annotations
@@ -55,10 +56,13 @@ from kdra.domain.models.base import (
 
 
 class DeviceToleration(_Model):
-    key: str = ""
+    """Unset fields stay unset (None), so a toleration dumps back as it was written: an
+    empty ``effect`` or ``key`` would not pass the allocation result's schema."""
+
+    key: str | None = None
     operator: Literal["Exists", "Equal"] = "Equal"
-    value: str = ""
-    effect: str = ""
+    value: str | None = None
+    effect: str | None = None
     toleration_seconds: int | None = None
 
 
@@ -92,8 +96,6 @@ class BaseDeviceRequest(_Model):
     def unsupported(self) -> list[str]:
         """Fields kdra accepts but does not act on yet (see the allocator)."""
         found = []
-        if self.tolerations:
-            found.append("tolerations")
         if self.capacity is not None and self.capacity.requests:
             found.append("capacity.requests")
         return found

@@ -2,7 +2,7 @@
 ``resource.k8s.io/v1`` (Kubernetes 1.36) field for field.
 
 Devices are flat: ``{name, attributes, capacity: {name: {value, requestPolicy}}, ...}``, plus
-the fields of features kdra does not act on yet (taints, counters, per-device node
+the fields of features kdra does not act on yet (counters, per-device node
 selection, binding conditions, multiple allocations, node-allocatable mappings, list-typed
 attributes). They are parsed and kept, and :meth:`Device.unsupported` names them: the
 allocator never selects such a device until kdra implements the feature, and says why.
@@ -186,8 +186,6 @@ class Device(_Model):
         """The features this device uses that kdra does not implement yet (empty: none).
         Such a device is never allocated: kdra cannot honour what the driver declared."""
         found = []
-        if any(taint.effect in UNSCHEDULABLE_EFFECTS for taint in self.taints):
-            found.append("taints")
         if self.consumes_counters:
             found.append("consumesCounters")
         if self.node_name is not None or self.node_selector is not None or self.all_nodes:

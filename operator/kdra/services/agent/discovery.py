@@ -8,9 +8,9 @@ Invariants:
 - NVML is reached only through the module object handed in (``pynvml`` by default, imported
   lazily): tests inject a fake, and a machine without GPUs never imports it unless asked.
 - One failing GPU never fails discovery: a GPU whose handle or UUID cannot be read is skipped
-  (logged); a GPU whose other queries fail is published as *unhealthy* (left out of the slices)
-  with the error as its reason. Only a failure of NVML itself (init, device count, driver
-  version) raises :class:`DiscoveryError`.
+  (logged); a GPU whose other queries fail is reported *unhealthy* with the error as its
+  reason (the agent's health loop then taints it in the slices). Only a failure of NVML
+  itself (init, device count, driver version) raises :class:`DiscoveryError`.
 - The fake backend re-reads its file only when its modification time or size changed, and a
   malformed file raises InvalidObject naming the line and field.
 """

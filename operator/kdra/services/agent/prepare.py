@@ -42,6 +42,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import os
@@ -142,6 +143,9 @@ class Preparer:
         self._changes = 0  # checkpoint changes made in memory
         self._saved = 0  # how many of them the file holds
         self.pause_after = os.environ.get(PAUSE_ENV, "")
+        self.health: Callable[[str, str], tuple[bool, str, str]] | None = None
+        """(driver, device) → the ``Healthy`` condition reported beside Ready (the agent's
+        applied health); None: not reported."""
 
     # ------------------------------------------------------------------ start-up
 
@@ -377,6 +381,9 @@ class Preparer:
         """Make the claim's ``status.devices`` entries of this node say ``outcomes`` (no
         outcomes: remove them). PUT with resourceVersion; re-read on Conflict."""
         drivers = list(self.drivers())
+        if self.health is not None:
+            outcomes = [dataclasses.replace(o, health=self.health(o.driver, o.device))
+                        for o in outcomes]
         for _ in range(8):
             status = claim.get("status") or {}
             existing = status.get("devices") or []

@@ -148,10 +148,10 @@ class SlicePublisher:
         self._published[driver] = result
         self._min_generation[driver] = plan.generation
         metrics.record_slice_publish(len(result))
-        healthy = sum(1 for device in devices if device.healthy)
+        tainted = sum(1 for device in devices if device.taints)
         log.info("node %s: published %d slice(s) of %s, generation %d (%d device(s), %d "
-                 "unhealthy left out)", self.node, len(result), driver, plan.generation,
-                 healthy, len(devices) - healthy)
+                 "tainted)", self.node, len(result), driver, plan.generation,
+                 len(devices), tainted)
         return len(result)
 
     async def _write(self, body: JSON, existing: JSON | None) -> JSON:

@@ -33,6 +33,7 @@ import os
 import random
 import signal
 import socket
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
@@ -62,7 +63,10 @@ from kdra.services.agent.discovery import (
     NvmlDiscovery,
 )
 from kdra.services.agent.exposure import ExposurePolicy, make_nri_plugin
+from kdra.services.agent.health import HealthSource, InventoryHealth
 from kdra.services.agent.heartbeat import Heartbeat
+from kdra.services.agent.node_health import NodeHealth, health_sources
+from kdra.services.agent.nvml_health import NvmlHealth
 from kdra.services.agent.prepare import HolderIndex, Preparer
 from kdra.services.agent.publisher import SlicePublisher
 from kdra.services.store import JSON, Key, is_not_newer, key_of
@@ -86,7 +90,8 @@ class NodeAgent:
                  discovery: Discovery, identity: str, holders: HolderIndex, *,
                  own_heartbeats: bool = True,
                  claims: Callable[[str, str], JSON | None] | None = None,
-                 written: Callable[[JSON], None] | None = None) -> None:
+                 written: Callable[[JSON], None] | None = None,
+                 health_sources: tuple[HealthSource, ...] = (InventoryHealth(),)) -> None:
         """``own_heartbeats``: renew this node's Leases (else the process's shared Lease
         vouches for the node: :class:`AgentRunner` with many nodes)."""
         self.own_heartbeats = own_heartbeats
@@ -96,6 +101,8 @@ class NodeAgent:
         self.discovery = discovery
         self.identity = identity
         self.inventory = Inventory()
+        self.health = NodeHealth(node, health_sources, debounce=settings.health_debounce,
+                                 settle=settings.health_settle)
         self.publisher = SlicePublisher(client, node)
         self.heartbeats: dict[str, Heartbeat] = {}
         self._stopping: set[asyncio.Task[None]] = set()
@@ -104,6 +111,7 @@ class NodeAgent:
             checkpoint_file=CheckpointFile(Path(settings.state_dir), node),
             inventory=lambda: self.inventory, drivers=lambda: self.claim_drivers,
             holders=holders, claims=claims, written=written)
+        self.preparer.health = self.health.condition
 
     @property
     def drivers(self) -> tuple[str, ...]:
@@ -122,7 +130,16 @@ class NodeAgent:
         return (*self.drivers, *sorted(held - set(self.drivers)))
 
     def pools(self) -> dict[str, tuple[InventoryDevice, ...]]:
-        return {driver: self.inventory.for_driver(driver) for driver in self.drivers}
+        """What to publish per driver: the inventory's devices with their health taints."""
+        return {driver: tuple(map(self.health.tainted, self.inventory.for_driver(driver)))
+                for driver in self.drivers}
+
+    async def check_health(self) -> bool:
+        """One health poll; returns whether a device's applied health changed. NVML is asked
+        from a thread; the other sources read cached files and run inline."""
+        if any(isinstance(source, NvmlHealth) for source in self.health.sources):
+            return bool(await asyncio.to_thread(self.health.check, self.inventory))
+        return bool(self.health.check(self.inventory))
 
     async def discover(self) -> bool:
         """Read the devices again; returns whether anything changed."""
@@ -137,6 +154,7 @@ class NodeAgent:
         The Leases are renewed *before* anything is published: the slice GC must see this
         agent alive before it sees its new slices, or it could take them for a dead agent's."""
         held = self.preparer.load()
+        await self.check_health()  # published with its taints from the first slice on
         await self.start_heartbeats()
         await retrying(f"node {self.node}: deleting stale slices",
                        lambda: self.publisher.wipe(self.drivers))
@@ -197,9 +215,11 @@ class AgentRunner:
         # Many nodes in one process (simulation): one shared Lease per driver, not one per node.
         self.shared = len(nodes) > 1
         self.heartbeats: dict[str, Heartbeat] = {}  # driver → the shared Lease
+        self.health_sources = health_sources(settings, discovery)
         self.nodes = {node: NodeAgent(client, settings, node, discovery, self.identity,
                                       self.holders, own_heartbeats=not self.shared,
-                                      claims=self._claim, written=self._wrote)
+                                      claims=self._claim, written=self._wrote,
+                                      health_sources=self.health_sources)
                       for node in nodes}
         self.claims: dict[Key, JSON] = {}
         self._prepared: dict[str, int] = {}  # node → prepared claims (the gauge's parts)
@@ -296,6 +316,9 @@ class AgentRunner:
                              return_exceptions=True)
         if isinstance(self.discovery, NvmlDiscovery):
             self.discovery.close()
+        for source in self.health_sources:
+            if isinstance(source, NvmlHealth):
+                source.close()
 
     # ------------------------------------------------------------------ claims
 
@@ -387,7 +410,7 @@ class AgentRunner:
     def update_gauges(self) -> None:
         healthy = unhealthy = 0
         for agent in self.nodes.values():
-            good, bad = agent.inventory.health_counts()
+            good, bad = agent.health.counts(agent.inventory)
             healthy, unhealthy = healthy + good, unhealthy + bad
         metrics.set_agent_devices(healthy, unhealthy)
         self._prepared = {n: a.preparer.prepared_count for n, a in self.nodes.items()}
@@ -396,20 +419,40 @@ class AgentRunner:
     # ------------------------------------------------------------------ devices
 
     async def _poll(self) -> None:
+        """Health every ``health_poll`` seconds; the inventory every ``inventory_poll`` (at
+        once on SIGHUP)."""
+        last_read = time.monotonic()
+        period = min(self.settings.health_poll, self.settings.inventory_poll)
         while True:
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.reread.wait(), self.settings.inventory_poll)
+                await asyncio.wait_for(self.reread.wait(), period)
             forced = self.reread.is_set()
             self.reread.clear()
-            signature = self.discovery.signature()
-            if not forced and signature is not None and signature == self._signature:
-                continue
-            self._signature = signature
-            await self._each(self._rediscover)
-            # (Many nodes) a new driver's pool is published before the shared Lease names
-            # it: the slice GC leaves a pool without a Lease alone meanwhile.
-            await self.sync_shared_heartbeats()
+            due = time.monotonic() - last_read >= self.settings.inventory_poll
+            signature = self.discovery.signature() if forced or due else self._signature
+            if forced or due:
+                last_read = time.monotonic()
+            if forced or (due and (signature is None or signature != self._signature)):
+                self._signature = signature
+                await self._each(self._rediscover)
+                # (Many nodes) a new driver's pool is published before the shared Lease
+                # names it: the slice GC leaves a pool without a Lease alone meanwhile.
+                await self.sync_shared_heartbeats()
+            await self._each(self._health)
             self.update_gauges()
+
+    async def _health(self, agent: NodeAgent) -> None:
+        """Health poll of one node: republish when a device's applied health changed."""
+        if not await agent.check_health():
+            return
+        try:
+            await agent.publisher.publish(agent.pools())
+        except (ApiError, OSError) as exc:
+            log.warning("node %s: publishing health taints failed (%s); retried at the next "
+                        "resync", agent.node, exc)
+        for key, claim in self.claims.items():  # their Healthy conditions change
+            if agent.node in self._interested(claim):
+                self.queue.add((agent.node, key[0], key[1]))
 
     async def _rediscover(self, agent: NodeAgent) -> None:
         try:
