@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,15 @@ def e2e_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     if swept := sweep(root):
         print(f"killed {len(swept)} left-over processes of earlier runs under {root}")
     workdir = Path(os.environ.get("KDRA_E2E_DIR") or tmp_path_factory.mktemp("control-plane"))
-    plane = ControlPlane(workdir, binaries()).start()
+    with running_cluster(workdir) as cluster:
+        yield cluster
+
+
+@contextmanager
+def running_cluster(workdir: Path, **options: Any) -> Iterator[Cluster]:
+    """A started control plane (``options`` go to :class:`ControlPlane`) with kdra's CRDs
+    installed and their conversion webhook served; both stopped on exit."""
+    plane = ControlPlane(workdir, binaries(), **options).start()
     conversion = ConversionServer(workdir, plane.kubeconfig)
     try:
         # v1 is stored; v1alpha3 objects (the seed's, many tests') need the conversion

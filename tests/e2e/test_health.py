@@ -28,12 +28,11 @@ from typing import Any
 import pytest
 import yaml
 
-from kdra.devenv.controlplane import CONTROLLERS, ControlPlane, binaries
+from kdra.devenv.controlplane import CONTROLLERS, ControlPlane
 from kdra.domain.podclaims import CLAIMS_ANNOTATION
 from tests.e2e import agent_helpers
 from tests.e2e.agent_helpers import SYSTEM_NAMESPACE, AgentFactory, slices_of, unique
-from tests.e2e.conftest import CRDS, ROOT, Cluster, get_json
-from tests.e2e.conversion import ConversionServer
+from tests.e2e.conftest import ROOT, Cluster, get_json, running_cluster
 from tests.e2e.procs import KdraProcess, wait_for
 
 agents = agent_helpers.agents  # the node-agent fixture (on this module's control plane)
@@ -48,19 +47,10 @@ HEALTH_FLAGS = ("--health-poll", "0.5", "--health-debounce", "1", "--health-sett
 @pytest.fixture(scope="module")
 def health_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A control plane of its own: the session's runs no workload controllers."""
-    workdir = tmp_path_factory.mktemp("health-plane")
-    plane = ControlPlane(workdir, binaries(), controllers=(
-        *CONTROLLERS, "deployment-controller", "replicaset-controller",
-        "disruption-controller")).start()
-    conversion = ConversionServer(workdir, plane.kubeconfig)
-    try:
-        conversion.start().install_crds(plane, CRDS)
-        plane.kubectl("wait", "--for", "condition=Established", "--timeout", "60s",
-                      "-f", str(CRDS))
-        yield Cluster(plane, conversion)
-    finally:
-        conversion.stop()
-        plane.stop()
+    with running_cluster(tmp_path_factory.mktemp("health-plane"), controllers=(
+            *CONTROLLERS, "deployment-controller", "replicaset-controller",
+            "disruption-controller")) as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="module")
