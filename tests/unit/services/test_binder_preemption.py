@@ -4,7 +4,8 @@ stands in for the API server, the binder and its snapshot are real.
 One node with two GPUs, held by bound pods of priority 0 and 500. A pod of priority 1000
 that needs one GPU evicts exactly the priority-0 pod, is nominated to the node, and the freed
 GPU is held for it against a pod of lower priority; with ``preemptionPolicy: Never`` nothing
-is evicted; a PodDisruptionBudget refusal (429) is reported and the eviction retried; a budget steers the choice.
+is evicted; a PodDisruptionBudget steers the choice; a refusal (429) is reported and the
+eviction retried.
 """
 
 from __future__ import annotations
