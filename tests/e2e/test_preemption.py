@@ -1,0 +1,135 @@
+"""Priority preemption end to end (issue 27): real API server (its Priority admission plugin
+fills ``spec.priority`` from PriorityClasses), kdra's operator and a node agent as real
+processes, plain pods.
+
+One node with 4 fake GPUs, each held by a pod: two of priority 10, two of priority 500. A
+priority-1000 pod with ``preemptionPolicy: Never`` asking for 2 GPUs preempts nobody and
+waits; a priority-1000 pod asking for 2 GPUs evicts exactly the two priority-10 pods (Eviction
+API), is nominated to the node, gets their GPUs (held for it: the waiting Never pod of equal
+priority does not take them) and binds there; events on both sides.
+
+:class:`~tests.e2e.test_health.FakeKubelet` plays the kubelet: it reports bound pods Running
+and finishes the graceful deletion of evicted pods.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from kdra.devenv.controlplane import ControlPlane
+from kdra.domain.podclaims import CLAIMS_ANNOTATION
+from tests.e2e import agent_helpers
+from tests.e2e.agent_helpers import AgentFactory, unique
+from tests.e2e.conftest import get_json
+from tests.e2e.procs import KdraProcess, wait_for
+from tests.e2e.test_health import FakeKubelet, apply, devices_of, gpu_class, metric, template
+
+agents = agent_helpers.agents
+
+
+def priority_class(name: str, value: int, *, never: bool = False) -> dict[str, Any]:
+    body: dict[str, Any] = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                            "metadata": {"name": name}, "value": value}
+    if never:
+        body["preemptionPolicy"] = "Never"
+    return body
+
+
+def gpu_pod(name: str, namespace: str, template_name: str, priority_class_name: str
+            ) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "annotations": {
+                CLAIMS_ANNOTATION: yaml.safe_dump(
+                    [{"name": "gpu", "resourceClaimTemplateName": template_name}])}},
+            "spec": {"schedulerName": "kdra-scheduler", "terminationGracePeriodSeconds": 30,
+                     "priorityClassName": priority_class_name,
+                     "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]}}
+
+
+def live_pods(plane: ControlPlane, namespace: str) -> dict[str, dict[str, Any]]:
+    return {p["metadata"]["name"]: p for p in get_json(plane, "pods", "-n", namespace)["items"]
+            if not p["metadata"].get("deletionTimestamp")}
+
+
+def events(plane: ControlPlane, namespace: str, reason: str) -> list[tuple[str, str]]:
+    return [(e["involvedObject"]["name"], e["message"])
+            for e in get_json(plane, "events", "-n", namespace)["items"]
+            if e["reason"] == reason]
+
+
+@pytest.fixture
+def classes(control_plane: ControlPlane) -> Iterator[dict[str, str]]:
+    names = {"low": unique("low"), "mid": unique("mid"), "high": unique("high"),
+             "never": unique("never")}
+    apply(control_plane, priority_class(names["low"], 10), priority_class(names["mid"], 500),
+          priority_class(names["high"], 1000),
+          priority_class(names["never"], 1000, never=True))
+    yield names
+    control_plane.kubectl("delete", "priorityclass", *names.values(), "--ignore-not-found",
+                          "--wait=false", check=False)
+
+
+def test_priority_pod_preempts_exactly_the_lowest_pods_it_needs(
+        control_plane: ControlPlane, agents: AgentFactory, operator: KdraProcess,
+        namespace: str, classes: dict[str, str]) -> None:
+    node = unique("preempt")
+    agents(node, "gpus: ['4 x L4-24GB']\n")
+    apply(control_plane, gpu_class(), template("one-gpu", namespace),
+          template("two-gpus", namespace, count=2))
+    with FakeKubelet(control_plane, namespace):
+        apply(control_plane, *(gpu_pod(name, namespace, "one-gpu", classes[level])
+                               for name, level in (("low-1", "low"), ("low-2", "low"),
+                                                   ("mid-1", "mid"), ("mid-2", "mid"))))
+        wait_for(lambda: len([n for n, p in live_pods(control_plane, namespace).items()
+                              if p["spec"].get("nodeName") == node]) == 4 and
+                 len(devices_of(control_plane, namespace)) == 4,
+                 timeout=120, what="the four lower-priority pods bound, one GPU each")
+        priorities = {n: p["spec"].get("priority")
+                      for n, p in live_pods(control_plane, namespace).items()}
+        assert priorities == {"low-1": 10, "low-2": 10, "mid-1": 500, "mid-2": 500}
+
+        # preemptionPolicy: Never — waits, evicts nobody.
+        apply(control_plane, gpu_pod("patient", namespace, "two-gpus", classes["never"]))
+        wait_for(lambda: any(obj == "patient" for obj, _ in
+                             events(control_plane, namespace, "FailedScheduling")),
+                 timeout=60, what="the Never pod reported unschedulable")
+        time.sleep(3)  # a preemption, if any, would follow its first failed attempt at once
+        assert events(control_plane, namespace, "Preempting") == []
+        assert events(control_plane, namespace, "Preempted") == []
+        assert set(live_pods(control_plane, namespace)) == {
+            "low-1", "low-2", "mid-1", "mid-2", "patient"}
+
+        # The urgent pod preempts exactly the two priority-10 pods and binds on the node.
+        apply(control_plane, gpu_pod("urgent", namespace, "two-gpus", classes["high"]))
+        urgent = wait_for(lambda: (p := live_pods(control_plane, namespace).get("urgent"))
+                          and p["spec"].get("nodeName") and p,
+                          timeout=120, what="the urgent pod bound")
+        assert urgent["spec"]["nodeName"] == node
+        assert urgent["spec"]["priority"] == 1000
+        assert (urgent.get("status") or {}).get("nominatedNodeName") in (node, None)
+        remaining = live_pods(control_plane, namespace)
+        assert set(remaining) == {"mid-1", "mid-2", "patient", "urgent"}
+        assert not remaining["patient"]["spec"].get("nodeName")  # the held GPUs were not its
+        held = devices_of(control_plane, namespace)
+        assert held["urgent"][1] == node
+
+        preempting = events(control_plane, namespace, "Preempting")
+        assert len(preempting) == 1 and preempting[0][0] == "urgent", preempting
+        assert preempting[0][1].startswith(f"Preempting 2 pod(s) on node {node}: ")
+        assert f"{namespace}/low-1 (priority 10)" in preempting[0][1]
+        assert f"{namespace}/low-2 (priority 10)" in preempting[0][1]
+        preempted = sorted(events(control_plane, namespace, "Preempted"))
+        assert preempted == [(victim, f"Preempted by {namespace}/urgent on node {node}")
+                             for victim in ("low-1", "low-2")]
+        assert any(obj == "urgent" and m.startswith("Successfully assigned")
+                   for obj, m in events(control_plane, namespace, "Scheduled"))
+
+    assert metric(operator, "kdra_preemption_victims_total") == 2
+    assert metric(operator, 'kdra_preemption_attempts_total{result="preempted"}') == 1
+    assert metric(operator, 'kdra_preemption_attempts_total{result="never"}') >= 1
+    assert operator.alive
