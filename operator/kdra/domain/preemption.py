@@ -20,8 +20,9 @@ victim, then the smallest sum of priorities (each offset by 2^31, so fewer victi
 with negative priorities), then the fewest victims, then the latest start of the highest-
 priority victims, then the node name.
 
-Pods already being deleted leave anyway: their devices count as freed from the start, and they
-are never victims.
+Pods already being deleted leave anyway: their devices count as freed from the start, they are
+never victims, and a node where they alone make room needs no preemption (the binder waits for
+the release).
 
 Invariants:
 - Pure: the fit test is the caller's (:class:`~kdra.domain.allocator.probe.FitProbe`), so
@@ -197,8 +198,8 @@ def select_victims(node: str, priority: int, pods: Sequence[Pod], holds: Sequenc
                    budgets: Sequence[Budget],
                    fits: Callable[[frozenset[DeviceId]], bool]) -> NodeVictims | None:
     """The fewest, least important victims on ``node`` (see the module doc), or None when
-    the preemptor would not fit even with every lower-priority pod gone (or fits without
-    evicting anyone: nothing to preempt). ``pods``: the pods on the node; ``holds``: the
+    the preemptor would not fit even with every lower-priority pod gone, or fits without
+    evicting anyone (nothing to preempt). ``pods``: the pods on the node; ``holds``: the
     claims they use; ``fits(freed)``: the preemptor fits the node with ``freed`` free (may
     raise to stop the search, e.g. its budget ran out)."""
     leaving = {pod.uid for pod in pods if pod.leaving}
@@ -222,8 +223,8 @@ def select_victims(node: str, priority: int, pods: Sequence[Pod], holds: Sequenc
         victims.add(pod.uid)
         if pod.uid in breaking:
             violations += 1
-    if not victims and not leaving:
-        return None  # fits as it is: no preemption needed (a race with a release)
+    if not victims:
+        return None  # fits once pods already leaving are gone: nothing to preempt
     chosen = tuple(p for p in potential if p.uid in victims)
     return NodeVictims(node, chosen, violations, freed_by(leaving | victims, holds))
 

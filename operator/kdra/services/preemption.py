@@ -39,7 +39,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -133,6 +133,7 @@ class Preemption:
         self.settings = settings or PreemptionSettings()
         self.pods: dict[str, Pod] = {}  # uid → bound, not finished pod
         self.on_node: dict[str, set[str]] = defaultdict(set)  # node → pod uids
+        self._priorities: Counter[int] = Counter()  # priority → bound pods with it
         self.nominations: dict[Key, _Nomination] = {}
 
     # ------------------------------------------------------------------ inputs
@@ -143,6 +144,9 @@ class Preemption:
         uid = str(meta.get("uid", ""))
         old = self.pods.pop(uid, None)
         if old is not None:
+            self._priorities[old.priority] -= 1
+            if not self._priorities[old.priority]:
+                del self._priorities[old.priority]
             self.on_node[old.node].discard(uid)
             if not self.on_node[old.node]:
                 del self.on_node[old.node]
@@ -150,8 +154,9 @@ class Preemption:
         done = event_type == "DELETED" or (pod.get("status") or {}).get("phase") in (
             "Succeeded", "Failed")
         if node and not done:
-            self.pods[uid] = _pod_of(pod)
+            self.pods[uid] = current = _pod_of(pod)
             self.on_node[str(node)].add(uid)
+            self._priorities[current.priority] += 1
         if (node or done) and self.nominations.pop(key_of(pod), None) is not None:
             metrics.set_nominated_pods(len(self.nominations))
 
@@ -191,15 +196,17 @@ class Preemption:
             return None
         await self._nominate(key, pod, choice)
         metrics.record_preemption("preempted")
-        victims = ", ".join(v.ref for v in choice.victims) or "none (pods terminating)"
+        victims = ", ".join(v.ref for v in choice.victims)
         return (f"preempting {len(choice.victims)} lower-priority pod(s) on node "
                 f"{choice.node!r} ({victims}); its devices are held for this pod")
 
     async def _decide(self, key: Key, pod: JSON, claims: Sequence[ResourceClaim],
                       nodes: Sequence[NodeInfo]) -> NodeVictims | None:
         priority = pod_priority(pod)
+        if not self._priorities or min(self._priorities) >= priority:
+            return None  # no bound pod of lower priority anywhere (the common case: cheap)
         lower = [n for n in nodes if any(
-            (p := self.pods.get(uid)) is not None and (p.priority < priority or p.leaving)
+            (p := self.pods.get(uid)) is not None and p.priority < priority and not p.leaving
             for uid in self.on_node.get(n.name, ()))]
         if not lower:
             return None

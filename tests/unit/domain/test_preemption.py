@@ -118,9 +118,13 @@ SELECTION: list[tuple[str, int, list[Pod], list[Hold], list[Budget], int, list[s
     # A claim shared by two pods frees its devices only when both go.
     ("shared-claim", 3, [pod("a", 0, T1), pod("b", 0, T1), pod("top", 5000, T1)],
      [hold(0, 1, by=["a", "b"]), hold(2, by=["top"])], [], 2, ["a", "b"], 0),
-    # A pod being deleted frees its devices anyway: nobody is evicted (the pod waits).
-    ("leaving-frees", 2, [pod("gone", 0, T1, leaving=True), pod("b", 0, T1)],
-     [hold(0, by=["gone"]), hold(1, by=["b"])], [], 1, [], 0),
+    # A pod being deleted frees its devices anyway: it is never a victim, and counts.
+    ("leaving-counts", 3, [pod("gone", 0, T1, leaving=True), pod("b", 0, T1),
+                           pod("c", 0, T2)],
+     [hold(0, by=["gone"]), hold(1, by=["b"]), hold(2, by=["c"])], [], 2, ["c"], 0),
+    # ...and where it alone makes room, there is nothing to preempt (the binder waits).
+    ("leaving-alone-suffices", 2, [pod("gone", 0, T1, leaving=True), pod("b", 0, T1)],
+     [hold(0, by=["gone"]), hold(1, by=["b"])], [], 1, None, 0),
     # Pods holding no devices are never victims (kdra frees devices only).
     ("no-devices-no-victim", 1, [pod("cpu-only", 0, T1), pod("top", 5000, T1)],
      [hold(0, by=["top"])], [], 1, None, 0),
