@@ -68,6 +68,9 @@ PDBS = Resource("policy", "v1", "poddisruptionbudgets", True, "PodDisruptionBudg
 RETRY = 5.0
 """Seconds before an eviction that failed (a PodDisruptionBudget, 429) is tried again."""
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+BUDGETS_TTL = 2.0
+"""Seconds a list of PodDisruptionBudgets is reused (their status changes as pods come and go:
+a budget read a moment ago is as good as the disruption controller's own lag)."""
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,7 @@ class Preemption:
         self.on_node: dict[str, set[str]] = defaultdict(set)  # node → pod uids
         self._priorities: Counter[int] = Counter()  # priority → bound pods with it
         self.nominations: dict[Key, _Nomination] = {}
+        self._budget_cache: tuple[float, list[Budget]] | None = None  # (when listed, budgets)
 
     # ------------------------------------------------------------------ inputs
 
@@ -235,6 +239,11 @@ class Preemption:
         return pick_node(options)
 
     async def _budgets(self) -> list[Budget]:
+        """The cluster's PodDisruptionBudgets, listed at most every :data:`BUDGETS_TTL`
+        seconds (pods that cannot preempt retry on every release of devices)."""
+        now = time.monotonic()
+        if self._budget_cache is not None and now - self._budget_cache[0] < BUDGETS_TTL:
+            return self._budget_cache[1]
         try:
             items = await self.client.list(PDBS)
         except (ApiError, OSError) as exc:
@@ -247,6 +256,7 @@ class Preemption:
             out.append(Budget(str(meta.get("namespace", "")), str(meta.get("name", "")),
                               spec.get("selector"),
                               allowed if isinstance(allowed, int) else 0))
+        self._budget_cache = (now, out)
         return out
 
     # ------------------------------------------------------------------ acting
