@@ -25,7 +25,7 @@ Invariants:
 - One nomination per pod: while its victims are terminating (or their devices being
   released) the pod waits instead of preempting again. A nomination ends when the pod is
   bound or gone, after :attr:`PreemptionSettings.hold` seconds, or when its victims are gone
-  and their devices free but the pod still fits nowhere (it may then preempt anew).
+  and their claims released but the pod still fits nowhere (it may then preempt anew).
 - Bounded: the fit tests of one decision share the binder's search step budget, and at most
   :attr:`PreemptionSettings.max_candidates` candidate nodes are evaluated in full (as
   kube-scheduler samples candidates).
@@ -284,8 +284,10 @@ class Preemption:
         if nomination is None:
             return None
         present = [uid for uid in nomination.victims if uid in self.pods]
-        in_use = self.snapshot.devices_in_use
-        releasing = any(device in in_use for device in nomination.devices)
+        # Victims' claims still allocated: the claim controller has yet to release them.
+        releasing = any((claim.get("status") or {}).get("allocation")
+                        for uid in nomination.victims
+                        for claim in self.claims.index("reserved", uid))
         if nomination.until <= time.monotonic() or not (present or releasing):
             del self.nominations[key]  # expired, or everything freed and still no fit
             metrics.set_nominated_pods(len(self.nominations))

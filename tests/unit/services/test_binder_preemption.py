@@ -251,3 +251,31 @@ def test_an_eviction_refused_is_reported_and_retried_later() -> None:
     assert client.refused == 2
     assert client.reasons("Preempted") == []
     assert (NS, "top") in binder.preemption.nominations
+
+
+def test_a_nomination_overtaken_by_a_more_important_pod_preempts_anew() -> None:
+    """The freed GPU is held against pods of the same or lower priority only: a more
+    important pod takes it. Once the victim's claim is released and the pod still fits
+    nowhere, its nomination ends and it preempts again (here: "mid")."""
+    client = Recording()
+    binder = full_node(client)
+    top = pod("top", 1000)
+
+    async def scenario() -> list[str]:
+        results = [await binder._schedule((NS, "top"), top)]
+        binder.on_pod("DELETED", pod("low", 0, node="worker-1"))
+        released = claim("low-gpu", "20")
+        binder.claims.upsert(released)
+        binder.on_claim("MODIFIED", released)
+        assert binder.preemption.reserved_against((NS, "boss"), pod("boss", 2000)) == set()
+        taken = claim("boss-gpu", "21", owner="boss", device="gpu-0")
+        binder.claims.upsert(taken)
+        binder.on_claim("ADDED", taken)
+        binder.on_pod(None, pod("boss", 2000, node="worker-1"))
+        results.append(await binder._schedule((NS, "top"), top))
+        await binder.stop()
+        return results
+
+    assert asyncio.run(scenario()) == ["unschedulable", "unschedulable"]
+    assert client.evictions == ["low", "mid"]
+    assert [obj for obj, _ in client.reasons("Preempting")] == ["top", "top"]
