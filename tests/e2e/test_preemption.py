@@ -8,6 +8,9 @@ waits; a priority-1000 pod asking for 2 GPUs evicts exactly the two priority-10 
 API), is nominated to the node, gets their GPUs (held for it: the waiting Never pod of equal
 priority does not take them) and binds there; events on both sides.
 
+Two nodes: the preemptor takes the node whose victims are least important, and evicts pods of
+that node only.
+
 :class:`~tests.e2e.test_health.FakeKubelet` plays the kubelet: it reports bound pods Running
 and finishes the graceful deletion of evicted pods.
 """
@@ -133,3 +136,45 @@ def test_priority_pod_preempts_exactly_the_lowest_pods_it_needs(
     assert metric(operator, 'kdra_preemption_attempts_total{result="preempted"}') == 1
     assert metric(operator, 'kdra_preemption_attempts_total{result="never"}') >= 1
     assert operator.alive
+
+
+def test_preemption_takes_one_node_the_one_with_the_least_important_victims(
+        control_plane: ControlPlane, agents: AgentFactory, operator: KdraProcess,
+        namespace: str, classes: dict[str, str]) -> None:
+    """Two nodes of 2 GPUs: on the first a priority-10 and a priority-500 pod, on the second
+    two priority-10 pods. The urgent pod (2 GPUs) could fit on either only by evicting both
+    pods of a node: it takes the second (lower highest-priority victim), and the priority-10
+    pod of the first node is untouched — victims on one node only."""
+    first, second = unique("pa"), unique("pb")
+    agents(first, "gpus: ['2 x L4-24GB']\n")
+    apply(control_plane, gpu_class(), template("one-gpu", namespace),
+          template("two-gpus", namespace, count=2))
+    with FakeKubelet(control_plane, namespace):
+        # Fill the first node, then bring up the second (the binder packs nodes).
+        apply(control_plane, gpu_pod("a-low", namespace, "one-gpu", classes["low"]),
+              gpu_pod("a-mid", namespace, "one-gpu", classes["mid"]))
+        wait_for(lambda: len(devices_of(control_plane, namespace)) == 2, timeout=120,
+                 what="the first node's two pods bound")
+        agents(second, "gpus: ['2 x L4-24GB']\n")
+        apply(control_plane, gpu_pod("b-low-1", namespace, "one-gpu", classes["low"]),
+              gpu_pod("b-low-2", namespace, "one-gpu", classes["low"]))
+        wait_for(lambda: len(devices_of(control_plane, namespace)) == 4, timeout=120,
+                 what="the second node's two pods bound")
+        placed = {n: p["spec"].get("nodeName")
+                  for n, p in live_pods(control_plane, namespace).items()}
+        assert placed == {"a-low": first, "a-mid": first, "b-low-1": second,
+                          "b-low-2": second}
+
+        apply(control_plane, gpu_pod("urgent", namespace, "two-gpus", classes["high"]))
+        urgent = wait_for(lambda: (p := live_pods(control_plane, namespace).get("urgent"))
+                          and p["spec"].get("nodeName") and p,
+                          timeout=120, what="the urgent pod bound")
+        assert urgent["spec"]["nodeName"] == second
+        assert set(live_pods(control_plane, namespace)) == {"a-low", "a-mid", "urgent"}
+        preempted = sorted(events(control_plane, namespace, "Preempted"))
+        assert preempted == [(victim, f"Preempted by {namespace}/urgent on node {second}")
+                             for victim in ("b-low-1", "b-low-2")]
+        preempting = events(control_plane, namespace, "Preempting")
+        assert [m.split(":")[0] for _, m in preempting] == [
+            f"Preempting 2 pod(s) on node {second}"]
+    assert metric(operator, "kdra_preemption_victims_total") == 2
