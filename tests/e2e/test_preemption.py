@@ -84,37 +84,53 @@ def test_priority_pod_preempts_exactly_the_lowest_pods_it_needs(
     agents(node, "gpus: ['4 x L4-24GB']\n")
     apply(control_plane, gpu_class(), template("one-gpu", namespace),
           template("two-gpus", namespace, count=2))
+    # No kubelet yet: evicted pods stay terminating until FakeKubelet finishes their
+    # deletion, so the nomination can be seen before the preemptor binds.
+    apply(control_plane, *(gpu_pod(name, namespace, "one-gpu", classes[level])
+                           for name, level in (("low-1", "low"), ("low-2", "low"),
+                                               ("mid-1", "mid"), ("mid-2", "mid"))))
+    wait_for(lambda: len([n for n, p in live_pods(control_plane, namespace).items()
+                          if p["spec"].get("nodeName") == node]) == 4 and
+             len(devices_of(control_plane, namespace)) == 4,
+             timeout=120, what="the four lower-priority pods bound, one GPU each")
+    priorities = {n: p["spec"].get("priority")
+                  for n, p in live_pods(control_plane, namespace).items()}
+    assert priorities == {"low-1": 10, "low-2": 10, "mid-1": 500, "mid-2": 500}
+
+    # preemptionPolicy: Never — waits, evicts nobody.
+    apply(control_plane, gpu_pod("patient", namespace, "two-gpus", classes["never"]))
+    wait_for(lambda: any(obj == "patient" for obj, _ in
+                         events(control_plane, namespace, "FailedScheduling")),
+             timeout=60, what="the Never pod reported unschedulable")
+    time.sleep(3)  # a preemption, if any, would follow its first failed attempt at once
+    assert events(control_plane, namespace, "Preempting") == []
+    assert events(control_plane, namespace, "Preempted") == []
+    assert set(live_pods(control_plane, namespace)) == {
+        "low-1", "low-2", "mid-1", "mid-2", "patient"}
+
+    # The urgent pod preempts exactly the two priority-10 pods and is nominated to the node.
+    apply(control_plane, gpu_pod("urgent", namespace, "two-gpus", classes["high"]))
+    nominated = wait_for(
+        lambda: (p := get_json(control_plane, "pod", "urgent", "-n", namespace)) and
+        (p.get("status") or {}).get("nominatedNodeName") and p,
+        timeout=60, what="the urgent pod nominated")
+    assert nominated["status"]["nominatedNodeName"] == node
+    assert set(live_pods(control_plane, namespace)) == {"mid-1", "mid-2", "patient", "urgent"}
+    condition = next(c for c in nominated["status"]["conditions"]
+                     if c["type"] == "PodScheduled")
+    assert condition["status"] == "False"
+    # What the binder said at its first attempt, or at the next ones (which wait).
+    assert (f"preempting 2 lower-priority pod(s) on node '{node}'" in condition["message"] or
+            f"waiting for 2 preempted pod(s) on node '{node}'" in condition["message"]), \
+        condition
+
+    # The evicted pods finish terminating; the urgent pod gets their GPUs and binds there.
     with FakeKubelet(control_plane, namespace):
-        apply(control_plane, *(gpu_pod(name, namespace, "one-gpu", classes[level])
-                               for name, level in (("low-1", "low"), ("low-2", "low"),
-                                                   ("mid-1", "mid"), ("mid-2", "mid"))))
-        wait_for(lambda: len([n for n, p in live_pods(control_plane, namespace).items()
-                              if p["spec"].get("nodeName") == node]) == 4 and
-                 len(devices_of(control_plane, namespace)) == 4,
-                 timeout=120, what="the four lower-priority pods bound, one GPU each")
-        priorities = {n: p["spec"].get("priority")
-                      for n, p in live_pods(control_plane, namespace).items()}
-        assert priorities == {"low-1": 10, "low-2": 10, "mid-1": 500, "mid-2": 500}
-
-        # preemptionPolicy: Never — waits, evicts nobody.
-        apply(control_plane, gpu_pod("patient", namespace, "two-gpus", classes["never"]))
-        wait_for(lambda: any(obj == "patient" for obj, _ in
-                             events(control_plane, namespace, "FailedScheduling")),
-                 timeout=60, what="the Never pod reported unschedulable")
-        time.sleep(3)  # a preemption, if any, would follow its first failed attempt at once
-        assert events(control_plane, namespace, "Preempting") == []
-        assert events(control_plane, namespace, "Preempted") == []
-        assert set(live_pods(control_plane, namespace)) == {
-            "low-1", "low-2", "mid-1", "mid-2", "patient"}
-
-        # The urgent pod preempts exactly the two priority-10 pods and binds on the node.
-        apply(control_plane, gpu_pod("urgent", namespace, "two-gpus", classes["high"]))
         urgent = wait_for(lambda: (p := live_pods(control_plane, namespace).get("urgent"))
                           and p["spec"].get("nodeName") and p,
                           timeout=120, what="the urgent pod bound")
         assert urgent["spec"]["nodeName"] == node
         assert urgent["spec"]["priority"] == 1000
-        assert (urgent.get("status") or {}).get("nominatedNodeName") in (node, None)
         remaining = live_pods(control_plane, namespace)
         assert set(remaining) == {"mid-1", "mid-2", "patient", "urgent"}
         assert not remaining["patient"]["spec"].get("nodeName")  # the held GPUs were not its
