@@ -113,7 +113,8 @@ def _hold_of(claim: JSON) -> Hold | None:
     allocation = status.get("allocation") if isinstance(status, dict) else None
     if not isinstance(allocation, dict):
         return None
-    results = (allocation.get("devices") or {}).get("results")
+    devices_ = allocation.get("devices")
+    results = devices_.get("results") if isinstance(devices_, dict) else None
     devices = frozenset(
         DeviceId(str(r.get("driver")), str(r.get("pool")), str(r.get("device")))
         for r in (results if isinstance(results, list) else ())

@@ -279,3 +279,15 @@ def test_a_nomination_overtaken_by_a_more_important_pod_preempts_anew() -> None:
     assert asyncio.run(scenario()) == ["unschedulable", "unschedulable"]
     assert client.evictions == ["low", "mid"]
     assert [obj for obj, _ in client.reasons("Preempting")] == ["top", "top"]
+
+
+def test_malformed_claim_status_holds_nothing() -> None:
+    from kdra.services.preemption import _hold_of
+
+    for status in ({"allocation": "x"}, {"allocation": {"devices": "x"}},
+                   {"allocation": {"devices": {"results": "x"}}, "reservedFor": [{"uid": "u"}]},
+                   {"allocation": {"devices": {"results": [1, {"driver": DRIVER}]}},
+                    "reservedFor": "x"}, "x"):
+        assert _hold_of({"status": status}) is None
+    held = _hold_of(claim("c", "1", owner="a"))
+    assert held is not None and held.consumers == {"uid-a"} and len(held.devices) == 1
