@@ -141,20 +141,22 @@ def ms(values: list[float], q: float) -> str:
     return f"{1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]:.1f}"
 
 
-async def measure(binder: Binder, runs: int) -> tuple[list[float], list[float], str, int]:
-    """Decision and whole-attempt times over ``runs``; the last choice, its victims."""
+async def measure(binder: Binder, runs: int
+                  ) -> tuple[list[float], list[float], str, int, int]:
+    """Decision and whole-attempt times over ``runs``; the last choice: node, victims, PDB
+    violations."""
     top = pod("top", 1000)
     key = (NS, "top")
     claims = [binder._parse(binder.claims.get((NS, "top-gpu")) or {})]
     nodes = [view.info for view in binder._node_views()]
     decisions, attempts = [], []
-    chosen, victims = "", 0
+    chosen, victims, violations = "", 0, 0
     for _ in range(runs):
         started = time.perf_counter()
         choice = await binder.preemption._decide(key, top, claims, nodes)
         decisions.append(time.perf_counter() - started)
         assert choice is not None
-        chosen, victims = choice.node, len(choice.victims)
+        chosen, victims, violations = choice.node, len(choice.victims), choice.pdb_violations
         binder.preemption.nominations.clear()
         started = time.perf_counter()
         result = await binder._schedule(key, top)
@@ -162,7 +164,7 @@ async def measure(binder: Binder, runs: int) -> tuple[list[float], list[float], 
         assert result == "unschedulable", result
         binder.preemption.nominations.clear()
     await binder.stop()
-    return decisions, attempts, chosen, victims
+    return decisions, attempts, chosen, victims, violations
 
 
 def main() -> None:
@@ -181,13 +183,15 @@ def main() -> None:
     for name, candidates, pdbs, max_candidates in scenarios:
         binder, api = build(args.nodes, candidates=candidates, pdbs=pdbs,
                             max_candidates=max_candidates)
-        decisions, attempts, chosen, victims = asyncio.run(measure(binder, args.runs))
+        decisions, attempts, chosen, victims, violations = asyncio.run(
+            measure(binder, args.runs))
         warm = decisions[1:] or decisions
         print(f"{name}: decision first (cold: pools gathered, selectors evaluated) "
               f"{1000 * decisions[0]:.1f} ms, then median {ms(warm, 0.5)} ms, p99 "
               f"{ms(warm, 0.99)} ms, max {ms(warm, 1.0)} ms; whole attempt median "
               f"{ms(attempts, 0.5)} ms (mean {1000 * statistics.fmean(attempts):.1f}); chose "
-              f"{chosen} with {victims} victim(s); evictions issued {api.evictions}")
+              f"{chosen} with {victims} victim(s), {violations} PDB violation(s); evictions issued "
+              f"{api.evictions}")
 
 
 if __name__ == "__main__":
