@@ -346,6 +346,50 @@ unschedulable_reasons = Counter(
 )
 
 
+# --------------------------------------------------------------------------- preemption
+
+PREEMPTION_RESULTS = ("preempted", "waiting", "no-candidates", "never")
+
+preemption_attempts = Counter(
+    "kdra_preemption_attempts_total",
+    "Preemption attempts for pods that fit nowhere, by result: preempted (victims chosen on "
+    "one node, the pod nominated there), waiting (already nominated; its victims are "
+    "terminating), no-candidates (no node where evicting lower-priority pods would let it "
+    "fit), never (the pod's preemptionPolicy is Never).",
+    ["result"],
+)
+preemption_victims = Counter(
+    "kdra_preemption_victims_total",
+    "Pods evicted (Eviction API accepted) to make room for a higher-priority pod.",
+)
+preemption_decision = Histogram(
+    "kdra_preemption_decision_seconds",
+    "Time to choose the victims and the node of one preemption (fit tests included).",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 2.5),
+)
+nominated_pods = Gauge(
+    "kdra_preemption_nominated_pods",
+    "Pods nominated to a node by preemption whose freed devices are held for them.",
+)
+
+
+def record_preemption(result: str) -> None:
+    preemption_attempts.labels(result=result if result in PREEMPTION_RESULTS
+                               else "no-candidates").inc()
+
+
+def record_preemption_victim() -> None:
+    preemption_victims.inc()
+
+
+def observe_preemption_decision(seconds: float) -> None:
+    preemption_decision.observe(seconds)
+
+
+def set_nominated_pods(count: int) -> None:
+    nominated_pods.set(count)
+
+
 def init_binder_series() -> None:
     for result in SCHEDULE_RESULTS:
         schedule_attempts.labels(result=result)
@@ -354,6 +398,10 @@ def init_binder_series() -> None:
     for limit in SEARCH_LIMITS:
         search_exhausted.labels(limit=limit)
     pending_pods.set(0)
+    for result in PREEMPTION_RESULTS:
+        preemption_attempts.labels(result=result)
+    preemption_victims.inc(0)
+    nominated_pods.set(0)
 
 
 def record_schedule_attempt(result: str, seconds: float) -> None:

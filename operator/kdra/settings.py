@@ -71,6 +71,15 @@ class OperatorSettings:
     """Seconds the binder waits for the node agent to report a pod's devices Ready before it
     undoes the allocation and tries another node."""
 
+    preemption: bool = True
+    """A pod with claims that fits nowhere may preempt (evict, through the Eviction API)
+    lower-priority pods holding devices on one node, as kube-scheduler does
+    (docs/tenancy.md#preemption); pods with preemptionPolicy Never never do."""
+
+    preemption_hold: float = 120.0
+    """Seconds the devices freed by a preemption stay held for the preempting pod (nominated
+    to the node) before other pods may take them, unless it binds first."""
+
     allocation_search_steps: int = 1_000_000
     """Search steps (devices tried) the binder may spend on one pod's attempt to place its
     claims; each node's search gets at most an eighth of it (a half with two candidate nodes,

@@ -374,6 +374,46 @@ def test_the_operator_works_as_deployed(cluster: Cluster) -> None:
     cluster.delete_pod(name)
 
 
+def test_the_operator_preempts_as_deployed(cluster: Cluster) -> None:
+    """Preemption (issue 27) with the operator's own rights: it lists PodDisruptionBudgets,
+    evicts through the Eviction API and sets the preemptor's nominatedNodeName (the
+    admission policy lets it change only that and PodScheduled in a pending pod's status)."""
+    plane = cluster.plane
+    low, high = f"low-{cluster.namespace}", f"high-{cluster.namespace}"
+    apply(plane, {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                  "metadata": {"name": low}, "value": 10},
+          {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+           "metadata": {"name": high}, "value": 1000})
+    hogs = [f"hog-{i}" for i in range(len(cluster.nodes))]
+    try:
+        for name in hogs:  # every GPU of every node, at a low priority
+            pod = cluster.pod(name, [{"name": "gpu", "resourceClaimTemplateName": "all-gpus"}])
+            pod["spec"]["priorityClassName"] = low
+            apply(plane, pod)
+            cluster.wait_bound(name)
+        pod = cluster.pod("urgent", [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}])
+        pod["spec"]["priorityClassName"] = high
+        apply(plane, pod)
+        nominated = wait_for(
+            lambda: (p := cluster.get_pod("urgent")).get("status", {}).get(
+                "nominatedNodeName") and p, timeout=60, what="urgent nominated")
+        node = nominated["status"]["nominatedNodeName"]
+        # Exactly one hog evicted (no kubelet here: it stays terminating), the one on the
+        # nominated node.
+        evicted = [h for h in hogs if cluster.get_pod(h)["metadata"].get("deletionTimestamp")]
+        assert len(evicted) == 1, evicted
+        assert cluster.get_pod(evicted[0])["spec"]["nodeName"] == node
+        assert cluster.metric("kdra_preemption_victims_total") == 1
+        cluster.delete_pod(evicted[0])  # the kubelet's part
+        assert cluster.wait_bound("urgent")["spec"]["nodeName"] == node
+    finally:
+        for name in [*hogs, "urgent"]:
+            cluster.delete_pod(name)
+        plane.kubectl("delete", "priorityclass", low, high, "--ignore-not-found",
+                      "--wait=false", check=False)
+    wait_for(lambda: not cluster.allocations(), timeout=60, what="the GPUs released")
+
+
 # --------------------------------------------------------------------------- attack 3
 
 

@@ -294,8 +294,11 @@ OPERATOR_ALLOWED = [
     ("create", "pods", "--subresource=eviction", "-n", "team-a"),
     ("watch", "devicetaintrules.resource.kdra.dev"),
     ("patch", "devicetaintrules.resource.kdra.dev", "--subresource=status"),
+    # issue 27: priority preemption reads PodDisruptionBudgets
+    ("list", "poddisruptionbudgets.policy", "-A"),
 ]
 OPERATOR_DENIED = [
+    ("create", "poddisruptionbudgets.policy", "-n", "team-a"),
     ("update", "devicetaintrules.resource.kdra.dev"),
     ("create", "devicetaintrules.resource.kdra.dev"),
     ("patch", "customresourcedefinitions.apiextensions.k8s.io/other.example.com"),

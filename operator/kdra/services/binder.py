@@ -97,6 +97,7 @@ from kdra.domain.taint_rules import parse_rule
 from kdra.domain.untrusted import shorten
 from kdra.kube.client import CLAIMS, PODS, ApiError, Conflict, KubeClient, NotFound
 from kdra.kube.events import EventRecorder
+from kdra.services.preemption import Preemption, PreemptionSettings
 from kdra.services.searches import Limit, SearchBudget, Searches
 from kdra.services.store import JSON, Key, RecentSet, Store, is_older, key_of
 
@@ -135,6 +136,8 @@ class BinderSettings:
     (their claims' pods are gone and the claim controller has not yet deallocated them):
     in a full cluster a new pod often arrives just before its predecessor's devices are
     freed. After this, or once nothing is being released, it is reported unschedulable."""
+    preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
+    """Priority preemption for pods that fit nowhere (kdra.services.preemption)."""
     search: SearchBudget = field(default_factory=SearchBudget)
     """How much searching one pod's attempt may do (steps, seconds, steps between yields);
     a pod that finds no placement within it is reported ``AllocationSearchExhausted`` and
@@ -245,6 +248,8 @@ class Binder:
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop_task: asyncio.Task[None] | None = None
         self._flush_task: asyncio.Task[None] | None = None
+        self.preemption = Preemption(client, events, claims=claims, snapshot=self.snapshot,
+                                     settings=self.settings.preemption)
         self.searches = Searches(  # long allocation searches
             self.settings.search,
             on_error=lambda key: self._retry_later(key, self._backoff(key)))
@@ -293,6 +298,7 @@ class Binder:
             return  # a write response (the claim controller's) was handed over first
         elif not node and uid in self._bound:
             return  # from before this binder bound it (a bound pod never comes unbound)
+        self.preemption.on_pod(event_type, pod)  # bound pods: potential victims
         phase = pod.get("status", {}).get("phase")
         gone = event_type == "DELETED" or phase in ("Succeeded", "Failed")
         if gone and uid:
@@ -602,6 +608,7 @@ class Binder:
             window = search_window(attempt.policy, len(candidates), self._next_start)
             started = time.perf_counter()
             placing = Placing(self.snapshot, attempt.unallocated, candidates,
+                              in_flight=self.preemption.reserved_against(key, pod),
                               limit=window.limit, start=window.start,
                               node_steps=self.settings.search.node_steps(len(candidates)))
             outcome = placing.advance(self.settings.search.slice)
@@ -671,7 +678,10 @@ class Binder:
         if choice is None:
             for message, count in attempt.filtered.items():
                 metrics.record_unschedulable(_reason_label(message), count)
-            await self._unschedulable(pod, explain(attempt.reasons, attempt.total))
+            message = explain(attempt.reasons, attempt.total)
+            preempting = await self.preemption.preempt(key, pod, attempt.unallocated,
+                                                       attempt.candidates)
+            await self._unschedulable(pod, f"{message}; {preempting}" if preempting else message)
             return "unschedulable"
         return self._reserve(key, pod, attempt.resolved, attempt.parsed, attempt.unallocated,
                              choice)

@@ -39,6 +39,7 @@ from kdra.services.binder import Binder, BinderSettings
 from kdra.services.claim_controller import ClaimController, claim_store, pod_store
 from kdra.services.informer import Informer
 from kdra.services.leader import LeaderElector
+from kdra.services.preemption import PreemptionSettings
 from kdra.services.searches import SearchBudget
 from kdra.services.slice_gc import SliceGC
 from kdra.services.store import JSON, Store
@@ -69,6 +70,9 @@ class Operator:
                              claims=self.claims, settings=BinderSettings(
                                  policy=settings.policy,
                                  prepare_timeout=settings.prepare_timeout,
+                                 preemption=PreemptionSettings(
+                                     enabled=settings.preemption, hold=settings.preemption_hold,
+                                     steps=settings.allocation_search_steps),
                                  search=SearchBudget(
                                      steps=settings.allocation_search_steps,
                                      timeout=settings.allocation_search_timeout)))
