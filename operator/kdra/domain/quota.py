@@ -259,8 +259,8 @@ class Ledger:
 class _Limit(_Model):
     device_class_name: str = Field(pattern=DNS_SUBDOMAIN.pattern, max_length=253)
     devices: int | None = Field(default=None, ge=0)
-    capacity: dict[str, str] = Field(default_factory=dict, max_length=MAX_RESOURCES)
-    counters: dict[str, str] = Field(default_factory=dict, max_length=MAX_RESOURCES)
+    capacity: dict[str, str | int] = Field(default_factory=dict, max_length=MAX_RESOURCES)
+    counters: dict[str, str | int] = Field(default_factory=dict, max_length=MAX_RESOURCES)
 
 
 class _Spec(_Model):
@@ -316,7 +316,7 @@ def parse_quota(obj: Mapping[str, Any]) -> DeviceQuota:
         for kind, values in (("capacity", limit.capacity), ("counters", limit.counters)):
             for name, text in values.items():
                 try:
-                    value = parse_quantity(text)
+                    value = parse_quantity(str(text))
                 except InvalidQuantity as exc:
                     raise InvalidObject(f"spec.limits[{i}].{kind}[{name}]", str(exc),
                                         where) from exc

@@ -51,6 +51,7 @@ from kdra.domain.quota import (
     parse_quota,
     quota_status,
 )
+from kdra.domain.quota_admission import quota_namespace
 from kdra.domain.timestamps import api_time
 from kdra.kube.client import ApiError, KubeClient, Resource
 from kdra.services.store import JSON, Store, key_of
@@ -177,6 +178,21 @@ class QuotaBook:
         return None, first
 
 
+async def namespace_quotas(client: KubeClient | None, body: Any) -> list[JSON]:
+    """The DeviceQuotas the admission review ``body`` needs (those of the namespace of a
+    ResourceClaim being created; else none). When they cannot be read the claim is admitted:
+    the binder still checks at allocation."""
+    namespace = quota_namespace(body)
+    if client is None or namespace is None:
+        return []
+    try:
+        return await client.list(DEVICE_QUOTAS, namespace)
+    except (ApiError, OSError) as exc:
+        log.warning("cannot read the DeviceQuotas of %s for admission (the binder checks at "
+                    "allocation): %s", namespace, exc)
+        return []
+
+
 class QuotaStatusWriter:
     """Writes the DeviceQuotas' status and gauges from a :class:`QuotaBook` (module doc)."""
 
@@ -266,4 +282,4 @@ def _changed(current: JSON, status: JSON) -> bool:
     return False
 
 
-__all__ = ["DEVICE_QUOTAS", "QUOTA_REASON", "QuotaBook", "QuotaStatusWriter"]
+__all__ = ["DEVICE_QUOTAS", "QUOTA_REASON", "QuotaBook", "QuotaStatusWriter", "namespace_quotas"]

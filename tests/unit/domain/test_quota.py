@@ -342,3 +342,48 @@ def test_status_shows_used_and_hard() -> None:
     over = quota_status(q, {CLASS: usage(5, "400Gi")})["conditions"][0]
     assert over["status"] == "True" and "gpu.kdra.dev devices, gpu.kdra.dev memory" in \
         over["message"]
+
+
+# --------------------------------------------------------------------------- the webhook's check
+
+def admission_request(count: int, operation: str = "CREATE", kind: str = "ResourceClaim",
+                      extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    exactly = {"deviceClassName": CLASS, "count": count, **(extra or {})}
+    spec = {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}
+    obj = {"apiVersion": "resource.kdra.dev/v1", "kind": kind,
+           "metadata": {"name": "c", "namespace": "team-a"},
+           "spec": spec if kind == "ResourceClaim" else {"spec": spec}}
+    return {"uid": "u-1", "kind": {"group": "resource.kdra.dev", "version": "v1", "kind": kind},
+            "operation": operation, "name": "c", "namespace": "team-a", "object": obj,
+            "oldObject": obj if operation == "UPDATE" else None}
+
+
+QUOTA_OBJECTS = [
+    {"metadata": {"name": "gpus", "namespace": "team-a"},
+     "spec": {"limits": [{"deviceClassName": CLASS, "devices": 4}]}},
+    {"metadata": {"name": "broken", "namespace": "team-a"}, "spec": {"limits": "none"}},
+]
+
+
+@pytest.mark.parametrize(("request_", "message"), [
+    pytest.param(admission_request(5), "spec.devices.requests: DeviceQuota team-a/gpus: class "
+                 "'gpu.kdra.dev' devices: 5 asked > 4 hard (the claim alone exceeds the quota)",
+                 id="five GPUs under a quota of four: denied at creation"),
+    pytest.param(admission_request(4), None, id="four fit (usage is the binder's to check)"),
+    pytest.param(admission_request(5, operation="UPDATE"), None, id="only creation is checked"),
+    pytest.param(admission_request(0), "count", id="the claim's own error comes first, alone"),
+])
+def test_the_webhook_denies_a_claim_that_alone_exceeds_a_quota(
+        request_: dict[str, Any], message: str | None) -> None:
+    from kdra.domain import admission
+    from kdra.domain.quota_admission import quota_namespace, with_quotas
+
+    body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request_}
+    wanted = quota_namespace(body)
+    assert wanted == ("team-a" if request_["operation"] == "CREATE" else None)
+    response = with_quotas(admission.validate, QUOTA_OBJECTS if wanted else [])(request_)
+    if message is None:
+        assert response.allowed, response.message
+    else:
+        assert message in response.message
+        assert ("DeviceQuota" in response.message) == message.startswith("spec.devices")
