@@ -130,7 +130,7 @@ def test_over_quota_in_flight_and_shared() -> None:
 
 
 def test_a_release_or_a_raised_quota_wakes_the_pod() -> None:
-    binder, client = binder_with(claim("a-gpu", "10", device="gpu-0", owners=("a",)),
+    binder, _ = binder_with(claim("a-gpu", "10", device="gpu-0", owners=("a",)),
                                  claim("b-gpu", "11"), devices=1)
 
     async def scenario() -> list[str]:
@@ -146,7 +146,7 @@ def test_a_release_or_a_raised_quota_wakes_the_pod() -> None:
 
     assert asyncio.run(scenario()) == ["over-quota", "allocated"]
 
-    binder, client = binder_with(claim("a-gpu", "10", device="gpu-0", owners=("a",)),
+    binder, _ = binder_with(claim("a-gpu", "10", device="gpu-0", owners=("a",)),
                                  claim("b-gpu", "11"), devices=1)
 
     async def raised() -> str:
