@@ -294,8 +294,13 @@ OPERATOR_ALLOWED = [
     ("create", "pods", "--subresource=eviction", "-n", "team-a"),
     ("watch", "devicetaintrules.resource.kdra.dev"),
     ("patch", "devicetaintrules.resource.kdra.dev", "--subresource=status"),
+    # issue 27: device quotas
+    ("watch", "devicequotas.resource.kdra.dev", "-A"),
+    ("patch", "devicequotas.resource.kdra.dev", "--subresource=status", "-n", "team-a"),
 ]
 OPERATOR_DENIED = [
+    ("create", "devicequotas.resource.kdra.dev", "-n", "team-a"),
+    ("update", "devicequotas.resource.kdra.dev", "-n", "team-a"),
     ("update", "devicetaintrules.resource.kdra.dev"),
     ("create", "devicetaintrules.resource.kdra.dev"),
     ("patch", "customresourcedefinitions.apiextensions.k8s.io/other.example.com"),
