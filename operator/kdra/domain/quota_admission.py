@@ -5,8 +5,13 @@ created, with the message the binder would give (:func:`kdra.domain.quota.early_
 Only what is sure from the claim alone is decided here: ExactCount requests' devices (and a
 ``firstAvailable`` request's smallest alternative when all its alternatives are of one class).
 Capacity and counters depend on the devices the allocator picks, and usage changes: the binder
-checks those at allocation time. A claim generated from a template is checked when the claim
-controller creates it (its failure is reported on the pod, FailedResourceClaimCreation).
+checks those at allocation time.
+
+A claim generated from a template (it carries ``resource.kdra.dev/pod-claim-name``) is not
+refused here: the claim controller would report the refusal on the pod and wait for a change of
+the template, so a quota raised later would not help the pod. Admitted, it is held back by the
+binder with the same numbers and retried when the quota changes. (A user who puts the
+annotation on a claim of their own only skips this early check, not the binder's.)
 
 Invariants:
 - Total: a claim or quota that cannot be parsed adds no error here (the claim's own checks,
@@ -25,6 +30,7 @@ from kdra.domain.admission import AdmissionResponse, Decide
 from kdra.domain.admission_objects import FieldError
 from kdra.domain.errors import InvalidObject
 from kdra.domain.models import parse_claim
+from kdra.domain.podclaims import POD_CLAIM_NAME_ANNOTATION
 from kdra.domain.quota import DeviceQuota, early_denials, parse_quota
 
 
@@ -48,6 +54,9 @@ def quota_errors(request: Mapping[str, Any], quotas: Iterable[Mapping[str, Any]]
     obj = request.get("object")
     if not isinstance(obj, Mapping):
         return []
+    annotations = (obj.get("metadata") or {}).get("annotations")
+    if isinstance(annotations, Mapping) and POD_CLAIM_NAME_ANNOTATION in annotations:
+        return []  # generated from a template: the binder decides (module doc)
     try:
         claim = parse_claim(obj)
     except InvalidObject:

@@ -347,11 +347,13 @@ def test_status_shows_used_and_hard() -> None:
 # --------------------------------------------------------------------------- the webhook's check
 
 def admission_request(count: int, operation: str = "CREATE", kind: str = "ResourceClaim",
-                      extra: dict[str, Any] | None = None) -> dict[str, Any]:
+                      extra: dict[str, Any] | None = None,
+                      generated: bool = False) -> dict[str, Any]:
     exactly = {"deviceClassName": CLASS, "count": count, **(extra or {})}
     spec = {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}
     obj = {"apiVersion": "resource.kdra.dev/v1", "kind": kind,
-           "metadata": {"name": "c", "namespace": "team-a"},
+           "metadata": {"name": "c", "namespace": "team-a", "annotations": {
+               "resource.kdra.dev/pod-claim-name": "gpu"} if generated else {}},
            "spec": spec if kind == "ResourceClaim" else {"spec": spec}}
     return {"uid": "u-1", "kind": {"group": "resource.kdra.dev", "version": "v1", "kind": kind},
             "operation": operation, "name": "c", "namespace": "team-a", "object": obj,
@@ -372,6 +374,8 @@ QUOTA_OBJECTS = [
     pytest.param(admission_request(4), None, id="four fit (usage is the binder's to check)"),
     pytest.param(admission_request(5, operation="UPDATE"), None, id="only creation is checked"),
     pytest.param(admission_request(0), "count", id="the claim's own error comes first, alone"),
+    pytest.param(admission_request(5, generated=True), None,
+                 id="generated from a template: the binder holds the pod back instead"),
 ])
 def test_the_webhook_denies_a_claim_that_alone_exceeds_a_quota(
         request_: dict[str, Any], message: str | None) -> None:
