@@ -44,18 +44,24 @@ def quota_namespace(body: Any) -> str | None:
     if not isinstance(kind, Mapping) or (kind.get("group"), kind.get("kind")) != (
             GROUP, "ResourceClaim"):
         return None
+    if _generated(request.get("object")):
+        return None  # the binder decides (module doc): no need to read the quotas
     namespace = request.get("namespace")
     return namespace if isinstance(namespace, str) and namespace else None
+
+
+def _generated(obj: Any) -> bool:
+    """Whether the object is a claim the claim controller generated from a template."""
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    return isinstance(annotations, Mapping) and POD_CLAIM_NAME_ANNOTATION in annotations
 
 
 def quota_errors(request: Mapping[str, Any], quotas: Iterable[Mapping[str, Any]]
                  ) -> list[FieldError]:
     """The DeviceQuotas (raw objects) the claim being created exceeds on its own."""
     obj = request.get("object")
-    if not isinstance(obj, Mapping):
-        return []
-    annotations = (obj.get("metadata") or {}).get("annotations")
-    if isinstance(annotations, Mapping) and POD_CLAIM_NAME_ANNOTATION in annotations:
+    if not isinstance(obj, Mapping) or _generated(obj):
         return []  # generated from a template: the binder decides (module doc)
     try:
         claim = parse_claim(obj)

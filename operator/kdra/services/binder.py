@@ -679,7 +679,8 @@ class Binder:
         if choice is not None and attempt.unallocated:  # DeviceQuotas (kdra.services.quota)
             choice, denial = self.quotas.admit(key[0], attempt.unallocated, choice, placements,
                                                lambda rest: best(rest, attempt.policy, [
-                                                   n.name for n in attempt.candidates]))
+                                                   n.name for n in attempt.candidates]),
+                                               placing.still_fits if placing else None)
             if denial is not None:
                 await self._unschedulable(pod, denial.message, reason=QUOTA_REASON)
                 return "over-quota"

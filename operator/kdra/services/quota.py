@@ -149,10 +149,13 @@ class QuotaBook:
     def admit(self, namespace: str, claims: Sequence[ResourceClaim], choice: Placement,
               placements: dict[str, Placement],
               choose: Callable[[dict[str, Placement]], Placement | None],
+              still_fits: Callable[[Placement], bool] | None = None,
               ) -> tuple[Placement | None, Denial | None]:
         """``choice`` if its allocation of ``claims`` fits the namespace's quotas; else the
         best other placement that fits (at most :data:`TRIES` tried); else (None, the denial
-        of the policy's first choice)."""
+        of the policy's first choice). ``still_fits``: after a long search, whether another
+        placement can still be taken (the caller checked ``choice``); one that cannot is
+        passed over without looking at its results."""
         quotas = self.quotas.get(namespace)
         if not quotas:
             return choice, None
@@ -163,6 +166,10 @@ class QuotaBook:
         for _ in range(TRIES):
             if current is None:
                 break
+            if current is not choice and still_fits is not None and not still_fits(current):
+                rest.pop(current.node, None)
+                current = choose(rest)
+                continue
             asked: dict[str, Any] = {}
             for claim, result in zip(claims, current.results, strict=True):
                 asked = add_charges(asked, claim_charge(claim, result, self.facts))

@@ -180,3 +180,55 @@ def test_status_writer_reports_usage_in_flight_included() -> None:
         {"deviceClassName": DRIVER, "devices": 2, "capacity": {"memory": "160Gi"}}]
     assert client.quota_status[-1]["conditions"][0]["message"] == (
         "2 allocated claim(s) counted (1 being allocated)")
+
+
+def test_a_placement_over_a_memory_quota_gives_way_to_another_nodes() -> None:
+    """spread prefers worker-1 (more GPUs left free), whose GPUs have 80Gi: over a 50Gi quota;
+    worker-2's 10Gi GPU fits, and the pod goes there. With no node that fits, the numbers of
+    the policy's first choice."""
+    small = {"metadata": {"name": "worker-2-gpu"},
+             "spec": {**SLICE["spec"], "nodeName": "worker-2",
+                      "pool": {"name": "worker-2", "generation": 0, "resourceSliceCount": 1},
+                      "devices": [{"name": "gpu-0", "attributes": {},
+                                   "capacity": {"memory": {"value": "10Gi"}}}]}}
+    node2 = {**NODE, "metadata": {"name": "worker-2",
+                                  "labels": {"kubernetes.io/hostname": "worker-2"}}}
+    for limit, expected in (("50Gi", ["allocated", "worker-2"]), ("5Gi", ["over-quota", None])):
+        client = Recording()
+        binder = Binder(client, EventRecorder(client),  # type: ignore[arg-type]
+                        claims=claim_store(),
+                        settings=BinderSettings(policy="spread", wake_delay=0.001,
+                                                flush_interval=3600))
+        binder.claims.upsert(claim("b-gpu", "11"))
+        binder.prime(nodes=[NODE, node2], slices=[SLICE, small], classes=[CLASS], pods=[])
+        binder.on_quota(None, {**quota(4), "spec": {"limits": [
+            {"deviceClassName": DRIVER, "capacity": {"memory": limit}}]}})
+
+        async def scenario(binder: Binder) -> list[str | None]:
+            result = await attempt(binder, "b", "b-gpu")
+            attempt_ = binder.binding.get((NS, "b"))
+            await binder.stop()
+            return [result, attempt_.node if attempt_ else None]
+
+        assert asyncio.run(scenario(binder)) == expected
+        if expected[0] == "over-quota":
+            assert client.conditions[-1]["message"] == (
+                "DeviceQuota team-a/gpus: class 'gpu.kdra.dev' memory: 0 used + 80Gi asked > "
+                "5Gi hard")
+
+
+def test_an_invalid_quota_limits_nothing_and_says_why() -> None:
+    binder, client = binder_with(claim("b-gpu", "11"), devices=0)
+    binder.on_quota("MODIFIED", {**quota(0, rv="2"), "spec": {"limits": [
+        {"deviceClassName": DRIVER, "capacity": {"memory": "lots"}}]}})
+
+    async def scenario() -> str:
+        result = await attempt(binder, "b", "b-gpu")
+        await QuotaStatusWriter(client, binder.quotas).write(NS)  # type: ignore[arg-type]
+        await binder.stop()
+        return result
+
+    assert asyncio.run(scenario()) == "allocated"
+    [condition] = client.quota_status[-1]["conditions"]
+    assert (condition["status"], condition["reason"]) == ("Unknown", "InvalidSpec")
+    assert "spec.limits[0].capacity[memory]" in condition["message"]
