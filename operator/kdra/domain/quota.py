@@ -22,6 +22,8 @@ Invariants:
   claims (kept incrementally; the tables in tests/unit/domain/test_quota.py check it).
 - :func:`parse_quota` is total: any JSON gives a :class:`DeviceQuota` or InvalidObject naming
   the field (the CRD schema rejects the same at admission; this is the second line).
+- The status fits its schema whatever the quota says: summaries are cut to
+  :data:`MAX_SUMMARY` characters.
 - A check only looks at the classes and resources a request asks for: a namespace already
   over a lowered quota keeps its allocations, and only new ones that add to an exceeded
   resource are refused.
@@ -39,12 +41,15 @@ from kdra.domain.errors import InvalidObject
 from kdra.domain.models import AllocationResult, ResourceClaim
 from kdra.domain.models.base import DNS_SUBDOMAIN, ObjectMeta, _Model, parse
 from kdra.domain.quantity import InvalidQuantity, Quantity, parse_quantity
+from kdra.domain.untrusted import shorten
 
 KIND = "DeviceQuota"
 MAX_LIMITS = 32
 """Limits per DeviceQuota (one per device class)."""
 MAX_RESOURCES = 16
 """Capacity (and counter) names per limit."""
+MAX_SUMMARY = 4000
+"""Characters of the status's summary lines (the CRD allows 4096)."""
 DEVICES = "devices"
 """The resource name of the device count in messages, metrics and the status."""
 ZERO = Quantity(0)
@@ -444,15 +449,15 @@ def quota_status(quota: DeviceQuota, used: Charge, *, claims: int = 0,
     in_flight_text = f" ({in_flight} being allocated)" if in_flight else ""
     return {
         "used": rows,
-        "usedSummary": "; ".join(used_text),
-        "hardSummary": "; ".join(hard_text),
+        "usedSummary": shorten("; ".join(used_text), MAX_SUMMARY),
+        "hardSummary": shorten("; ".join(hard_text), MAX_SUMMARY),
         "conditions": [{
             "type": "Exceeded",
             "status": "True" if exceeded else "False",
             "reason": "UsedAboveHard" if exceeded else "WithinHard",
-            "message": (f"used above hard for {', '.join(exceeded)} (the quota was lowered "
-                        "below what is allocated; new allocations of these wait)"
-                        if exceeded else
+            "message": (f"used above hard for {shorten(', '.join(exceeded), MAX_SUMMARY)} "
+                        "(the quota was lowered below what is allocated; new allocations of "
+                        "these wait)" if exceeded else
                         f"{claims} allocated claim(s) counted{in_flight_text}"),
             "observedGeneration": quota.generation,
         }],

@@ -395,3 +395,17 @@ def test_the_webhook_denies_a_claim_that_alone_exceeds_a_quota(
     else:
         assert message in response.message
         assert ("DeviceQuota" in response.message) == message.startswith("spec.devices")
+
+
+def test_status_of_the_largest_quota_fits_the_schema() -> None:
+    """32 classes of 253 characters, 16 capacities each, all exceeded: the summaries and the
+    condition's message stay within the CRD's limits (4096, 32768)."""
+    limits = [{"deviceClassName": f"{i:02d}" + "a" * 251, "devices": 0,
+               "capacity": {f"c{j}-" + "x" * 60: "1" for j in range(16)}} for i in range(32)]
+    q = quota("big", "team-a", *limits)
+    used = {limit["deviceClassName"]: Usage(1, {name: Q("2") for name in limit["capacity"]})
+            for limit in limits}
+    status = quota_status(q, used)
+    assert len(status["usedSummary"]) <= 4096 and len(status["hardSummary"]) <= 4096
+    assert status["usedSummary"].endswith("...")
+    assert len(status["conditions"][0]["message"]) <= 32768
