@@ -36,7 +36,7 @@ from typing import Any
 from kdra import GROUP, metrics
 from kdra.domain.allocator import Placement
 from kdra.domain.errors import InvalidObject
-from kdra.domain.models import AllocationResult, ResourceClaim
+from kdra.domain.models import AllocationResult, DeviceRequestAllocationResult, ResourceClaim
 from kdra.domain.quota import (
     Charge,
     Denial,
@@ -75,6 +75,8 @@ class QuotaBook:
     def __init__(self, slices: Store) -> None:
         self.slices = slices  # the binder's slice cache (raw v1, indexed by pool)
         self.ledger = Ledger()
+        self._observed: dict[str, tuple[DeviceRequestAllocationResult, ...]] = {}
+        """Claim key → the allocation results its observed charge was computed from."""
         self.quotas: dict[str, dict[str, DeviceQuota]] = {}  # namespace → name → quota
         self.objects: dict[tuple[str, str], JSON] = {}  # (namespace, name) → object
         self.invalid: dict[tuple[str, str], str] = {}  # (namespace, name) → why
@@ -109,11 +111,19 @@ class QuotaBook:
             self.objects[key] = obj
 
     def observe(self, claim: ResourceClaim) -> None:
-        """A claim version the binder saw (its allocation, if any, counts)."""
+        """A claim version the binder saw (its allocation, if any, counts). Most versions
+        change only reservations or device status: a claim whose allocation results are
+        those already charged is not charged again (the binder sees every claim event)."""
+        allocation = claim.status.allocation
+        results = allocation.devices.results if allocation is not None else ()
+        if self._observed.get(claim.key) == results:
+            return
+        self._observed[claim.key] = results
         self._dirty(claim.metadata.namespace or "",
                     self.ledger.observe(claim.key, claim_charge(claim, None, self.facts)))
 
     def remove(self, namespace: str, name: str) -> None:
+        self._observed.pop(f"{namespace}/{name}", None)
         self._dirty(namespace, self.ledger.remove(f"{namespace}/{name}"))
 
     def assume(self, claim: ResourceClaim, allocation: AllocationResult) -> None:
