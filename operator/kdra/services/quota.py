@@ -233,7 +233,11 @@ class QuotaStatusWriter:
             self.book.changed.clear()
             dirty, self.book.dirty = self.book.dirty, set()
             for namespace in sorted(dirty):
-                await self.write(namespace)
+                try:
+                    await self.write(namespace)
+                except Exception:  # a bug must not end the writer: logged, tried again later
+                    log.exception("DeviceQuotas of %s: status not written", namespace)
+                    asyncio.get_running_loop().call_later(RETRY, self.book.mark, namespace)
             await asyncio.sleep(MIN_INTERVAL)
 
     async def write(self, namespace: str) -> None:
