@@ -249,6 +249,7 @@ class QuotaStatusWriter:
             obj = book.objects[(namespace, name)]
             quota = book.quotas.get(namespace, {}).get(name)
             if quota is None:
+                metrics.forget_quota(namespace, name)  # it limits nothing now
                 status: dict[str, Any] = {"used": [], "usedSummary": "", "hardSummary": "",
                                           "conditions": [{
                                               "type": "Exceeded", "status": "Unknown",
