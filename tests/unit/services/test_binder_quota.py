@@ -232,3 +232,23 @@ def test_an_invalid_quota_limits_nothing_and_says_why() -> None:
     [condition] = client.quota_status[-1]["conditions"]
     assert (condition["status"], condition["reason"]) == ("Unknown", "InvalidSpec")
     assert "spec.limits[0].capacity[memory]" in condition["message"]
+
+
+def test_quota_gauges_follow_the_limits() -> None:
+    from prometheus_client import REGISTRY
+
+    from kdra import metrics
+
+    def value(name: str, resource: str) -> float | None:
+        return REGISTRY.get_sample_value(name, {"namespace": "gauges", "quota": "q",
+                                                "class": DRIVER, "resource": resource})
+
+    metrics.set_quota("gauges", "q", [(DRIVER, "devices", 3, 4),
+                                      (DRIVER, "capacity/memory", 240.0, 320.0)])
+    assert (value("kdra_quota_used", "devices"), value("kdra_quota_hard", "devices")) == (3, 4)
+    metrics.set_quota("gauges", "q", [(DRIVER, "devices", 2, 4)])  # the memory limit went
+    assert value("kdra_quota_used", "capacity/memory") is None
+    assert value("kdra_quota_used", "devices") == 2
+    metrics.forget_quota("gauges", "q")
+    assert value("kdra_quota_used", "devices") is None and value("kdra_quota_hard",
+                                                                   "devices") is None
