@@ -682,6 +682,8 @@ class Binder:
                                                    n.name for n in attempt.candidates]),
                                                placing.still_fits if placing else None)
             if denial is not None:
+                if self._wait_for_releases(key):  # as a pod that fits nowhere (below)
+                    return "releasing"
                 await self._unschedulable(pod, denial.message, reason=QUOTA_REASON)
                 return "over-quota"
         if choice is None and attempt.unallocated and self._wait_for_releases(key):

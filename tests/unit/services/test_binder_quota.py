@@ -252,3 +252,24 @@ def test_quota_gauges_follow_the_limits() -> None:
     metrics.forget_quota("gauges", "q")
     assert value("kdra_quota_used", "devices") is None and value("kdra_quota_hard",
                                                                    "devices") is None
+
+
+def test_over_quota_while_a_claim_is_being_released_waits_unreported() -> None:
+    """Pod a is gone; its claim still holds the quota's only GPU until the claim controller
+    releases it: b waits for that, unreported (as for devices being released), then binds."""
+    binder, client = binder_with(claim("a-gpu", "10", device="gpu-0", owners=("a",)),
+                                 claim("b-gpu", "11"), devices=1)
+
+    async def scenario() -> list[str]:
+        binder.on_pod("DELETED", pod("a", "a-gpu"))
+        results = [await attempt(binder, "b", "b-gpu")]
+        released = claim("a-gpu", "13")
+        binder.claims.upsert(released)
+        binder.on_claim("MODIFIED", released)
+        assert await asyncio.wait_for(binder.queue.pop(), 1.0) == (NS, "b")
+        results.append(await binder._schedule((NS, "b"), binder.pending[(NS, "b")]))
+        await binder.stop()
+        return results
+
+    assert asyncio.run(scenario()) == ["releasing", "allocated"]
+    assert client.conditions == [] and client.events == []
