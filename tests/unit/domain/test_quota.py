@@ -7,6 +7,8 @@ import random
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kdra.domain.errors import InvalidObject
 from kdra.domain.models import AllocationResult, ResourceClaim, parse_claim
@@ -409,3 +411,28 @@ def test_status_of_the_largest_quota_fits_the_schema() -> None:
     assert len(status["usedSummary"]) <= 4096 and len(status["hardSummary"]) <= 4096
     assert status["usedSummary"].endswith("...")
     assert len(status["conditions"][0]["message"]) <= 32768
+
+
+# --------------------------------------------------------------------------- hostile input
+
+_scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**64), st.floats(),
+                     st.text(max_size=12), st.sampled_from(["4", "80Gi", "-1", "1e400", CLASS]))
+_json = st.recursive(_scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=4),
+    st.dictionaries(st.sampled_from(["deviceClassName", "devices", "capacity", "counters",
+                                     "limits", "memory", "x"]) | st.text(max_size=8),
+                    inner, max_size=4)), max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(spec=_json, extra=_json)
+def test_parse_quota_and_status_are_total(spec: Any, extra: Any) -> None:
+    """Any JSON: a quota (whose status can be computed and checked against) or InvalidObject."""
+    obj = {"metadata": {"name": "q", "namespace": "team-a"}, "spec": spec, "extra": extra}
+    try:
+        q = parse_quota(obj)
+    except InvalidObject:
+        return
+    status = quota_status(q, {CLASS: usage(3, "100Gi")})
+    assert len(status["usedSummary"]) <= 4096
+    check([q], {CLASS: usage(3, "100Gi")}, {CLASS: usage(1, "80Gi")})
