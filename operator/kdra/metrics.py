@@ -70,7 +70,7 @@ slice_gc_deletions = Counter(
 # --------------------------------------------------------------------------- watches (both)
 
 WATCH_KINDS = ("Pod", "ResourceClaim", "ResourceClaimTemplate", "DeviceClass", "ResourceSlice",
-               "Node", "Lease", "other")
+               "Node", "Lease", "DeviceQuota", "other")
 
 watch_decode_errors = Counter(
     "kdra_watch_decode_errors_total",
@@ -295,6 +295,54 @@ def record_taint_eviction() -> None:
     taint_evictions.inc()
 
 
+# --------------------------------------------------------------------------- device quotas
+# Served by the operator. ``namespace``/``quota``/``class`` name DeviceQuotas and the classes
+# they limit: bounded by the DeviceQuotas administrators create (at most 32 limits each).
+
+quota_used = Gauge(
+    "kdra_quota_used",
+    "What the allocated (and in-flight) claims of a namespace hold of a class a DeviceQuota "
+    "limits, by resource: devices, capacity/<name>, counters/<name>.",
+    ["namespace", "quota", "class", "resource"],
+)
+quota_hard = Gauge(
+    "kdra_quota_hard",
+    "A DeviceQuota's hard limit, by class and resource (as kdra_quota_used).",
+    ["namespace", "quota", "class", "resource"],
+)
+quota_denials = Counter(
+    "kdra_quota_denials_total",
+    "Scheduling attempts refused because the allocation would exceed a DeviceQuota, by the "
+    "quota, class and resource it would exceed.",
+    ["namespace", "quota", "class", "resource"],
+)
+_quota_series: dict[tuple[str, str], set[tuple[str, str]]] = {}
+
+
+def set_quota(namespace: str, quota: str,
+              rows: Iterable[tuple[str, str, float, float]]) -> None:
+    """A DeviceQuota's ``(class, resource, used, hard)`` rows; series it no longer has go."""
+    seen = set()
+    for class_name, resource, used, hard in rows:
+        quota_used.labels(namespace, quota, class_name, resource).set(used)
+        quota_hard.labels(namespace, quota, class_name, resource).set(hard)
+        seen.add((class_name, resource))
+    for class_name, resource in _quota_series.get((namespace, quota), set()) - seen:
+        quota_used.remove(namespace, quota, class_name, resource)
+        quota_hard.remove(namespace, quota, class_name, resource)
+    _quota_series[(namespace, quota)] = seen
+
+
+def forget_quota(namespace: str, quota: str) -> None:
+    """A DeviceQuota was deleted: its gauges go."""
+    set_quota(namespace, quota, ())
+    _quota_series.pop((namespace, quota), None)
+
+
+def record_quota_denial(namespace: str, quota: str, class_name: str, resource: str) -> None:
+    quota_denials.labels(namespace, quota, class_name, resource).inc()
+
+
 def serve(port: int, registry: CollectorRegistry = REGISTRY) -> None:
     """Serve ``/metrics`` on ``port`` (0 disables) from a background thread."""
     if port:
@@ -304,7 +352,7 @@ def serve(port: int, registry: CollectorRegistry = REGISTRY) -> None:
 # --------------------------------------------------------------------------- binder
 
 SCHEDULE_RESULTS = ("allocated", "unschedulable", "waiting", "releasing", "conflict", "invalid",
-                    "error", "prepare-failed", "searching", "exhausted")
+                    "error", "prepare-failed", "searching", "exhausted", "over-quota")
 UNSCHEDULABLE_REASONS = (
     "no-matching-device", "devices-busy", "constraint-unsatisfiable", "pool-incomplete",
     "pool-invalid", "too-many-devices", "cel-error", "class-missing", "unsupported",

@@ -179,12 +179,12 @@ def test_another_namespace_is_used_throughout(helm: str) -> None:
     docs = render(helm, "--set", "serviceMonitor.enabled=true", "--set", "dashboard.enabled=true",
                   "--set", "simulation.enabled=true", namespace="gpu-system")
     crds = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
-    assert len(crds) == 5
-    # The four kinds served in two versions convert through the webhook; DeviceTaintRule has
-    # one version and no conversion.
+    assert len(crds) == 6
+    # The four kinds served in two versions convert through the webhook; DeviceTaintRule and
+    # DeviceQuota have one version and no conversion.
     converted = [c for c in crds if c["spec"].get("conversion", {}).get("strategy") == "Webhook"]
     assert sorted(c["spec"]["names"]["kind"] for c in crds if c not in converted) == [
-        "DeviceTaintRule"]
+        "DeviceQuota", "DeviceTaintRule"]
     assert len(converted) == 4
     for crd in converted:
         service = crd["spec"]["conversion"]["webhook"]["clientConfig"]["service"]

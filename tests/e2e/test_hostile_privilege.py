@@ -639,7 +639,8 @@ def test_attack_8_the_operators_token_reaches_only_what_the_operator_does(
 
 def test_users_write_claims_but_not_status_slices_or_classes(cluster: Cluster) -> None:
     """Held before issue 22, kept: a namespace user (the default edit role, which now
-    aggregates kdra-user) creates claims but writes no status, slice or class."""
+    aggregates kdra-user) creates claims but writes no status, slice or class; it reads its
+    namespace's DeviceQuotas but cannot write one (issue 27)."""
     user = cluster.who(USER)
     ns = ("-n", cluster.namespace)
     claim = {"apiVersion": "resource.kdra.dev/v1", "kind": "ResourceClaim",
@@ -666,6 +667,17 @@ def test_users_write_claims_but_not_status_slices_or_classes(cluster: Cluster) -
     user.denied("create", "-f", "-", input=json.dumps(
         {"apiVersion": "resource.kdra.dev/v1", "kind": "DeviceClass",
          "metadata": {"name": f"mallory-{cluster.namespace}"}, "spec": {}}), says="forbidden")
+    # DeviceQuotas: read (view aggregates kdra-user-view, edit view), never written by
+    # namespace users. Aggregation is asynchronous, as above.
+    wait_for(lambda: cluster.plane.kubectl(
+        "auth", "can-i", "list", "devicequotas.resource.kdra.dev", "-n", cluster.namespace,
+        as_user=USER, check=False).stdout.strip() == "yes", timeout=60, interval=1,
+        what="kdra-user-view aggregated into edit")
+    user.allowed("get", "devicequotas.resource.kdra.dev", *ns)
+    user.denied("create", "-f", "-", input=json.dumps(
+        {"apiVersion": "resource.kdra.dev/v1alpha1", "kind": "DeviceQuota",
+         "metadata": {"name": "unlimited", "namespace": cluster.namespace},
+         "spec": {"limits": [{"deviceClassName": GPU, "devices": 1000}]}}), says="forbidden")
     user.allowed("delete", CLAIMS, "mallorys", *ns)
     cluster.after_attack()
 

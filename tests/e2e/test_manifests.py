@@ -40,8 +40,10 @@ REAL_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"
 KUSTOMIZATIONS = ("base", "base/crds", "overlays/kind", "overlays/nvidia", "overlays/node",
                   "overlays/node/examples", "overlays/servicemonitor", "webhooks",
                   "examples/gpu", "examples/seed", "examples/seed-static-slice", "examples/v1",
+                  "examples/quota",
                   "simulation")
-DRY_RUN = ("base", "overlays/kind", "overlays/nvidia", "overlays/node", "examples/gpu")
+DRY_RUN = ("base", "overlays/kind", "overlays/nvidia", "overlays/node", "examples/gpu",
+           "examples/quota")
 SIMULATION = f"system:serviceaccount:{SYSTEM}:kdra-agent-simulation"
 
 
@@ -296,9 +298,14 @@ OPERATOR_ALLOWED = [
     ("patch", "devicetaintrules.resource.kdra.dev", "--subresource=status"),
     # issue 27: priority preemption reads PodDisruptionBudgets
     ("list", "poddisruptionbudgets.policy", "-A"),
+    # issue 27: device quotas
+    ("watch", "devicequotas.resource.kdra.dev", "-A"),
+    ("patch", "devicequotas.resource.kdra.dev", "--subresource=status", "-n", "team-a"),
 ]
 OPERATOR_DENIED = [
     ("create", "poddisruptionbudgets.policy", "-n", "team-a"),
+    ("create", "devicequotas.resource.kdra.dev", "-n", "team-a"),
+    ("update", "devicequotas.resource.kdra.dev", "-n", "team-a"),
     ("update", "devicetaintrules.resource.kdra.dev"),
     ("create", "devicetaintrules.resource.kdra.dev"),
     ("patch", "customresourcedefinitions.apiextensions.k8s.io/other.example.com"),

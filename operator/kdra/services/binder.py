@@ -98,6 +98,7 @@ from kdra.domain.untrusted import shorten
 from kdra.kube.client import CLAIMS, PODS, ApiError, Conflict, KubeClient, NotFound
 from kdra.kube.events import EventRecorder
 from kdra.services.preemption import Preemption, PreemptionSettings
+from kdra.services.quota import QUOTA_REASON, QuotaBook
 from kdra.services.searches import Limit, SearchBudget, Searches
 from kdra.services.store import JSON, Key, RecentSet, Store, is_older, key_of
 
@@ -226,6 +227,7 @@ class Binder:
         self.slices = Store("ResourceSlice", {"pool": lambda s: [
             f"{s['spec'].get('driver')}/{s['spec'].get('pool', {}).get('name')}"]})
         self.snapshot = Snapshot()
+        self.quotas = QuotaBook(self.slices)  # DeviceQuotas and what claims hold (services.quota)
         self.pending: dict[Key, JSON] = {}
         self._bound = RecentSet()  # UIDs this binder bound: their unbound versions are stale
         self.usage: dict[str, dict[str, Resources]] = defaultdict(dict)  # node → pod uid → req
@@ -344,6 +346,7 @@ class Binder:
         had = len(before)
         if event_type == "DELETED":
             self.snapshot.remove_claim(f"{key[0]}/{key[1]}")
+            self.quotas.remove(*key)
             self._parsed.pop(claim["metadata"].get("uid", ""), None)
             self.releasing.pop(key, None)
         else:
@@ -430,6 +433,11 @@ class Binder:
                 self.snapshot.remove_rule(name)
         self._wake()
 
+    def on_quota(self, event_type: str | None, quota: JSON) -> None:
+        """A DeviceQuota: pods it held back are retried (or held back) at the next attempt."""
+        self.quotas.on_quota(event_type, quota)
+        self._wake()
+
     def on_class(self, event_type: str | None, device_class: JSON) -> None:
         name = device_class["metadata"]["name"]
         if event_type == "DELETED":
@@ -456,7 +464,9 @@ class Binder:
 
     def _snapshot_claim(self, claim: JSON) -> None:
         try:
-            self.snapshot.upsert_claim(self._parse(claim))
+            parsed = self._parse(claim)
+            self.snapshot.upsert_claim(parsed)
+            self.quotas.observe(parsed)
         except InvalidObject as exc:
             log.warning("claim %s/%s not usable: %s", *key_of(claim), exc)
 
@@ -673,6 +683,16 @@ class Binder:
             # Devices or slices changed during the long search: start over from fresh state.
             self.queue.add(key, self.pending.get(key, pod))
             return "conflict"
+        if choice is not None and attempt.unallocated:  # DeviceQuotas (kdra.services.quota)
+            choice, denial = self.quotas.admit(key[0], attempt.unallocated, choice, placements,
+                                               lambda rest: best(rest, attempt.policy, [
+                                                   n.name for n in attempt.candidates]),
+                                               placing.still_fits if placing else None)
+            if denial is not None:
+                if self._wait_for_releases(key):  # as a pod that fits nowhere (below)
+                    return "releasing"
+                await self._unschedulable(pod, denial.message, reason=QUOTA_REASON)
+                return "over-quota"
         if choice is None and attempt.unallocated and self._wait_for_releases(key):
             return "releasing"
         if choice is None:
@@ -716,6 +736,7 @@ class Binder:
         attempt = _Attempt(pod, choice.node, [(entry, name) for entry, name, _ in resolved])
         for claim in unallocated:
             self.snapshot.assume(claim, results[claim.key])
+            self.quotas.assume(claim, results[claim.key])
         for _, name, _ in resolved:
             self.in_flight[(key[0], name)] = key
         self.binding[key] = attempt
@@ -770,6 +791,7 @@ class Binder:
         finally:
             for key_ in results:
                 self.snapshot.forget(key_)
+                self.quotas.forget(key_)
             for _, name, _ in resolved:
                 claim_key = (key[0], name)
                 if self.in_flight.get(claim_key) == key:

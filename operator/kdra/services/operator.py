@@ -40,6 +40,7 @@ from kdra.services.claim_controller import ClaimController, claim_store, pod_sto
 from kdra.services.informer import Informer
 from kdra.services.leader import LeaderElector
 from kdra.services.preemption import PreemptionSettings
+from kdra.services.quota import DEVICE_QUOTAS, QuotaStatusWriter
 from kdra.services.searches import SearchBudget
 from kdra.services.slice_gc import SliceGC
 from kdra.services.store import JSON, Store
@@ -89,11 +90,13 @@ class Operator:
                                 grace=settings.slice_gc_grace)
         self.taint_eviction = TaintEvictionController(client, self.events, claims=self.claims,
                                                       pods=self.pods)
+        self.quota_status = QuotaStatusWriter(client, self.binder.quotas)
         self.informers = [Informer(client, PODS, self.on_pod),
                           Informer(client, CLAIMS, self.on_claim),
                           Informer(client, SLICES, self.on_slice),
                           Informer(client, NODES, self.on_node),
                           Informer(client, DEVICE_TAINT_RULES, self.on_rule),
+                          Informer(client, DEVICE_QUOTAS, self.binder.on_quota),
                           # The rare kinds too: a kopf watch would replay forever an object
                           # it cannot decode (kdra's informers skip it, kdra.kube.client).
                           Informer(client, CLASSES, self.binder.on_class),
@@ -137,6 +140,7 @@ class Operator:
         self.binder.start()
         self.slice_gc.start()
         self.taint_eviction.start()
+        self.quota_status.start()
         for informer in self.informers:
             informer.start()
         # Utilisation gauges, computed from the caches at scrape time (leader only: a
@@ -173,6 +177,13 @@ class Operator:
         self.taint_eviction.prime(slices=await self.client.list(SLICES), rules=rules)
         for rule in rules:
             self.binder.on_rule(None, rule)
+        try:
+            quotas = await self.client.list(DEVICE_QUOTAS)
+        except NotFound:  # CRDs of an older kdra: no quotas (the informer retries)
+            log.warning("DeviceQuota CRD not installed: apply crds/devicequotas.yaml")
+            quotas = []
+        for quota in quotas:
+            self.binder.on_quota(None, quota)
 
     # Watch events, fanned out to the services that keep state about each kind.
 
@@ -213,6 +224,7 @@ class Operator:
             await informer.stop()
         await self.slice_gc.stop()
         await self.taint_eviction.stop()
+        await self.quota_status.stop()
         await self.binder.stop()
         await self.claim_controller.stop()
         if self.webhook is not None:  # after the controllers: their last writes are admitted

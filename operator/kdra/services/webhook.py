@@ -6,7 +6,8 @@ The operator starts one :class:`WebhookServer` (unless ``webhook_port`` is 0). I
   pods whose kdra keys are written; kdra's own identities, :attr:`WebhookServer.trusted`,
   may write kdra-owned keys; for an admin-access claim it reads the namespace's labels), and
   :func:`kdra.domain.bindings.binding_decision` for the operator's own pod bindings (the pod
-  read from the API server),
+  read from the API server); a ResourceClaim being created is also checked against its
+  namespace's DeviceQuotas (:mod:`kdra.domain.quota_admission`),
 * ``POST /mutate-pods`` — :func:`kdra.domain.admission.mutate_pod`,
 * ``POST /convert`` — :func:`kdra.services.conversion.convert` (kdra's four kinds between
   ``v1`` and ``v1alpha3``),
@@ -59,6 +60,7 @@ from kdra.domain import admission
 from kdra.domain.bindings import binding_decision, is_binding
 from kdra.domain.errors import InvalidObject
 from kdra.domain.jsonscan import path_value
+from kdra.domain.quota_admission import with_quotas
 from kdra.domain.webhooks import (
     CONVERT_PATH,
     HEALTHZ_PATH,
@@ -91,6 +93,7 @@ from kdra.services import certs
 from kdra.services.certs import TlsBundle
 from kdra.services.conversion import convert, point_crds
 from kdra.services.gpu_lookup import GpuClaimLookup
+from kdra.services.quota import namespace_quotas
 from kdra.settings import OperatorSettings
 
 __all__ = ["CHECK_INTERVAL", "WebhookServer", "start_webhooks"]
@@ -475,6 +478,7 @@ class WebhookServer:
         if objects:  # the validating webhook: kdra's identities, the namespace's labels
             decide = functools.partial(admission.validate, trusted=frozenset(self.trusted),
                                        namespace_labels=await self._namespace_labels(body))
+            decide = with_quotas(decide, await namespace_quotas(self.client, body))
         if gpu_lookup and self.client is not None:  # which claims may get GPUs (env vars)
             gpu_claims = await GpuClaimLookup(self.client).gpu_claims(body)
             decide = functools.partial(admission.mutate_pod, gpu_claims=gpu_claims)
