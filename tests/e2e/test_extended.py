@@ -32,7 +32,7 @@ from kdra.domain.podclaims import (
 from kdra.domain.webhooks import MUTATING_CONFIG, TLS_SECRET, VALIDATING_CONFIG
 from tests.e2e import agent_helpers
 from tests.e2e.agent_helpers import CLAIMS, SYSTEM_NAMESPACE, AgentFactory, unique
-from tests.e2e.conftest import get_json
+from tests.e2e.conftest import ROOT, get_json
 from tests.e2e.conversion import ConversionServer
 from tests.e2e.procs import KdraProcess, wait_for
 
@@ -40,6 +40,8 @@ agents = agent_helpers.agents
 GPU = "gpu.kdra.dev"
 RESOURCE = "gpu.kdra.dev/gpu"
 CLASS = "extended-gpu.kdra.dev"  # its own class: the session's gpu.kdra.dev stays as it is
+EXAMPLE = ROOT / "manifests" / "examples" / "extended"
+APP = "app=train-gpus"
 
 
 @pytest.fixture(scope="module")
@@ -106,13 +108,12 @@ def container(limits: dict[str, str], requests: dict[str, str] | None = None,
     return {"name": name, "image": "registry.k8s.io/pause:3.10", "resources": resources}
 
 
-def deployment(name: str, namespace: str, count: str) -> dict[str, Any]:
-    return {"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
-                     "template": {"metadata": {"labels": {"app": name}},
-                                  "spec": {"containers": [
-                                      container({RESOURCE: count, "cpu": "100m"})]}}}}
+def example_deployment(namespace: str) -> dict[str, Any]:
+    """manifests/examples/extended's Deployment, in ``namespace``, with a cpu limit too."""
+    obj: dict[str, Any] = yaml.safe_load((EXAMPLE / "deployment.yaml").read_text())
+    obj["metadata"]["namespace"] = namespace
+    obj["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] = "100m"
+    return obj
 
 
 def bare_pod(name: str, namespace: str, *containers: dict[str, Any]) -> dict[str, Any]:
@@ -131,16 +132,16 @@ def test_a_deployment_asking_for_two_gpus_runs_with_two(
         ns: str) -> None:
     node = unique("ext")
     agents(node, "gpus: ['4 x L4-24GB']\n")
-    apply(control_plane, deployment("train", ns, "2"))
+    apply(control_plane, example_deployment(ns))
 
     # The ReplicaSet's template keeps the limit: each pod is converted when it is created.
-    rs = wait_for(lambda: get_json(control_plane, "rs", "-n", ns, "-l", "app=train")["items"],
+    rs = wait_for(lambda: get_json(control_plane, "rs", "-n", ns, "-l", APP)["items"],
                   what="the Deployment's ReplicaSet")
     template = rs[0]["spec"]["template"]["spec"]["containers"][0]["resources"]
-    assert template["limits"][RESOURCE] == "2"
+    assert template["limits"][RESOURCE] == "2"  # the example's, as the user wrote it
 
     def bound_pod() -> dict[str, Any] | None:
-        pods = [p for p in live_pods(control_plane, ns, "app=train") if p["spec"].get("nodeName")]
+        pods = [p for p in live_pods(control_plane, ns, APP) if p["spec"].get("nodeName")]
         return pods[0] if pods else None
 
     pod = wait_for(bound_pod, timeout=120, what="the Deployment's pod bound")
