@@ -188,8 +188,8 @@ def _entry(where: str, entry: object, seen: set[str]) -> PodClaim:
     if "extendedResources" in entry:
         return _extended_entry(where, name, entry)
     if (claim_name is None) == (template_name is None):
-        raise InvalidObject(where, "exactly one of resourceClaimName, "
-                                   "resourceClaimTemplateName or extendedResources must be set")
+        raise InvalidObject(where, "exactly one of resourceClaimName or "
+                                   "resourceClaimTemplateName must be set")
     reference = claim_name if claim_name is not None else template_name
     key = "resourceClaimName" if claim_name is not None else "resourceClaimTemplateName"
     if not is_object_name(reference):
