@@ -14,13 +14,14 @@ Failure policy — the trade-off, written down once:
   objects anyway.
 * Ordinary pods are never affected, even while the webhook is down: the pod webhooks carry
   ``matchConditions`` expressions (evaluated by the API server itself) so that only requests
-  that create or change kdra's keys on a pod are sent, and they skip ``kube-system``.
-  ``mutate-pods`` also gets the creations of pods that ask for an extended resource
-  (``<domain>/<name>`` in a container's limits or requests): the condition cannot know which
-  names DeviceClasses serve, so pods using a device plugin's resources (``nvidia.com/gpu``) go
-  through kdra's webhook too, which leaves them unchanged, and are refused while no replica
-  serves it (a ReplicaSet retries) — the price of never letting a pod that asks for kdra's
-  ``gpu.kdra.dev/gpu`` reach the default scheduler, where it would wait forever;
+  that create or change kdra's keys on a pod are sent, and they skip ``kube-system``:
+  ``mutate-pods`` gets the creations of pods with the claims annotation and of pods that ask
+  for an extended resource (``<domain>/<name>`` in a container's limits or requests; the
+  exception to "never affected": the condition cannot know which names DeviceClasses serve,
+  so pods using a device plugin's resource such as ``nvidia.com/gpu`` go through kdra's
+  webhook too, which leaves them unchanged, and are refused while no replica serves it — a
+  ReplicaSet retries — the price of never letting a pod that asks for kdra's
+  ``gpu.kdra.dev/gpu`` reach the default scheduler, where it would wait forever);
   ``validate-pods`` gets the creations of pods with the claims annotation and the updates that
   change it; ``protect-pods`` gets the creations and updates that write kdra-owned keys
   (claim-statuses, ``devices.`` / ``gpus.resource.kdra.dev/*``) by anyone but kdra's own
