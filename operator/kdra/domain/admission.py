@@ -277,7 +277,8 @@ def _capped(errors: list[FieldError]) -> tuple[FieldError, ...]:
 def mutate_pod(request: Mapping[str, Any], *,
                gpu_claims: Collection[str] | None = None,
                extended_classes: Mapping[str, str] | None = None,
-               extended_error: str | None = None) -> AdmissionResponse:
+               extended_error: str | None = None,
+               extended_gpu_classes: Collection[str] | None = None) -> AdmissionResponse:
     """The mutating webhook for pods: extended resources, schedulerName and the device env
     vars, on CREATE.
 
@@ -286,8 +287,10 @@ def mutate_pod(request: Mapping[str, Any], *,
     (:func:`kdra.domain.extended.class_mapping`); the pod's served extended resources become
     its ``extended-resources`` entry first (:func:`kdra.domain.extended.convert_pod`).
     ``extended_error``: why the classes could not be read (the pod asks for extended
-    resources, so it is denied, to be retried). A pod whose annotation does not parse is let
-    through unchanged: the validating webhook rejects it with the precise reason.
+    resources, so it is denied, to be retried); ``extended_gpu_classes``: the classes that
+    may select a GPU (None: any), for the generated entry's ``NVIDIA_VISIBLE_DEVICES``. A pod
+    whose annotation does not parse is let through unchanged: the validating webhook rejects
+    it with the precise reason.
     """
     uid = str(request.get("uid", ""))
     pod = request.get("object")
@@ -303,7 +306,9 @@ def mutate_pod(request: Mapping[str, Any], *,
         return AdmissionResponse(uid, _capped(list(converted.errors)), kind="Pod", name=name)
     if converted.pod is not None:
         pod = converted.pod
-        if gpu_claims is not None and converted.requests:  # fails towards the variable
+        if gpu_claims is not None and any(  # unknown classes: towards the variable
+                extended_gpu_classes is None or r.device_class in extended_gpu_classes
+                for r in converted.requests):
             gpu_claims = {*gpu_claims, EXTENDED_ENTRY}
     try:
         claims = pod_claims(pod)

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kdra.domain.admission import class_may_select
 from kdra.domain.extended import class_mapping, extended_names
 from kdra.kube.client import CLASSES, ApiError, KubeClient
 
@@ -32,6 +33,8 @@ class ExtendedClasses:
 
     mapping: dict[str, str] | None = None
     error: str | None = None
+    gpu_classes: frozenset[str] | None = None
+    """The classes whose selectors may select a GPU (None: unknown, any may)."""
 
 
 async def extended_classes(client: KubeClient, body: Any) -> ExtendedClasses:
@@ -50,4 +53,7 @@ async def extended_classes(client: KubeClient, body: Any) -> ExtendedClasses:
         return ExtendedClasses(error=f"kdra cannot read DeviceClasses to tell which extended "
                                f"resources it serves ({reason[:200]}); create the pod again "
                                "(a ReplicaSet retries by itself)")
-    return ExtendedClasses(mapping=class_mapping(classes))
+    return ExtendedClasses(mapping=class_mapping(classes), gpu_classes=frozenset(
+        str(c["metadata"]["name"]) for c in classes
+        if isinstance(c.get("metadata"), Mapping) and c["metadata"].get("name")
+        and class_may_select(c)))

@@ -483,7 +483,8 @@ class WebhookServer:
                 extended_classes(self.client, body))
             decide = functools.partial(admission.mutate_pod, gpu_claims=gpu_claims,
                                        extended_classes=extended.mapping,
-                                       extended_error=extended.error)
+                                       extended_error=extended.error,
+                                       extended_gpu_classes=extended.gpu_classes)
         loop = asyncio.get_running_loop()
         try:
             answer = await loop.run_in_executor(None, admission.review, body, decide)

@@ -271,6 +271,18 @@ def test_mutate_pod_converts_then_sets_scheduler_and_env() -> None:
     assert again.patch == ()
 
 
+@pytest.mark.parametrize(("gpu_classes", "gpu_env"), [
+    (None, True), (frozenset({"gpu.kdra.dev"}), True), (frozenset({"other"}), False)])
+def test_the_gpu_variable_only_where_the_class_may_give_gpus(
+        gpu_classes: frozenset[str] | None, gpu_env: bool) -> None:
+    original = pod(ctr(limits={GPU: "1"}))
+    answer = mutate_pod(review(original), gpu_claims=frozenset(), extended_classes=MAPPING,
+                        extended_gpu_classes=gpu_classes)
+    env = {e["name"] for e in apply_patch(original, list(answer.patch))["spec"][
+        "containers"][0]["env"]}
+    assert ("NVIDIA_VISIBLE_DEVICES" in env) is gpu_env and "KDRA_DEVICES" in env
+
+
 def test_mutate_pod_denies_wrong_counts_and_unreadable_classes() -> None:
     denied = mutate_pod(review(pod(ctr(limits={GPU: "1G"}))), extended_classes=MAPPING)
     assert not denied.allowed and denied.kind == "Pod"

@@ -59,10 +59,14 @@ def body(limits: dict[str, str], operation: str = "CREATE") -> dict[str, Any]:
 
 def test_classes_are_listed_only_for_pods_asking_for_an_extended_resource() -> None:
     api = Classes([{"metadata": {"name": "gpu.kdra.dev"},
-                    "spec": {"extendedResourceName": GPU}}])
+                    "spec": {"extendedResourceName": GPU, "selectors": [
+                        {"cel": {"expression": 'device.driver == "gpu.kdra.dev"'}}]}},
+                   {"metadata": {"name": "cats"}, "spec": {"selectors": [
+                       {"cel": {"expression": 'device.driver == "cats.example.com"'}}]}}])
     found = asyncio.run(extended_classes(api, body({GPU: "2"})))  # type: ignore[arg-type]
     assert found.error is None and found.mapping is not None
     assert found.mapping[GPU] == "gpu.kdra.dev"
+    assert found.gpu_classes == {"gpu.kdra.dev"}
     for quiet in (body({"cpu": "1"}), body({GPU: "2"}, "UPDATE"), {"request": "junk"}, None):
         nothing = asyncio.run(extended_classes(api, quiet))  # type: ignore[arg-type]
         assert (nothing.mapping, nothing.error) == (None, None)
