@@ -266,9 +266,12 @@ def claim_status(alpha_status: Node) -> Node:
 def class_spec(alpha_spec: Node) -> Node:
     spec = borrowed(alpha_spec)
     spec["properties"]["extendedResourceName"] = string(
-        "An extended resource name (`example.com/gpu`) pods may ask for in "
-        "`resources.requests` to get a device of this class without writing a claim. "
-        "Accepted; kdra does not act on it yet.", max_length=253,
+        "An extended resource name (`gpu.kdra.dev/gpu`) pods may ask for in "
+        "`resources.limits` to get devices of this class without writing a claim: kdra's "
+        "mutating webhook turns such limits into one generated claim per pod (a request per "
+        "container) and removes them from the containers. Every class also serves "
+        "`deviceclass.resource.kdra.dev/<class name>`; when several classes name the same "
+        "resource, the newest wins.", max_length=253,
         pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)"
                 r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
     return spec

@@ -19,12 +19,13 @@ from typing import Any
 
 import pytest
 
-from kdra.devenv.controlplane import ControlPlane, binaries
+from kdra.devenv.controlplane import CONTROLLERS, ControlPlane, binaries
 from kdra.devenv.process import sweep
 from tests.e2e.conversion import ConversionServer
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = ROOT / "crds"
+WORKLOAD_CONTROLLERS = ("deployment-controller", "replicaset-controller")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -49,7 +50,8 @@ def e2e_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     if swept := sweep(root):
         print(f"killed {len(swept)} left-over processes of earlier runs under {root}")
     workdir = Path(os.environ.get("KDRA_E2E_DIR") or tmp_path_factory.mktemp("control-plane"))
-    with running_cluster(workdir) as cluster:
+    # Deployments and ReplicaSets: users' pods come from them (test_extended.py).
+    with running_cluster(workdir, controllers=(*CONTROLLERS, *WORKLOAD_CONTROLLERS)) as cluster:
         yield cluster
 
 

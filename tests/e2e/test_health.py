@@ -46,7 +46,7 @@ HEALTH_FLAGS = ("--health-poll", "0.5", "--health-debounce", "1", "--health-sett
 
 @pytest.fixture(scope="module")
 def health_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """A control plane of its own: the session's runs no workload controllers."""
+    """A control plane of its own: the session's runs no disruption controller."""
     with running_cluster(tmp_path_factory.mktemp("health-plane"), controllers=(
             *CONTROLLERS, "deployment-controller", "replicaset-controller",
             "disruption-controller")) as cluster:

@@ -103,7 +103,7 @@ def test_attack1_a_bad_claims_annotation_added_by_update(hostile: Hostile) -> No
     assert hostile.create_as_user(pod_body(unbound, hostile.namespace)).returncode == 0
     hostile.denied(hostile.as_user("annotate", "pod", unbound,
                                    f"{CLAIMS_ANNOTATION}={bad['deep']}"),
-                   "nested deeper than 4 levels")
+                   "nested deeper than 5 levels")
     hostile.denied(hostile.as_user("annotate", "pod", unbound,
                                    f"{CLAIMS_ANNOTATION}={bad['mixed-keys']}"),
                    "keys must be strings")

@@ -39,11 +39,10 @@ REAL_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"
               "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 KUSTOMIZATIONS = ("base", "base/crds", "overlays/kind", "overlays/nvidia", "overlays/node",
                   "overlays/node/examples", "overlays/servicemonitor", "webhooks",
-                  "examples/gpu", "examples/seed", "examples/seed-static-slice", "examples/v1",
-                  "examples/quota",
-                  "simulation")
+                  "examples/gpu", "examples/extended", "examples/seed",
+                  "examples/seed-static-slice", "examples/v1", "examples/quota", "simulation")
 DRY_RUN = ("base", "overlays/kind", "overlays/nvidia", "overlays/node", "examples/gpu",
-           "examples/quota")
+           "examples/extended", "examples/quota")
 SIMULATION = f"system:serviceaccount:{SYSTEM}:kdra-agent-simulation"
 
 

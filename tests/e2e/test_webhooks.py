@@ -18,7 +18,12 @@ import yaml
 
 from kdra.devenv.controlplane import ControlPlane, free_port
 from kdra.domain.podclaims import CLAIMS_ANNOTATION
-from kdra.domain.webhooks import MUTATING_CONFIG, TLS_SECRET, VALIDATING_CONFIG
+from kdra.domain.webhooks import (
+    MUTATE_POD_CONDITION,
+    MUTATING_CONFIG,
+    TLS_SECRET,
+    VALIDATING_CONFIG,
+)
 from tests.e2e.conftest import ROOT, get_json
 from tests.e2e.conversion import ConversionServer
 from tests.e2e.procs import KdraProcess, wait_for
@@ -165,9 +170,11 @@ def test_configurations_carry_the_ca_bundle(control_plane: ControlPlane,
             assert webhook["sideEffects"] == "None"
             assert webhook["timeoutSeconds"] == 5
             if webhook["name"] == "mutate-pods.resource.kdra.dev":
-                assert webhook["matchConditions"][0]["expression"] == (
-                    "has(object.metadata.annotations) && "
-                    "'resource.kdra.dev/claims' in object.metadata.annotations")
+                # The claims annotation, or an extended resource (test_extended.py).
+                assert webhook["matchConditions"][0]["expression"] == MUTATE_POD_CONDITION
+                assert MUTATE_POD_CONDITION.startswith(
+                    "(has(object.metadata.annotations) && "
+                    "'resource.kdra.dev/claims' in object.metadata.annotations) || ")
             elif webhook["rules"][0]["resources"] == ["pods"]:  # issue 22: updates too
                 assert webhook["rules"][0]["operations"] == ["CREATE", "UPDATE"]
 

@@ -20,7 +20,9 @@ kdra's own objects are in :mod:`kdra.domain.admission_objects`:
   bound). kdra-owned annotations (``claim-statuses``, ``devices.resource.kdra.dev/*``,
   ``gpus.resource.kdra.dev/*``) may be created, changed or removed by kdra's own identities
   only (``trusted``: the operator's username, from the request's ``userInfo``).
-* **mutating** (:func:`mutate_pod`): a pod with claims gets ``schedulerName: kdra-scheduler``
+* **mutating** (:func:`mutate_pod`): extended resources a DeviceClass serves become the
+  pod's ``extended-resources`` claim entry (:mod:`kdra.domain.extended`); then a pod with
+  claims gets ``schedulerName: kdra-scheduler``
   (when unset or ``default-scheduler``) and, in every container that consumes a claim, the env
   var ``KDRA_DEVICES`` — and ``NVIDIA_VISIBLE_DEVICES`` where a GPU can be involved — read
   through the downward API from the per-container annotations the binder writes before it
@@ -37,8 +39,10 @@ Invariants:
 - Every denial names the field in ``kubectl explain`` notation
   (``spec.devices.requests[0].selectors[1].cel.expression: <compile error>``); all CEL
   errors of an object are reported at once, joined by ``; ``.
-- The mutation never removes or rewrites what a user set: an env var already present in a
-  container wins, and a non-default ``schedulerName`` is kept (with a warning). Applying the
+- The mutation never removes or rewrites what a user set — an env var already present in a
+  container wins, and a non-default ``schedulerName`` is kept (with a warning) — except the
+  extended resources a DeviceClass serves, which move from the containers' resources into
+  the claims annotation (the user's entries kept). Applying the
   patch to its own output yields an empty patch (safe with ``reinvocationPolicy: IfNeeded``).
 - Only what cannot be said in the CRD schemas lives here; the schemas keep enforcing the
   static rules even when the webhook is down.
@@ -77,6 +81,8 @@ from kdra.domain.admission_objects import (
     v1alpha3_paths,
 )
 from kdra.domain.errors import InvalidObject
+from kdra.domain.extended import ENTRY_NAME as EXTENDED_ENTRY
+from kdra.domain.extended import convert_pod, extended_names
 from kdra.domain.podclaims import (
     CLAIM_STATUSES_ANNOTATION,
     CLAIMS_ANNOTATION,
@@ -269,23 +275,47 @@ def _capped(errors: list[FieldError]) -> tuple[FieldError, ...]:
 
 
 def mutate_pod(request: Mapping[str, Any], *,
-               gpu_claims: Collection[str] | None = None) -> AdmissionResponse:
-    """The mutating webhook for pods: schedulerName and the device env vars, on CREATE.
+               gpu_claims: Collection[str] | None = None,
+               extended_classes: Mapping[str, str] | None = None,
+               extended_error: str | None = None,
+               extended_gpu_classes: Collection[str] | None = None) -> AdmissionResponse:
+    """The mutating webhook for pods: extended resources, schedulerName and the device env
+    vars, on CREATE.
 
     ``gpu_claims``: the names of the pod's claim entries that may get GPUs (None: all of them;
-    see :func:`pod_patch`). A pod whose annotation does not parse is let through unchanged: the
-    validating webhook rejects it with the precise reason.
+    see :func:`pod_patch`). ``extended_classes``: extended resource name → DeviceClass
+    (:func:`kdra.domain.extended.class_mapping`); the pod's served extended resources become
+    its ``extended-resources`` entry first (:func:`kdra.domain.extended.convert_pod`).
+    ``extended_error``: why the classes could not be read (the pod asks for extended
+    resources, so it is denied, to be retried); ``extended_gpu_classes``: the classes that
+    may select a GPU (None: any), for the generated entry's ``NVIDIA_VISIBLE_DEVICES``. A pod
+    whose annotation does not parse is let through unchanged: the validating webhook rejects
+    it with the precise reason.
     """
     uid = str(request.get("uid", ""))
     pod = request.get("object")
     if request.get("operation") != "CREATE" or not isinstance(pod, Mapping):
         return AdmissionResponse(uid)
+    meta = pod.get("metadata") or {}
+    name = str(meta.get("name") or meta.get("generateName") or "")
+    if extended_error is not None and extended_names(pod):
+        return AdmissionResponse(uid, (FieldError("spec", extended_error),), kind="Pod",
+                                 name=name)
+    converted = convert_pod(pod, extended_classes or {})
+    if converted.errors:
+        return AdmissionResponse(uid, _capped(list(converted.errors)), kind="Pod", name=name)
+    if converted.pod is not None:
+        pod = converted.pod
+        if gpu_claims is not None and any(  # unknown classes: towards the variable
+                extended_gpu_classes is None or r.device_class in extended_gpu_classes
+                for r in converted.requests):
+            gpu_claims = {*gpu_claims, EXTENDED_ENTRY}
     try:
         claims = pod_claims(pod)
     except InvalidObject:
-        return AdmissionResponse(uid)
-    return AdmissionResponse(uid, patch=tuple(pod_patch(pod, claims, gpu_claims=gpu_claims)),
-                             warnings=tuple(pod_warnings(pod, claims)))
+        return AdmissionResponse(uid, patch=converted.patch)
+    patch = (*converted.patch, *pod_patch(pod, claims, gpu_claims=gpu_claims))
+    return AdmissionResponse(uid, patch=patch, warnings=tuple(pod_warnings(pod, claims)))
 
 
 # --------------------------------------------------------------------------- pods

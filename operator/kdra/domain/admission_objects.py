@@ -30,6 +30,7 @@ from typing import Any
 from kdra import GROUP
 from kdra.domain.cel import compile_selector, selector_drivers
 from kdra.domain.errors import CelCompileError, InvalidObject
+from kdra.domain.extended_entry import class_name_error
 from kdra.domain.models import (
     MAX_DEVICES_PER_CLAIM,
     BaseDeviceRequest,
@@ -140,6 +141,8 @@ def class_errors(obj: Mapping[str, Any],
     errors += _parameter_errors(
         (f"spec.config[{i}].opaque.parameters", c.opaque.parameters)
         for i, c in enumerate(spec.config))
+    if (problem := class_name_error(spec.extended_resource_name)) is not None:
+        errors.append(FieldError("spec.extendedResourceName", problem))
     return errors
 
 

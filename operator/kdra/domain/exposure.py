@@ -196,7 +196,7 @@ def decide(pod: PodInfo, container: str, env: Sequence[str],
                 f"{entry.name!r}) is not prepared on node {node}; the container is created "
                 "once the node agent has prepared it"), f"{claim.namespace}/{claim.name}")
         for device in claim.devices:
-            if entry.request and device.request.split("/", 1)[0] != entry.request:
+            if not entry.shows(container, device.request):
                 continue
             devices.setdefault(device.key, device)
     return _adjustment(tuple(devices.values()), env)

@@ -141,7 +141,7 @@ def _held(pod: JSON, entries: Sequence[PodClaim],
         claim = by_key.get((namespace, name)) if name else None
         if claim is None:
             continue
-        if entry.from_template and not owned_by(claim, uid):
+        if entry.generated and not owned_by(claim, uid):
             found.append(("foreign-claim", f"pod {_name(pod)} records claim {namespace}/{name} "
                           f"for entry {entry.name!r}, which another pod owns"))
             continue

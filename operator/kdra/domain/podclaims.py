@@ -6,7 +6,9 @@ their fields). The claim controller and the binder both build on these.
 
 Invariants:
 - :func:`parse_pod_claims` accepts exactly the shape of ``pod.spec.resourceClaims`` (plus an
-  optional ``containers`` list and ``request``) and raises InvalidObject naming the entry and
+  optional ``containers`` list and ``request``, and at most one entry whose claim kdra
+  generates from the pod's extended resources: ``extendedResources``,
+  :mod:`kdra.domain.extended_entry`) and raises InvalidObject naming the entry and
   field — never another exception, whatever the text (size, depth, YAML aliases, key types);
   a pod with a bad annotation is never half-processed.
 - Names read from annotations (claim names, pod-claim names, container names) are checked as
@@ -26,6 +28,7 @@ from typing import Any
 
 from kdra import GROUP, VERSION
 from kdra.domain.errors import InvalidObject
+from kdra.domain.extended_entry import ExtendedRequest, parse_extended_requests
 from kdra.domain.models import DNS_LABEL, DNS_SUBDOMAIN
 from kdra.domain.untrusted import load_json, load_yaml, shorten
 
@@ -73,19 +76,37 @@ class PodClaim:
     resource_claim_template_name: str | None = None
     containers: tuple[str, ...] | None = None  # None: every container
     request: str | None = None  # expose only this request's devices
+    extended: tuple[ExtendedRequest, ...] | None = None
+    """A claim kdra generates from the pod's extended resources (``extendedResources``);
+    ``containers`` is then the containers its requests are for."""
 
     @property
     def from_template(self) -> bool:
         return self.resource_claim_template_name is not None
 
+    @property
+    def generated(self) -> bool:
+        """kdra generates the entry's claim for the pod (from a template or from its
+        extended resources): it serves only the pod that owns it."""
+        return self.from_template or self.extended is not None
 
-_KNOWN_KEYS = ("name", "resourceClaimName", "resourceClaimTemplateName", "containers",
-               "request")
+    def shows(self, container: str, request: str) -> bool:
+        """Whether ``container`` (one the entry applies to) sees the devices of the claim's
+        result ``request`` (``req`` or ``req/sub``): only the entry's ``request``, and for a
+        generated extended-resource claim only the container's own requests."""
+        base = request.split("/", 1)[0]
+        if self.extended is not None:
+            return any(r.request == base and r.container == container for r in self.extended)
+        return not self.request or base == self.request
+
+
+_KNOWN_KEYS = ("name", "resourceClaimName", "resourceClaimTemplateName", "extendedResources",
+               "containers", "request")
 MAX_ANNOTATION_BYTES = 16 * 1024
 """The claims annotation's size limit: 32 entries of the longest names fit in ~12 KiB."""
 MAX_CONTAINERS = 64
 """Container names one entry may list."""
-_ANNOTATION_DEPTH = 4  # list → entry → containers → name (a flow style adds nothing)
+_ANNOTATION_DEPTH = 5  # list → entry → extendedResources → request → count
 _CLAIMS_FIELD = f"metadata.annotations[{CLAIMS_ANNOTATION}]"
 _STATUSES_FIELD = f"metadata.annotations[{CLAIM_STATUSES_ANNOTATION}]"
 
@@ -139,6 +160,9 @@ def _parse(text: str) -> tuple[PodClaim, ...]:
     seen: set[str] = set()
     for index, entry in enumerate(data):
         claims.append(_entry(f"{field}[{index}]", entry, seen))
+        if claims[-1].extended is not None and any(c.extended is not None for c in claims[:-1]):
+            raise InvalidObject(f"{field}[{index}].extendedResources", "only one entry may "
+                                "have extendedResources (one generated claim per pod)")
     return tuple(claims)
 
 
@@ -161,6 +185,8 @@ def _entry(where: str, entry: object, seen: set[str]) -> PodClaim:
     seen.add(name)
     claim_name = entry.get("resourceClaimName")
     template_name = entry.get("resourceClaimTemplateName")
+    if "extendedResources" in entry:
+        return _extended_entry(where, name, entry)
     if (claim_name is None) == (template_name is None):
         raise InvalidObject(where, "exactly one of resourceClaimName or "
                                    "resourceClaimTemplateName must be set")
@@ -184,6 +210,18 @@ def _entry(where: str, entry: object, seen: set[str]) -> PodClaim:
         raise InvalidObject(f"{where}.request", "must be a request name (a DNS label)")
     return PodClaim(name, claim_name, template_name,
                     tuple(containers) if containers is not None else None, request)
+
+
+def _extended_entry(where: str, name: str, entry: dict[Any, Any]) -> PodClaim:
+    """An entry whose claim kdra generates from the pod's extended resources: no other
+    source, no ``containers`` or ``request`` (its requests name their containers)."""
+    for key in ("resourceClaimName", "resourceClaimTemplateName", "containers", "request"):
+        if key in entry:
+            raise InvalidObject(f"{where}.{key}", "not allowed with extendedResources (the "
+                                                  "requests name their containers)")
+    requests = parse_extended_requests(where, entry["extendedResources"])
+    containers = tuple(dict.fromkeys(r.container for r in requests))
+    return PodClaim(name, containers=containers, extended=requests)
 
 
 def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -357,9 +357,7 @@ def container_devices(
     for claim in pod_claims:
         targets = [c for c in (claim.containers or regular) if c in every]
         for request, driver, pool, device in results.get(claim.name, ()):
-            if claim.request and request.split("/", 1)[0] != claim.request:
-                continue
-            for container in targets:
+            for container in (c for c in targets if claim.shows(c, request)):
                 devices.setdefault(container, []).append(f"{driver}/{pool}/{device}")
                 uuid = uuids.get((driver, pool, device))
                 if driver == GPU_DRIVER and uuid:

@@ -15,6 +15,13 @@ Failure policy — the trade-off, written down once:
 * Ordinary pods are never affected, even while the webhook is down: the pod webhooks carry
   ``matchConditions`` expressions (evaluated by the API server itself) so that only requests
   that create or change kdra's keys on a pod are sent, and they skip ``kube-system``:
+  ``mutate-pods`` gets the creations of pods with the claims annotation and of pods that ask
+  for an extended resource (``<domain>/<name>`` in a container's limits or requests; the
+  exception to "never affected": the condition cannot know which names DeviceClasses serve,
+  so pods using a device plugin's resource such as ``nvidia.com/gpu`` go through kdra's
+  webhook too, which leaves them unchanged, and are refused while no replica serves it — a
+  ReplicaSet retries — the price of never letting a pod that asks for kdra's
+  ``gpu.kdra.dev/gpu`` reach the default scheduler, where it would wait forever);
   ``validate-pods`` gets the creations of pods with the claims annotation and the updates that
   change it; ``protect-pods`` gets the creations and updates that write kdra-owned keys
   (claim-statuses, ``devices.`` / ``gpus.resource.kdra.dev/*``) by anyone but kdra's own
@@ -51,9 +58,11 @@ from kdra.domain.podclaims import (
 __all__ = [
     "CONVERT_PATH",
     "CRD_NAMES",
+    "EXTENDED_RESOURCES_CONDITION",
     "HEALTHZ_PATH",
     "LABELS",
     "MUTATE_PODS_PATH",
+    "MUTATE_POD_CONDITION",
     "MUTATING_CONFIG",
     "OPERATOR_SERVICE_ACCOUNT",
     "POD_MATCH_CONDITION",
@@ -101,7 +110,21 @@ def _has(obj: str, key: str) -> str:
 POD_MATCH_CONDITION = (
     f"has(object.metadata.annotations) && '{CLAIMS_ANNOTATION}' in object.metadata.annotations"
 )
-"""A pod carrying the claims annotation (the mutating webhook's condition)."""
+"""A pod carrying the claims annotation."""
+
+_EXTENDED_NAME = "(k.contains('/') && !k.contains('kubernetes.io/') && !k.startsWith('requests.'))"
+_EXTENDED_IN = (f"(has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(k, "
+                f"{_EXTENDED_NAME})) || (has(c.resources.requests) && "
+                f"c.resources.requests.exists(k, {_EXTENDED_NAME}))))")
+EXTENDED_RESOURCES_CONDITION = (
+    f"object.spec.containers.exists(c, {_EXTENDED_IN}) || (has(object.spec.initContainers) && "
+    f"object.spec.initContainers.exists(c, {_EXTENDED_IN}))"
+)
+"""A pod whose containers ask for an extended resource (upstream's IsExtendedResourceName:
+``<domain>/<name>`` outside ``kubernetes.io``), which a DeviceClass may serve
+(:mod:`kdra.domain.extended`)."""
+MUTATE_POD_CONDITION = f"({POD_MATCH_CONDITION}) || ({EXTENDED_RESOURCES_CONDITION})"
+"""The mutating webhook's condition: the claims annotation, or an extended resource."""
 
 CLAIMS_CHANGED_CONDITION = (
     f"request.operation == 'CREATE' ? {_has('object', CLAIMS_ANNOTATION)} : "
@@ -225,8 +248,10 @@ def _binding_webhook(endpoint: Endpoint, ca_bundle: bytes | None) -> dict[str, A
 
 
 def mutating_configuration(endpoint: Endpoint, ca_bundle: bytes | None) -> dict[str, Any]:
-    """``kdra-mutating``: pods with the claims annotation get schedulerName and env."""
-    webhook = _pod_webhook(MUTATE_PODS_WEBHOOK, endpoint, MUTATE_PODS_PATH, ca_bundle)
+    """``kdra-mutating``: pods with the claims annotation get schedulerName and env; pods
+    with extended resources a DeviceClass serves get their claim entry first."""
+    webhook = _pod_webhook(MUTATE_PODS_WEBHOOK, endpoint, MUTATE_PODS_PATH, ca_bundle,
+                           conditions=(("claims-or-extended-resources", MUTATE_POD_CONDITION),))
     # Another webhook may add containers after kdra's ran; run again so they get env too.
     webhook["reinvocationPolicy"] = "IfNeeded"
     return {

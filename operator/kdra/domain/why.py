@@ -224,9 +224,10 @@ def _evaluate(pod: JSON, claims: Iterable[JSON], classes: Iterable[JSON],
         name = entry.resource_claim_name or statuses.get(entry.name, "")
         raw = by_key.get((namespace, name)) if name else None
         if raw is None:
+            source = (f"template {entry.resource_claim_template_name!r}"
+                      if entry.from_template else "the pod's extended resources")
             problem = (f"claim {name!r} does not exist" if name else
-                       f"not created yet from template {entry.resource_claim_template_name!r} "
-                       "(the claim controller creates it)")
+                       f"not created yet from {source} (the claim controller creates it)")
             infos.append(ClaimInfo(entry.name, name, "missing", problem=problem))
             continue
         try:

@@ -560,7 +560,7 @@ class Binder:
                     self.waiting_for_claim[(namespace, name)].add(key)
                 log.debug("pod %s/%s waits for claim %s", *key, name or entry.name)
                 return "waiting"  # the pod or claim event re-enqueues it
-            if entry.from_template and not owned_by(raw, uid):
+            if entry.generated and not owned_by(raw, uid):
                 # Upstream's IsForPod: a generated claim serves only the pod that owns it.
                 # The claim controller records the pod's own claim; its write wakes the pod.
                 await self._unschedulable(pod, f"claim {name!r} recorded for entry "

@@ -35,6 +35,7 @@ from collections.abc import Callable
 
 from kdra import metrics
 from kdra.domain.errors import InvalidObject
+from kdra.domain.extended import extended_claim
 from kdra.domain.podclaims import (
     CLAIM_STATUSES_ANNOTATION,
     FINALIZER,
@@ -249,23 +250,26 @@ class ClaimController:
 
     async def _create_claim(self, pod: JSON, entry: PodClaim) -> JSON | None:
         namespace = pod["metadata"]["namespace"]
-        template_name = entry.resource_claim_template_name
-        assert template_name is not None
-        template = self.templates.get((namespace, template_name))
-        if template is None:
-            await self._report(pod, "FailedResourceClaimCreation",
-                               f"resource claim template {template_name!r} (entry "
-                               f"{entry.name!r}) not found in namespace {namespace!r}; "
-                               "the claim is created when the template appears")
-            return None
-        body = generated_claim(template, pod, entry)
+        if entry.extended is not None:  # kdra.domain.extended: the pod's extended resources
+            body, source = extended_claim(pod, entry), "the pod's extended resources"
+        else:
+            template_name = entry.resource_claim_template_name
+            assert template_name is not None
+            template = self.templates.get((namespace, template_name))
+            if template is None:
+                await self._report(pod, "FailedResourceClaimCreation",
+                                   f"resource claim template {template_name!r} (entry "
+                                   f"{entry.name!r}) not found in namespace {namespace!r}; "
+                                   "the claim is created when the template appears")
+                return None
+            body, source = generated_claim(template, pod, entry), f"template {template_name!r}"
         try:
             claim = await self.client.create(CLAIMS, body, namespace)
         except ApiError as exc:
             metrics.record_claim_create(False)
             await self._report(pod, "FailedResourceClaimCreation",
-                               f"creating the claim for entry {entry.name!r} from template "
-                               f"{template_name!r} failed: {exc.message}")
+                               f"creating the claim for entry {entry.name!r} from {source} "
+                               f"failed: {exc.message}")
             if exc.status in (400, 403, 422):  # the template's content is refused: wait for
                 return None                     # a template change (it re-enqueues the pod)
             raise Retry(str(exc)) from exc

@@ -19,7 +19,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kdra.domain import admission
@@ -62,6 +62,9 @@ class GpuClaimLookup:
             return None
 
     async def _may_get_gpus(self, namespace: str, entry: PodClaim, budget: _Budget) -> bool:
+        if entry.extended is not None:  # a generated extended-resource claim: its classes
+            return await self._classes_may_get_gpus(
+                [r.device_class for r in entry.extended], budget)
         if entry.resource_claim_template_name:
             template = await budget.get(self.client, TEMPLATES,
                                         entry.resource_claim_template_name, namespace)
@@ -75,6 +78,9 @@ class GpuClaimLookup:
         classes = admission.claim_request_classes(claim_spec, entry.request)
         if classes is None:
             return True
+        return await self._classes_may_get_gpus(classes, budget)
+
+    async def _classes_may_get_gpus(self, classes: Iterable[str], budget: _Budget) -> bool:
         for name in classes:
             device_class = await budget.get(self.client, CLASSES, name)
             if admission.class_may_select(device_class):

@@ -8,7 +8,8 @@ The operator starts one :class:`WebhookServer` (unless ``webhook_port`` is 0). I
   :func:`kdra.domain.bindings.binding_decision` for the operator's own pod bindings (the pod
   read from the API server); a ResourceClaim being created is also checked against its
   namespace's DeviceQuotas (:mod:`kdra.domain.quota_admission`),
-* ``POST /mutate-pods`` — :func:`kdra.domain.admission.mutate_pod`,
+* ``POST /mutate-pods`` — :func:`kdra.domain.admission.mutate_pod` (with the DeviceClasses'
+  extended resource names when the pod asks for one, :mod:`kdra.services.extended_lookup`),
 * ``POST /convert`` — :func:`kdra.services.conversion.convert` (kdra's four kinds between
   ``v1`` and ``v1alpha3``),
 * ``GET /healthz`` — ``ok``,
@@ -92,6 +93,7 @@ from kdra.kube.client import (
 from kdra.services import certs
 from kdra.services.certs import TlsBundle
 from kdra.services.conversion import convert, point_crds
+from kdra.services.extended_lookup import extended_classes
 from kdra.services.gpu_lookup import GpuClaimLookup
 from kdra.services.quota import namespace_quotas
 from kdra.settings import OperatorSettings
@@ -479,9 +481,14 @@ class WebhookServer:
             decide = functools.partial(admission.validate, trusted=frozenset(self.trusted),
                                        namespace_labels=await self._namespace_labels(body))
             decide = with_quotas(decide, await namespace_quotas(self.client, body))
-        if gpu_lookup and self.client is not None:  # which claims may get GPUs (env vars)
-            gpu_claims = await GpuClaimLookup(self.client).gpu_claims(body)
-            decide = functools.partial(admission.mutate_pod, gpu_claims=gpu_claims)
+        if gpu_lookup and self.client is not None:  # which claims may get GPUs (env vars),
+            gpu_claims, extended = await asyncio.gather(  # which classes serve extended res.
+                GpuClaimLookup(self.client).gpu_claims(body),
+                extended_classes(self.client, body))
+            decide = functools.partial(admission.mutate_pod, gpu_claims=gpu_claims,
+                                       extended_classes=extended.mapping,
+                                       extended_error=extended.error,
+                                       extended_gpu_classes=extended.gpu_classes)
         loop = asyncio.get_running_loop()
         try:
             answer = await loop.run_in_executor(None, admission.review, body, decide)

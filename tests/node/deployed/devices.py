@@ -108,6 +108,11 @@ def container_devices(cluster: RealCluster, pod: JSON, container: str) -> list[D
     namespace = pod["metadata"]["namespace"]
     devices: list[Device] = []
     for entry in entries:
+        # An extended-resources entry: each container has its own requests of the claim.
+        own = {r["request"] for r in entry.get("extendedResources") or ()
+               if r["container"] == container}
+        if "extendedResources" in entry and not own:
+            continue
         if entry.get("containers") is not None and container not in entry["containers"]:
             continue
         name = entry.get("resourceClaimName") or statuses[entry["name"]]
@@ -115,6 +120,8 @@ def container_devices(cluster: RealCluster, pod: JSON, container: str) -> list[D
                                            namespace, name, "-o", "json").stdout)
         for result in claim["status"]["allocation"]["devices"]["results"]:
             if entry.get("request") and result["request"] != entry["request"]:
+                continue
+            if own and result["request"] not in own:
                 continue
             devices.append(Device(result["driver"], result["pool"], result["device"], claim))
     return devices

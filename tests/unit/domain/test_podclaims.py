@@ -82,8 +82,8 @@ def test_bad_annotations(text: str, field: str, words: str) -> None:
 # Hostile annotations (issue 22, attacks 1 and 2): each is one InvalidObject naming the
 # field, with a short message, never another exception, and the parse stays bounded.
 HOSTILE = [
-    ("[" * 1000 + "]" * 1000, "", "nested deeper than 4 levels"),
-    ("[" * 1000, "", "nested deeper than 4 levels"),
+    ("[" * 1000 + "]" * 1000, "", "nested deeper than 5 levels"),
+    ("[" * 1000, "", "nested deeper than 5 levels"),
     ("- {name: a, resourceClaimName: b, 1: x}", "[0]", "keys must be strings"),
     ("- {1: x, name: a, resourceClaimName: b}", "[0]", "keys must be strings"),
     ("- {name: a, resourceClaimName: b, [x]: y}", "", "not valid YAML/JSON"),

@@ -11,6 +11,7 @@ import yaml
 
 from kdra.domain.webhooks import (
     CRD_NAMES,
+    MUTATE_POD_CONDITION,
     POD_MATCH_CONDITION,
     Endpoint,
     conversion,
@@ -66,9 +67,12 @@ def test_policies() -> None:
         assert webhook["timeoutSeconds"] == 5
         assert webhook["admissionReviewVersions"] == ["v1"]
         if webhook["name"] == "mutate-pods.resource.kdra.dev":
-            # Only pods with the annotation reach the webhook: an outage never blocks others.
-            assert webhook["matchConditions"] == [{"name": "has-claims-annotation",
-                                                   "expression": POD_MATCH_CONDITION}]
+            # Only pods with the annotation or an extended resource reach the webhook: an
+            # outage never blocks others (the expression is evaluated by the real API server
+            # in tests/e2e/test_extended.py).
+            assert webhook["matchConditions"] == [{"name": "claims-or-extended-resources",
+                                                   "expression": MUTATE_POD_CONDITION}]
+            assert POD_MATCH_CONDITION in MUTATE_POD_CONDITION
             assert webhook["rules"][0]["operations"] == ["CREATE"]
         elif webhook["rules"][0]["resources"] == ["pods"]:
             # Creations and updates, but only those that write kdra's keys (matchConditions,
