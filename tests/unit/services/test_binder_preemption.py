@@ -15,11 +15,12 @@ import json
 from typing import Any
 
 from kdra import metrics
-from kdra.domain.podclaims import CLAIMS_ANNOTATION, FINALIZER
+from kdra.domain.podclaims import CLAIMS_ANNOTATION
 from kdra.kube.client import ApiError, Resource
 from kdra.kube.events import EventRecorder
 from kdra.services.binder import Binder, BinderSettings
 from kdra.services.claim_controller import claim_store
+from tests.unit.services.binder_objects import gpu_claim
 
 NS = "ns"
 DRIVER = "gpu.kdra.dev"
@@ -55,18 +56,8 @@ def pod(name: str, priority: int, *, node: str | None = None,
 
 def claim(name: str, rv: str, owner: str | None = None, device: str = "gpu-0"
           ) -> dict[str, Any]:
-    status: dict[str, Any] = {}
-    if owner is not None:
-        status = {"allocation": {"devices": {"results": [
-                      {"request": "gpu", "driver": DRIVER, "pool": "worker-1",
-                       "device": device}]}},
-                  "reservedFor": [{"resource": "pods", "name": owner, "uid": f"uid-{owner}"}]}
-    return {"apiVersion": "resource.kdra.dev/v1", "kind": "ResourceClaim",
-            "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}",
-                         "resourceVersion": rv, "finalizers": [FINALIZER]},
-            "spec": {"devices": {"requests": [{"name": "gpu",
-                                               "exactly": {"deviceClassName": DRIVER}}]}},
-            "status": status}
+    return gpu_claim(name, rv, namespace=NS, device=None if owner is None else device,
+                     owners=() if owner is None else (owner,))
 
 
 class Recording:

@@ -8,12 +8,13 @@ import asyncio
 import json
 from typing import Any
 
-from kdra.domain.podclaims import CLAIMS_ANNOTATION, FINALIZER
+from kdra.domain.podclaims import CLAIMS_ANNOTATION
 from kdra.kube.client import Resource
 from kdra.kube.events import EventRecorder
 from kdra.services.binder import Binder, BinderSettings
 from kdra.services.claim_controller import claim_store
 from kdra.services.quota import QuotaStatusWriter
+from tests.unit.services.binder_objects import gpu_claim
 
 NS = "team-a"
 DRIVER = "gpu.kdra.dev"
@@ -47,19 +48,7 @@ def pod(name: str, claim: str) -> dict[str, Any]:
 
 def claim(name: str, rv: str, *, device: str | None = None,
           owners: tuple[str, ...] = ()) -> dict[str, Any]:
-    status: dict[str, Any] = {}
-    if device is not None:
-        status = {"allocation": {"devices": {"results": [
-                      {"request": "gpu", "driver": DRIVER, "pool": "worker-1",
-                       "device": device}]}},
-                  "reservedFor": [{"resource": "pods", "name": o, "uid": f"uid-{o}"}
-                                  for o in owners]}
-    return {"apiVersion": "resource.kdra.dev/v1", "kind": "ResourceClaim",
-            "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}",
-                         "resourceVersion": rv, "finalizers": [FINALIZER]},
-            "spec": {"devices": {"requests": [{"name": "gpu",
-                                               "exactly": {"deviceClassName": DRIVER}}]}},
-            "status": status}
+    return gpu_claim(name, rv, namespace=NS, device=device, owners=owners)
 
 
 class Recording:

@@ -9,11 +9,12 @@ import copy
 import json
 from typing import Any
 
-from kdra.domain.podclaims import CLAIMS_ANNOTATION, FINALIZER
+from kdra.domain.podclaims import CLAIMS_ANNOTATION
 from kdra.kube.client import Resource
 from kdra.kube.events import EventRecorder
 from kdra.services.binder import Binder, BinderSettings
 from kdra.services.claim_controller import claim_store
+from tests.unit.services.binder_objects import gpu_claim
 
 NS = "ns"
 DRIVER = "gpu.kdra.dev"
@@ -40,18 +41,8 @@ def pod(name: str) -> dict[str, Any]:
 
 def claim(name: str, rv: str, owner: str | None = None) -> dict[str, Any]:
     """Claim ``name``; allocated to gpu-0 and reserved for pod ``owner`` if given."""
-    status: dict[str, Any] = {}
-    if owner is not None:
-        status = {"allocation": {"devices": {"results": [
-                      {"request": "gpu", "driver": DRIVER, "pool": "worker-1",
-                       "device": "gpu-0"}]}},
-                  "reservedFor": [{"resource": "pods", "name": owner, "uid": f"uid-{owner}"}]}
-    return {"apiVersion": "resource.kdra.dev/v1", "kind": "ResourceClaim",
-            "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}",
-                         "resourceVersion": rv, "finalizers": [FINALIZER]},
-            "spec": {"devices": {"requests": [{"name": "gpu",
-                                               "exactly": {"deviceClassName": DRIVER}}]}},
-            "status": status}
+    return gpu_claim(name, rv, namespace=NS, device=None if owner is None else "gpu-0",
+                     owners=() if owner is None else (owner,))
 
 
 class Recording:
