@@ -22,6 +22,7 @@ import pytest
 from kdra.devenv.controlplane import CONTROLLERS, ControlPlane, binaries
 from kdra.devenv.process import sweep
 from tests.e2e.conversion import ConversionServer
+from tests.e2e.procs import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = ROOT / "crds"
@@ -105,6 +106,15 @@ def namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) -> It
     control_plane.kubectl("delete", "pods", "--all", "-n", name, "--grace-period=0", "--force",
                           "--wait=false", check=False)
     control_plane.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def ns(control_plane: ControlPlane, namespace: str) -> str:
+    """The test's namespace, once its default ServiceAccount exists (pods need it)."""
+    wait_for(lambda: control_plane.kubectl("get", "serviceaccount", "default", "-n", namespace,
+                                           check=False).returncode == 0,
+             what="default ServiceAccount")
+    return namespace
 
 
 def get_json(control_plane: ControlPlane, *args: str) -> Any:

@@ -87,15 +87,6 @@ def _operator_log_on_failure(request: pytest.FixtureRequest) -> Iterator[None]:
         print(f"===== operator log =====\n{proc.tail(200)}")
 
 
-@pytest.fixture
-def ns(control_plane: ControlPlane, namespace: str) -> str:
-    """The test's namespace, once its default ServiceAccount exists (pods need it)."""
-    wait_for(lambda: control_plane.kubectl("get", "serviceaccount", "default", "-n", namespace,
-                                           check=False).returncode == 0,
-             what="default ServiceAccount")
-    return namespace
-
-
 def apply(plane: ControlPlane, *objects: dict[str, Any]) -> None:
     plane.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(o) for o in objects))
 
