@@ -21,7 +21,7 @@ are unchanged; :class:`~.search.NodeSearch` with ``scoring=False`` keeps walk or
    lexicographically largest first; the smaller candidate; walk order. (The order of these
    criteria was chosen with bench/fragmentation.py: over six seeds of the quick run it
    placed 4602 requests where first-fit placed 4565; putting stranding or the vector before
-   fullness placed 4588–4592, dropping the vector 4568–4583.)
+   fullness placed 4588-4592, dropping the vector 4568-4583.)
 4. candidates that do not fit now, in walk order (the search rejects them quickly).
 
 A device's *size* is the sum, over the counters it consumes, of amount / the counter's
