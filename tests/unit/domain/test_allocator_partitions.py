@@ -393,3 +393,20 @@ def test_scoring_binpacks_shares_onto_the_fullest_device() -> None:
     assert second is not None and second[0].devices.results[0].device == "gpu-a"
     third = allocate([share("third", "40Gi")], snapshot, node())
     assert third is not None and third[0].devices.results[0].device == "gpu-b"
+
+
+def test_counted_placements_are_not_used_when_the_ledger_decides() -> None:
+    """The cluster entry point decides one-request pods by counting free devices; with
+    capacity requests, counters or shares, counting alone is wrong, so the node is searched."""
+    small = device("gpu-0", type="gpu", capacity={"memory": "40Gi"})
+    snapshot = Snapshot.build([slice_with(small)], CLASSES)
+    asked = request("gpu", cls=WHOLE)
+    asked["exactly"]["capacity"] = {"requests": {"memory": "60Gi"}}
+    outcome = place(snapshot, [claim_with(asked)], [node()])
+    assert not outcome.placements
+    assert outcome.reasons[NODE].code == "capacity-exhausted"
+    assert "gpu-0: memory 40Gi, asked 60Gi" in outcome.reasons[NODE].detail
+    snapshot = Snapshot.build(h100s(1), CLASSES)
+    assert take(snapshot, ask("big", "7g.80gb")) is not None
+    outcome = place(snapshot, [ask("small", "1g.10gb")], [node()])
+    assert not outcome.placements and outcome.reasons[NODE].code == "counters-exhausted"
