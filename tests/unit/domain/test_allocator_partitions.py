@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from kdra.domain.allocator import Snapshot, allocate, place
+from kdra.domain.allocator import Placing, Snapshot, allocate, place
 from kdra.domain.allocator.capacity import CapacitySpec, demand, parse_requests, round_up
 from kdra.domain.allocator.fragmentation import stranded
 from kdra.domain.allocator.ledger import Ledger
@@ -410,3 +410,22 @@ def test_counted_placements_are_not_used_when_the_ledger_decides() -> None:
     assert take(snapshot, ask("big", "7g.80gb")) is not None
     outcome = place(snapshot, [ask("small", "1g.10gb")], [node()])
     assert not outcome.placements and outcome.reasons[NODE].code == "counters-exhausted"
+
+
+def test_still_fits_replays_counters_and_shares_after_the_snapshot_changed() -> None:
+    snapshot = Snapshot.build([*h100s(1), slice_with(shared_gpu(), name="shared",
+                                                     pool="shared")], CLASSES)
+    placing = Placing(snapshot, [ask("p", "4g.40gb")], [node()])
+    outcome = placing.advance(None)
+    assert outcome is not None
+    partition = outcome.placements[NODE]
+    sharing = Placing(snapshot, [share("s", "60Gi")], [node()])
+    shared = sharing.advance(None)
+    assert shared is not None
+    held(snapshot, "other", "gpu-0-mig-1g-10gb-4")  # the 4g at 0 still fits
+    assert placing.still_fits(partition)
+    held(snapshot, "blocker", "gpu-0-mig-1g-10gb-0")
+    assert not placing.still_fits(partition)  # memory slice 0 is gone
+    assert sharing.still_fits(shared.placements[NODE])
+    assert take(snapshot, share("s2", "30Gi")) is not None
+    assert not sharing.still_fits(shared.placements[NODE])  # 30 + 60 > 80
