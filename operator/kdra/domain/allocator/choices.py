@@ -38,6 +38,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Collection, Container, Iterator, Sequence
 
+from kdra.domain.allocator.ledger import Ledger
 from kdra.domain.allocator.nodeselector import NodeInfo
 from kdra.domain.allocator.pools import DeviceId, NodePools
 from kdra.domain.allocator.prepared import PreparedClaim, PreparedRequest, prepare
@@ -134,7 +135,9 @@ class ChoiceSearch:
     """
 
     def __init__(self, claims: Sequence[PreparedClaim], pools: NodePools,
-                 busy: Container[DeviceId], stats: Stats) -> None:
+                 busy: Container[DeviceId], stats: Stats, *, scoring: bool = True) -> None:
+        self.scoring = scoring
+        """Fragmentation-aware candidate order (False: upstream's first-fit walk order)."""
         self.claims = tuple(claims)
         """The claims; once a combination fits, with its alternatives."""
         self.pools = pools
@@ -144,6 +147,8 @@ class ChoiceSearch:
         """Devices tried so far, over every combination searched."""
         self.finished = False
         self.result: list[list[Pick]] | None = None
+        self.ledger: Ledger | None = None
+        """The winning search's ledger, with its picks taken (None without one)."""
         self._order: Iterator[tuple[PreparedClaim, ...]] | None = None
         self._considered = 0
         self._search: NodeSearch | None = None
@@ -172,7 +177,7 @@ class ChoiceSearch:
                     return True
                 self._count()
                 search = self._search = NodeSearch(resolved, self.pools, self.busy,
-                                                   self.stats)
+                                                   self.stats, scoring=self.scoring)
             before = search.steps
             try:
                 done = search.advance(None if steps is None else max(0, steps - spent))
@@ -185,6 +190,7 @@ class ChoiceSearch:
             if search.result is not None:
                 self.claims = tuple(search.claims)
                 self.result = search.result
+                self.ledger = search.ledger
                 self.finished = True
                 return True
             if steps is not None and spent >= steps:
@@ -208,10 +214,11 @@ class ChoiceSearch:
 
 
 def search_choices(claims: Sequence[PreparedClaim], pools: NodePools,
-                   busy: Container[DeviceId], stats: Stats) -> Chosen | None:
+                   busy: Container[DeviceId], stats: Stats, *,
+                   scoring: bool = True) -> Chosen | None:
     """The first combination that fits the node, with its picks; None if none does (an
     unbounded :class:`ChoiceSearch`). Raises Unallocatable."""
-    search = ChoiceSearch(claims, pools, busy, stats)
+    search = ChoiceSearch(claims, pools, busy, stats, scoring=scoring)
     picks = search.run()
     return None if picks is None else (search.claims, picks)
 
@@ -221,12 +228,17 @@ def allocate(
     snapshot: Snapshot,
     node: NodeInfo,
     in_flight: Collection[DeviceId] = (),
+    *,
+    scoring: bool = True,
 ) -> list[AllocationResult] | None:
-    """Allocate ``claims`` (all unallocated) on ``node``: results, None, or AllocationError."""
+    """Allocate ``claims`` (all unallocated) on ``node``: results, None, or AllocationError.
+    ``scoring=False``: candidates in upstream's walk order (first-fit) instead of
+    :mod:`.fragmentation`'s."""
     try:
         prepared = prepare(claims, snapshot)
         chosen = search_choices(prepared, snapshot.node_pools(node),
-                                busy_view(snapshot, in_flight), snapshot.stats)
+                                busy_view(snapshot, in_flight), snapshot.stats,
+                                scoring=scoring)
     except Unallocatable as problem:
         raise problem.to_error() from problem.__cause__
     if chosen is None:

@@ -53,6 +53,8 @@ from dataclasses import dataclass, field
 
 from kdra.domain.allocator.choices import ChoiceSearch, preference
 from kdra.domain.allocator.diagnosis import count_request, diagnose, raw_counts, summarize
+from kdra.domain.allocator.fragmentation import placement_cost
+from kdra.domain.allocator.ledger import Ledger
 from kdra.domain.allocator.nodeselector import NodeInfo
 from kdra.domain.allocator.pools import DeviceId, NodePools
 from kdra.domain.allocator.prepared import PreparedClaim, PreparedRequest, prepare
@@ -76,8 +78,8 @@ class Placement:
     :func:`place`), or check it with :meth:`Placing.still_fits`; ``free_after`` needs no
     search."""
 
-    __slots__ = ("_devices", "_picks", "_prepared", "_results", "_search", "free_after", "node",
-                 "pools", "preference")
+    __slots__ = ("_devices", "_picks", "_prepared", "_results", "_search", "fragmentation",
+                 "free_after", "node", "pools", "preference")
 
     def __init__(
         self,
@@ -104,6 +106,9 @@ class Placement:
         claims)."""
         self._results: tuple[AllocationResult, ...] | None = None
         self._devices: frozenset[DeviceId] | None = None
+        self.fragmentation = 0
+        """Counter sets (GPUs) the placement opens — had no usage before
+        (:func:`~.fragmentation.placement_cost`); binpack prefers nodes that open none."""
         self.free_after = free_after
         """Per DeviceClass used by the pod: devices on the node matching the class that would
         still be free after this placement (for binpack / spread scoring)."""
@@ -184,12 +189,13 @@ def place(
     in_flight: Collection[DeviceId] = (),
     limit: int | None = None,
     start: int = 0,
+    scoring: bool = True,
 ) -> ClusterOutcome:
     """Evaluate ``nodes`` (from index ``start``, wrapping around) for a pod's unallocated
     ``claims``, stopping after ``limit`` placements (see the module doc). Unbounded: see
     :class:`Placing` for a search within a budget."""
     outcome = Placing(snapshot, claims, nodes, in_flight=in_flight, limit=limit,
-                      start=start).advance(None)
+                      start=start, scoring=scoring).advance(None)
     assert outcome is not None
     return outcome
 
@@ -217,8 +223,11 @@ class Placing:
         limit: int | None = None,
         start: int = 0,
         node_steps: int | None = None,
+        scoring: bool = True,
     ) -> None:
         self.snapshot = snapshot
+        self.scoring = scoring
+        """Fragmentation-aware candidate order on each node (False: first-fit, upstream's)."""
         self.nodes = nodes
         self.limit = limit
         self.start = start
@@ -296,7 +305,8 @@ class Placing:
                 if reason is not None:
                     reasons[node.name] = reason
                     continue
-                self._current = (node, pools, stamp, ChoiceSearch(prepared, pools, busy, stats))
+                self._current = (node, pools, stamp, ChoiceSearch(prepared, pools, busy, stats,
+                                                                  scoring=self.scoring))
         finally:
             self._processed = processed
 
@@ -334,10 +344,12 @@ class Placing:
                                                stamp=stamp, memo=self._memo)
         else:
             resolved = search.claims
-            self.placements[node.name] = Placement(
+            placement = self.placements[node.name] = Placement(
                 node.name, resolved, picks,
-                _free_after(resolved, picks, pools, search.busy, stats), pools=pools,
-                preference=preference(resolved))
+                _free_after(resolved, picks, pools, search.busy, stats),
+                pools=pools, preference=preference(resolved))
+            if search.ledger is not None:
+                placement.fragmentation = placement_cost(picks, search.ledger)
         return True
 
     def give_up(self) -> ClusterOutcome:
@@ -370,8 +382,9 @@ class Placing:
 
     def still_fits(self, placement: Placement) -> bool:
         """Whether ``placement`` (made by this evaluation) can still be taken: the snapshot did
-        not change since the evaluation started, or the node's pools are the same and none of
-        the placement's devices is in use now."""
+        not change since the evaluation started, or the node's pools are the same, none of
+        the placement's exclusive devices is in use now, and its counters and shares still
+        fit (replayed on a fresh :class:`~.ledger.Ledger`)."""
         snapshot = self.snapshot
         if snapshot.version == self.version or placement.pools is None:
             return True
@@ -382,8 +395,15 @@ class Placing:
         if picks is None:
             return False
         busy = busy_view(snapshot, self.in_flight)
-        return not any(pick.entry.id in busy for chosen in picks for pick in chosen
-                       if not pick.request.admin_access)
+        if any(pick.entry.id in busy for chosen in picks for pick in chosen
+               if not pick.request.admin_access):
+            return False
+        ledgered = [pick for chosen in picks for pick in chosen if pick.consumed is not None]
+        if not ledgered:
+            return True
+        ledger = Ledger(placement.pools, busy, snapshot.shares)
+        return all(ledger.admit(pick.entry, pick.request.capacity) is not None
+                   for pick in ledgered)
 
 
 def _sole_request(prepared: Sequence[PreparedClaim]) -> PreparedRequest | None:
@@ -406,6 +426,10 @@ def _free_after(
     busy: Container[DeviceId],
     stats: Stats,
 ) -> dict[str, int]:
+    """Per class: matching devices still free after the picks. Devices with counters or
+    shares do not count (a partition is "free" until its memory slices are gone: counting
+    them would make binpack prefer the node where a placement cuts the most partitions off;
+    :attr:`Placement.fragmentation` ranks such placements instead)."""
     taken = {pick.entry.id for chosen in picks for pick in chosen if not pick.request.admin_access}
     free_after: dict[str, int] = {}
     for claim in prepared:
@@ -419,5 +443,6 @@ def _free_after(
                 if item.failure is None
                 and item.entry.id not in busy
                 and item.entry.id not in taken
+                and not item.entry.special
             )
     return free_after
