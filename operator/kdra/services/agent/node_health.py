@@ -88,8 +88,12 @@ class NodeHealth:
             f"its slice has the taint {UNHEALTHY_KEY}:{effect}")
 
     def tainted(self, device: InventoryDevice) -> InventoryDevice:
-        """``device`` with the taint its applied health calls for."""
-        taint = self.applied(device).taint()
+        """``device`` with the taint its applied health calls for (a partition: its own,
+        or else its GPU's — a mark or an XID on ``gpu-0`` taints every partition of it)."""
+        applied = self.applied(device)
+        if device.parent and applied.health is Health.HEALTHY:
+            applied = self.debouncer.applied((device.driver, device.parent))
+        taint = applied.taint()
         return dataclasses.replace(device, taints=(taint,)) if taint else device
 
     def counts(self, inventory: Inventory) -> tuple[int, int]:
