@@ -32,6 +32,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kdra.domain.describe_gpus import (
+    PartitionedGpu,
+    SharedDevice,
+    gpu_views,
+    gpus_json,
+    render_gpus,
+)
 from kdra.domain.tables import table as _table
 
 __all__ = [
@@ -149,6 +156,10 @@ class ClaimRow:
 class Description:
     pools: tuple[PoolRow, ...]
     claims: tuple[ClaimRow, ...]
+    gpus: tuple[PartitionedGpu, ...] = ()
+    """Partitioned GPUs of the kept pools (:mod:`kdra.domain.describe_gpus`)."""
+    shared: tuple[SharedDevice, ...] = ()
+    """Devices several claims share, with their shares."""
 
     def to_json(self) -> dict[str, Any]:
         """Plain data for ``--output json`` (stable keys; counts precomputed)."""
@@ -171,6 +182,7 @@ class Description:
                              "device": d.device, "ready": d.ready, "published": d.published}
                             for d in claim.devices],
             } for claim in self.claims],
+            **gpus_json(self.gpus, self.shared),
         }
 
 
@@ -185,6 +197,7 @@ def describe(slices: Iterable[JSON], claims: Iterable[JSON], *, node: str | None
     claims holding a device of a kept pool or allocated on that node (pending claims are
     kept unless a filter is given).
     """
+    claims = list(claims)
     claim_rows = claims_of(claims)
     holders: dict[tuple[str, str, str], list[Holder]] = {}
     for row in claim_rows:
@@ -192,8 +205,8 @@ def describe(slices: Iterable[JSON], claims: Iterable[JSON], *, node: str | None
             holders.setdefault((device.driver, device.pool, device.device), []).append(
                 Holder(claim=row.key, request=device.request, pods=row.pods,
                        ready=device.ready))
-    every_pool = [_pool_row(key, members, holders)
-                  for key, members in _newest_pools(slices).items()]
+    newest = _newest_pools(slices)
+    every_pool = [_pool_row(key, members, holders) for key, members in newest.items()]
     published = {(pool.driver, pool.pool, device.name) for pool in every_pool
                  for device in pool.devices}
     pools = [pool for pool in every_pool
@@ -214,7 +227,9 @@ def describe(slices: Iterable[JSON], claims: Iterable[JSON], *, node: str | None
             final_claims.append(row)
     pools.sort(key=lambda p: (natural(p.node), p.driver, natural(p.pool)))
     final_claims.sort(key=lambda c: (c.namespace, natural(c.name)))
-    return Description(pools=tuple(pools), claims=tuple(final_claims))
+    gpus, shared = gpu_views({key: newest[key] for key in kept_pools}, claims)
+    return Description(pools=tuple(pools), claims=tuple(final_claims), gpus=gpus,
+                       shared=shared)
 
 
 def _newest_pools(slices: Iterable[JSON]) -> dict[tuple[str, str], list[JSON]]:
@@ -289,8 +304,8 @@ def _details(device: JSON, driver: str) -> str:
                 values[name] = str(value[kind]).lower() if kind == "bool" else str(value[kind])
                 break
     for name in DETAIL_ATTRIBUTES:
-        if name in values:
-            return values[name]
+        if name in values:  # a partition says which: "NVIDIA H100 80GB HBM3 3g.40gb"
+            return " ".join(v for v in (values[name], values.get("profile")) if v)
     strings = sorted((name, value) for name, value in values.items() if "/" not in name)
     return ",".join(f"{name}={value}" for name, value in strings[:MAX_DETAIL_ATTRIBUTES])
 
@@ -417,6 +432,7 @@ def render(description: Description, *, devices: bool = True) -> str:
                     for device in pool.devices for holder in (device.holders or (None,))]
             out.append(_table(("NODE", "POOL", "DEVICE", "DETAILS", "STATE", "CLAIM", "REQUEST",
                                "PODS", "READY"), rows))
+        out += render_gpus(description.gpus, description.shared)
     else:
         out.append("No ResourceSlices: no node agent publishes devices (yet).")
     if description.claims:
