@@ -308,7 +308,8 @@ SCHEDULE_RESULTS = ("allocated", "unschedulable", "waiting", "releasing", "confl
 UNSCHEDULABLE_REASONS = (
     "no-matching-device", "devices-busy", "constraint-unsatisfiable", "pool-incomplete",
     "pool-invalid", "too-many-devices", "cel-error", "class-missing", "unsupported",
-    "too-many-choices", "taint", "unschedulable", "affinity", "resources", "prepare-failed",
+    "too-many-choices", "counters-exhausted", "capacity-exhausted", "invalid-request",
+    "taint", "unschedulable", "affinity", "resources", "prepare-failed",
     "claim-node-selector", "search-exhausted", "other",
 )
 SEARCH_LIMITS = ("steps", "deadline", "node-steps")

@@ -124,20 +124,26 @@ CASES = [
          [claim_with()],
          slices=[slice_with({"name": "gpu-0", "consumesCounters": [
              {"counterSet": "gpu", "counters": {"mem": {"value": "10Gi"}}}]})]),
-    Case("devices that allow multiple allocations or bind conditions are never allocated",
+    Case("devices with binding conditions are never allocated",
+         [claim_with()],
+         slices=[slice_with({"name": "gpu-1", "bindingConditions": ["Attached"],
+                             "bindingFailureConditions": ["Failed"]})]),
+    # Issue 26: multiple allocations are acted upon (they used to be refused as unsupported).
+    Case("a device that allows multiple allocations is allocated (as a share)",
          [claim_with()],
          slices=[slice_with({"name": "gpu-0", "allowMultipleAllocations": True},
                             {"name": "gpu-1", "bindingConditions": ["Attached"],
-                             "bindingFailureConditions": ["Failed"]})]),
+                             "bindingFailureConditions": ["Failed"]})],
+         expect=[["gpu:gpu-0"]]),
     Case("a device with list-typed attributes is never allocated",
          [claim_with()], slices=[slice_with({"name": "gpu-0", "attributes": {
              "cores": {"ints": [0, 1]}}})]),
     Case("All fails when a matching device uses a feature kdra does not support",
          [claim_with(request(all=True))],
-         slices=[slice_with({"name": "gpu-0", "consumesCounters": [
-             {"counterSet": "gpu", "counters": {"mem": {"value": "10Gi"}}}]},
+         slices=[slice_with({"name": "gpu-0", "bindingConditions": ["Attached"],
+                             "bindingFailureConditions": ["Failed"]},
              device("gpu-1", model="H100"))],
-         error=r"matching device gpu.kdra.dev/worker-1/gpu-0 uses consumesCounters, which "
+         error=r"matching device gpu.kdra.dev/worker-1/gpu-0 uses binding conditions, which "
                r"kdra does not support yet"),
     # Issue 25: taints and tolerations are acted upon (they used to be refused as unsupported).
     Case("All leaves out a tainted device it does not tolerate",
@@ -148,11 +154,14 @@ CASES = [
              "deviceClassName": CLASS, "tolerations": [{"key": "gpu.kdra.dev/unhealthy",
                                                         "operator": "Exists"}]}})],
          slices=[slice_with(TAINTED)], expect=[["gpu:gpu-0"]]),
-    Case("a claim with capacity requests in an alternative is refused",
+    # Issue 26: capacity requests are acted upon: they filter devices by capacity.
+    Case("a capacity request in an alternative picks the device that has it",
          [claim_with({"name": "gpu", "firstAvailable": [
              {"name": "a", "deviceClassName": CLASS,
               "capacity": {"requests": {"memory": "10Gi"}}}]})],
-         error=r"spec.devices.requests\[0\].firstAvailable\[0\].capacity.requests"),
+         slices=[slice_with(device("gpu-0", capacity={"memory": "8Gi"}),
+                            device("gpu-1", capacity={"memory": "16Gi"}))],
+         expect=[["gpu/a:gpu-1"]]),
 ]
 
 
@@ -253,14 +262,14 @@ def test_preference_sums_every_prioritized_request() -> None:
 
 
 def test_why_not_names_unsupported_devices_and_alternatives() -> None:
-    counters = {"name": "gpu-0", "attributes": {"model": {"string": "H100"}},
-                "consumesCounters": [{"counterSet": "gpu", "counters": {"m": {"value": "1"}}}]}
-    snapshot, nodes = cluster_of([counters])
+    bound = {"name": "gpu-0", "attributes": {"model": {"string": "H100"}},
+             "bindingConditions": ["Attached"], "bindingFailureConditions": ["Failed"]}
+    snapshot, nodes = cluster_of([bound])
     outcome = place(snapshot, [claim_with(first_available("gpu", sub("h", H100),
                                                           sub("a", A100)))], nodes)
     assert not outcome.placements
     summary = outcome.summary()
-    assert ("1 device(s) not usable: they use consumesCounters, which kdra does not support "
+    assert ("1 device(s) not usable: they use binding conditions, which kdra does not support "
             "yet") in summary, summary
     assert "no other firstAvailable alternative of it fits either" in summary, summary
 

@@ -103,13 +103,14 @@ def test_fields_kdra_does_not_act_on_are_kept_and_named() -> None:
     parsed = parse_claim(claim(requests=[{"name": "gpu", "exactly": {
         "deviceClassName": "gpu.kdra.dev", "tolerations": [{"key": "k", "operator": "Exists"}],
         "capacity": {"requests": {"memory": "10Gi"}}}}]))
-    # Issue 25: tolerations (and taints, below) are acted upon now, so they are not named.
-    assert parsed.unsupported() == ["spec.devices.requests[0].exactly.capacity.requests"]
+    # Issue 25: tolerations (and taints, below) are acted upon now, so they are not named;
+    # issue 26: capacity requests, counters and multiple allocations too.
+    assert parsed.unsupported() == []
     device = parse_slice(slice_(devices=[{
         "name": "gpu-0", "taints": [{"key": "k", "effect": "NoSchedule"}],
         "consumesCounters": [{"counterSet": "s", "counters": {"mem": {"value": "1"}}}],
         "attributes": {"cores": {"ints": [1, 2]}}}])).spec.devices[0]
-    assert device.unsupported() == ["consumesCounters", "list-typed attributes"]
+    assert device.unsupported() == ["list-typed attributes"]
     informational = parse_slice(slice_(devices=[{
         "name": "gpu-0", "taints": [{"key": "k", "effect": "None"}]}])).spec.devices[0]
     assert informational.unsupported() == []

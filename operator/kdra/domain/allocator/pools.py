@@ -20,10 +20,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import NamedTuple
 
+from kdra.domain.allocator.capacity import CapacitySpec, device_capacities
 from kdra.domain.allocator.nodeselector import NodeInfo, selector_matches
 from kdra.domain.allocator.stats import Stats
 from kdra.domain.allocator.tainting import DeviceTaints
@@ -31,6 +33,11 @@ from kdra.domain.cel import CelDevice, make_device
 from kdra.domain.cel import DeviceSelector as CompiledSelector
 from kdra.domain.errors import CelRuntimeError, InvalidObject
 from kdra.domain.models import DeviceTaint, DeviceToleration, ResourceSlice
+from kdra.domain.quantity import InvalidQuantity, parse_quantity
+
+Consumption = tuple[tuple[str, str, Decimal], ...]
+"""What a device consumes from its pool's shared counters: ``(counter set, counter,
+amount)``."""
 
 CACHE_LIMIT = 128
 """Most expressions (or selector sets) one device memo / one node cache keeps; past it the
@@ -69,8 +76,8 @@ class Selector:
 class DeviceEntry:
     """One device of one slice object, with its CEL view and selector memo."""
 
-    __slots__ = ("_cel", "_memo", "attributes", "id", "index", "slice", "taints",
-                 "unsupported")
+    __slots__ = ("_cel", "_memo", "attributes", "capacities", "consumes", "id", "index",
+                 "shared", "slice", "special", "taints", "unsupported")
 
     def __init__(self, slice_: ResourceSlice, index: int) -> None:
         device = slice_.spec.devices[index]
@@ -83,6 +90,26 @@ class DeviceEntry:
             if scalar is not None:
                 self.attributes[name] = scalar
         unsupported = device.unsupported()
+        self.consumes: Consumption = ()
+        """The device's ``consumesCounters``, parsed (:mod:`.counters`)."""
+        self.capacities: tuple[CapacitySpec, ...] = ()
+        """Its capacities with their request policies, parsed (:mod:`.capacity`)."""
+        self.shared = bool(device.allow_multiple_allocations)
+        try:
+            self.consumes = tuple(
+                (use.counter_set, name, parse_quantity(counter.value).value)
+                for use in device.consumes_counters for name, counter in use.counters.items())
+        except InvalidQuantity:
+            unsupported.append("a counter amount that is not a valid quantity")
+        try:
+            self.capacities = device_capacities(device)
+        except InvalidQuantity:  # selectors fail on it (CEL cannot represent it), as upstream
+            if self.shared:
+                unsupported.append("a capacity that is not a valid quantity")
+        """allowMultipleAllocations: several results may hold it, each a share."""
+        self.special = self.shared or bool(self.consumes)
+        """Its allocation needs the ledger (counters, shares): counting free devices alone
+        does not decide whether it can be taken."""
         if slice_.spec.per_device_node_selection and "per-device node selection" not in \
                 unsupported:
             unsupported.append("per-device node selection")
@@ -172,6 +199,12 @@ class Pool:
     incomplete: bool
     duplicate: str | None
     """The first repeated device name, when the pool is invalid."""
+    counter_sets: Mapping[str, Mapping[str, Decimal]] = field(default_factory=dict)
+    """The pool's ``sharedCounters`` (from every slice of its newest generation): set →
+    counter → total. A set published twice keeps its first definition (slices by name)."""
+    broken: Mapping[str, str] = field(default_factory=dict)
+    """Device name → why it cannot be allocated in this pool (it consumes a counter set or
+    counter the pool does not publish)."""
 
     @property
     def id(self) -> str:
@@ -231,8 +264,8 @@ class NodePools:
         items: list[MatchItem] = []
         for pool in self.pools:
             for entry in pool.entries:
-                if entry.unsupported:
-                    continue  # never allocated (see DeviceEntry.unsupported)
+                if entry.unsupported or entry.id.device in pool.broken:
+                    continue  # never allocated (see DeviceEntry.unsupported, Pool.broken)
                 failure = None
                 matched = True
                 for selector in selectors:
@@ -255,6 +288,16 @@ class NodePools:
     def unsupported(self) -> list[DeviceEntry]:
         """The node's devices that use features kdra does not implement yet."""
         return [entry for pool in self.pools for entry in pool.entries if entry.unsupported]
+
+    def broken(self) -> list[tuple[DeviceEntry, str]]:
+        """The node's devices whose counters their pool does not publish, with why."""
+        return [(entry, pool.broken[entry.id.device]) for pool in self.pools
+                for entry in pool.entries if entry.id.device in pool.broken]
+
+    @property
+    def special(self) -> bool:
+        """Some device consumes counters or allows multiple allocations."""
+        return any(entry.special for pool in self.pools for entry in pool.entries)
 
 
 def slice_targets(slice_: ResourceSlice, node: NodeInfo) -> bool:
@@ -289,6 +332,7 @@ def gather_pools(slices: Iterable[SliceEntry]) -> tuple[Pool, ...]:
         members.sort(key=lambda e: e.name)
         pool_spec = members[0].slice.spec.pool
         entries = tuple(d for member in members for d in member.entries)
+        counter_sets = _counter_sets(members)
         pools.append(
             Pool(
                 driver=driver,
@@ -298,9 +342,42 @@ def gather_pools(slices: Iterable[SliceEntry]) -> tuple[Pool, ...]:
                 entries=entries,
                 incomplete=len(members) != pool_spec.resource_slice_count,
                 duplicate=_first_duplicate(entries),
+                counter_sets=counter_sets,
+                broken=_broken(entries, counter_sets, name),
             )
         )
     return tuple(pools)
+
+
+def _counter_sets(members: list[SliceEntry]) -> dict[str, dict[str, Decimal]]:
+    sets: dict[str, dict[str, Decimal]] = {}
+    for member in members:
+        for counter_set in member.slice.spec.shared_counters:
+            if counter_set.name in sets:
+                continue
+            try:
+                sets[counter_set.name] = {name: parse_quantity(c.value).value
+                                          for name, c in counter_set.counters.items()}
+            except InvalidQuantity:
+                continue  # its devices are then broken: the set is as good as missing
+    return sets
+
+
+def _broken(entries: tuple[DeviceEntry, ...], sets: Mapping[str, Mapping[str, Decimal]],
+            pool: str) -> dict[str, str]:
+    broken: dict[str, str] = {}
+    for entry in entries:
+        for set_name, counter, _ in entry.consumes:
+            counters = sets.get(set_name)
+            if counters is None:
+                broken[entry.id.device] = (f"consumes counter set {set_name}, which pool "
+                                           f"{pool} does not publish (sharedCounters)")
+                break
+            if counter not in counters:
+                broken[entry.id.device] = (f"consumes counter {counter} of set {set_name}, "
+                                           f"which pool {pool} does not define")
+                break
+    return broken
 
 
 def _first_duplicate(entries: tuple[DeviceEntry, ...]) -> str | None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kdra.domain.allocator.capacity import RequestedCapacity, parse_requests
 from kdra.domain.allocator.pools import (
     DeviceEntry,
     MatchItem,
@@ -78,6 +79,8 @@ class PreparedRequest:
     """How many alternatives the request has (1 for ``exactly``)."""
     tolerations: tuple[DeviceToleration, ...] = ()
     """The request's device tolerations (copied into its results, as upstream)."""
+    capacity: RequestedCapacity = ()
+    """``capacity.requests``, parsed (:mod:`.capacity`); empty when none."""
 
     def describe(self) -> str:
         return f"request {self.name} of claim {self.claim_key}"
@@ -188,6 +191,16 @@ def _prepare_request(claim: ResourceClaim, snapshot: Snapshot, name: str,
                    name)
     selectors = class_selectors + own
     all_devices = asked.allocation_mode == All
+    try:
+        capacity = parse_requests(asked.capacity.requests if asked.capacity else None)
+    except ValueError as exc:
+        raise Unallocatable(
+            ReasonCode.INVALID_REQUEST,
+            f'request "{name}" of claim "{claim.metadata.name}" has an invalid capacity '
+            "request",
+            f"claim {claim.key}, request {name}: {exc}; write a non-negative quantity such "
+            "as 20Gi",
+        ) from exc
     return PreparedRequest(
         name=name,
         class_name=class_name,
@@ -205,6 +218,7 @@ def _prepare_request(claim: ResourceClaim, snapshot: Snapshot, name: str,
         rank=rank,
         choices=choices,
         tolerations=asked.tolerations,
+        capacity=capacity,
     )
 
 

@@ -38,8 +38,15 @@ class ReasonCode(StrEnum):
     CLASS_MISSING = "class-missing"
     """A request names a DeviceClass that does not exist."""
     UNSUPPORTED = "unsupported"
-    """The claim uses a field kdra does not act on yet (capacity requests), or
-    an ``All`` request meets a device that uses a feature kdra does not support yet."""
+    """The claim uses a field kdra does not act on yet, or an ``All`` request meets a device
+    that uses a feature kdra does not support yet."""
+    COUNTERS_EXHAUSTED = "counters-exhausted"
+    """Matching devices are free, but their pool's shared counters (e.g. a GPU's memory
+    slices) do not have enough left for any of them."""
+    CAPACITY_EXHAUSTED = "capacity-exhausted"
+    """Matching devices lack the capacity asked (or, when shared, what is left of it)."""
+    INVALID_REQUEST = "invalid-request"
+    """A request's capacity amounts are not valid quantities (or negative)."""
     TOO_MANY_CHOICES = "too-many-choices"
     """The pod's ``firstAvailable`` requests combine into more alternatives than one node's
     search may try."""

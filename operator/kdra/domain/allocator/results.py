@@ -3,7 +3,9 @@
 - ``devices.results``: one entry per picked device, in pick order (requests in spec order,
   devices in walk order), named after the request — ``<request>/<subrequest>`` for the
   chosen alternative of a ``firstAvailable`` request — with ``adminAccess: true`` for
-  admin-access requests.
+  admin-access requests; a share of a device that allows multiple allocations carries a
+  ``shareID`` (:func:`share_id`) and its ``consumedCapacity`` (every capacity of the
+  device, named as the device publishes it).
 - ``devices.config``: first the DeviceClass configs (``FromClass``) — each class's entries
   once, in the order its requests appear, with ``requests`` naming every request of the claim
   that uses the class (the chosen alternative's name); then each claim config (``FromClaim``)
@@ -19,9 +21,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+import uuid
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
+from kdra.domain.allocator.capacity import fmt
 from kdra.domain.allocator.nodeselector import node_name_selector
 from kdra.domain.allocator.pools import DeviceEntry
 from kdra.domain.models import (
@@ -44,6 +50,25 @@ class Pick(NamedTuple):
 
     request: PreparedRequest
     entry: DeviceEntry
+    consumed: Mapping[str, Decimal] | None = None
+    """What the ledger recorded (:meth:`~.ledger.Ledger.admit`; None: not through it)."""
+
+
+def share_id(claim: PreparedClaim, position: int, pick: Pick) -> str:
+    """The ``shareID`` of the ``position``-th result: a UUID derived from the claim's uid
+    (its key when it has none), the position and the device — unique per device among live
+    allocations (a claim has one allocation at a time), and the same when the same search is
+    repeated."""
+    metadata = claim.claim.metadata
+    seed = f"{metadata.uid or claim.key}/{position}/{pick.entry.id}"
+    return str(uuid.UUID(bytes=hashlib.sha256(seed.encode()).digest()[:16], version=4))
+
+
+def _consumed(pick: Pick) -> dict[str, str] | None:
+    if not pick.entry.shared or pick.consumed is None:
+        return None
+    formats = {spec.name: spec.format for spec in pick.entry.capacities}
+    return {name: fmt(amount, formats[name]) for name, amount in sorted(pick.consumed.items())}
 
 
 def build_result(claim: PreparedClaim, picks: Sequence[Pick]) -> AllocationResult:
@@ -55,8 +80,11 @@ def build_result(claim: PreparedClaim, picks: Sequence[Pick]) -> AllocationResul
             device=pick.entry.id.device,
             admin_access=True if pick.request.admin_access else None,
             tolerations=pick.request.tolerations,
+            share_id=share_id(claim, position, pick) if pick.entry.shared and not
+            pick.request.admin_access else None,
+            consumed_capacity=_consumed(pick),
         )
-        for pick in picks
+        for position, pick in enumerate(picks)
     )
     return AllocationResult(
         devices=DeviceAllocationResult(results=results, config=_configs(claim)),

@@ -62,7 +62,7 @@ Invariants:
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Collection, Container, Sequence
+from collections.abc import Collection, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kdra.domain.allocator.constraints import (
@@ -71,6 +71,8 @@ from kdra.domain.allocator.constraints import (
     constrain,
     release,
 )
+from kdra.domain.allocator.fragmentation import order_candidates
+from kdra.domain.allocator.ledger import Ledger, SharedUse
 from kdra.domain.allocator.pools import (
     AttributeValue,
     DeviceEntry,
@@ -168,11 +170,20 @@ class NodeSearch:
         pools: NodePools,
         busy: Container[DeviceId],
         stats: Stats,
+        shares: Mapping[DeviceId, SharedUse] | None = None,
+        *,
+        scoring: bool = True,
     ) -> None:
         self.claims = claims
         self.pools = pools
         self.busy = busy
         self.stats = stats
+        self.shares = shares if shares is not None else shares_of(busy)
+        self.scoring = scoring
+        """Order partitionable and shared candidates by :mod:`.fragmentation` (False:
+        upstream's walk order, first-fit)."""
+        self.ledger: Ledger | None = None
+        """Counters and shares (:mod:`.ledger`), when the node has devices that need it."""
         self.picked: dict[DeviceId, list[int]] = {}
         self.picks: list[list[Pick]] = [[] for _ in claims]
         self.slots: list[_Slot] = []
@@ -214,6 +225,8 @@ class NodeSearch:
 
     def _plan(self) -> None:
         """Lay out the slots (validating All requests, counting devices per claim)."""
+        if self.pools.special or any(r.capacity for c in self.claims for r in c.requests):
+            self.ledger = Ledger(self.pools, self.busy, self.shares)
         for index, claim in enumerate(self.claims):
             states = [ConstraintState(c) for c in claim.constraints]
             total = claim.exact_devices
@@ -230,8 +243,11 @@ class NodeSearch:
                 applies = tuple(
                     k for k, c in enumerate(claim.constraints) if c.applies(request)
                 )
+                if self.ledger is not None and self.scoring and not request.all_devices:
+                    items = order_candidates(items, self.ledger, request.capacity)
                 prunable = request.all_devices or all(
-                    item.failure is None and item.pool.duplicate is None for item in items
+                    item.failure is None and item.pool.duplicate is None
+                    and not item.entry.shared for item in items  # shared: may repeat
                 )
                 eligible = prunable and not request.all_devices and not request.admin_access
                 plans.append(_RequestPlan(request, items, applies, prunable, eligible, {}))
@@ -335,6 +351,7 @@ class NodeSearch:
         picked = self.picked
         picks = self.picks
         busy = self.busy
+        ledger = self.ledger
         unpick = self._unpick
         level = self._level
         back = self._back
@@ -364,7 +381,7 @@ class NodeSearch:
                         device = entry.id
                         holders = picked.get(device)
                         taken = bool((holders and claim in holders) if admin else (
-                            holders or device in busy))
+                            (holders and not entry.shared) or device in busy))
                     if taken:
                         level -= 1
                         back = True
@@ -372,10 +389,19 @@ class NodeSearch:
                             return False
                         continue
                     steps += 1
+                    consumed = None
+                    if ledger is not None and (entry.special or request.capacity) and not admin:
+                        consumed = ledger.admit(entry, request.capacity)
+                        if consumed is None:  # counters or capacity: the slots before must change
+                            level -= 1
+                            back = True
+                            if level < 0:
+                                return False
+                            continue
                     if constrained and not constrain(slot.constraints, entry):
                         raise all_unconstrained(request, slot.constraints, entry)
                     picked.setdefault(device, []).append(claim)
-                    picks[claim].append(Pick(request, entry))
+                    picks[claim].append(Pick(request, entry, consumed))
                     positions[level] = 0
                     level += 1
                     starts[level] = 0
@@ -389,6 +415,7 @@ class NodeSearch:
                             return False
                         continue
                 chosen = None
+                consumed = None
                 for index in range(start, end):
                     entry, pool, failure = items[index]
                     if pool.duplicate is not None:
@@ -398,12 +425,20 @@ class NodeSearch:
                     if admin:
                         if holders and claim in holders:
                             continue
-                    elif holders or device in busy:
+                    elif (holders and not entry.shared) or device in busy:
                         continue
                     if failure is not None:
                         raise selector_failed(entry, failure, request)
                     steps += 1
+                    if ledger is not None and (entry.special or request.capacity) and not admin:
+                        consumed = ledger.admit(entry, request.capacity)
+                        if consumed is None:
+                            continue  # counters or capacity do not allow it
                     if constrained and not constrain(slot.constraints, entry):
+                        if consumed is not None:
+                            assert ledger is not None
+                            ledger.release(entry, consumed)
+                            consumed = None
                         continue
                     chosen = index
                     break
@@ -414,10 +449,11 @@ class NodeSearch:
                         return False
                     continue
                 picked.setdefault(device, []).append(claim)
-                picks[claim].append(Pick(request, entry))
+                picks[claim].append(Pick(request, entry, consumed))
                 positions[level] = chosen
                 level += 1
-                starts[level] = chosen + 1 if slot.continues else 0
+                # a shared device may serve the request's next slot too
+                starts[level] = (chosen + (not entry.shared)) if slot.continues else 0
                 back = False
         finally:
             self.steps += steps
@@ -430,22 +466,36 @@ class NodeSearch:
         holders.pop()
         if not holders:
             del picked[entry.id]
-        self.picks[slot.claim].pop()
+        pick = self.picks[slot.claim].pop()
+        if pick.consumed is not None:
+            assert self.ledger is not None
+            self.ledger.release(entry, pick.consumed)
 
 
 class InUse:
-    """Devices in use: the snapshot's plus ``in_flight`` ones (a cheap union view)."""
+    """Devices in use: the snapshot's plus ``in_flight`` ones (a cheap union view), and the
+    snapshot's shares of devices that allow multiple allocations."""
 
-    __slots__ = ("extra", "held")
+    __slots__ = ("extra", "held", "shares")
 
-    def __init__(self, held: Container[DeviceId], extra: Collection[DeviceId]) -> None:
+    def __init__(self, held: Container[DeviceId], extra: Collection[DeviceId],
+                 shares: Mapping[DeviceId, SharedUse] | None = None) -> None:
         self.held = held
         self.extra = extra
+        self.shares: Mapping[DeviceId, SharedUse] = shares if shares is not None else {}
 
     def __contains__(self, device: object) -> bool:
         return device in self.held or device in self.extra
 
 
 def busy_view(snapshot: Snapshot, in_flight: Collection[DeviceId]) -> Container[DeviceId]:
+    """What a search treats as taken: exclusive devices (a plain mapping when that is all),
+    with the snapshot's shares riding along when there are any (:func:`shares_of`)."""
     held = snapshot.devices_in_use
-    return InUse(held, in_flight) if in_flight else held
+    shares = snapshot.shares
+    return InUse(held, in_flight, shares) if in_flight or shares else held
+
+
+def shares_of(busy: Container[DeviceId]) -> Mapping[DeviceId, SharedUse]:
+    """The shares carried by a :func:`busy_view` (none for a plain container)."""
+    return busy.shares if isinstance(busy, InUse) else {}

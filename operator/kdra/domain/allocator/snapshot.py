@@ -11,7 +11,12 @@ Invariants (kept by every method; each mutation bumps :attr:`Snapshot.version`):
   (``nodeName``), ``_all_nodes`` (``allNodes``) or ``_selected`` (``nodeSelector``);
 - ``_in_use[d]`` is the number of claims in ``_held`` plus assumed allocations in ``_assumed``
   whose device set contains ``d``; devices with no holder are absent (never zero);
-  admin-access results never count;
+  admin-access results never count; results with a ``shareID`` (a share of a device that
+  allows multiple allocations) are not exclusive and count in ``_shares`` instead:
+  ``_shares[d]`` is the number of such results of held and assumed claims on ``d`` and the
+  sum of their ``consumedCapacity`` (absent when none);
+- :attr:`Snapshot.releases` grows whenever a holder lets go of a device or a share, so a
+  caller can tell that something was freed (a share freed keeps ``_in_use`` as it was);
 - a cached :class:`~kdra.domain.allocator.pools.NodePools` for node N is returned only if
   nothing N can see changed since it was built: a change to a ``nodeName`` slice stamps its
   node, a change to an ``allNodes``/``nodeSelector`` slice stamps every node (global stamp),
@@ -30,13 +35,19 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator, Mapping
+from decimal import Decimal
 
+from kdra.domain.allocator.ledger import SharedUse
 from kdra.domain.allocator.nodeselector import NodeInfo, selector_matches
 from kdra.domain.allocator.pools import DeviceId, NodePools, SliceEntry, gather_pools
 from kdra.domain.allocator.stats import Stats
 from kdra.domain.allocator.tainting import DeviceTaints
 from kdra.domain.models import AllocationResult, DeviceClass, ResourceClaim, ResourceSlice
+from kdra.domain.quantity import InvalidQuantity, parse_quantity
 from kdra.domain.taint_rules import TaintRule
+
+Shares = Mapping[DeviceId, tuple[int, Mapping[str, Decimal]]]
+"""One claim's shares: device → (results on it, their consumedCapacity summed)."""
 
 
 def devices_in_use(
@@ -52,7 +63,32 @@ def devices_in_use(
         DeviceId(result.driver, result.pool, result.device)
         for result in allocation.devices.results
         if not result.admin_access and result.request.split("/", 1)[0] not in admin
+        and result.share_id is None
     )
+
+
+def shares_in_use(claim: ResourceClaim, allocation: AllocationResult | None = None) -> Shares:
+    """The shares ``allocation`` (default: the claim's own) holds: results with a
+    ``shareID``, per device, with their ``consumedCapacity`` summed. An amount that is not
+    a quantity counts as zero (kdra writes these; it never reads what it did not write as
+    more than nothing)."""
+    allocation = allocation if allocation is not None else claim.status.allocation
+    if allocation is None:
+        return {}
+    shares: dict[DeviceId, tuple[int, dict[str, Decimal]]] = {}
+    for result in allocation.devices.results:
+        if result.share_id is None or result.admin_access:
+            continue
+        device = DeviceId(result.driver, result.pool, result.device)
+        count, consumed = shares.get(device, (0, {}))
+        for name, text in (result.consumed_capacity or {}).items():
+            try:
+                amount = parse_quantity(text).value
+            except InvalidQuantity:
+                continue
+            consumed[name] = consumed.get(name, Decimal(0)) + max(amount, Decimal(0))
+        shares[device] = (count + 1, consumed)
+    return shares
 
 
 class Snapshot:
@@ -78,6 +114,11 @@ class Snapshot:
         self._busy_stamp: dict[str, int] = {}
         self._global_busy_stamp = 0
         self._rules: dict[str, TaintRule] = {}
+        self._held_shares: dict[str, Shares] = {}
+        self._assumed_shares: dict[str, Shares] = {}
+        self._shares: dict[DeviceId, SharedUse] = {}
+        self.releases = 0
+        """Grows whenever a device or a share is let go (see the module doc)."""
 
     @classmethod
     def build(
@@ -192,19 +233,48 @@ class Snapshot:
     def upsert_claim(self, claim: ResourceClaim) -> None:
         """Record a claim as the API shows it: its allocation's devices are in use."""
         self._set_holder(self._held, claim.key, devices_in_use(claim))
+        self._set_shares(self._held_shares, claim.key, shares_in_use(claim))
 
     def remove_claim(self, key: str) -> None:
         """Forget a deleted claim (``namespace/name``)."""
         self._set_holder(self._held, key, frozenset())
+        self._set_shares(self._held_shares, key, {})
 
     def assume(self, claim: ResourceClaim, allocation: AllocationResult) -> None:
         """Treat ``allocation`` as made (in flight) until :meth:`forget` — the binder calls
         this before writing it, so the next pod cannot take the same devices."""
         self._set_holder(self._assumed, claim.key, devices_in_use(claim, allocation))
+        self._set_shares(self._assumed_shares, claim.key, shares_in_use(claim, allocation))
 
     def forget(self, key: str) -> None:
         """Drop an assumed allocation (written and observed, or abandoned)."""
         self._set_holder(self._assumed, key, frozenset())
+        self._set_shares(self._assumed_shares, key, {})
+
+    @property
+    def shares(self) -> Mapping[DeviceId, SharedUse]:
+        """Device → its shares held by allocated and assumed claims. Read-only view."""
+        return self._shares
+
+    def _set_shares(self, holders: dict[str, Shares], key: str, shares: Shares) -> None:
+        old = holders.get(key, {})
+        if old == shares:
+            return
+        for device, (count, consumed) in old.items():
+            use = self._shares[device]
+            use.remove(count, consumed)
+            self.releases += 1
+            if not use.count:
+                del self._shares[device]
+            self._busy_changed(device)
+        for device, (count, consumed) in shares.items():
+            self._shares.setdefault(device, SharedUse()).add(count, consumed)
+            self._busy_changed(device)
+        if shares:
+            holders[key] = shares
+        else:
+            holders.pop(key, None)
+        self.version += 1
 
     def in_use(self, device: DeviceId) -> bool:
         return device in self._in_use
@@ -222,6 +292,7 @@ class Snapshot:
             return
         in_use = self._in_use
         for device in old - devices:
+            self.releases += 1
             left = in_use[device] - 1
             if left:
                 in_use[device] = left

@@ -13,9 +13,10 @@ Invariants:
   sub-request names, constraint and config references to existing requests (``req`` or
   ``req/sub``), exactly one kind of constraint, upstream's list limits. The CRD schema
   enforces the same at admission; this is the second line for objects that bypassed it.
-- Fields kdra does not act on yet (capacity requests) are parsed and kept; the allocator
-  reports them (:meth:`ResourceClaim.unsupported`) instead of ignoring them. Tolerations are
-  acted on (issue 25: kdra.domain.taints, the allocator's tainting module).
+- A field kdra does not act on would be reported by :meth:`ResourceClaim.unsupported`
+  instead of ignored; today every field is acted on: tolerations (issue 25), capacity
+  requests (issue 26: the allocator's capacity module; quantities are checked there, bad
+  ones refused naming the field).
 """
 
 from __future__ import annotations
@@ -94,11 +95,8 @@ class BaseDeviceRequest(_Model):
         return self.count or 1
 
     def unsupported(self) -> list[str]:
-        """Fields kdra accepts but does not act on yet (see the allocator)."""
-        found = []
-        if self.capacity is not None and self.capacity.requests:
-            found.append("capacity.requests")
-        return found
+        """Fields kdra accepts but does not act on yet (see the allocator): none today."""
+        return []
 
 
 class ExactDeviceRequest(BaseDeviceRequest):

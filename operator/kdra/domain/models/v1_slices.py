@@ -2,8 +2,9 @@
 ``resource.k8s.io/v1`` (Kubernetes 1.36) field for field.
 
 Devices are flat: ``{name, attributes, capacity: {name: {value, requestPolicy}}, ...}``, plus
-the fields of features kdra does not act on yet (counters, per-device node
-selection, binding conditions, multiple allocations, node-allocatable mappings, list-typed
+counters (``consumesCounters``; the slice's ``sharedCounters``) and multiple allocations,
+which the allocator acts on (issue 26), and the fields of features kdra does not act on yet
+(per-device node selection, binding conditions, node-allocatable mappings, list-typed
 attributes). They are parsed and kept, and :meth:`Device.unsupported` names them: the
 allocator never selects such a device until kdra implements the feature, and says why.
 
@@ -186,14 +187,10 @@ class Device(_Model):
         """The features this device uses that kdra does not implement yet (empty: none).
         Such a device is never allocated: kdra cannot honour what the driver declared."""
         found = []
-        if self.consumes_counters:
-            found.append("consumesCounters")
         if self.node_name is not None or self.node_selector is not None or self.all_nodes:
             found.append("per-device node selection")
         if self.binds_to_node or self.binding_conditions or self.binding_failure_conditions:
             found.append("binding conditions")
-        if self.allow_multiple_allocations:
-            found.append("allowMultipleAllocations")
         if self.node_allocatable_resource_mappings:
             found.append("nodeAllocatableResourceMappings")
         if any(a.scalar() is None for a in self.attributes.values()):

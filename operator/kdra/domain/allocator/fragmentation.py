@@ -1,0 +1,139 @@
+"""Fragmentation-aware order of a request's candidates on one node: take the partition (or
+share) that keeps the largest partitions allocatable.
+
+Upstream takes the first device in walk order that fits (first-fit). On partitionable GPUs
+that scatters small partitions over every GPU: after a few ``1g`` requests no GPU has room
+for a ``7g`` any more, although the memory is there. kdra sorts the candidates of a request
+before the search tries them (the search itself, its step budget and its all-or-nothing rule
+are unchanged; :class:`~.search.NodeSearch` with ``scoring=False`` keeps walk order):
+
+1. devices that neither consume counters nor allow multiple allocations, in walk order
+   (taking one fragments nothing);
+2. shares of devices that already have shares, tightest fit first (binpack: the capacity
+   left over after this share, as a fraction of the total, smallest first);
+3. devices that consume counters (a partition, a whole GPU, a first share), by the
+   *fragmentation vector*: for every counter set of the node (one per GPU) the size of the
+   largest device still allocatable from it, sorted descending, with this candidate taken —
+   lexicographically largest first. So a ``1g`` goes to the GPU already in use, at the
+   placement that still leaves a ``4g`` (not the one that leaves only a ``3g``), and an empty
+   GPU stays whole for the next ``7g``. Ties: the fuller set first (binpack on the device
+   level), then the smaller candidate, then walk order;
+4. candidates that do not fit now, in walk order (the search rejects them quickly).
+
+A device's *size* is the sum, over the counters it consumes, of amount / the counter's
+total: the whole GPU and ``7g`` are largest, ``1g`` smallest — no knowledge of MIG needed.
+
+Invariants:
+- The order is a permutation of the candidates: scoring never adds or drops one, so the
+  search finds a solution exactly when first-fit would (possibly another one).
+- Pure and bounded: per request, O(candidates x devices of the same counter set) fits
+  checks, memoised across GPUs with the same layout and usage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from decimal import Decimal
+from typing import Any
+
+from kdra.domain.allocator.capacity import RequestedCapacity
+from kdra.domain.allocator.counters import SetKey
+from kdra.domain.allocator.ledger import Ledger
+from kdra.domain.allocator.pools import DeviceEntry, MatchItem, Pool
+
+__all__ = ["largest_free", "order_candidates", "size"]
+
+_ZERO = Decimal(0)
+_MEMO_LIMIT = 4096
+_memo: dict[tuple[object, ...], Decimal] = {}
+
+
+def size(entry: DeviceEntry, ledger: Ledger) -> Decimal:
+    """Σ amount / total over the counters ``entry`` consumes."""
+    driver, pool, _ = entry.id
+    total = _ZERO
+    for set_name, counter, amount in entry.consumes:
+        limit = ledger.counters.totals.get((driver, pool, set_name), {}).get(counter)
+        if limit:
+            total += amount / limit
+    return total
+
+
+def _consumers(pool: Pool, set_name: str) -> tuple[DeviceEntry, ...]:
+    return tuple(e for e in pool.entries if any(c[0] == set_name for c in e.consumes)
+                 and e.id.device not in pool.broken and not e.unsupported)
+
+
+def largest_free(key: SetKey, consumers: Sequence[DeviceEntry], ledger: Ledger) -> Decimal:
+    """The size of the largest device of ``consumers`` (devices drawing on set ``key``) that
+    the counters still allow, with the ledger as it is now (0: none)."""
+    used = ledger.counters.used.get(key, {})
+    memo_key = (tuple(sorted(used.items())),
+                tuple(sorted((c.consumes for c in consumers), key=repr)),
+                tuple(sorted(ledger.counters.totals.get(key, {}).items())))
+    hit = _memo.get(memo_key)
+    if hit is not None:
+        return hit
+    best = _ZERO
+    for entry in consumers:
+        if ledger.counters.fits(entry):
+            best = max(best, size(entry, ledger))
+    if len(_memo) >= _MEMO_LIMIT:
+        _memo.clear()
+    _memo[memo_key] = best
+    return best
+
+
+def order_candidates(items: tuple[MatchItem, ...], ledger: Ledger,
+                     capacity: RequestedCapacity) -> tuple[MatchItem, ...]:
+    """``items`` in the order the search should try them (see the module doc)."""
+    if not any(item.entry.special for item in items):
+        return items
+    plain: list[MatchItem] = []
+    keyed: list[tuple[tuple[Any, ...], MatchItem]] = []
+    late: list[MatchItem] = []
+    consumers: dict[SetKey, tuple[DeviceEntry, ...]] = {}
+    before: dict[SetKey, Decimal] = {}
+    for item in items:  # every set a candidate draws on, with its largest free device now
+        for set_name, _, _ in item.entry.consumes:
+            key = (item.pool.driver, item.pool.name, set_name)
+            if key not in consumers:
+                consumers[key] = _consumers(item.pool, set_name)
+    for key, group in consumers.items():
+        before[key] = largest_free(key, group, ledger)
+    for position, item in enumerate(items):
+        entry = item.entry
+        if not entry.special:
+            plain.append(item)
+            continue
+        holders = ledger.holders(entry.id) if entry.shared else 0
+        if ledger.why_not(entry, capacity) is not None or entry.id in ledger.busy:
+            late.append(item)
+            continue
+        if entry.shared and (holders or not entry.consumes):
+            keyed.append(((1, _slack(entry, ledger, capacity), position), item))
+            continue
+        consumed = ledger.admit(entry, capacity)
+        assert consumed is not None  # why_not said it fits
+        touched = {(item.pool.driver, item.pool.name, s) for s, _, _ in entry.consumes}
+        vector = sorted((largest_free(key, consumers[key], ledger) if key in touched
+                         else value for key, value in before.items()), reverse=True)
+        ledger.release(entry, consumed)
+        fill = max((ledger.counters.fill(key) for key in touched), default=_ZERO)
+        keyed.append(((2, tuple(-v for v in vector), -fill, size(entry, ledger), position),
+                      item))
+    keyed.sort(key=lambda pair: pair[0])
+    return tuple(plain) + tuple(item for _, item in keyed) + tuple(late)
+
+
+def _slack(entry: DeviceEntry, ledger: Ledger, capacity: RequestedCapacity) -> Decimal:
+    """Capacity a share leaves over, as a fraction of the device's totals (smaller: tighter)."""
+    used = ledger.used_capacity(entry.id)
+    asked = dict(capacity)
+    slack = _ZERO
+    for spec in entry.capacities:
+        if spec.value <= 0:
+            continue
+        amount = asked.get(spec.name, asked.get(spec.name.split("/")[-1], _ZERO))
+        slack += (spec.value - used.get(spec.name, _ZERO) - amount) / spec.value
+    return slack
