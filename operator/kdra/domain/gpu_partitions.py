@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from kdra.domain.inventory import parse_inventory
 from kdra.domain.models.base import DNS_LABEL
 
 PARTITION_DEVICE_TYPE = "mig"
@@ -159,11 +160,12 @@ def counter_set(gpu_name: str, layout: PartitionLayout) -> dict[str, Any]:
 
 def consumption(gpu_name: str, memory_slices: Iterable[int],
                 compute_slices: int) -> list[dict[str, Any]]:
-    """``consumesCounters`` of a device occupying ``memory_slices`` and ``compute_slices``."""
+    """``consumesCounters`` of a device occupying ``memory_slices`` and ``compute_slices``
+    (the totals first, so explanations lead with them)."""
     slices = sorted(set(memory_slices))
-    counters = {f"{MEMORY_SLICE_PREFIX}{i}": {"value": "1"} for i in slices}
-    counters[MEMORY_SLICES] = {"value": str(len(slices))}
-    counters[COMPUTE_SLICES] = {"value": str(compute_slices)}
+    counters = {MEMORY_SLICES: {"value": str(len(slices))},
+                COMPUTE_SLICES: {"value": str(compute_slices)}}
+    counters.update({f"{MEMORY_SLICE_PREFIX}{i}": {"value": "1"} for i in slices})
     return [{"counterSet": gpu_name, "counters": counters}]
 
 
@@ -260,6 +262,33 @@ def _wanted(layout: PartitionLayout,
     return wanted
 
 
+def node_slices(node: str, gpus: str, *, driver: str = "gpu.kdra.dev",
+                generation: int = 0) -> list[dict[str, Any]]:
+    """Every ResourceSlice (v1 API dicts) of a node whose GPUs (``"8 x H100-80GB"``, the fake
+    inventory's shorthand) are all partitionable: device slices of at most 4 GPUs (60
+    devices ≤ 64) and counter slices of at most 8 sets, one pool named after the node. For
+    tests, benchmarks and the fake agent; the same layout the agent publishes."""
+    inventory = parse_inventory(f"gpus: ['{gpus}']", node)
+    sets: list[dict[str, Any]] = []
+    groups: list[list[dict[str, Any]]] = []
+    for index, gpu in enumerate(inventory.devices):
+        counters, devices = partition_devices(gpu.to_api())
+        sets.append(counters)
+        if index % 4 == 0:
+            groups.append([])
+        groups[-1].extend(devices)
+    specs = [{"devices": group} for group in groups]
+    specs += [{"sharedCounters": sets[i:i + 8]} for i in range(0, len(sets), 8)]
+    dashed = driver.replace(".", "-")
+    return [{
+        "apiVersion": "resource.kdra.dev/v1", "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{dashed}-{i}"},
+        "spec": {"driver": driver, "nodeName": node, **spec,
+                 "pool": {"name": node, "generation": generation,
+                          "resourceSliceCount": len(specs)}},
+    } for i, spec in enumerate(specs)]
+
+
 __all__ = [
     "COMPUTE_SLICES",
     "MEMORY_SLICES",
@@ -271,6 +300,7 @@ __all__ = [
     "consumption",
     "counter_set",
     "layout_for",
+    "node_slices",
     "partition_device",
     "partition_devices",
     "partition_name",

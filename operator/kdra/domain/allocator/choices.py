@@ -134,7 +134,9 @@ class ChoiceSearch:
     """
 
     def __init__(self, claims: Sequence[PreparedClaim], pools: NodePools,
-                 busy: Container[DeviceId], stats: Stats) -> None:
+                 busy: Container[DeviceId], stats: Stats, *, scoring: bool = True) -> None:
+        self.scoring = scoring
+        """Fragmentation-aware candidate order (False: upstream's first-fit walk order)."""
         self.claims = tuple(claims)
         """The claims; once a combination fits, with its alternatives."""
         self.pools = pools
@@ -172,7 +174,7 @@ class ChoiceSearch:
                     return True
                 self._count()
                 search = self._search = NodeSearch(resolved, self.pools, self.busy,
-                                                   self.stats)
+                                                   self.stats, scoring=self.scoring)
             before = search.steps
             try:
                 done = search.advance(None if steps is None else max(0, steps - spent))
@@ -208,10 +210,11 @@ class ChoiceSearch:
 
 
 def search_choices(claims: Sequence[PreparedClaim], pools: NodePools,
-                   busy: Container[DeviceId], stats: Stats) -> Chosen | None:
+                   busy: Container[DeviceId], stats: Stats, *,
+                   scoring: bool = True) -> Chosen | None:
     """The first combination that fits the node, with its picks; None if none does (an
     unbounded :class:`ChoiceSearch`). Raises Unallocatable."""
-    search = ChoiceSearch(claims, pools, busy, stats)
+    search = ChoiceSearch(claims, pools, busy, stats, scoring=scoring)
     picks = search.run()
     return None if picks is None else (search.claims, picks)
 
@@ -221,12 +224,17 @@ def allocate(
     snapshot: Snapshot,
     node: NodeInfo,
     in_flight: Collection[DeviceId] = (),
+    *,
+    scoring: bool = True,
 ) -> list[AllocationResult] | None:
-    """Allocate ``claims`` (all unallocated) on ``node``: results, None, or AllocationError."""
+    """Allocate ``claims`` (all unallocated) on ``node``: results, None, or AllocationError.
+    ``scoring=False``: candidates in upstream's walk order (first-fit) instead of
+    :mod:`.fragmentation`'s."""
     try:
         prepared = prepare(claims, snapshot)
         chosen = search_choices(prepared, snapshot.node_pools(node),
-                                busy_view(snapshot, in_flight), snapshot.stats)
+                                busy_view(snapshot, in_flight), snapshot.stats,
+                                scoring=scoring)
     except Unallocatable as problem:
         raise problem.to_error() from problem.__cause__
     if chosen is None:

@@ -184,12 +184,13 @@ def place(
     in_flight: Collection[DeviceId] = (),
     limit: int | None = None,
     start: int = 0,
+    scoring: bool = True,
 ) -> ClusterOutcome:
     """Evaluate ``nodes`` (from index ``start``, wrapping around) for a pod's unallocated
     ``claims``, stopping after ``limit`` placements (see the module doc). Unbounded: see
     :class:`Placing` for a search within a budget."""
     outcome = Placing(snapshot, claims, nodes, in_flight=in_flight, limit=limit,
-                      start=start).advance(None)
+                      start=start, scoring=scoring).advance(None)
     assert outcome is not None
     return outcome
 
@@ -217,8 +218,11 @@ class Placing:
         limit: int | None = None,
         start: int = 0,
         node_steps: int | None = None,
+        scoring: bool = True,
     ) -> None:
         self.snapshot = snapshot
+        self.scoring = scoring
+        """Fragmentation-aware candidate order on each node (False: first-fit, upstream's)."""
         self.nodes = nodes
         self.limit = limit
         self.start = start
@@ -296,7 +300,8 @@ class Placing:
                 if reason is not None:
                     reasons[node.name] = reason
                     continue
-                self._current = (node, pools, stamp, ChoiceSearch(prepared, pools, busy, stats))
+                self._current = (node, pools, stamp, ChoiceSearch(prepared, pools, busy, stats,
+                                                                  scoring=self.scoring))
         finally:
             self._processed = processed
 
@@ -381,6 +386,8 @@ class Placing:
         picks = placement.search()
         if picks is None:
             return False
+        if any(pick.consumed is not None for chosen in picks for pick in chosen):
+            return False  # counters or shares may have moved: search again (conservative)
         busy = busy_view(snapshot, self.in_flight)
         return not any(pick.entry.id in busy for chosen in picks for pick in chosen
                        if not pick.request.admin_access)

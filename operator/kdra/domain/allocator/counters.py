@@ -102,7 +102,8 @@ class CounterLedger:
             set_name = set_name or key[2]
         if not parts:
             return None
-        return f"{set_name}: " + ", ".join(parts)
+        more = f" (and {len(parts) - 3} more counters)" if len(parts) > 3 else ""
+        return f"{set_name}: " + ", ".join(parts[:3]) + more
 
     def fill(self, key: SetKey) -> Decimal:
         """How full the set is: the mean over its counters of used / total (0 to 1)."""

@@ -6,6 +6,13 @@ matching devices than it needs cannot be served, whatever the search would try. 
 node are cached on its pools under the node's busy stamp (:meth:`Snapshot.busy_stamp`), so a
 full node costs a few dictionary look-ups per pod.
 
+Devices that consume counters or allow multiple allocations, and requests with capacity
+requests, make counts uncertain (a free partition may have no counters left, one shared
+device may serve several slots): such a request is left to the search, and after a failed
+search :func:`_ledger_reason` names the counter or capacity that ran out, per device
+(``gpu-3: memory-slices 7/8 used, asked 4``; ``gpu-0: memory 70Gi of 80Gi used, asked
+20Gi``).
+
 Invariants:
 - Before a search (``searched=False``) a reason is given only when it is certain; a node
   where a candidate could raise an error is left to the search (which raises it).
@@ -18,9 +25,11 @@ from collections import Counter
 from collections.abc import Container, Iterable, Sequence
 from typing import Literal, overload
 
+from kdra.domain.allocator.ledger import Ledger
 from kdra.domain.allocator.pools import DeviceId, MatchItem, NodePools, Selector
 from kdra.domain.allocator.prepared import PreparedClaim, PreparedRequest
 from kdra.domain.allocator.reasons import Reason, ReasonCode
+from kdra.domain.allocator.search import shares_of
 from kdra.domain.allocator.stats import Stats
 from kdra.domain.allocator.tainting import tainted_note
 from kdra.domain.models import DeviceToleration
@@ -90,6 +99,9 @@ def diagnose(
             return reason
     if not searched:
         return None
+    ledger_reason = _ledger_reason(prepared, pools, busy, stats)
+    if ledger_reason is not None:
+        return ledger_reason
     for claim in prepared:
         if claim.constraints:
             labels = ", ".join(c.label for c in claim.constraints)
@@ -146,12 +158,13 @@ def count_request(
     stats: Stats,
     stamp: tuple[int, int] | None,
 ) -> tuple[int, int, bool]:
-    """(matching devices, free ones, whether a free candidate could raise an error)."""
-    matching, free, failing, failing_free, invalid = raw_counts(
+    """(matching devices, free ones, whether counting is uncertain: a free candidate could
+    raise an error, or needs the ledger — counters, shares, capacity requests)."""
+    matching, free, failing, failing_free, invalid, special = raw_counts(
         pools, request.selectors, request.key, busy, stats, stamp, request.tolerations)
     if request.admin_access:
         return matching, matching, bool(invalid or failing)
-    return matching, free, bool(invalid or failing_free)
+    return matching, free, bool(invalid or failing_free or special or request.capacity)
 
 
 def raw_counts(
@@ -177,8 +190,8 @@ def raw_counts(
 
 
 def _raw_count(items: tuple[MatchItem, ...], busy: Container[DeviceId]) -> tuple[int, ...]:
-    """(matching, free, failing, failing and free, in an invalid pool)."""
-    matching = free = failing = failing_free = invalid = 0
+    """(matching, free, failing, failing and free, in an invalid pool, free and special)."""
+    matching = free = failing = failing_free = invalid = special = 0
     for item in items:
         if item.pool.duplicate is not None:
             invalid += 1
@@ -189,7 +202,8 @@ def _raw_count(items: tuple[MatchItem, ...], busy: Container[DeviceId]) -> tuple
             continue
         matching += 1
         free += not in_use
-    return matching, free, failing, failing_free, invalid
+        special += item.entry.special and not in_use
+    return matching, free, failing, failing_free, invalid, special
 
 
 def _request_reason(
@@ -230,6 +244,47 @@ def _request_reason(
     return None
 
 
+def _ledger_reason(prepared: Sequence[PreparedClaim], pools: NodePools,
+                   busy: Container[DeviceId], stats: Stats) -> Reason | None:
+    """After a failed search: the first request whose free matching devices cannot take it
+    because of counters or capacity, with each device's shortfall (at most 4 named)."""
+    ledger: Ledger | None = None
+    for claim in prepared:
+        for request in claim.requests:
+            if request.admin_access:
+                continue
+            items = pools.matching(request.selectors, request.key, stats, request.tolerations)
+            candidates = [item.entry for item in items if item.failure is None
+                          and item.entry.id not in busy
+                          and (item.entry.special or request.capacity)]
+            if not candidates:
+                continue
+            if ledger is None:
+                ledger = Ledger(pools, busy, shares_of(busy))
+            shortfalls = [(entry, ledger.why_not(entry, request.capacity))
+                          for entry in candidates]
+            fitting = sum(1 for _, why in shortfalls if why is None)
+            plain = sum(1 for item in items if item.failure is None
+                        and item.entry.id not in busy and not item.entry.special
+                        and not request.capacity)
+            if fitting + plain >= max(request.count, 1) or any(
+                    entry.shared and why is None for entry, why in shortfalls):
+                continue  # alone it fits (a shared device may serve several slots)
+            named = [why for _, why in shortfalls if why is not None]
+            capacity = any(entry.shared or request.capacity for entry, why in shortfalls
+                           if why is not None and not entry.consumes)
+            code = ReasonCode.CAPACITY_EXHAUSTED if capacity else ReasonCode.COUNTERS_EXHAUSTED
+            what = "capacity" if capacity else "shared counters"
+            more = f"; and {len(named) - 4} more" if len(named) > 4 else ""
+            return Reason(
+                code,
+                f'{what} of the matching devices used up (request "{request.name}" of claim '
+                f'"{request.claim_name}")',
+                "; ".join(named[:4]) + more + f" ({request.describe()})",
+            )
+    return None
+
+
 def _rejecting_selectors(request: PreparedRequest, pools: NodePools) -> str:
     """`` (selector X)``: the selectors that turned devices of the node away (memo only)."""
     note = pools.notes.get(request.key)
@@ -257,6 +312,10 @@ def _find_rejecting(request: PreparedRequest, pools: NodePools) -> str:
                            request.selectors, request.tolerations, pools.taints)
     if tainted:
         parts.append(tainted)
+    broken = pools.broken()
+    if broken:
+        parts.append(f"{len(broken)} device(s) not usable: {broken[0][0].id.device} "
+                     f"{broken[0][1]}")
     unsupported = pools.unsupported()
     if unsupported:
         features = sorted({f for entry in unsupported for f in entry.unsupported})
