@@ -19,6 +19,7 @@ from kdra.domain.allocator.ledger import Ledger
 from kdra.domain.allocator.search import busy_view
 from kdra.domain.models import ResourceClaim, parse_slice
 from kdra.domain.quantity import parse_quantity
+from tests.unit.builders import node, slice_with
 from tests.unit.domain.test_allocator_partitions import (
     CLASSES,
     ask,
@@ -27,7 +28,6 @@ from tests.unit.domain.test_allocator_partitions import (
     shared_gpu,
     with_allocation,
 )
-from tests.unit.builders import node, slice_with
 
 GI = Decimal(2**30)
 PROFILES = ["1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "whole"]
