@@ -40,6 +40,7 @@ REAL_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"
 KUSTOMIZATIONS = ("base", "base/crds", "overlays/kind", "overlays/nvidia", "overlays/node",
                   "overlays/node/examples", "overlays/servicemonitor", "webhooks",
                   "examples/gpu", "examples/seed", "examples/seed-static-slice", "examples/v1",
+                  "examples/partitions", "examples/sharing",
                   "simulation")
 DRY_RUN = ("base", "overlays/kind", "overlays/nvidia", "overlays/node", "examples/gpu")
 SIMULATION = f"system:serviceaccount:{SYSTEM}:kdra-agent-simulation"
