@@ -1,5 +1,6 @@
 """Preparing partitions (created on demand, freed at unprepare) and shares of a GPU (CDI env
-with the share), and the agent's own counter/capacity check."""
+with the share), and the agent's own counter/capacity check — a table, and a hypothesis
+property comparing it with a literal recount over random prepares and releases."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kdra.domain.inventory import parse_inventory
 from kdra.domain.node_accounting import clashes
@@ -210,3 +213,64 @@ def test_clashes(held: list[ClaimEntry], asked: list[Result], inventory: Any,
     assert {key[2]: clash.reason for key, clash in found.items()} == expected
     for clash in found.values():
         assert clash.message  # names the counter or capacity
+
+
+# --------------------------------------------------------------------------- property
+
+DEVICES = [d for d in INVENTORY.devices if d.name.startswith("gpu-0")]
+SHARE_SIZES = ["1Gi", "5Gi", "20Gi", "40Gi", "79Gi"]
+
+
+def _slices_of(name: str) -> set[int]:
+    device = next(d for d in DEVICES if d.name == name)
+    return {int(c.rsplit("-", 1)[1]) for use in device.consumes_counters
+            for c in use.counters if c.startswith("memory-slice-")}
+
+
+def _compute_of(name: str) -> int:
+    device = next(d for d in DEVICES if d.name == name)
+    return sum(int(v) for use in device.consumes_counters
+               for c, v in use.counters.items() if c == "compute-slices")
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, len(DEVICES) - 1),
+                          st.sampled_from(SHARE_SIZES)), max_size=40))
+def test_random_prepares_and_releases_keep_the_node_accounting_exact(
+        ops: list[tuple[bool, int, str]]) -> None:
+    """Preparing what ``clashes`` lets through and releasing at random: the partitions held
+    never overlap, never use more than 7 compute slices, the shares never exceed 80Gi — and
+    ``clashes`` refuses exactly what a literal check of the held devices refuses."""
+    partitions: dict[str, str] = {}  # uid → partition device
+    shares: dict[str, str] = {}  # uid → memory
+    for serial, (release, index, size) in enumerate(ops):
+        uid = f"c{serial}"
+        if release and (partitions or shares):
+            victim = sorted([*partitions, *shares])[index % len(partitions | shares)]
+            partitions.pop(victim, None)
+            shares.pop(victim, None)
+            continue
+        # Two nodes: one with the partitioned GPUs, one with the shared GPU.
+        held = Checkpoint(NODE, {u: prepared(u, d) for u, d in partitions.items()})
+        sharing = Checkpoint(NODE, {u: prepared(u, "gpu-0", shares={"memory": m})
+                                    for u, m in shares.items()})
+        if index % 3 == 0:  # a share of the shared GPU
+            found = clashes(sharing, uid, [result("gpu-0", size)], SHARED_INVENTORY)
+            used = sum(int(m[:-2]) for m in shares.values())
+            fits = used + int(size[:-2]) <= 80
+            assert (not found) == fits
+            if fits:
+                shares[uid] = size
+        else:
+            name = DEVICES[index].name
+            found = clashes(held, uid, [result(name)], INVENTORY)
+            taken = set().union(*(_slices_of(d) for d in partitions.values()))
+            compute = sum(_compute_of(d) for d in partitions.values())
+            fits = not (_slices_of(name) & taken) and compute + _compute_of(name) <= 7
+            assert (not found) == fits, (name, sorted(partitions.values()))
+            if fits:
+                partitions[uid] = name
+        slices = [_slices_of(d) for d in partitions.values()]
+        assert sum(map(len, slices)) == len(set().union(*slices)) if slices else True
+        assert sum(_compute_of(d) for d in partitions.values()) <= 7
+        assert sum(int(m[:-2]) for m in shares.values()) <= 80
