@@ -82,10 +82,15 @@ class DeviceRow:
     holders: tuple[Holder, ...] = ()
     taints: tuple[str, ...] = ()
     """Acting taints as ``key=value:Effect``."""
+    blocked: str = ""
+    """Nobody holds it, but a counter it consumes has no room left (``gpu-0 memory-slice-4``:
+    another partition occupies the slice)."""
 
     @property
     def state(self) -> str:
         state = "allocated" if self.holders else "free"
+        if self.blocked:
+            state = f"blocked ({self.blocked} in use)"
         return f"{state} (tainted {', '.join(self.taints)})" if self.taints else state
 
 
@@ -109,9 +114,10 @@ class PoolRow:
 
     @property
     def free(self) -> int:
-        """Devices nobody holds and no acting taint keeps from new claims (as ``kubectl kdra
-        free`` counts them)."""
-        return sum(1 for device in self.devices if not device.holders and not device.taints)
+        """Devices nobody holds and neither an acting taint nor a full counter keeps from new
+        claims (as ``kubectl kdra free`` counts them)."""
+        return sum(1 for device in self.devices
+                   if not device.holders and not device.taints and not device.blocked)
 
 
 @dataclass(frozen=True)
@@ -170,7 +176,7 @@ class Description:
                 "total": pool.total, "allocated": pool.allocated, "free": pool.free,
                 "devices": [{
                     "name": device.name, "details": device.details, "state": device.state,
-                    "taints": list(device.taints),
+                    "taints": list(device.taints), "blocked": device.blocked,
                     "claims": [{"claim": h.claim, "request": h.request, "pods": list(h.pods),
                                 "ready": h.ready} for h in device.holders],
                 } for device in pool.devices],
@@ -206,7 +212,9 @@ def describe(slices: Iterable[JSON], claims: Iterable[JSON], *, node: str | None
                 Holder(claim=row.key, request=device.request, pods=row.pods,
                        ready=device.ready))
     newest = _newest_pools(slices)
-    every_pool = [_pool_row(key, members, holders) for key, members in newest.items()]
+    views = gpu_views(newest, claims)
+    every_pool = [_pool_row(key, members, holders, views.blocked)
+                  for key, members in newest.items()]
     published = {(pool.driver, pool.pool, device.name) for pool in every_pool
                  for device in pool.devices}
     pools = [pool for pool in every_pool
@@ -227,9 +235,10 @@ def describe(slices: Iterable[JSON], claims: Iterable[JSON], *, node: str | None
             final_claims.append(row)
     pools.sort(key=lambda p: (natural(p.node), p.driver, natural(p.pool)))
     final_claims.sort(key=lambda c: (c.namespace, natural(c.name)))
-    gpus, shared = gpu_views({key: newest[key] for key in kept_pools}, claims)
-    return Description(pools=tuple(pools), claims=tuple(final_claims), gpus=gpus,
-                       shared=shared)
+    return Description(
+        pools=tuple(pools), claims=tuple(final_claims),
+        gpus=tuple(g for g in views.gpus if (g.driver, g.pool) in kept_pools),
+        shared=tuple(d for d in views.shared if (d.driver, d.pool) in kept_pools))
 
 
 def _newest_pools(slices: Iterable[JSON]) -> dict[tuple[str, str], list[JSON]]:
@@ -249,7 +258,8 @@ def _newest_pools(slices: Iterable[JSON]) -> dict[tuple[str, str], list[JSON]]:
 
 
 def _pool_row(key: tuple[str, str], members: list[JSON],
-              holders: Mapping[tuple[str, str, str], list[Holder]]) -> PoolRow:
+              holders: Mapping[tuple[str, str, str], list[Holder]],
+              blocked: Mapping[tuple[str, str, str], str]) -> PoolRow:
     driver, name = key
     members = sorted(members, key=lambda s: str(_map(s.get("metadata")).get("name") or ""))
     first = _map(members[0].get("spec"))
@@ -265,7 +275,8 @@ def _pool_row(key: tuple[str, str], members: list[JSON],
             devices.append(DeviceRow(
                 name=device_name, details=_details(_map(device), driver),
                 holders=tuple(holders.get((driver, name, device_name), ())),
-                taints=_taints(_map(device))))
+                taints=_taints(_map(device)),
+                blocked=blocked.get((driver, name, device_name), "")))
     devices.sort(key=lambda d: natural(d.name))
     return PoolRow(node=_slice_node(first), driver=driver, pool=name,
                    generation=_generation(members[0]), complete=len(members) == expected,

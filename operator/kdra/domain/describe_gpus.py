@@ -7,6 +7,9 @@ counters used/total; per shared device, each share and who holds it (pure, no I/
   ``consumesCounters`` of every allocated device of the pool (adminAccess results count
   nothing, as for the allocator). Counters of total 1 (``memory-slice-0`` …) are shown
   together as a map, ``#`` used and ``.`` free: ``memory-slice-[0-7] ####....``.
+- A device nobody holds whose counters have no room left for it (a partition whose memory
+  slices another partition occupies, a whole GPU with any partition in use) is *blocked*:
+  :attr:`GpuViews.blocked` names the counter that is short.
 - A *shared device* has ``allowMultipleAllocations``. Its rows list each share (a result
   with a ``shareID``): claim, pods, ``consumedCapacity``; and the device's capacity as
   ``used/total`` per capacity name.
@@ -116,13 +119,22 @@ def _uses(claims: Iterable[JSON]) -> dict[tuple[str, str, str], list[Use]]:
     return uses
 
 
-def gpu_views(pools: Mapping[tuple[str, str], list[JSON]], claims: Iterable[JSON],
-              ) -> tuple[tuple[PartitionedGpu, ...], tuple[SharedDevice, ...]]:
+@dataclass(frozen=True)
+class GpuViews:
+    gpus: tuple[PartitionedGpu, ...]
+    shared: tuple[SharedDevice, ...]
+    blocked: Mapping[tuple[str, str, str], str]
+    """(driver, pool, device) of each device nobody holds whose counters do not have room
+    for it → which counter is short (``gpu-0 memory-slice-4``)."""
+
+
+def gpu_views(pools: Mapping[tuple[str, str], list[JSON]], claims: Iterable[JSON]) -> GpuViews:
     """The partitioned GPUs and shared devices of ``pools`` ((driver, pool) → the slices of
     its newest generation) with their users among ``claims``."""
     uses = _uses(claims)
     gpus: list[PartitionedGpu] = []
     shared: list[SharedDevice] = []
+    blocked: dict[tuple[str, str, str], str] = {}
     for (driver, pool), members in pools.items():
         specs = [_map(s.get("spec")) for s in members]
         node = next((str(s["nodeName"]) for s in specs if s.get("nodeName")), "<selector>")
@@ -152,6 +164,13 @@ def gpu_views(pools: Mapping[tuple[str, str], list[JSON]], claims: Iterable[JSON
                                 bucket[counter] = bucket.get(counter, Quantity(0)) + amount
                 if device.get("allowMultipleAllocations") is True:
                     shared.append(_shared(node, driver, pool, name, device, held))
+        for spec in specs:  # once every holder is counted: who has no room left
+            for device in map(_map, _list(spec.get("devices"))):
+                name = str(device.get("name"))
+                if (driver, pool, name) not in uses:
+                    short = _short(device, totals, used)
+                    if short:
+                        blocked[(driver, pool, name)] = short
         for set_name, counters in totals.items():
             rows = tuple((counter, str(used[set_name].get(counter, Quantity(0))),
                           str(total) if total is not None else "?")
@@ -161,7 +180,20 @@ def gpu_views(pools: Mapping[tuple[str, str], list[JSON]], claims: Iterable[JSON
                                        tuple(dict.fromkeys(holders[set_name])), rows))
     gpus.sort(key=lambda g: (_natural(g.node), g.driver, _natural(g.gpu)))
     shared.sort(key=lambda d: (_natural(d.node), d.driver, _natural(d.device)))
-    return tuple(gpus), tuple(shared)
+    return GpuViews(tuple(gpus), tuple(shared), blocked)
+
+
+def _short(device: JSON, totals: Mapping[str, Mapping[str, Quantity | None]],
+           used: Mapping[str, Mapping[str, Quantity]]) -> str:
+    """The first counter ``device`` would take past its total (``gpu-0 memory-slice-4``)."""
+    for consumption in map(_map, _list(device.get("consumesCounters"))):
+        set_name = str(consumption.get("counterSet"))
+        for counter, value in sorted(_map(consumption.get("counters")).items()):
+            amount, total = _quantity(value), totals.get(set_name, {}).get(str(counter))
+            if amount is not None and total is not None and \
+                    used.get(set_name, {}).get(str(counter), Quantity(0)) + amount > total:
+                return f"{set_name} {counter}"
+    return ""
 
 
 def _shared(node: str, driver: str, pool: str, name: str, device: JSON,
@@ -221,4 +253,5 @@ def render_gpus(gpus: Iterable[PartitionedGpu], shared: Iterable[SharedDevice]) 
     return out
 
 
-__all__ = ["PartitionedGpu", "SharedDevice", "Use", "gpu_views", "gpus_json", "render_gpus"]
+__all__ = ["GpuViews", "PartitionedGpu", "SharedDevice", "Use", "gpu_views", "gpus_json",
+           "render_gpus"]

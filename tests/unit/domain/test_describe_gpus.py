@@ -46,6 +46,19 @@ def test_partitioned_gpus_show_partitions_in_use_and_counters() -> None:
     data = view.to_json()
     assert data["partitionedGPUs"][0]["counters"]["memory-slices"] == {"used": "5",
                                                                        "total": "8"}
+    # Free partitions with no room left are blocked, named by the counter that is short.
+    (pool,) = view.pools
+    states = {d.name: d.state for d in pool.devices}
+    assert states["gpu-0"] == "blocked (gpu-0 compute-slices in use)"
+    assert states["gpu-0-mig-3g-40gb-0"] == "blocked (gpu-0 memory-slice-0 in use)"
+    assert states["gpu-0-mig-2g-20gb-2"] == "free"  # slices 2-3 are free, 3 compute left
+    assert states["gpu-1-mig-1g-10gb-0"] == "blocked (gpu-1 compute-slices in use)"
+    assert states["gpu-0-mig-1g-10gb-1"] == "allocated"  # held, by adminAccess
+    free = {d.name for d in pool.devices if d.state == "free"}
+    assert free == {"gpu-0-mig-1g-10gb-2", "gpu-0-mig-1g-10gb-3", "gpu-0-mig-2g-20gb-2"}
+    assert pool.free == 3
+    assert next(d for d in data["pools"][0]["devices"] if d["name"] == "gpu-0")["blocked"] \
+        == "gpu-0 compute-slices"
 
 
 def test_shared_devices_show_each_share_and_the_capacity_used() -> None:
