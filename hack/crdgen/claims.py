@@ -91,9 +91,9 @@ def _counted(alpha_request: Node, *, subrequest: bool) -> Node:
         "`NoExecute` taint is evicted after `tolerationSeconds` (never, without). At most 16.",
         toleration_schema(), max_items=16)
     properties["capacity"] = obj(
-        f"How much of each capacity {who} needs from each device (consumable capacity). "
-        "Accepted, but kdra does not act on it yet: a claim that sets capacity requests is "
-        "not allocated and its pod is told that the field is not supported yet.",
+        f"How much of each capacity {who} needs from each device (consumable capacity): "
+        "a device must have that much; a device that allows multiple allocations gives a "
+        "share of it, rounded up by the capacity's `requestPolicy`, while enough is left.",
         {"requests": map_of(
             "Capacity name (same naming rules as a device's capacity) to the amount needed.",
             quantity("An amount: an integer or a quantity string such as `40Gi`."),

@@ -67,7 +67,8 @@ def _counters(what: str) -> Node:
 def _capacity() -> Node:
     policy = obj(
         "How the capacity may be consumed by several allocations (devices with "
-        "`allowMultipleAllocations` only). " + NOT_YET,
+        "`allowMultipleAllocations` only): what a request asks is rounded up to the next "
+        "valid amount; a request that asks nothing consumes `default` (else everything).",
         {
             "default": quantity("What an allocation consumes when its request does not say."),
             "validValues": arr("The amounts an allocation may consume, ascending. At most 10.",
@@ -122,7 +123,8 @@ def _device(alpha_device: Node, alpha_spec: Node) -> Node:
         "consumesCounters": arr(
             "Counters of the slice's pool this device uses up when allocated (partitionable "
             "devices, e.g. a MIG slice of a GPU). At most 2 entries, one per counter set. "
-            + NOT_YET,
+            "The device is allocated only while every counter it consumes stays within the "
+            "set's total, counting every allocated device of the pool.",
             obj("What the device consumes from one counter set.", {
                 "counterSet": string("Name of a counter set in the pool's `sharedCounters`.",
                                      min_length=1, max_length=63, pattern=DNS_LABEL),
@@ -152,7 +154,8 @@ def _device(alpha_device: Node, alpha_spec: Node) -> Node:
                                         "most 4. " + NOT_YET, condition, max_items=4),
         "allowMultipleAllocations": boolean(
             "The device may be allocated to several claims at once, each consuming part of "
-            "its capacity (consumable capacity). " + NOT_YET),
+            "its capacity (consumable capacity); each allocation is a share with its own "
+            "`shareID` and `consumedCapacity`."),
         "nodeAllocatableResourceMappings": map_of(
             "How allocating the device counts against the node's allocatable resources "
             "(resource name, e.g. `cpu`, to a mapping). " + NOT_YET,
@@ -211,7 +214,8 @@ def slice_spec(alpha_spec: Node) -> Node:
         "list-typed attributes"))
     props["sharedCounters"] = arr(
         "Counter sets of the pool that partitionable devices consume from (published in a "
-        "slice of their own, without devices). At most 8, names unique. " + NOT_YET,
+        "slice of their own, without devices). At most 8, names unique. Devices of the "
+        "pool that consume from a set the pool does not publish are never allocated.",
         obj("A named set of counters.", {
             "name": string("Name of the counter set, a DNS label.", min_length=1,
                            max_length=63, pattern=DNS_LABEL),

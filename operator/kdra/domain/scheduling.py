@@ -315,9 +315,10 @@ def best(placements: Mapping[str, Placement], policy: str,
     score: a node where a request's first alternative fits beats one where only its third
     does), then the placement policy; ties go to the earliest node in ``order``."""
     rank = {name: index for index, name in enumerate(order)}
+    packing = policy == "binpack"
     candidates = sorted(placements.values(),
-                        key=lambda p: (-p.preference, -score(p, policy), rank.get(p.node, 0),
-                                       p.node))
+                        key=lambda p: (-p.preference, p.fragmentation if packing else 0,
+                                       -score(p, policy), rank.get(p.node, 0), p.node))
     return candidates[0] if candidates else None
 
 

@@ -335,7 +335,7 @@ class Binder:
         """Called after the shared claim store applied the event."""
         key = key_of(claim)
         before = self.snapshot.devices_in_use
-        had = len(before)
+        had, released = len(before), self.snapshot.releases
         if event_type == "DELETED":
             self.snapshot.remove_claim(f"{key[0]}/{key[1]}")
             self._parsed.pop(claim["metadata"].get("uid", ""), None)
@@ -355,8 +355,9 @@ class Binder:
         event = self._claim_changed.pop(key, None)
         if event is not None:
             event.set()
-        if len(self.snapshot.devices_in_use) < had or event_type == "DELETED":
-            self._wake()  # devices were freed
+        if (len(self.snapshot.devices_in_use) < had or event_type == "DELETED"
+                or self.snapshot.releases > released):
+            self._wake()  # devices (or shares of a device) were freed
 
     def on_node(self, event_type: str | None, node: JSON) -> None:
         self.nodes.apply(event_type, node)
@@ -603,7 +604,8 @@ class Binder:
             started = time.perf_counter()
             placing = Placing(self.snapshot, attempt.unallocated, candidates,
                               limit=window.limit, start=window.start,
-                              node_steps=self.settings.search.node_steps(len(candidates)))
+                              node_steps=self.settings.search.node_steps(len(candidates)),
+                              scoring=attempt.policy != "first-fit")
             outcome = placing.advance(self.settings.search.slice)
             if outcome is None:  # a long search: on beside the loop (kdra.services.searches)
                 self.searches.start(key, placing, functools.partial(

@@ -14,6 +14,9 @@ import pytest
 
 from kdra.domain.allocator import Snapshot, allocate, place
 from kdra.domain.allocator.capacity import CapacitySpec, demand, parse_requests, round_up
+from kdra.domain.allocator.fragmentation import stranded
+from kdra.domain.allocator.ledger import Ledger
+from kdra.domain.allocator.search import busy_view
 from kdra.domain.errors import AllocationError
 from kdra.domain.gpu_partitions import node_slices
 from kdra.domain.models import AllocationResult, ResourceClaim, ResourceSlice, parse_slice
@@ -362,12 +365,22 @@ def test_scoring_packs_partitions_onto_the_gpu_already_in_use() -> None:
         assert fits_7g is scoring
 
 
-def test_scoring_picks_the_placement_that_keeps_the_largest_partition() -> None:
-    for scoring, expected in ((True, "gpu-0-mig-1g-10gb-4"), (False, "gpu-0-mig-1g-10gb-0")):
-        snapshot = Snapshot.build(h100s(1), CLASSES)
-        assert take(snapshot, ask("one", "1g.10gb"), scoring=scoring) == expected
-        fits_4g = take(snapshot, ask("big", "4g.40gb"), scoring=scoring) is not None
-        assert fits_4g is scoring
+def test_scoring_does_not_strand_a_memory_slice() -> None:
+    """A 1g at memory slice 4, 5 or 6 strands slice 7 (only a
+    3g@4 or a 7g could use it): kdra's order never puts the first 1g there."""
+    snapshot = Snapshot.build(h100s(1), CLASSES)
+    assert take(snapshot, ask("one", "1g.10gb")) == "gpu-0-mig-1g-10gb-0"
+    assert take(snapshot, ask("three", "3g.40gb")) == "gpu-0-mig-3g-40gb-4"
+    pools = snapshot.node_pools(node())
+    ledger = Ledger(pools, busy_view(snapshot, ()), snapshot.shares)
+    pool = pools.pools[0]
+    consumers = tuple(e for e in pool.entries if e.consumes)
+    key = (DRIVER, NODE, "gpu-0")
+    assert stranded(key, consumers, ledger) == 0
+    held(snapshot, "six", "gpu-0-mig-1g-10gb-6")
+    snapshot.remove_claim("default/three")
+    ledger = Ledger(snapshot.node_pools(node()), busy_view(snapshot, ()), snapshot.shares)
+    assert stranded(key, consumers, ledger) == 1  # memory slice 7: no allocatable device uses it
 
 
 def test_scoring_binpacks_shares_onto_the_fullest_device() -> None:

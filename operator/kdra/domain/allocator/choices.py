@@ -38,6 +38,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Collection, Container, Iterator, Sequence
 
+from kdra.domain.allocator.ledger import Ledger
 from kdra.domain.allocator.nodeselector import NodeInfo
 from kdra.domain.allocator.pools import DeviceId, NodePools
 from kdra.domain.allocator.prepared import PreparedClaim, PreparedRequest, prepare
@@ -146,6 +147,8 @@ class ChoiceSearch:
         """Devices tried so far, over every combination searched."""
         self.finished = False
         self.result: list[list[Pick]] | None = None
+        self.ledger: Ledger | None = None
+        """The winning search's ledger, with its picks taken (None without one)."""
         self._order: Iterator[tuple[PreparedClaim, ...]] | None = None
         self._considered = 0
         self._search: NodeSearch | None = None
@@ -187,6 +190,7 @@ class ChoiceSearch:
             if search.result is not None:
                 self.claims = tuple(search.claims)
                 self.result = search.result
+                self.ledger = search.ledger
                 self.finished = True
                 return True
             if steps is not None and spent >= steps:

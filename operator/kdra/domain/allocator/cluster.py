@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 
 from kdra.domain.allocator.choices import ChoiceSearch, preference
 from kdra.domain.allocator.diagnosis import count_request, diagnose, raw_counts, summarize
+from kdra.domain.allocator.fragmentation import placement_cost
 from kdra.domain.allocator.nodeselector import NodeInfo
 from kdra.domain.allocator.pools import DeviceId, NodePools
 from kdra.domain.allocator.prepared import PreparedClaim, PreparedRequest, prepare
@@ -76,8 +77,8 @@ class Placement:
     :func:`place`), or check it with :meth:`Placing.still_fits`; ``free_after`` needs no
     search."""
 
-    __slots__ = ("_devices", "_picks", "_prepared", "_results", "_search", "free_after", "node",
-                 "pools", "preference")
+    __slots__ = ("_devices", "_picks", "_prepared", "_results", "_search", "fragmentation",
+                 "free_after", "node", "pools", "preference")
 
     def __init__(
         self,
@@ -104,6 +105,9 @@ class Placement:
         claims)."""
         self._results: tuple[AllocationResult, ...] | None = None
         self._devices: frozenset[DeviceId] | None = None
+        self.fragmentation = 0
+        """Counter sets (GPUs) the placement opens — had no usage before
+        (:func:`~.fragmentation.placement_cost`); binpack prefers nodes that open none."""
         self.free_after = free_after
         """Per DeviceClass used by the pod: devices on the node matching the class that would
         still be free after this placement (for binpack / spread scoring)."""
@@ -339,10 +343,12 @@ class Placing:
                                                stamp=stamp, memo=self._memo)
         else:
             resolved = search.claims
-            self.placements[node.name] = Placement(
+            placement = self.placements[node.name] = Placement(
                 node.name, resolved, picks,
-                _free_after(resolved, picks, pools, search.busy, stats), pools=pools,
-                preference=preference(resolved))
+                _free_after(resolved, picks, pools, search.busy, stats),
+                pools=pools, preference=preference(resolved))
+            if search.ledger is not None:
+                placement.fragmentation = placement_cost(picks, search.ledger)
         return True
 
     def give_up(self) -> ClusterOutcome:
@@ -413,6 +419,10 @@ def _free_after(
     busy: Container[DeviceId],
     stats: Stats,
 ) -> dict[str, int]:
+    """Per class: matching devices still free after the picks. Devices with counters or
+    shares do not count (a partition is "free" until its memory slices are gone: counting
+    them would make binpack prefer the node where a placement cuts the most partitions off;
+    :attr:`Placement.fragmentation` ranks such placements instead)."""
     taken = {pick.entry.id for chosen in picks for pick in chosen if not pick.request.admin_access}
     free_after: dict[str, int] = {}
     for claim in prepared:
@@ -426,5 +436,6 @@ def _free_after(
                 if item.failure is None
                 and item.entry.id not in busy
                 and item.entry.id not in taken
+                and not item.entry.special
             )
     return free_after

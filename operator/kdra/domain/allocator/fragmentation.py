@@ -40,12 +40,13 @@ from kdra.domain.allocator.capacity import RequestedCapacity
 from kdra.domain.allocator.counters import SetKey
 from kdra.domain.allocator.ledger import Ledger
 from kdra.domain.allocator.pools import DeviceEntry, MatchItem, Pool
+from kdra.domain.allocator.results import Pick
 
-__all__ = ["largest_free", "order_candidates", "size"]
+__all__ = ["largest_free", "order_candidates", "placement_cost", "size", "stranded"]
 
 _ZERO = Decimal(0)
 _MEMO_LIMIT = 4096
-_memo: dict[tuple[object, ...], Decimal] = {}
+_memo: dict[tuple[object, ...], tuple[Decimal, Decimal]] = {}
 
 
 def size(entry: DeviceEntry, ledger: Ledger) -> Decimal:
@@ -67,21 +68,40 @@ def _consumers(pool: Pool, set_name: str) -> tuple[DeviceEntry, ...]:
 def largest_free(key: SetKey, consumers: Sequence[DeviceEntry], ledger: Ledger) -> Decimal:
     """The size of the largest device of ``consumers`` (devices drawing on set ``key``) that
     the counters still allow, with the ledger as it is now (0: none)."""
+    return _state(key, consumers, ledger)[0]
+
+
+def stranded(key: SetKey, consumers: Sequence[DeviceEntry], ledger: Ledger) -> Decimal:
+    """Free capacity of set ``key`` that no device the counters still allow could use: for
+    every counter with something left that no allocatable consumer draws on, the free
+    fraction (a MIG memory slice only a 3g could use, once every such 3g is blocked)."""
+    return _state(key, consumers, ledger)[1]
+
+
+def _state(key: SetKey, consumers: Sequence[DeviceEntry],
+           ledger: Ledger) -> tuple[Decimal, Decimal]:
     used = ledger.counters.used.get(key, {})
+    totals = ledger.counters.totals.get(key, {})
     memo_key = (tuple(sorted(used.items())),
                 tuple(sorted((c.consumes for c in consumers), key=repr)),
-                tuple(sorted(ledger.counters.totals.get(key, {}).items())))
+                tuple(sorted(totals.items())))
     hit = _memo.get(memo_key)
     if hit is not None:
         return hit
     best = _ZERO
+    covered: set[str] = set()
     for entry in consumers:
         if ledger.counters.fits(entry):
             best = max(best, size(entry, ledger))
+            covered.update(counter for set_name, counter, _ in entry.consumes
+                           if set_name == key[2])
+    waste = sum(((total - used.get(name, _ZERO)) / total for name, total in totals.items()
+                 if total > 0 and name not in covered and used.get(name, _ZERO) < total),
+                _ZERO)
     if len(_memo) >= _MEMO_LIMIT:
         _memo.clear()
-    _memo[memo_key] = best
-    return best
+    _memo[memo_key] = (best, waste)
+    return best, waste
 
 
 def order_candidates(items: tuple[MatchItem, ...], ledger: Ledger,
@@ -94,13 +114,16 @@ def order_candidates(items: tuple[MatchItem, ...], ledger: Ledger,
     late: list[MatchItem] = []
     consumers: dict[SetKey, tuple[DeviceEntry, ...]] = {}
     before: dict[SetKey, Decimal] = {}
+    waste_before: dict[SetKey, Decimal] = {}
     for item in items:  # every set a candidate draws on, with its largest free device now
         for set_name, _, _ in item.entry.consumes:
             key = (item.pool.driver, item.pool.name, set_name)
             if key not in consumers:
                 consumers[key] = _consumers(item.pool, set_name)
     for key, group in consumers.items():
-        before[key] = largest_free(key, group, ledger)
+        before[key], waste_before[key] = _state(key, group, ledger)
+    waste_total = sum(waste_before.values(), _ZERO)
+    untouched = {key for key in consumers if not ledger.counters.used.get(key)}
     for position, item in enumerate(items):
         entry = item.entry
         if not entry.special:
@@ -116,12 +139,16 @@ def order_candidates(items: tuple[MatchItem, ...], ledger: Ledger,
         consumed = ledger.admit(entry, capacity)
         assert consumed is not None  # why_not said it fits
         touched = {(item.pool.driver, item.pool.name, s) for s, _, _ in entry.consumes}
-        vector = sorted((largest_free(key, consumers[key], ledger) if key in touched
-                         else value for key, value in before.items()), reverse=True)
+        after = {key: _state(key, consumers[key], ledger) for key in touched}
+        vector = sorted((after[key][0] if key in touched else value
+                         for key, value in before.items()), reverse=True)
+        waste = waste_total + sum((after[key][1] - waste_before[key] for key in touched),
+                                  _ZERO)
+        opened = len(touched & untouched)
         ledger.release(entry, consumed)
         fill = max((ledger.counters.fill(key) for key in touched), default=_ZERO)
-        keyed.append(((2, tuple(-v for v in vector), -fill, size(entry, ledger), position),
-                      item))
+        keyed.append(((2, opened, waste, tuple(-v for v in vector), -fill,
+                       size(entry, ledger), position), item))
     keyed.sort(key=lambda pair: pair[0])
     return tuple(plain) + tuple(item for _, item in keyed) + tuple(late)
 
@@ -137,3 +164,23 @@ def _slack(entry: DeviceEntry, ledger: Ledger, capacity: RequestedCapacity) -> D
         amount = asked.get(spec.name, asked.get(spec.name.split("/")[-1], _ZERO))
         slack += (spec.value - used.get(spec.name, _ZERO) - amount) / spec.value
     return slack
+
+
+def placement_cost(picks: Sequence[Sequence[Pick]], ledger: Ledger) -> int:
+    """How many counter sets the node's picks *open*: sets with no usage before them (an
+    empty GPU that stops being empty). 0 for picks that use no counters. The ledger must
+    hold the picks; it is left as it was. (Measured in bench/fragmentation.py: choosing the
+    node that opens no GPU, then the first by name, places more than also weighing stranded
+    capacity or how full the node is.)"""
+    everything = [pick for chosen in picks for pick in chosen if pick.consumed is not None]
+    keys = {(pick.entry.id.driver, pick.entry.id.pool, set_name)
+            for pick in everything for set_name, _, _ in pick.entry.consumes}
+    if not keys:
+        return 0
+    for pick in reversed(everything):
+        ledger.release(pick.entry, pick.consumed or {})
+    opened = sum(1 for key in keys if not ledger.counters.used.get(key))
+    for pick in everything:
+        again = ledger.admit(pick.entry, pick.request.capacity)
+        assert again is not None  # the same picks, in the same order, fit again
+    return opened

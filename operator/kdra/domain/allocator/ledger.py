@@ -64,10 +64,11 @@ _NONE = SharedUse()
 class Ledger:
     """Counters and shares on one node during one search (see the module doc)."""
 
-    __slots__ = ("busy", "counters", "mine", "shares")
+    __slots__ = ("busy", "counters", "mine", "pools", "shares")
 
     def __init__(self, pools: NodePools, busy: Container[DeviceId],
                  shares: Mapping[DeviceId, SharedUse]) -> None:
+        self.pools = pools
         self.busy = busy
         self.shares = shares
         self.mine: dict[DeviceId, SharedUse] = {}
