@@ -369,3 +369,7 @@ def test_a_mark_on_a_gpu_taints_its_partitions(tmp_path: Path) -> None:
     assert tainted == {d.name for d in inventory.devices
                        if d.name == "gpu-1" or d.parent == "gpu-1"}
     assert len(tainted) == 15
+    sick = next(d for d in inventory.devices if d.parent == "gpu-1")
+    healthy, reason, _ = health.condition(GPU, sick.name, sick.parent)
+    assert (healthy, reason) == (False, "MarkedLost")
+    assert health.condition(GPU, sick.name)[0] is True  # without its parent: its own health

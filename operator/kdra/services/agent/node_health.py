@@ -76,9 +76,12 @@ class NodeHealth:
     def applied(self, device: InventoryDevice) -> Applied:
         return self.debouncer.applied((device.driver, device.name))
 
-    def condition(self, driver: str, device: str) -> tuple[bool, str, str]:
-        """The ``Healthy`` condition of a prepared device: (healthy, reason, message)."""
+    def condition(self, driver: str, device: str, parent: str = "") -> tuple[bool, str, str]:
+        """The ``Healthy`` condition of a prepared device: (healthy, reason, message); a
+        partition (``parent``: its GPU) is as unhealthy as its GPU (see :meth:`tainted`)."""
         applied = self.debouncer.applied((driver, device))
+        if parent and applied.health is Health.HEALTHY:
+            applied = self.debouncer.applied((driver, parent))
         if applied.health is Health.HEALTHY:
             return True, "Healthy", "no health source reports a problem"
         taint = applied.taint()
