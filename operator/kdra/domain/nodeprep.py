@@ -8,9 +8,10 @@ kdra's agent does the same job from the claim itself (UPSTREAM.md §6). This mod
   :func:`wants_prepared`: whether the claim should be prepared there now (allocated to the
   pool and ``reservedFor`` non-empty, not being deleted).
 - :func:`build_cdi_spec`: the CDI spec (``cdiVersion 0.6.0``) of one claim and driver: one
-  CDI device per claim+device named ``<claim-uid>-<device>``, with env named after the
-  device (``KDRA_DEVICE_GPU_0_UUID``), host ``deviceNodes`` for real (NVML) GPUs and a
-  ``/dev/kdra/<device>`` node for fake ones.
+  CDI device per claim+device named ``<claim-uid>-<device>`` (``-<shareID>`` added for a
+  share of a device several claims hold), with env named after the device
+  (``KDRA_DEVICE_GPU_0_UUID``; a partition's or share's from :mod:`kdra.domain.shares`), host
+  ``deviceNodes`` for real (NVML) GPUs and a ``/dev/kdra/<device>`` node for fake ones.
 - :class:`Checkpoint`: the agent's durable record of the claims it prepared, with a checksum.
 - :func:`device_statuses` / :func:`merge_device_statuses`: the ``status.devices[]`` entries
   (condition ``Ready``) and how they replace the agent's own entries while keeping every entry
