@@ -10,8 +10,8 @@ kdra's own objects are in :mod:`kdra.domain.admission_objects`:
   known request names, upstream's limits), every CEL selector must compile (syntax,
   environment, cost, length), opaque parameters must fit in 10 KiB, a claim may not ask for
   more devices than one allocation can hold, and admin access needs the namespace label
-  ``resource.kdra.dev/admin-access: "true"``. Fields kdra does not act on yet (capacity
-  requests) are admitted with a warning. Pods with the
+  ``resource.kdra.dev/admin-access: "true"``; capacity requests must be non-negative
+  quantities. Fields kdra does not act on yet would be admitted with a warning. Pods with the
   ``resource.kdra.dev/claims`` annotation must have a well-formed annotation whose
   ``containers`` name containers of the pod, and their consuming containers
   may not set ``KDRA_DEVICES`` / ``NVIDIA_VISIBLE_DEVICES`` themselves (kdra sets them from

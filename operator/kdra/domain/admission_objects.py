@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kdra import GROUP
+from kdra.domain.allocator.capacity import parse_requests
 from kdra.domain.cel import compile_selector, selector_drivers
 from kdra.domain.errors import CelCompileError, InvalidObject
 from kdra.domain.models import (
@@ -161,6 +162,7 @@ def _device_claim_errors(devices: DeviceClaim, where: str,
     errors += _parameter_errors(
         (f"{where}.config[{i}].opaque.parameters", c.opaque.parameters)
         for i, c in enumerate(devices.config))
+    errors += _capacity_errors(_asked(devices, where))
     total = sum(min((a.exact_count if a.allocation_mode == ExactCount else 0)
                     for _, a in request.alternatives())
                 for request in devices.requests)
@@ -170,6 +172,23 @@ def _device_claim_errors(devices: DeviceClaim, where: str,
             f"the requests ask for {total} devices in total (with their smallest "
             f"alternatives); one claim can be allocated at most {MAX_DEVICES_PER_CLAIM} "
             "(upstream's limit on allocation results)"))
+    return errors
+
+
+def _capacity_errors(asked: Iterator[tuple[str, BaseDeviceRequest]]) -> list[FieldError]:
+    """Capacity requests must be non-negative quantities (the schema checks the form; the
+    sign and what the schema's pattern lets through are checked here)."""
+    errors = []
+    for path, request in asked:
+        for name, text in sorted(((request.capacity and request.capacity.requests) or {})
+                                 .items()):
+            try:
+                parse_requests({name: text})
+            except ValueError as exc:
+                message = str(exc).split(": ", 1)[-1]
+                errors.append(FieldError(f"{path}.capacity.requests[{name}]",
+                                         f"{message}; write a non-negative quantity such "
+                                         "as 20Gi"))
     return errors
 
 

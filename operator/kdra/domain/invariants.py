@@ -9,6 +9,9 @@ sentence naming the objects. The rules (``Violation.rule``):
 ``double-allocation``
     No device (driver/pool/device) appears in two allocation results — of two claims, or
     twice in one — unless every result holding it comes from an ``adminAccess`` request.
+    Results with a ``shareID`` (shares of a device that allows multiple allocations) are
+    checked by :mod:`kdra.domain.invariants_shared` instead: ``counter-exceeded``,
+    ``capacity-exceeded``, ``share-conflict``.
 ``pod-claims``
     Every bound pod (``spec.nodeName`` set) with ``schedulerName: kdra-scheduler`` and the
     claims annotation, not finished, has each of its claims: existing, allocated, reserved for
@@ -58,6 +61,8 @@ from kdra.domain.allocator.nodeselector import NodeInfo, selector_matches
 from kdra.domain.errors import InvalidObject
 from kdra.domain.forged import RULES as FORGED_RULES
 from kdra.domain.forged import forged_outputs
+from kdra.domain.invariants_shared import RULES as SHARED_RULES
+from kdra.domain.invariants_shared import shared_device_violations
 from kdra.domain.models import NodeSelector
 from kdra.domain.nodeprep import (
     CLAIM_UID_ANNOTATION,
@@ -81,6 +86,7 @@ DeviceKey = tuple[str, str, str]
 
 RULES = (
     "double-allocation",
+    *SHARED_RULES,
     "pod-claims",
     *FORGED_RULES,
     "stale-reservation",
@@ -136,6 +142,8 @@ def check(
     pods, claims, slices, nodes = list(pods), list(claims), list(slices), list(nodes)
     found: list[Violation] = []
     found += _double_allocations(claims)
+    found += [Violation(rule, message)
+              for rule, message in shared_device_violations(claims, slices)]
     found += _pod_claims(pods, claims, nodes)
     found += _stale_reservations(pods, claims)
     found += _orphan_slices(slices, nodes)
@@ -229,6 +237,8 @@ def _double_allocations(claims: Sequence[JSON]) -> list[Violation]:
     for claim in claims:
         admin = _admin_requests(claim)
         for result in _results(claim):
+            if result.get("shareID"):
+                continue  # a share: invariants_shared checks those
             is_admin = (result.get("adminAccess") is True
                         or str(result.get("request")).split("/", 1)[0] in admin)
             holders[_device(result)].append((_name(claim), is_admin))

@@ -548,15 +548,16 @@ def test_admin_access_rule_covers_templates() -> None:
     assert response.errors[0].field == "spec.spec.devices.requests[].exactly.adminAccess"
 
 
-def test_unsupported_fields_are_admitted_with_a_warning() -> None:
-    obj = claim(req(capacity={"requests": {"memory": "1Gi"}}))
-    response = validate(request_for(obj))
-    assert response.allowed
-    assert response.warnings == (
-        "spec.devices.requests[0].exactly.capacity.requests: kdra does not support this field "
-        "yet; the claim is kept but will not be allocated until kdra does (remove the field to "
-        "use it now)",)
-    assert response.to_review()["response"]["warnings"] == list(response.warnings)
+def test_capacity_requests_are_supported_and_checked() -> None:
+    """Issue 26: capacity requests are acted upon (they used to draw a "not supported yet"
+    warning); an amount that is not a non-negative quantity is refused naming the entry."""
+    response = validate(request_for(claim(req(capacity={"requests": {"memory": "1Gi"}}))))
+    assert response.allowed and response.warnings == ()
+    response = validate(request_for(claim(req(capacity={"requests": {"memory": "-1Gi"}}))))
+    assert not response.allowed
+    assert [(e.field, e.message) for e in response.errors] == [
+        ("spec.devices.requests[0].exactly.capacity.requests[memory]",
+         "-1Gi is negative; write a non-negative quantity such as 20Gi")]
 
 
 def test_tolerations_are_supported_and_admitted_without_warning() -> None:

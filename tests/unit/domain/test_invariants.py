@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from kdra.domain.gpu_partitions import node_slices
 from kdra.domain.invariants import NodeLocal, Violation, check
 from kdra.domain.nodeprep import CLAIM_UID_ANNOTATION, NODE_ANNOTATION, cdi_file_name
 from kdra.domain.podclaims import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION, FINALIZER
@@ -424,3 +425,56 @@ def test_harmless_env_is_not_forged() -> None:
         plain_pod("unknown", [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "GPU-not-kdras"}]),
     ]
     assert check(**state) == []
+
+
+# --------------------------------------------------------------------------- issue 26: shares
+
+
+def _shared_slices() -> list[dict[str, object]]:
+    slices: list[dict[str, object]] = node_slices("node-1", "1 x H100-80GB")
+    slices.append({"apiVersion": "resource.kdra.dev/v1", "kind": "ResourceSlice",
+                   "metadata": {"name": "shared"},
+                   "spec": {"driver": "gpu.kdra.dev", "nodeName": "node-1",
+                            "pool": {"name": "shared", "generation": 0,
+                                     "resourceSliceCount": 1},
+                            "devices": [{"name": "gpu-s", "allowMultipleAllocations": True,
+                                         "capacity": {"memory": {"value": "80Gi"}}}]}})
+    return slices
+
+
+def _holding(name: str, *results: dict[str, object]) -> dict[str, object]:
+    return {"metadata": {"namespace": "default", "name": name},
+            "status": {"allocation": {"devices": {"results": list(results)}}}}
+
+
+def _result(device: str, pool: str = "node-1", share: str | None = None,
+            memory: str | None = None) -> dict[str, object]:
+    out: dict[str, object] = {"request": "gpu", "driver": "gpu.kdra.dev", "pool": pool,
+                              "device": device}
+    if share:
+        out["shareID"] = share
+        out["consumedCapacity"] = {"memory": memory}
+    return out
+
+
+@pytest.mark.parametrize(("claims", "rules"), [
+    ([_holding("a", _result("gpu-0-mig-3g-40gb-0")),
+      _holding("b", _result("gpu-0-mig-3g-40gb-4"))], []),
+    ([_holding("a", _result("gpu-0-mig-4g-40gb-0")),
+      _holding("b", _result("gpu-0-mig-3g-40gb-0"))], ["counter-exceeded"]),
+    ([_holding("a", _result("gpu-0")), _holding("b", _result("gpu-0-mig-1g-10gb-6"))],
+     ["counter-exceeded"]),
+    ([_holding("a", _result("gpu-s", "shared", "1", "40Gi")),
+      _holding("b", _result("gpu-s", "shared", "2", "40Gi"))], []),
+    ([_holding("a", _result("gpu-s", "shared", "1", "60Gi")),
+      _holding("b", _result("gpu-s", "shared", "2", "40Gi"))], ["capacity-exceeded"]),
+    ([_holding("a", _result("gpu-s", "shared", "1", "10Gi")),
+      _holding("b", _result("gpu-s", "shared"))], ["share-conflict"]),
+    ([_holding("a", _result("gpu-0-mig-1g-10gb-0", share="1", memory="1Gi"))],
+     ["share-conflict"]),
+], ids=["disjoint partitions", "overlapping partitions", "whole and partition",
+        "two shares within capacity", "shares over capacity", "share and exclusive",
+        "share of an exclusive device"])
+def test_shared_device_rules(claims: list[dict[str, object]], rules: list[str]) -> None:
+    found = check(claims=claims, slices=_shared_slices(), nodes=[{"metadata": {"name": "node-1"}}])
+    assert sorted({v.rule for v in found}) == rules, found

@@ -61,8 +61,38 @@ def size(entry: DeviceEntry, ledger: Ledger) -> Decimal:
 
 
 def _consumers(pool: Pool, set_name: str) -> tuple[DeviceEntry, ...]:
-    return tuple(e for e in pool.entries if any(c[0] == set_name for c in e.consumes)
-                 and e.id.device not in pool.broken and not e.unsupported)
+    return pool.consumers.get(set_name, ())
+
+
+_signatures: dict[int, tuple[Sequence[DeviceEntry], tuple[object, ...] | None]] = {}
+"""id(consumers) → (the consumers, kept alive so the id stays theirs; their signature)."""
+
+
+def _signature(key: SetKey, consumers: Sequence[DeviceEntry]) -> tuple[object, ...] | None:
+    """What the set's consumers draw, without the set's name (GPUs of one layout share it);
+    None when a consumer also draws on another set (then no memo: its fit depends on it).
+    Cached per consumers tuple (``Pool.consumers`` values live as long as their pool)."""
+    cached = _signatures.get(id(consumers))
+    if cached is not None and cached[0] is consumers:
+        return cached[1]
+    if len(_signatures) >= _MEMO_LIMIT:
+        _signatures.clear()
+    signature = _compute_signature(key, consumers)
+    _signatures[id(consumers)] = (consumers, signature)
+    return signature
+
+
+def _compute_signature(key: SetKey,
+                       consumers: Sequence[DeviceEntry]) -> tuple[object, ...] | None:
+    shapes = []
+    for entry in consumers:
+        shape = []
+        for set_name, counter, amount in entry.consumes:
+            if set_name != key[2]:
+                return None
+            shape.append((counter, amount))
+        shapes.append(tuple(shape))
+    return tuple(sorted(shapes))
 
 
 def largest_free(key: SetKey, consumers: Sequence[DeviceEntry], ledger: Ledger) -> Decimal:
@@ -82,10 +112,9 @@ def _state(key: SetKey, consumers: Sequence[DeviceEntry],
            ledger: Ledger) -> tuple[Decimal, Decimal]:
     used = ledger.counters.used.get(key, {})
     totals = ledger.counters.totals.get(key, {})
-    memo_key = (tuple(sorted(used.items())),
-                tuple(sorted((c.consumes for c in consumers), key=repr)),
-                tuple(sorted(totals.items())))
-    hit = _memo.get(memo_key)
+    signature = _signature(key, consumers)
+    memo_key = (tuple(sorted(used.items())), signature, tuple(sorted(totals.items())))
+    hit = _memo.get(memo_key) if signature is not None else None
     if hit is not None:
         return hit
     best = _ZERO
@@ -130,14 +159,14 @@ def order_candidates(items: tuple[MatchItem, ...], ledger: Ledger,
             plain.append(item)
             continue
         holders = ledger.holders(entry.id) if entry.shared else 0
-        if ledger.why_not(entry, capacity) is not None or entry.id in ledger.busy:
+        if entry.id in ledger.busy or not ledger.can_take(entry, capacity):
             late.append(item)
             continue
         if entry.shared and (holders or not entry.consumes):
             keyed.append(((1, _slack(entry, ledger, capacity), position), item))
             continue
         consumed = ledger.admit(entry, capacity)
-        assert consumed is not None  # why_not said it fits
+        assert consumed is not None  # can_take said it fits
         touched = {(item.pool.driver, item.pool.name, s) for s, _, _ in entry.consumes}
         after = {key: _state(key, consumers[key], ledger) for key in touched}
         vector = sorted((after[key][0] if key in touched else value

@@ -123,6 +123,17 @@ class Ledger:
         if entry.consumes:
             self.counters.give(entry)
 
+    def can_take(self, entry: DeviceEntry, capacity: RequestedCapacity) -> bool:
+        """Whether :meth:`admit` would take ``entry`` now (without taking it)."""
+        device = entry.id
+        if (capacity or entry.shared) and demand(
+                capacity, device.driver, entry.capacities,
+                self.used_capacity(device) if entry.shared else None, entry.shared) is None:
+            return False
+        if entry.consumes and (not entry.shared or not self.holders(device)):
+            return self.counters.fits(entry)
+        return True
+
     def why_not(self, entry: DeviceEntry, capacity: RequestedCapacity) -> str | None:
         """Why ``entry`` cannot be taken now for ``capacity`` (for explanations):
         ``gpu-3: memory-slices 7/8 used, asked 4`` or ``gpu-0: memory 70Gi of 80Gi used,

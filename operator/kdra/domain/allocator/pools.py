@@ -205,6 +205,8 @@ class Pool:
     broken: Mapping[str, str] = field(default_factory=dict)
     """Device name → why it cannot be allocated in this pool (it consumes a counter set or
     counter the pool does not publish)."""
+    consumers: Mapping[str, tuple[DeviceEntry, ...]] = field(default_factory=dict)
+    """Counter set → the pool's allocatable devices that consume from it."""
 
     @property
     def id(self) -> str:
@@ -343,7 +345,8 @@ def gather_pools(slices: Iterable[SliceEntry]) -> tuple[Pool, ...]:
                 incomplete=len(members) != pool_spec.resource_slice_count,
                 duplicate=_first_duplicate(entries),
                 counter_sets=counter_sets,
-                broken=_broken(entries, counter_sets, name),
+                broken=(broken := _broken(entries, counter_sets, name)),
+                consumers=_by_set(entries, broken),
             )
         )
     return tuple(pools)
@@ -361,6 +364,17 @@ def _counter_sets(members: list[SliceEntry]) -> dict[str, dict[str, Decimal]]:
             except InvalidQuantity:
                 continue  # its devices are then broken: the set is as good as missing
     return sets
+
+
+def _by_set(entries: tuple[DeviceEntry, ...],
+            broken: Mapping[str, str]) -> dict[str, tuple[DeviceEntry, ...]]:
+    groups: dict[str, list[DeviceEntry]] = {}
+    for entry in entries:
+        if entry.unsupported or entry.id.device in broken:
+            continue
+        for set_name in dict.fromkeys(c[0] for c in entry.consumes):
+            groups.setdefault(set_name, []).append(entry)
+    return {name: tuple(group) for name, group in groups.items()}
 
 
 def _broken(entries: tuple[DeviceEntry, ...], sets: Mapping[str, Mapping[str, Decimal]],
