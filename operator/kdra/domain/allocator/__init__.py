@@ -13,10 +13,14 @@ A pure library over an in-memory :class:`Snapshot` of slices, classes and device
 The caller persists: nothing here talks to the API server. Modules, one job each:
 ``nodeselector`` (NodeSelector), ``pools`` (devices, slices, pools per node), ``snapshot``
 (incremental indexes), ``prepared`` (classes resolved, selectors compiled), ``search``
-(per-node backtracking, resumable), ``choices`` (``firstAvailable`` alternatives, the
-one-node entry point), ``results`` (AllocationResult building), ``cluster`` (many nodes,
-budgets), ``diagnosis`` (reasons from counts), ``reasons``, ``stats``, ``whatif`` (devices
-to free).
+(per-node backtracking, resumable), ``busy`` (what a search treats as taken), ``choices``
+(``firstAvailable`` alternatives, the one-node entry point), ``results`` (AllocationResult
+building, shares' ``shareID`` and ``consumedCapacity``), ``cluster`` (many nodes, budgets),
+``diagnosis`` (reasons from counts; counters and capacity that ran out), ``reasons``,
+``stats``, ``whatif`` (devices to free); issue 26: ``counters`` (shared counters of
+partitionable devices), ``capacity`` (consumable capacity and request policies), ``ledger``
+(both, across allocated, assumed and searched devices), ``fragmentation`` (the candidate
+order that keeps large partitions allocatable).
 """
 
 from kdra.domain.allocator.choices import allocate, preference

@@ -234,7 +234,7 @@ class NodePools:
     stored with them.
     """
 
-    __slots__ = ("_matching", "counts", "node", "notes", "pools", "taints")
+    __slots__ = ("_matching", "counts", "node", "notes", "pools", "special", "taints")
 
     def __init__(self, node: NodeInfo, pools: tuple[Pool, ...],
                  taints: DeviceTaints | None = None) -> None:
@@ -244,6 +244,9 @@ class NodePools:
         """Each device's taints, its slice's and the DeviceTaintRules' (snapshot's rules)."""
         self._matching: dict[tuple[str, ...], tuple[MatchItem, ...]] = {}
         self.counts: dict[tuple[str, ...], tuple[tuple[int, int], tuple[int, ...]]] = {}
+        self.special = any(entry.special for pool in pools for entry in pool.entries)
+        """Some device consumes counters or allows multiple allocations (the search then
+        keeps a :class:`~.ledger.Ledger`)."""
         self.notes: dict[tuple[str, ...], str] = {}
         """Per selector set: which selectors turned this node's devices away (for reasons)."""
 
@@ -296,10 +299,6 @@ class NodePools:
         return [(entry, pool.broken[entry.id.device]) for pool in self.pools
                 for entry in pool.entries if entry.id.device in pool.broken]
 
-    @property
-    def special(self) -> bool:
-        """Some device consumes counters or allows multiple allocations."""
-        return any(entry.special for pool in self.pools for entry in pool.entries)
 
 
 def slice_targets(slice_: ResourceSlice, node: NodeInfo) -> bool:

@@ -8,6 +8,12 @@ devices picked per claim or ``None`` when they do not fit the node, and raises
 Devices of allocated claims in the snapshot, of assumed allocations, and ``in_flight``
 devices are in use (admin-access results are not).
 
+Devices that consume counters or allow multiple allocations, and requests with capacity
+requests, go through a :class:`~.ledger.Ledger` when a slot takes them (counters within their
+totals, shares within the capacity; undone on backtrack like the pick itself); a device that
+allows multiple allocations may fill several slots, also of one request. With ``scoring``
+(default) such candidates are tried in :mod:`.fragmentation`'s order; without, in walk order.
+
 The search, in upstream's order (first complete solution wins; scoring is the binder's job):
 
 1. :func:`~.prepared.prepare` (node-independent): every request (every ``firstAvailable``
@@ -62,9 +68,10 @@ Invariants:
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Collection, Container, Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from kdra.domain.allocator.busy import InUse, busy_view, shares_of
 from kdra.domain.allocator.constraints import (
     ConstraintState,
     all_unconstrained,
@@ -89,11 +96,10 @@ from kdra.domain.allocator.prepared import (
     too_many_devices,
 )
 from kdra.domain.allocator.results import Pick
-from kdra.domain.allocator.snapshot import Snapshot
 from kdra.domain.allocator.stats import Stats
 from kdra.domain.models import MAX_DEVICES_PER_CLAIM
 
-__all__ = ["InUse", "NodeSearch", "busy_view"]
+__all__ = ["InUse", "NodeSearch", "busy_view", "shares_of"]
 
 # --------------------------------------------------------------------------- the search
 
@@ -470,32 +476,3 @@ class NodeSearch:
         if pick.consumed is not None:
             assert self.ledger is not None
             self.ledger.release(entry, pick.consumed)
-
-
-class InUse:
-    """Devices in use: the snapshot's plus ``in_flight`` ones (a cheap union view), and the
-    snapshot's shares of devices that allow multiple allocations."""
-
-    __slots__ = ("extra", "held", "shares")
-
-    def __init__(self, held: Container[DeviceId], extra: Collection[DeviceId],
-                 shares: Mapping[DeviceId, SharedUse] | None = None) -> None:
-        self.held = held
-        self.extra = extra
-        self.shares: Mapping[DeviceId, SharedUse] = shares if shares is not None else {}
-
-    def __contains__(self, device: object) -> bool:
-        return device in self.held or device in self.extra
-
-
-def busy_view(snapshot: Snapshot, in_flight: Collection[DeviceId]) -> Container[DeviceId]:
-    """What a search treats as taken: exclusive devices (a plain mapping when that is all),
-    with the snapshot's shares riding along when there are any (:func:`shares_of`)."""
-    held = snapshot.devices_in_use
-    shares = snapshot.shares
-    return InUse(held, in_flight, shares) if in_flight or shares else held
-
-
-def shares_of(busy: Container[DeviceId]) -> Mapping[DeviceId, SharedUse]:
-    """The shares carried by a :func:`busy_view` (none for a plain container)."""
-    return busy.shares if isinstance(busy, InUse) else {}
