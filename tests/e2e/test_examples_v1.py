@@ -148,7 +148,7 @@ def test_v1_examples_schedule_as_described(control_plane: ControlPlane,
     assert all(r["adminAccess"] for r in kept["status.allocation"]["devices"]["results"])
 
 
-def test_admin_access_needs_the_label_and_unsupported_fields_are_reported(
+def test_admin_access_needs_the_label_and_capacity_requests_are_acted_on(
         control_plane: ControlPlane, agents: AgentFactory, kdra: Any, namespace: str) -> None:
     node = unique("v1-rules")
     agents(node, "gpus: ['2 x H100-80GB']\n")
@@ -170,8 +170,8 @@ def test_admin_access_needs_the_label_and_unsupported_fields_are_reported(
                           "resource.kdra.dev/admin-access=true")
     control_plane.kubectl("create", "-f", "-", input=json.dumps(admin))
 
-    # Issue 25: tolerations are acted upon, so they are admitted without a warning; capacity
-    # requests are still reported as not supported (they used to share this test).
+    # Issue 25: tolerations are acted upon, so they are admitted without a warning; issue 26:
+    # capacity requests too (they used to be reported as not supported here).
     tolerating = {"apiVersion": "resource.kdra.dev/v1", "kind": "ResourceClaim",
                   "metadata": {"name": "tolerating", "namespace": namespace},
                   "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
@@ -180,24 +180,40 @@ def test_admin_access_needs_the_label_and_unsupported_fields_are_reported(
                                        "operator": "Exists"}]}}]}}}
     created = control_plane.kubectl("create", "-f", "-", input=json.dumps(tolerating))
     assert "kdra does not support" not in created.stderr, created.stderr
-    capacity = {"apiVersion": "resource.kdra.dev/v1", "kind": "ResourceClaim",
-                "metadata": {"name": "capacity", "namespace": namespace},
+
+    def capacity_claim(name: str, memory: str) -> dict[str, Any]:
+        return {"apiVersion": "resource.kdra.dev/v1", "kind": "ResourceClaim",
+                "metadata": {"name": name, "namespace": namespace},
                 "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
                     "deviceClassName": "gpu.kdra.dev",
-                    "capacity": {"requests": {"memory": "10Gi"}}}}]}}}
-    created = control_plane.kubectl("create", "-f", "-", input=json.dumps(capacity))
-    print(f"\n[capacity requests: admitted with] {created.stderr.strip()}")
-    assert "kdra does not support this field yet" in created.stderr
-    apply(control_plane, gpu_pod("tolerating", namespace,
-                                 [{"name": "gpu", "resourceClaimName": "capacity"}]))
+                    "capacity": {"requests": {"memory": memory}}}}]}}}
+
+    created = control_plane.kubectl("create", "-f", "-",
+                                    input=json.dumps(capacity_claim("too-big", "100Gi")))
+    assert "kdra does not support" not in created.stderr, created.stderr
+    negative = control_plane.kubectl("create", "-f", "-", check=False,
+                                     input=json.dumps(capacity_claim("negative", "-1Gi")))
+    print(f"\n[capacity requests: a negative amount] {negative.stderr.strip()}")
+    assert negative.returncode != 0
+    assert "capacity.requests[memory]: -1Gi is negative" in negative.stderr
+    apply(control_plane, gpu_pod("too-big", namespace,
+                                 [{"name": "gpu", "resourceClaimName": "too-big"}]))
     message = wait_for(lambda: [e["message"] for e in get_json(
         control_plane, "events", "-n", namespace, "--field-selector",
-        "involvedObject.name=tolerating")["items"] if e["reason"] == "FailedScheduling"],
-        timeout=60, what="FailedScheduling for the pod with capacity requests")[-1]
+        "involvedObject.name=too-big")["items"] if e["reason"] == "FailedScheduling"],
+        timeout=60, what="FailedScheduling for the pod asking more memory than a GPU has")[-1]
     print(f"\n[capacity requests: the pod is told] {message}")
-    assert "spec.devices.requests[0].exactly.capacity.requests" in message
-    assert "does not support yet" in message
-    pod = get_json(control_plane, "pod", "tolerating", "-n", namespace)
+    assert ('matching devices lack the capacity asked (or what is left of it) (request "gpu" '
+            'of claim "too-big")') in message
+    pod = get_json(control_plane, "pod", "too-big", "-n", namespace)
     assert not pod["spec"].get("nodeName")
+    control_plane.kubectl("create", "-f", "-", input=json.dumps(capacity_claim("fits", "10Gi")))
+    apply(control_plane, gpu_pod("fits", namespace,
+                                 [{"name": "gpu", "resourceClaimName": "fits"}]))
+    wait_for(lambda: get_json(control_plane, "pod", "fits", "-n", namespace)["spec"].get(
+        "nodeName"), timeout=60, what="the pod asking 10Gi of an 80Gi GPU bound")
+    result = get_json(control_plane, CLAIMS, "fits", "-n", namespace)[
+        "status"]["allocation"]["devices"]["results"][0]
+    assert "shareID" not in result and "consumedCapacity" not in result  # exclusive GPU
     control_plane.kubectl("delete", "deviceclass.resource.kdra.dev", "gpu.kdra.dev",
                           "--ignore-not-found", "--wait=false", check=False)

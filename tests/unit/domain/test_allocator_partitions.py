@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from kdra.domain.allocator import Snapshot, allocate, place
+from kdra.domain.allocator import Placing, Snapshot, allocate, place
 from kdra.domain.allocator.capacity import CapacitySpec, demand, parse_requests, round_up
 from kdra.domain.allocator.fragmentation import stranded
 from kdra.domain.allocator.ledger import Ledger
@@ -393,3 +393,39 @@ def test_scoring_binpacks_shares_onto_the_fullest_device() -> None:
     assert second is not None and second[0].devices.results[0].device == "gpu-a"
     third = allocate([share("third", "40Gi")], snapshot, node())
     assert third is not None and third[0].devices.results[0].device == "gpu-b"
+
+
+def test_counted_placements_are_not_used_when_the_ledger_decides() -> None:
+    """The cluster entry point decides one-request pods by counting free devices; with
+    capacity requests, counters or shares, counting alone is wrong, so the node is searched."""
+    small = device("gpu-0", type="gpu", capacity={"memory": "40Gi"})
+    snapshot = Snapshot.build([slice_with(small)], CLASSES)
+    asked = request("gpu", cls=WHOLE)
+    asked["exactly"]["capacity"] = {"requests": {"memory": "60Gi"}}
+    outcome = place(snapshot, [claim_with(asked)], [node()])
+    assert not outcome.placements
+    assert outcome.reasons[NODE].code == "capacity-exhausted"
+    assert "gpu-0: memory 40Gi, asked 60Gi" in outcome.reasons[NODE].detail
+    snapshot = Snapshot.build(h100s(1), CLASSES)
+    assert take(snapshot, ask("big", "7g.80gb")) is not None
+    outcome = place(snapshot, [ask("small", "1g.10gb")], [node()])
+    assert not outcome.placements and outcome.reasons[NODE].code == "counters-exhausted"
+
+
+def test_still_fits_replays_counters_and_shares_after_the_snapshot_changed() -> None:
+    snapshot = Snapshot.build([*h100s(1), slice_with(shared_gpu(), name="shared",
+                                                     pool="shared")], CLASSES)
+    placing = Placing(snapshot, [ask("p", "4g.40gb")], [node()])
+    outcome = placing.advance(None)
+    assert outcome is not None
+    partition = outcome.placements[NODE]
+    sharing = Placing(snapshot, [share("s", "60Gi")], [node()])
+    shared = sharing.advance(None)
+    assert shared is not None
+    held(snapshot, "other", "gpu-0-mig-1g-10gb-4")  # the 4g at 0 still fits
+    assert placing.still_fits(partition)
+    held(snapshot, "blocker", "gpu-0-mig-1g-10gb-0")
+    assert not placing.still_fits(partition)  # memory slice 0 is gone
+    assert sharing.still_fits(shared.placements[NODE])
+    assert take(snapshot, share("s2", "30Gi")) is not None
+    assert not sharing.still_fits(shared.placements[NODE])  # 30 + 60 > 80

@@ -285,3 +285,15 @@ def test_invalid_slices(case: str, path: str, value: Any, field: str, text: str)
 ])
 def test_field_path(loc: tuple[int | str, ...], path: str) -> None:
     assert field_path(loc) == path
+
+
+def test_capacity_requests_are_bounded() -> None:
+    """Issue 26: at most 32 capacity requests per request (the CRD's limit, kept by the model
+    for objects that bypassed admission)."""
+    many = {f"m{i}": "1" for i in range(33)}
+    with pytest.raises(InvalidObject, match=r"capacity.requests: .*at most 32"):
+        parse_claim(claim(requests=[{"name": "gpu", "exactly": {
+            "deviceClassName": "gpu.kdra.dev", "capacity": {"requests": many}}}]))
+    del many["m32"]
+    assert parse_claim(claim(requests=[{"name": "gpu", "exactly": {
+        "deviceClassName": "gpu.kdra.dev", "capacity": {"requests": many}}}]))

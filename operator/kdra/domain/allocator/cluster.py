@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from kdra.domain.allocator.choices import ChoiceSearch, preference
 from kdra.domain.allocator.diagnosis import count_request, diagnose, raw_counts, summarize
 from kdra.domain.allocator.fragmentation import placement_cost
+from kdra.domain.allocator.ledger import Ledger
 from kdra.domain.allocator.nodeselector import NodeInfo
 from kdra.domain.allocator.pools import DeviceId, NodePools
 from kdra.domain.allocator.prepared import PreparedClaim, PreparedRequest, prepare
@@ -381,8 +382,9 @@ class Placing:
 
     def still_fits(self, placement: Placement) -> bool:
         """Whether ``placement`` (made by this evaluation) can still be taken: the snapshot did
-        not change since the evaluation started, or the node's pools are the same and none of
-        the placement's devices is in use now."""
+        not change since the evaluation started, or the node's pools are the same, none of
+        the placement's exclusive devices is in use now, and its counters and shares still
+        fit (replayed on a fresh :class:`~.ledger.Ledger`)."""
         snapshot = self.snapshot
         if snapshot.version == self.version or placement.pools is None:
             return True
@@ -392,11 +394,16 @@ class Placing:
         picks = placement.search()
         if picks is None:
             return False
-        if any(pick.consumed is not None for chosen in picks for pick in chosen):
-            return False  # counters or shares may have moved: search again (conservative)
         busy = busy_view(snapshot, self.in_flight)
-        return not any(pick.entry.id in busy for chosen in picks for pick in chosen
-                       if not pick.request.admin_access)
+        if any(pick.entry.id in busy for chosen in picks for pick in chosen
+               if not pick.request.admin_access):
+            return False
+        ledgered = [pick for chosen in picks for pick in chosen if pick.consumed is not None]
+        if not ledgered:
+            return True
+        ledger = Ledger(placement.pools, busy, snapshot.shares)
+        return all(ledger.admit(pick.entry, pick.request.capacity) is not None
+                   for pick in ledgered)
 
 
 def _sole_request(prepared: Sequence[PreparedClaim]) -> PreparedRequest | None:

@@ -274,12 +274,12 @@ def _ledger_reason(prepared: Sequence[PreparedClaim], pools: NodePools,
             capacity = any(entry.shared or request.capacity for entry, why in shortfalls
                            if why is not None and not entry.consumes)
             code = ReasonCode.CAPACITY_EXHAUSTED if capacity else ReasonCode.COUNTERS_EXHAUSTED
-            what = "capacity" if capacity else "shared counters"
+            what = ("matching devices lack the capacity asked (or what is left of it)"
+                    if capacity else "shared counters of the matching devices used up")
             more = f"; and {len(named) - 4} more" if len(named) > 4 else ""
             return Reason(
                 code,
-                f'{what} of the matching devices used up (request "{request.name}" of claim '
-                f'"{request.claim_name}")',
+                f'{what} (request "{request.name}" of claim "{request.claim_name}")',
                 "; ".join(named[:4]) + more + f" ({request.describe()})",
             )
     return None

@@ -67,8 +67,12 @@ class DeviceToleration(_Model):
     toleration_seconds: int | None = None
 
 
+MAX_CAPACITY_REQUESTS = 32
+
+
 class CapacityRequirements(_Model):
-    requests: dict[str, str] | None = None
+    requests: dict[str, str] | None = Field(default=None, max_length=MAX_CAPACITY_REQUESTS)
+    """Capacity name → amount (a quantity string); at most 32, as the CRD schema says."""
 
 
 class BaseDeviceRequest(_Model):
