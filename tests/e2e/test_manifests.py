@@ -40,7 +40,8 @@ REAL_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"
 KUSTOMIZATIONS = ("base", "base/crds", "overlays/kind", "overlays/nvidia", "overlays/node",
                   "overlays/node/examples", "overlays/servicemonitor", "webhooks",
                   "examples/gpu", "examples/extended", "examples/seed",
-                  "examples/seed-static-slice", "examples/v1", "examples/quota", "simulation")
+                  "examples/seed-static-slice", "examples/v1", "examples/quota",
+                  "examples/partitions", "examples/sharing", "simulation")
 DRY_RUN = ("base", "overlays/kind", "overlays/nvidia", "overlays/node", "examples/gpu",
            "examples/extended", "examples/quota")
 SIMULATION = f"system:serviceaccount:{SYSTEM}:kdra-agent-simulation"

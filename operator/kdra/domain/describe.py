@@ -32,6 +32,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kdra.domain.describe_gpus import (
+    PartitionedGpu,
+    SharedDevice,
+    gpu_views,
+    gpus_json,
+    render_gpus,
+)
 from kdra.domain.tables import table as _table
 
 __all__ = [
@@ -75,10 +82,15 @@ class DeviceRow:
     holders: tuple[Holder, ...] = ()
     taints: tuple[str, ...] = ()
     """Acting taints as ``key=value:Effect``."""
+    blocked: str = ""
+    """Nobody holds it, but a counter it consumes has no room left (``gpu-0 memory-slice-4``:
+    another partition occupies the slice)."""
 
     @property
     def state(self) -> str:
         state = "allocated" if self.holders else "free"
+        if self.blocked:
+            state = f"blocked ({self.blocked} in use)"
         return f"{state} (tainted {', '.join(self.taints)})" if self.taints else state
 
 
@@ -102,9 +114,10 @@ class PoolRow:
 
     @property
     def free(self) -> int:
-        """Devices nobody holds and no acting taint keeps from new claims (as ``kubectl kdra
-        free`` counts them)."""
-        return sum(1 for device in self.devices if not device.holders and not device.taints)
+        """Devices nobody holds and neither an acting taint nor a full counter keeps from new
+        claims (as ``kubectl kdra free`` counts them)."""
+        return sum(1 for device in self.devices
+                   if not device.holders and not device.taints and not device.blocked)
 
 
 @dataclass(frozen=True)
@@ -149,6 +162,10 @@ class ClaimRow:
 class Description:
     pools: tuple[PoolRow, ...]
     claims: tuple[ClaimRow, ...]
+    gpus: tuple[PartitionedGpu, ...] = ()
+    """Partitioned GPUs of the kept pools (:mod:`kdra.domain.describe_gpus`)."""
+    shared: tuple[SharedDevice, ...] = ()
+    """Devices several claims share, with their shares."""
 
     def to_json(self) -> dict[str, Any]:
         """Plain data for ``--output json`` (stable keys; counts precomputed)."""
@@ -159,7 +176,7 @@ class Description:
                 "total": pool.total, "allocated": pool.allocated, "free": pool.free,
                 "devices": [{
                     "name": device.name, "details": device.details, "state": device.state,
-                    "taints": list(device.taints),
+                    "taints": list(device.taints), "blocked": device.blocked,
                     "claims": [{"claim": h.claim, "request": h.request, "pods": list(h.pods),
                                 "ready": h.ready} for h in device.holders],
                 } for device in pool.devices],
@@ -171,6 +188,7 @@ class Description:
                              "device": d.device, "ready": d.ready, "published": d.published}
                             for d in claim.devices],
             } for claim in self.claims],
+            **gpus_json(self.gpus, self.shared),
         }
 
 
@@ -185,6 +203,7 @@ def describe(slices: Iterable[JSON], claims: Iterable[JSON], *, node: str | None
     claims holding a device of a kept pool or allocated on that node (pending claims are
     kept unless a filter is given).
     """
+    claims = list(claims)
     claim_rows = claims_of(claims)
     holders: dict[tuple[str, str, str], list[Holder]] = {}
     for row in claim_rows:
@@ -192,8 +211,10 @@ def describe(slices: Iterable[JSON], claims: Iterable[JSON], *, node: str | None
             holders.setdefault((device.driver, device.pool, device.device), []).append(
                 Holder(claim=row.key, request=device.request, pods=row.pods,
                        ready=device.ready))
-    every_pool = [_pool_row(key, members, holders)
-                  for key, members in _newest_pools(slices).items()]
+    newest = _newest_pools(slices)
+    views = gpu_views(newest, claims)
+    every_pool = [_pool_row(key, members, holders, views.blocked)
+                  for key, members in newest.items()]
     published = {(pool.driver, pool.pool, device.name) for pool in every_pool
                  for device in pool.devices}
     pools = [pool for pool in every_pool
@@ -214,7 +235,10 @@ def describe(slices: Iterable[JSON], claims: Iterable[JSON], *, node: str | None
             final_claims.append(row)
     pools.sort(key=lambda p: (natural(p.node), p.driver, natural(p.pool)))
     final_claims.sort(key=lambda c: (c.namespace, natural(c.name)))
-    return Description(pools=tuple(pools), claims=tuple(final_claims))
+    return Description(
+        pools=tuple(pools), claims=tuple(final_claims),
+        gpus=tuple(g for g in views.gpus if (g.driver, g.pool) in kept_pools),
+        shared=tuple(d for d in views.shared if (d.driver, d.pool) in kept_pools))
 
 
 def _newest_pools(slices: Iterable[JSON]) -> dict[tuple[str, str], list[JSON]]:
@@ -234,7 +258,8 @@ def _newest_pools(slices: Iterable[JSON]) -> dict[tuple[str, str], list[JSON]]:
 
 
 def _pool_row(key: tuple[str, str], members: list[JSON],
-              holders: Mapping[tuple[str, str, str], list[Holder]]) -> PoolRow:
+              holders: Mapping[tuple[str, str, str], list[Holder]],
+              blocked: Mapping[tuple[str, str, str], str]) -> PoolRow:
     driver, name = key
     members = sorted(members, key=lambda s: str(_map(s.get("metadata")).get("name") or ""))
     first = _map(members[0].get("spec"))
@@ -250,7 +275,8 @@ def _pool_row(key: tuple[str, str], members: list[JSON],
             devices.append(DeviceRow(
                 name=device_name, details=_details(_map(device), driver),
                 holders=tuple(holders.get((driver, name, device_name), ())),
-                taints=_taints(_map(device))))
+                taints=_taints(_map(device)),
+                blocked=blocked.get((driver, name, device_name), "")))
     devices.sort(key=lambda d: natural(d.name))
     return PoolRow(node=_slice_node(first), driver=driver, pool=name,
                    generation=_generation(members[0]), complete=len(members) == expected,
@@ -289,8 +315,8 @@ def _details(device: JSON, driver: str) -> str:
                 values[name] = str(value[kind]).lower() if kind == "bool" else str(value[kind])
                 break
     for name in DETAIL_ATTRIBUTES:
-        if name in values:
-            return values[name]
+        if name in values:  # a partition says which: "NVIDIA H100 80GB HBM3 3g.40gb"
+            return " ".join(v for v in (values[name], values.get("profile")) if v)
     strings = sorted((name, value) for name, value in values.items() if "/" not in name)
     return ",".join(f"{name}={value}" for name, value in strings[:MAX_DETAIL_ATTRIBUTES])
 
@@ -417,6 +443,7 @@ def render(description: Description, *, devices: bool = True) -> str:
                     for device in pool.devices for holder in (device.holders or (None,))]
             out.append(_table(("NODE", "POOL", "DEVICE", "DETAILS", "STATE", "CLAIM", "REQUEST",
                                "PODS", "READY"), rows))
+        out += render_gpus(description.gpus, description.shared)
     else:
         out.append("No ResourceSlices: no node agent publishes devices (yet).")
     if description.claims:

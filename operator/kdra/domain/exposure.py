@@ -176,7 +176,7 @@ def decide(pod: PodInfo, container: str, env: Sequence[str],
                 if len(pod.annotations.get(CLAIM_STATUSES_ANNOTATION, "")) <= MAX_ANNOTATION
                 else {})
     by_name = {c.name: c for c in claims if c.namespace == pod.namespace}
-    devices: dict[tuple[str, str, str], PreparedDevice] = {}
+    devices: dict[tuple[tuple[str, str, str], str], PreparedDevice] = {}  # (key, shareID)
     for entry in entries:
         if entry.containers is not None and container not in entry.containers:
             continue
@@ -198,7 +198,7 @@ def decide(pod: PodInfo, container: str, env: Sequence[str],
         for device in claim.devices:
             if not entry.shows(container, device.request):
                 continue
-            devices.setdefault(device.key, device)
+            devices.setdefault((device.key, device.share_id), device)
     return _adjustment(tuple(devices.values()), env)
 
 
@@ -215,9 +215,9 @@ def _resolve(entry: PodClaim, statuses: Mapping[str, str],
 
 def _adjustment(devices: Sequence[PreparedDevice], env: Sequence[str]) -> Adjustment:
     present = {item.split("=", 1)[0] for item in env}
-    listed = tuple(f"{d.driver}/{d.pool}/{d.device}" for d in devices)
-    uuids = [str(d.data["uuid"]) for d in devices
-             if d.driver == GPU_DRIVER and isinstance(d.data.get("uuid"), str)]
+    listed = tuple(dict.fromkeys(f"{d.driver}/{d.pool}/{d.device}" for d in devices))
+    uuids = list(dict.fromkeys(str(d.data["uuid"]) for d in devices
+                               if d.driver == GPU_DRIVER and isinstance(d.data.get("uuid"), str)))
     settings: list[tuple[str, str]] = []
     if listed or DEVICES_ENV in present:
         settings.append((DEVICES_ENV, ",".join(listed)))

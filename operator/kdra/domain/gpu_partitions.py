@@ -56,7 +56,6 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from kdra.domain.inventory import parse_inventory
 from kdra.domain.models.base import DNS_LABEL
 
 PARTITION_DEVICE_TYPE = "mig"
@@ -268,6 +267,8 @@ def node_slices(node: str, gpus: str, *, driver: str = "gpu.kdra.dev",
     inventory's shorthand) are all partitionable: device slices of at most 4 GPUs (60
     devices ≤ 64) and counter slices of at most 8 sets, one pool named after the node. For
     tests, benchmarks and the fake agent; the same layout the agent publishes."""
+    from kdra.domain.inventory import parse_inventory  # inventory imports this module
+
     inventory = parse_inventory(f"gpus: ['{gpus}']", node)
     sets: list[dict[str, Any]] = []
     groups: list[list[dict[str, Any]]] = []

@@ -25,6 +25,8 @@ Inventory format (every key optional, unknown keys are errors)::
       driverVersion: 550.54.15
       cudaDriverVersion: 12.4.0
       unhealthy: [3]                # local indexes reported unhealthy
+      partitions: mig               # also publish MIG-like partitions (docs/partitions.md)
+      sharing: memory               # or: one device many claims share by memory
     devices:
     - name: kitten-0                # a DNS label
       driver: resource-driver.example.com
@@ -48,13 +50,14 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import yaml
 
 from kdra import API_VERSION, GROUP
 from kdra.domain.errors import InvalidObject
+from kdra.domain.gpu_modes import gpu_mode
 from kdra.domain.gpu_profiles import (
     DEFAULT_CUDA_DRIVER_VERSION,
     DEFAULT_DRIVER_VERSION,
@@ -65,6 +68,7 @@ from kdra.domain.gpu_profiles import (
     fake_pci_bus_id,
     parse_gpu_shorthand,
 )
+from kdra.domain.inventory_devices import AttributeValue, CounterUse, Inventory, InventoryDevice
 from kdra.domain.models import (
     C_IDENTIFIER,
     DNS_LABEL,
@@ -73,75 +77,19 @@ from kdra.domain.models import (
     MAX_ATTRIBUTES_AND_CAPACITY,
     MAX_DEVICES_PER_SLICE,
 )
-from kdra.domain.models.base import MAX_DEVICES_PER_SLICE_ADVANCED
+from kdra.domain.pool_layout import layout
 from kdra.domain.quantity import is_valid_quantity
 from kdra.domain.semver import is_valid_version
-from kdra.domain.taints import Taint
 
-AttributeValue = Mapping[str, int | bool | str]
-"""One attribute in the API's form: exactly one of ``{"int": 1}``, ``{"bool": true}``,
-``{"string": "x"}``, ``{"version": "1.2.3"}``."""
+__all__ = ["AttributeValue", "CounterUse", "Inventory", "InventoryDevice"]
+"""Re-exported: the device types live in :mod:`kdra.domain.inventory_devices`. (Every other
+public name of this module is imported by its own name.)"""
 
 MAX_SLICE_NAME = 253
 MAX_GPUS = 4096
 
 
 # --------------------------------------------------------------------------- devices
-
-
-@dataclass(frozen=True)
-class InventoryDevice:
-    """One device a node has, as the agent knows it (published or not)."""
-
-    driver: str
-    name: str
-    attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
-    capacity: Mapping[str, str] = field(default_factory=dict)
-    healthy: bool = True
-    health_reason: str = ""
-    """Why the device is unhealthy (empty when healthy)."""
-    device_nodes: tuple[str, ...] = ()
-    """Host device nodes a container needs (``/dev/nvidia3``): set only for real GPUs."""
-    taints: tuple[Taint, ...] = ()
-    """Taints to publish (the agent's health loop sets them; discovery never does)."""
-
-    def attribute(self, name: str) -> int | bool | str | None:
-        value = self.attributes.get(name)
-        return next(iter(value.values())) if value else None
-
-    def to_api(self) -> dict[str, Any]:
-        """The device as it appears in a v1 ``ResourceSlice.spec.devices[]``."""
-        device: dict[str, Any] = {"name": self.name}
-        if self.attributes:
-            device["attributes"] = {k: dict(v) for k, v in sorted(self.attributes.items())}
-        if self.capacity:
-            device["capacity"] = {k: {"value": v} for k, v in sorted(self.capacity.items())}
-        if self.taints:
-            device["taints"] = [taint.to_api() for taint in self.taints]
-        return device
-
-
-@dataclass(frozen=True)
-class Inventory:
-    """Every device of one node, in publication order."""
-
-    devices: tuple[InventoryDevice, ...] = ()
-
-    @property
-    def drivers(self) -> tuple[str, ...]:
-        """The drivers with at least one device, in order of first appearance."""
-        return tuple(dict.fromkeys(device.driver for device in self.devices))
-
-    def for_driver(self, driver: str) -> tuple[InventoryDevice, ...]:
-        return tuple(device for device in self.devices if device.driver == driver)
-
-    def device(self, driver: str, name: str) -> InventoryDevice | None:
-        return next((d for d in self.devices if d.driver == driver and d.name == name), None)
-
-    def health_counts(self) -> tuple[int, int]:
-        """(healthy, unhealthy) device counts."""
-        healthy = sum(1 for device in self.devices if device.healthy)
-        return healthy, len(self.devices) - healthy
 
 
 def string_attr(value: str) -> AttributeValue:
@@ -242,7 +190,7 @@ class _Doc:
 
 _TOP_KEYS = {"driver", "gpus", "devices"}
 _GPU_KEYS = {"profile", "count", "driver", "numaNodes", "gpusPerPcieRoot", "driverVersion",
-             "cudaDriverVersion", "unhealthy"}
+             "cudaDriverVersion", "unhealthy", "partitions", "sharing"}
 _DEVICE_KEYS = {"name", "driver", "attributes", "capacity", "count", "healthy"}
 _ATTRIBUTE_KINDS = ("int", "bool", "string", "version")
 
@@ -347,9 +295,12 @@ def _parse_gpus(doc: _Doc, entries: Any, node: str,
             doc.fail(f"{path}.unhealthy", "must be a list of indexes within this entry")
         bad = {_int(doc, i, f"{path}.unhealthy[{n}]", minimum=0, maximum=count - 1)
                for n, i in enumerate(unhealthy)}
+        mode = gpu_mode(entry.get("partitions"), entry.get("sharing"), profile.name)
+        if isinstance(mode, tuple):
+            doc.fail(f"{path}.{mode[0]}", mode[1])
         for local in range(count):
             uuid = fake_gpu_uuid(node, index)
-            devices.append((InventoryDevice(
+            devices.extend((device, path) for device in mode(InventoryDevice(
                 driver=driver,
                 name=f"gpu-{index}",
                 attributes=gpu_attributes(
@@ -364,7 +315,7 @@ def _parse_gpus(doc: _Doc, entries: Any, node: str,
                 capacity={"memory": profile.memory},
                 healthy=local not in bad,
                 health_reason="marked unhealthy in the inventory" if local in bad else "",
-            ), path))
+            )))
             index += 1
     return devices
 
@@ -537,13 +488,13 @@ def build_slices(*, node: str, driver: str, devices: Sequence[InventoryDevice], 
                  owner: Mapping[str, str] | None = None,
                  labels: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """The pool ``node`` of ``driver``: every device, at most 128 per slice (64 when a device
-    of the pool has taints, upstream's limit), every slice with ``nodeName``, the same
-    ``generation`` and ``resourceSliceCount``.
+    of the pool has taints or consumes counters, upstream's limit), the counter sets the
+    devices provide in slices of their own (:mod:`kdra.domain.pool_layout`), every slice with
+    ``nodeName``, the same ``generation`` and ``resourceSliceCount``.
 
     ``owner`` is the Node (``{"name", "uid"}``): the slices get an owner reference to it, so
     deleting the Node deletes them (the API server's garbage collector)."""
-    tainted = any(device.taints for device in devices)
-    parts = chunk(devices, MAX_DEVICES_PER_SLICE_ADVANCED if tainted else MAX_DEVICES_PER_SLICE)
+    parts = layout(devices)
     slices = []
     for index, part in enumerate(parts):
         metadata: dict[str, Any] = {"name": slice_name(node, driver, index)}
@@ -562,7 +513,9 @@ def build_slices(*, node: str, driver: str, devices: Sequence[InventoryDevice], 
                 "nodeName": node,
                 "pool": {"name": node, "generation": generation,
                          "resourceSliceCount": len(parts)},
-                "devices": [device.to_api() for device in part],
+                **({"sharedCounters": [c.to_api() for c in part.counter_sets]}
+                   if part.counter_sets else
+                   {"devices": [device.to_api() for device in part.devices]}),
             },
         })
     return slices

@@ -8,9 +8,10 @@ kdra's agent does the same job from the claim itself (UPSTREAM.md §6). This mod
   :func:`wants_prepared`: whether the claim should be prepared there now (allocated to the
   pool and ``reservedFor`` non-empty, not being deleted).
 - :func:`build_cdi_spec`: the CDI spec (``cdiVersion 0.6.0``) of one claim and driver: one
-  CDI device per claim+device named ``<claim-uid>-<device>``, with env named after the
-  device (``KDRA_DEVICE_GPU_0_UUID``), host ``deviceNodes`` for real (NVML) GPUs and a
-  ``/dev/kdra/<device>`` node for fake ones.
+  CDI device per claim+device named ``<claim-uid>-<device>`` (``-<shareID>`` added for a
+  share of a device several claims hold), with env named after the device
+  (``KDRA_DEVICE_GPU_0_UUID``; a partition's or share's from :mod:`kdra.domain.shares`), host
+  ``deviceNodes`` for real (NVML) GPUs and a ``/dev/kdra/<device>`` node for fake ones.
 - :class:`Checkpoint`: the agent's durable record of the claims it prepared, with a checksum.
 - :func:`device_statuses` / :func:`merge_device_statuses`: the ``status.devices[]`` entries
   (condition ``Ready``) and how they replace the agent's own entries while keeping every entry
@@ -37,6 +38,7 @@ import orjson
 
 from kdra.domain.gpu_profiles import GPU_DRIVER
 from kdra.domain.inventory import InventoryDevice
+from kdra.domain.shares import share_data, share_env
 
 CDI_VERSION = "0.6.0"
 CDI_VENDOR = "kdra.dev"
@@ -65,6 +67,10 @@ class Result:
     driver: str
     pool: str
     device: str
+    share_id: str = ""
+    """The result's ``shareID``: set for a share of a device several claims hold at once."""
+    consumed_capacity: tuple[tuple[str, str], ...] = ()
+    """The result's ``consumedCapacity`` as sorted (capacity, quantity) pairs."""
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -79,10 +85,13 @@ def admin_requests(claim: Mapping[str, Any]) -> frozenset[str]:
 
 
 def busy_devices(checkpoint: Checkpoint, uid: str) -> dict[tuple[str, str, str], ClaimRef]:
-    """Devices the checkpoint holds for claims other than ``uid`` (admin access aside): a
-    device is prepared for at most one claim at a time, whatever the allocations say."""
+    """Devices the checkpoint holds for claims other than ``uid`` (admin access and shares
+    aside): a device is prepared for at most one claim at a time, whatever the allocations
+    say. (Shares of a device are bounded by its capacity instead, partitions by their GPU's
+    counters: :mod:`kdra.domain.node_accounting`.)"""
     return {device.key: entry.claim for entry in checkpoint.claims.values()
-            if entry.claim.uid != uid for device in entry.devices if not device.admin_access}
+            if entry.claim.uid != uid for device in entry.devices
+            if not device.admin_access and not device.share_id}
 
 
 def still_holds(claim: Mapping[str, Any] | None, holder: ClaimRef,
@@ -106,8 +115,12 @@ def our_results(claim: Mapping[str, Any], node: str, drivers: Iterable[str]) -> 
     results = []
     for entry in (allocation.get("devices") or {}).get("results") or ():
         if entry.get("driver") in wanted and entry.get("pool") == node:
-            results.append(Result(str(entry.get("request", "")), entry["driver"], node,
-                                  str(entry.get("device", ""))))
+            consumed = entry.get("consumedCapacity")
+            results.append(Result(
+                str(entry.get("request", "")), entry["driver"], node,
+                str(entry.get("device", "")), str(entry.get("shareID") or ""),
+                tuple(sorted((str(k), str(v)) for k, v in consumed.items()))
+                if isinstance(consumed, Mapping) else ()))
     return results
 
 
@@ -142,13 +155,15 @@ def cdi_kind(driver: str) -> str:
     return f"{CDI_VENDOR}/{cdi_class(driver)}"
 
 
-def cdi_device_name(claim_uid: str, device: str) -> str:
-    return f"{claim_uid}-{device}"
+def cdi_device_name(claim_uid: str, device: str, share_id: str = "") -> str:
+    """``<claim-uid>-<device>``, and ``-<shareID>`` for a share (one claim may hold two
+    shares of one device)."""
+    return f"{claim_uid}-{device}-{share_id}" if share_id else f"{claim_uid}-{device}"
 
 
-def cdi_device_id(driver: str, claim_uid: str, device: str) -> str:
+def cdi_device_id(driver: str, claim_uid: str, device: str, share_id: str = "") -> str:
     """The fully qualified CDI device name a runtime is asked for: ``kdra.dev/gpu=<uid>-gpu-0``."""
-    return f"{cdi_kind(driver)}={cdi_device_name(claim_uid, device)}"
+    return f"{cdi_kind(driver)}={cdi_device_name(claim_uid, device, share_id)}"
 
 
 def cdi_file_name(driver: str, claim_uid: str) -> str:
@@ -189,7 +204,8 @@ def env_name(device: str) -> str:
 
 
 def build_cdi_spec(*, node: str, claim: ClaimRef, driver: str,
-                   devices: Sequence[InventoryDevice]) -> JSON:
+                   devices: Sequence[InventoryDevice],
+                   prepared: Sequence[PreparedDevice] = ()) -> JSON:
     """The CDI spec of ``claim``'s ``devices`` of ``driver`` on ``node``: the single
     description of what each device gives a container (containerd injects it when the
     agent's NRI plugin names the device at container creation).
@@ -202,12 +218,22 @@ def build_cdi_spec(*, node: str, claim: ClaimRef, driver: str,
     Every variable is named after its device, so a container with several claims' devices
     gets them all (CDI env edits replace a variable of the same name). The lists over a
     container's devices, ``KDRA_DEVICES`` and ``NVIDIA_VISIBLE_DEVICES``, are set by the NRI
-    plugin (:mod:`kdra.domain.exposure`), never by a spec. Spec-wide: ``KDRA_NODE_NAME``."""
+    plugin (:mod:`kdra.domain.exposure`), never by a spec. Spec-wide: ``KDRA_NODE_NAME``.
+
+    ``prepared`` (the recorded results of ``devices``, in claim order): one CDI device per
+    result — a share gets its own (named with its ``shareID``) — with the partition's or
+    share's env from its recorded data (:func:`kdra.domain.shares.share_env`)."""
+    by_name = {device.name: device for device in devices}
+    pairs: list[tuple[InventoryDevice, PreparedDevice | None]] = (
+        [(by_name[p.device], p) for p in prepared
+         if p.driver == driver and p.device in by_name] if prepared
+        else [(device, None) for device in devices])
     cdi_devices: list[JSON] = []
-    for device in devices:
+    for device, record in pairs:
         name = env_name(device.name)
         env = [f"{name}={driver}/{node}/{device.name}", f"{name}_CLAIM={claim.key}"]
-        uuid = device.attribute("uuid")
+        data: Mapping[str, Any] = record.data if record is not None else {}
+        uuid = data.get("uuid", device.attribute("uuid"))
         if isinstance(uuid, str):
             env.append(f"{name}_UUID={uuid}")
         if driver != GPU_DRIVER:
@@ -217,13 +243,15 @@ def build_cdi_spec(*, node: str, claim: ClaimRef, driver: str,
                 if attribute != "uuid" and value is not None:
                     text = str(value).lower() if isinstance(value, bool) else str(value)
                     env.append(f"{name}_{suffix}={text}")
+        env += share_env(name, data)
         edits: JSON = {"env": env}
         if device.device_nodes:
             edits["deviceNodes"] = [{"path": path} for path in device.device_nodes]
         elif driver == GPU_DRIVER:
             edits["deviceNodes"] = [{"path": f"{FAKE_DEVICE_DIR}/{device.name}",
                                      **FAKE_DEVICE_NODE}]
-        cdi_devices.append({"name": cdi_device_name(claim.uid, device.name),
+        share = record.share_id if record is not None else ""
+        cdi_devices.append({"name": cdi_device_name(claim.uid, device.name, share),
                             "containerEdits": edits})
     return {
         "cdiVersion": CDI_VERSION,
@@ -261,6 +289,10 @@ class PreparedDevice:
     """What goes into ``status.devices[].data`` (uuid, productName, cdiDeviceIDs)."""
     admin_access: bool = False
     """Prepared for an adminAccess request: it does not make the device busy for others."""
+    share_id: str = ""
+    """A share of a device several claims hold (the result's ``shareID``)."""
+    consumed_capacity: tuple[tuple[str, str], ...] = ()
+    """What the share takes of the device's capacity (the result's ``consumedCapacity``)."""
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -272,13 +304,20 @@ class PreparedDevice:
                      "data": dict(self.data)}
         if self.admin_access:
             out["adminAccess"] = True
+        if self.share_id:
+            out["shareID"] = self.share_id
+        if self.consumed_capacity:
+            out["consumedCapacity"] = dict(self.consumed_capacity)
         return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> PreparedDevice:
+        consumed = data.get("consumedCapacity") or {}
         return cls(str(data["request"]), str(data["driver"]), str(data["pool"]),
                    str(data["device"]), tuple(str(i) for i in data.get("cdiDeviceIDs", ())),
-                   dict(data.get("data") or {}), bool(data.get("adminAccess", False)))
+                   dict(data.get("data") or {}), bool(data.get("adminAccess", False)),
+                   str(data.get("shareID") or ""),
+                   tuple(sorted((str(k), str(v)) for k, v in consumed.items())))
 
 
 ClaimState = Literal["preparing", "prepared"]
@@ -378,16 +417,18 @@ def prepared_devices(claim: ClaimRef, results: Sequence[Result],
     prepared = []
     for result in results:
         device = devices[(result.driver, result.device)]
-        ids = (cdi_device_id(result.driver, claim.uid, result.device),)
+        ids = (cdi_device_id(result.driver, claim.uid, result.device, result.share_id),)
         data: dict[str, Any] = {}
         for name in ("uuid", "productName"):
             value = device.attribute(name)
             if value is not None:
                 data[name] = value
+        data.update(share_data(device, result.pool, result.share_id, result.consumed_capacity))
         data["cdiDeviceIDs"] = list(ids)
         admin = result.request.split("/", 1)[0] in admin_requests
         prepared.append(PreparedDevice(result.request, result.driver, result.pool,
-                                       result.device, ids, data, admin))
+                                       result.device, ids, data, admin, result.share_id,
+                                       result.consumed_capacity))
     return tuple(prepared)
 
 
@@ -407,11 +448,14 @@ class DeviceOutcome:
     data: Mapping[str, Any] | None = None
     health: tuple[bool, str, str] | None = None
     """(healthy, reason, message) for the ``Healthy`` condition; None: not reported."""
+    share_id: str = ""
+    """The share's ``shareID`` (``status.devices[]`` entries are keyed by it too)."""
 
 
 def ready_outcomes(devices: Sequence[PreparedDevice]) -> list[DeviceOutcome]:
     return [DeviceOutcome(d.driver, d.pool, d.device, True, "Prepared",
-                          "CDI devices: " + ", ".join(d.cdi_device_ids), d.data)
+                          "CDI devices: " + ", ".join(d.cdi_device_ids), d.data,
+                          share_id=d.share_id)
             for d in devices]
 
 
@@ -420,11 +464,13 @@ def device_statuses(outcomes: Sequence[DeviceOutcome], *, now: str,
                     generation: int | None = None) -> list[JSON]:
     """``status.devices[]`` entries for ``outcomes``. A condition whose status did not change
     keeps its ``lastTransitionTime`` from ``previous`` (so re-reporting is a no-op)."""
-    before = {(e.get("driver"), e.get("pool"), e.get("device")): e for e in previous}
+    before = {(e.get("driver"), e.get("pool"), e.get("device"), e.get("shareID") or ""): e
+              for e in previous}
     entries = []
     for outcome in outcomes:
         status = "True" if outcome.ready else "False"
-        old = before.get((outcome.driver, outcome.pool, outcome.device)) or {}
+        old = before.get((outcome.driver, outcome.pool, outcome.device,
+                          outcome.share_id)) or {}
         old_condition = next((c for c in old.get("conditions") or ()
                               if c.get("type") == READY), None)
         since = now
@@ -452,6 +498,8 @@ def device_statuses(outcomes: Sequence[DeviceOutcome], *, now: str,
             conditions.append(health)
         entry: JSON = {"driver": outcome.driver, "pool": outcome.pool, "device": outcome.device,
                        "conditions": conditions}
+        if outcome.share_id:
+            entry["shareID"] = outcome.share_id
         if outcome.data:
             entry["data"] = dict(outcome.data)
         entries.append(entry)

@@ -94,6 +94,8 @@ class Device:
     pool: str
     name: str
     claim: JSON
+    share_id: str = ""
+    """The result's shareID (a share of a device several claims hold)."""
 
     @property
     def listed(self) -> str:
@@ -123,14 +125,15 @@ def container_devices(cluster: RealCluster, pod: JSON, container: str) -> list[D
                 continue
             if own and result["request"] not in own:
                 continue
-            devices.append(Device(result["driver"], result["pool"], result["device"], claim))
+            devices.append(Device(result["driver"], result["pool"], result["device"], claim,
+                                  result.get("shareID") or ""))
     return devices
 
 
 def _spec_device(device: Device) -> tuple[JSON, JSON]:
     """(spec, device entry) of ``device`` in the agent's CDI spec files on the host."""
     uid = device.claim["metadata"]["uid"]
-    wanted = cdi_device_name(uid, device.name)
+    wanted = cdi_device_name(uid, device.name, device.share_id)
     for path in sorted(CDI_DIR.glob("*.json")):
         spec = json.loads(path.read_text())
         for entry in spec.get("devices", []):

@@ -201,3 +201,17 @@ def test_prepared_claim(claim: dict[str, Any], entry: ClaimEntry | None,
     view = prepared_claim(claim, entry, NODE, [GPU])
     assert (view.namespace, view.name, view.pod_claim_name) == ("ns", "c", "gpu")
     assert view.devices == (ENTRY.devices if prepared else None)
+
+
+def test_two_shares_of_one_gpu_give_both_cdi_devices_and_one_listing() -> None:
+    shares = tuple(PreparedDevice("gpu", GPU, NODE, "gpu-0",
+                                  (cdi_device_id(GPU, "uid-h", "gpu-0", share),),
+                                  {"uuid": "GPU-0000"}, share_id=share)
+                   for share in ("s-1", "s-2"))
+    claim = PreparedClaim("ns", "halves", "uid-h", devices=shares)
+    decision = decide(pod([{"name": "g", "resourceClaimName": "halves"}]), "main", [],
+                      [claim], NODE)
+    assert decision == Adjustment(
+        ("kdra.dev/gpu=uid-h-gpu-0-s-1", "kdra.dev/gpu=uid-h-gpu-0-s-2"),
+        (("KDRA_DEVICES", f"{GPU}/{NODE}/gpu-0"), ("NVIDIA_VISIBLE_DEVICES", "GPU-0000")),
+        (f"{GPU}/{NODE}/gpu-0",))

@@ -354,3 +354,22 @@ def test_node_health_applies_at_once_first_then_debounces(tmp_path: Path) -> Non
                              now="2026-12-02T00:00:06Z")
     assert [(c["type"], c["status"], c["reason"]) for c in entry["conditions"]] == [
         ("Ready", "True", "Prepared"), ("Healthy", "False", "MarkedLost")]
+
+
+def test_a_mark_on_a_gpu_taints_its_partitions(tmp_path: Path) -> None:
+    from kdra.services.agent.node_health import NodeHealth
+
+    marks = tmp_path / "marks.json"
+    inventory = parse_inventory("gpus: [{profile: A100-40GB, count: 2, partitions: mig}]", "n")
+    health = NodeHealth("n", (InventoryHealth(), MarksFile(marks)), debounce=0, settle=0,
+                        clock=Clock())
+    write_mark(marks, Mark("n", GPU, "gpu-1", Health.LOST, "MarkedLost"))
+    health.check(inventory)
+    tainted = {d.name for d in map(health.tainted, inventory.devices) if d.taints}
+    assert tainted == {d.name for d in inventory.devices
+                       if d.name == "gpu-1" or d.parent == "gpu-1"}
+    assert len(tainted) == 15
+    sick = next(d for d in inventory.devices if d.parent == "gpu-1")
+    healthy, reason, _ = health.condition(GPU, sick.name, sick.parent)
+    assert (healthy, reason) == (False, "MarkedLost")
+    assert health.condition(GPU, sick.name)[0] is True  # without its parent: its own health

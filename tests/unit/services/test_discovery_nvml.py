@@ -197,3 +197,98 @@ def test_fake_discovery_signature_follows_the_file(tmp_path: Path) -> None:
     path.write_text("gpus: ['2 x T4-16GB']\n")
     assert discovery.signature() != first
     assert len(discovery.discover("n").devices) == 2
+
+
+# --------------------------------------------------------------------------- MIG
+
+
+class Placement:
+    def __init__(self, start: int, size: int) -> None:
+        self.start = start
+        self.size = size
+
+
+class Info:
+    def __init__(self, placement: Placement) -> None:
+        self.placement = placement
+
+
+class Attributes:
+    def __init__(self, slices: int) -> None:
+        self.gpuInstanceSliceCount = slices
+
+
+class FakeMigNvml(FakeNvml):
+    """GPUs with ``mig``: a list of (uuid, compute slices, first memory slice, memory slices)
+    in NVML's MIG device slots (None: an empty slot); ``mig_mode`` per GPU (absent: the call
+    is not supported, as on GPUs without MIG)."""
+
+    NVML_DEVICE_MIG_ENABLE = 1
+
+    def nvmlDeviceGetMigMode(self, handle: Any) -> tuple[int, int]:
+        gpu = self.gpus[handle]
+        if "mig_mode" not in gpu:
+            raise FakeNVMLError("Not Supported")
+        return gpu["mig_mode"], gpu["mig_mode"]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: int) -> int:
+        return len(self.gpus[handle].get("mig", ()))
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: int, slot: int) -> tuple[int, int]:
+        if self.gpus[handle]["mig"][slot] is None:
+            raise FakeNVMLError("Not Found")
+        return (handle, slot)
+
+    def _mig(self, mig: tuple[int, int]) -> tuple[str, int, int, int]:
+        entry: tuple[str, int, int, int] = self.gpus[mig[0]]["mig"][mig[1]]
+        return entry
+
+    def nvmlDeviceGetUUID(self, handle: Any) -> str:
+        if isinstance(handle, tuple):
+            return self._mig(handle)[0]
+        return super().nvmlDeviceGetUUID(handle)
+
+    def nvmlDeviceGetAttributes(self, mig: tuple[int, int]) -> Attributes:
+        return Attributes(self._mig(mig)[1])
+
+    def nvmlDeviceGetGpuInstanceId(self, mig: tuple[int, int]) -> int:
+        return mig[1]
+
+    def nvmlDeviceGetGpuInstanceById(self, handle: int, instance: int) -> tuple[int, int]:
+        return (handle, instance)
+
+    def nvmlGpuInstanceGetInfo(self, instance: tuple[int, int]) -> Info:
+        _, _, start, size = self._mig(instance)
+        return Info(Placement(start, size))
+
+
+def test_a_gpu_in_mig_mode_publishes_the_mig_devices_that_exist(tmp_path: Path) -> None:
+    mig = {**H100, "mig_mode": 1, "mig": [
+        ("MIG-aaaa", 3, 4, 4),   # 3g.40gb at memory slice 4
+        None,                    # an empty slot
+        ("MIG-bbbb", 1, 0, 1),   # 1g.10gb at 0
+        ("MIG-cccc", 1, 2, 2),   # 1g.20gb: a profile kdra does not model, skipped
+    ]}
+    off = {**H100, "uuid": "GPU-22222222-2222-3333-4444-555555555555", "mig_mode": 0,
+           "mig": [("MIG-dddd", 7, 0, 8)]}
+    inventory = NvmlDiscovery(nvml=FakeMigNvml([mig, off, A100]),
+                              sysfs=tmp_path).discover("n")
+    names = [d.name for d in inventory.devices]
+    assert names == ["gpu-0-mig-1g-10gb-0", "gpu-0-mig-3g-40gb-4", "gpu-1", "gpu-2"]
+    small, big = inventory.devices[:2]
+    assert (small.attribute("uuid"), big.attribute("uuid")) == ("MIG-bbbb", "MIG-aaaa")
+    assert big.attribute("type") == "mig" and big.attribute("parentUUID") == H100["uuid"]
+    assert big.parent == "gpu-0" and big.device_nodes == ("/dev/nvidia0",)
+    assert [c.name for c in small.counter_sets] == ["gpu-0"]  # the GPU's set, once
+    assert inventory.devices[2].consumes_counters == ()  # MIG off: the whole GPU, as before
+    slices = build_slices(node="n", driver="gpu.kdra.dev", devices=inventory.devices,
+                          generation=0)
+    for obj in slices:
+        parse_slice(obj)
+    assert any(obj["spec"].get("sharedCounters") for obj in slices)
+
+
+def test_a_gpu_in_mig_mode_without_a_layout_publishes_nothing(tmp_path: Path) -> None:
+    other = {**H100, "name": b"NVIDIA H200", "mig_mode": 1, "mig": [("MIG-x", 1, 0, 1)]}
+    inventory = NvmlDiscovery(nvml=FakeMigNvml([other, A100]), sysfs=tmp_path).discover("n")
+    assert [d.name for d in inventory.devices] == ["gpu-1"]

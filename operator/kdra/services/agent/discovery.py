@@ -2,7 +2,8 @@
 
 Both return a :class:`~kdra.domain.inventory.Inventory` with the same device shape (names
 ``gpu-<index>``, NVIDIA's attribute names, capacity ``memory``), so nothing downstream knows
-which backend ran.
+which backend ran. A GPU in MIG mode is published as its existing MIG devices
+(:mod:`kdra.services.agent.nvml_mig`), shaped like the fake inventory's partitions.
 
 Invariants:
 - NVML is reached only through the module object handed in (``pynvml`` by default, imported
@@ -38,6 +39,7 @@ from kdra.domain.inventory import (
     string_attr,
 )
 from kdra.domain.quantity import Format, Quantity
+from kdra.services.agent.nvml_mig import mig_partitions
 
 log = logging.getLogger(__name__)
 
@@ -184,8 +186,10 @@ class NvmlDiscovery:
                 log.warning("GPU %d skipped: NVML cannot identify it: %s", index, exc)
                 continue
             try:
-                devices.append(self._device(nvml, handle, index, uuid, driver_version,
-                                            cuda_version, brands, architectures))
+                gpu = self._device(nvml, handle, index, uuid, driver_version, cuda_version,
+                                   brands, architectures)
+                migs = mig_partitions(nvml, handle, gpu)  # MIG mode on: what exists
+                devices.extend([gpu] if migs is None else migs)
             except (error, ValueError) as exc:
                 log.warning("GPU %d (%s) is unhealthy: %s", index, uuid, exc)
                 devices.append(InventoryDevice(

@@ -76,9 +76,12 @@ class NodeHealth:
     def applied(self, device: InventoryDevice) -> Applied:
         return self.debouncer.applied((device.driver, device.name))
 
-    def condition(self, driver: str, device: str) -> tuple[bool, str, str]:
-        """The ``Healthy`` condition of a prepared device: (healthy, reason, message)."""
+    def condition(self, driver: str, device: str, parent: str = "") -> tuple[bool, str, str]:
+        """The ``Healthy`` condition of a prepared device: (healthy, reason, message); a
+        partition (``parent``: its GPU) is as unhealthy as its GPU (see :meth:`tainted`)."""
         applied = self.debouncer.applied((driver, device))
+        if parent and applied.health is Health.HEALTHY:
+            applied = self.debouncer.applied((driver, parent))
         if applied.health is Health.HEALTHY:
             return True, "Healthy", "no health source reports a problem"
         taint = applied.taint()
@@ -88,8 +91,12 @@ class NodeHealth:
             f"its slice has the taint {UNHEALTHY_KEY}:{effect}")
 
     def tainted(self, device: InventoryDevice) -> InventoryDevice:
-        """``device`` with the taint its applied health calls for."""
-        taint = self.applied(device).taint()
+        """``device`` with the taint its applied health calls for (a partition: its own,
+        or else its GPU's — a mark or an XID on ``gpu-0`` taints every partition of it)."""
+        applied = self.applied(device)
+        if device.parent and applied.health is Health.HEALTHY:
+            applied = self.debouncer.applied((device.driver, device.parent))
+        taint = applied.taint()
         return dataclasses.replace(device, taints=(taint,)) if taint else device
 
     def counts(self, inventory: Inventory) -> tuple[int, int]:

@@ -51,6 +51,7 @@ from collections.abc import Callable, Sequence
 
 from kdra import metrics
 from kdra.domain.inventory import Inventory, InventoryDevice
+from kdra.domain.node_accounting import clashes
 from kdra.domain.nodeprep import (
     Checkpoint,
     ClaimEntry,
@@ -228,10 +229,12 @@ class Preparer:
         # Checked and recorded with no await in between (the "preparing" entry below), so two
         # claims allocated the same device (e.g. by two active binders) never both get it.
         busy = busy_devices(self.checkpoint, ref.uid)
+        clashing = clashes(self.checkpoint, ref.uid, results, inventory, admin)
         released: list[str] = []  # busy devices whose holder has released them
         for result in results:
             device = inventory.device(result.driver, result.device)
             holder = busy.get(result.key)
+            clash = clashing.get(result.key)
             if holder is not None and result.request.split("/", 1)[0] not in admin:
                 problems[result.key] = ("DeviceBusy", f"device {result.device} is already "
                                         f"prepared for claim {holder.key}")
@@ -245,6 +248,13 @@ class Preparer:
             elif not device.healthy:
                 problems[result.key] = ("DeviceUnhealthy", f"device {result.device} is "
                                         f"unhealthy: {device.health_reason}")
+            elif clash is not None:  # partitions overlap, or a share would over-commit
+                problems[result.key] = (clash.reason, clash.message + "".join(
+                    f"; held by claim {h.key}" for h in clash.holders[:4]))
+                if clash.holders and self.claims is not None and not any(
+                        self._holds(h) for h in clash.holders):
+                    released.append(f"{result.device} (claims "
+                                    f"{', '.join(h.key for h in clash.holders[:4])})")
             else:
                 devices[(result.driver, result.device)] = device
         if problems and len(released) == len(problems):
@@ -257,7 +267,8 @@ class Preparer:
                     "ClaimNotPrepared", "another device of this claim cannot be prepared: "
                     + "; ".join(m for _, m in problems.values()))
                 outcomes.append(DeviceOutcome(result.driver, result.pool, result.device,
-                                              False, reason, message))
+                                              False, reason, message,
+                                              share_id=result.share_id))
             log.warning("node %s: cannot prepare claim %s: %s", self.node, ref.key,
                         "; ".join(m for _, m in problems.values()))
             await self._report(claim, outcomes)
@@ -268,7 +279,7 @@ class Preparer:
             by_driver.setdefault(result.driver, []).append(devices[(result.driver,
                                                                     result.device)])
         specs = {cdi_file_name(driver, ref.uid): build_cdi_spec(
-            node=self.node, claim=ref, driver=driver, devices=found)
+            node=self.node, claim=ref, driver=driver, devices=found, prepared=prepared)
             for driver, found in by_driver.items()}
         entry = ClaimEntry(ref, "prepared", prepared, tuple(sorted(specs)))
         await self._commit(ref, self.checkpoint.with_entry(entry),
@@ -278,6 +289,17 @@ class Preparer:
                  ", ".join(f"{d.driver}/{d.device}" for d in prepared))
         await self._report(claim, ready_outcomes(prepared))
         return True
+
+    def _holds(self, holder: ClaimRef) -> bool:
+        """Does ``holder`` still hold any of its prepared devices (by the newest version of
+        it the agent has seen)? (A clash's holder that released everything is only waiting
+        for its unprepare.)"""
+        assert self.claims is not None
+        claim = self.claims(holder.namespace, holder.name)
+        entry = self.checkpoint.claims.get(holder.uid)
+        return entry is not None and any(
+            still_holds(claim, holder, device.key, self.node, self.drivers())
+            for device in entry.devices)
 
     def _wait_for_release(self, ref: ClaimRef, released: list[str]) -> None:
         """Raise :class:`WaitForRelease` unless ``ref`` has waited ``RELEASE_WAIT`` already
@@ -309,7 +331,8 @@ class Preparer:
                 continue
             self.cdi.write(file, build_cdi_spec(node=self.node, claim=entry.claim,
                                                 driver=driver,
-                                                devices=[d for d in devices if d is not None]))
+                                                devices=[d for d in devices if d is not None],
+                                                prepared=entry.devices))
             log.warning("node %s: rewrote missing CDI spec %s", self.node, file)
 
     async def unprepare(self, entry: ClaimEntry, claim: JSON | None) -> None:

@@ -111,7 +111,12 @@ class NodeAgent:
             checkpoint_file=CheckpointFile(Path(settings.state_dir), node),
             inventory=lambda: self.inventory, drivers=lambda: self.claim_drivers,
             holders=holders, claims=claims, written=written)
-        self.preparer.health = self.health.condition
+        self.preparer.health = self._health_condition
+
+    def _health_condition(self, driver: str, device: str) -> tuple[bool, str, str]:
+        """A prepared device's ``Healthy`` condition (a partition's: its GPU's too)."""
+        found = self.inventory.device(driver, device)
+        return self.health.condition(driver, device, found.parent if found else "")
 
     @property
     def drivers(self) -> tuple[str, ...]:
