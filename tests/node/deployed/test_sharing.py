@@ -34,7 +34,8 @@ from tests.node.deployed.devices import (
 
 CONFIGMAP = "kdra-inventory"
 SHARED_GPU = {"profile": "L4-24GB", "count": 1, "sharing": "memory"}
-PRINT_ENV = "env | grep -E '^(KDRA_|NVIDIA_VISIBLE_DEVICES=)' | sort; exec sleep 3600"
+PRINT_ENV = ("env | grep -E '^(KDRA_|NVIDIA_VISIBLE_DEVICES=)' | sort; "
+             "ls -d /dev/kdra/* 2>/dev/null; exec sleep 3600")
 SHARES = {"share-8gi": "8Gi", "share-12gi": "12Gi"}
 
 
