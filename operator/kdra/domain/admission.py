@@ -11,7 +11,7 @@ kdra's own objects are in :mod:`kdra.domain.admission_objects`:
   environment, cost, length), opaque parameters must fit in 10 KiB, a claim may not ask for
   more devices than one allocation can hold, and admin access needs the namespace label
   ``resource.kdra.dev/admin-access: "true"``; capacity requests must be non-negative
-  quantities. Fields kdra does not act on yet would be admitted with a warning. Pods with the
+  quantities. Pods with the
   ``resource.kdra.dev/claims`` annotation must have a well-formed annotation whose
   ``containers`` name containers of the pod, and their consuming containers
   may not set ``KDRA_DEVICES`` / ``NVIDIA_VISIBLE_DEVICES`` themselves (kdra sets them from
@@ -76,7 +76,6 @@ from kdra.domain.admission_objects import (
     claim_request_classes,
     class_errors,
     class_may_select,
-    object_warnings,
     template_errors,
     v1alpha3_paths,
 )
@@ -114,7 +113,6 @@ __all__ = [
     "consuming_containers",
     "injected_env",
     "mutate_pod",
-    "object_warnings",
     "pod_errors",
     "pod_patch",
     "pod_warnings",
@@ -261,8 +259,7 @@ def validate(request: Mapping[str, Any],
         errors += admin_access_errors(obj, namespace_labels)
     if (request.get("requestKind") or {}).get("version") == "v1alpha3":
         errors = v1alpha3_paths(errors)
-    return AdmissionResponse(uid, _capped(errors), warnings=tuple(object_warnings(obj)),
-                             **target)
+    return AdmissionResponse(uid, _capped(errors), **target)
 
 
 def _capped(errors: list[FieldError]) -> tuple[FieldError, ...]:

@@ -56,7 +56,6 @@ __all__ = [
     "claim_request_classes",
     "class_errors",
     "class_may_select",
-    "object_warnings",
     "template_errors",
     "v1alpha3_paths",
 ]
@@ -92,19 +91,6 @@ def v1alpha3_paths(errors: Iterable[FieldError]) -> list[FieldError]:
     wrote them (``requests[0].count``)."""
     return [FieldError(_V1ALPHA3_PATH.sub(r"requests[\1].", e.field), e.message)
             for e in errors]
-
-
-def object_warnings(obj: Mapping[str, Any]) -> list[str]:
-    """Warnings for an admitted claim or template (fields kdra does not act on yet)."""
-    try:
-        if obj.get("kind") == "ResourceClaimTemplate":
-            return _device_claim_warnings(parse_template(obj).spec.spec.devices,
-                                          "spec.spec.devices")
-        if obj.get("kind") == "ResourceClaim":
-            return _device_claim_warnings(parse_claim(obj).spec.devices, "spec.devices")
-    except InvalidObject:
-        pass
-    return []
 
 
 def claim_errors(obj: Mapping[str, Any],
@@ -193,13 +179,6 @@ def _capacity_errors(asked: Iterator[tuple[str, BaseDeviceRequest]]) -> list[Fie
                                          f"{message}; write a non-negative quantity such "
                                          "as 20Gi"))
     return errors
-
-
-def _device_claim_warnings(devices: DeviceClaim, where: str) -> list[str]:
-    """What a user must know about a claim that is admitted: fields kdra does not act on."""
-    return [f"{path}.{field}: kdra does not support this field yet; the claim is kept but "
-            "will not be allocated until kdra does (remove the field to use it now)"
-            for path, asked in _asked(devices, where) for field in asked.unsupported()]
 
 
 def admin_access_requested(obj: Mapping[str, Any]) -> bool:

@@ -158,10 +158,9 @@ def gpu_views(pools: Mapping[tuple[str, str], list[JSON]], claims: Iterable[JSON
                     holders[set_name] += held
                     for counter, value in _map(consumption.get("counters")).items():
                         amount = _quantity(value)
-                        if amount is not None:
-                            for _ in held:
-                                bucket = used[set_name]
-                                bucket[counter] = bucket.get(counter, Quantity(0)) + amount
+                        if amount is not None and held:  # once however many shares
+                            bucket = used[set_name]
+                            bucket[counter] = bucket.get(counter, Quantity(0)) + amount
                 if device.get("allowMultipleAllocations") is True:
                     shared.append(_shared(node, driver, pool, name, device, held))
         for spec in specs:  # once every holder is counted: who has no room left

@@ -43,7 +43,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kdra import GROUP, VERSION
+from kdra import GROUP
 from kdra.domain.admission_objects import FieldError
 from kdra.domain.errors import InvalidObject
 from kdra.domain.extended_entry import (
@@ -56,11 +56,9 @@ from kdra.domain.extended_entry import (
 )
 from kdra.domain.podclaims import (
     CLAIMS_ANNOTATION,
-    FINALIZER,
     MAX_POD_CLAIMS,
-    POD_CLAIM_NAME_ANNOTATION,
     PodClaim,
-    generate_name_prefix,
+    generated_claim,
     parse_pod_claims,
 )
 from kdra.domain.quantity import InvalidQuantity, parse_quantity
@@ -172,6 +170,8 @@ def _count(where: str, name: str, limit: Any, request: Any) -> int | FieldError:
 def convert_pod(pod: Mapping[str, Any], mapping: Mapping[str, str]) -> Conversion:
     """Turn the pod's served extended resources into the ``extended-resources`` entry (see
     the module's doc). An empty Conversion when there are none."""
+    if not mapping:
+        return Conversion()  # no class serves an extended resource: nothing to convert
     patch: list[dict[str, Any]] = []
     errors: list[FieldError] = []
     requests: list[ExtendedRequest] = []
@@ -290,29 +290,16 @@ def _rewritten(existing: tuple[PodClaim, ...], entry: dict[str, Any]) -> str:
 
 def extended_claim(pod: Mapping[str, Any], entry: PodClaim) -> dict[str, Any]:
     """The claim the controller creates for the pod's ``extendedResources`` entry (before
-    the server fills in the name): generateName ``<pod>-extended-resources-``, controller-owned
-    by the pod, the pod-claim-name and extended-resource-claim annotations, one ``exactly``
-    request (ExactCount) per item, sorted by name as upstream."""
+    the server fills in the name): :func:`~kdra.domain.podclaims.generated_claim` of a
+    template with the extended-resource-claim annotation and one ``exactly`` request
+    (ExactCount) per item, sorted by name as upstream."""
     assert entry.extended is not None
-    meta = pod["metadata"]
     requests = sorted(entry.extended, key=lambda r: r.request)
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "ResourceClaim",
-        "metadata": {
-            "generateName": generate_name_prefix(meta["name"], entry.name),
-            "namespace": meta["namespace"],
-            "annotations": {POD_CLAIM_NAME_ANNOTATION: entry.name,
-                            EXTENDED_CLAIM_ANNOTATION: "true"},
-            "ownerReferences": [{
-                "apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"],
-                "controller": True, "blockOwnerDeletion": True,
-            }],
-            "finalizers": [FINALIZER],
-        },
+    template = {"spec": {
+        "metadata": {"annotations": {EXTENDED_CLAIM_ANNOTATION: "true"}},
         "spec": {"devices": {"requests": [
             {"name": r.request, "exactly": {"deviceClassName": r.device_class,
                                             "allocationMode": "ExactCount",
                                             "count": r.count}}
-            for r in requests]}},
-    }
+            for r in requests]}}}}
+    return generated_claim(template, pod, entry)

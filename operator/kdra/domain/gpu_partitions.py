@@ -266,7 +266,10 @@ def node_slices(node: str, gpus: str, *, driver: str = "gpu.kdra.dev",
     """Every ResourceSlice (v1 API dicts) of a node whose GPUs (``"8 x H100-80GB"``, the fake
     inventory's shorthand) are all partitionable: device slices of at most 4 GPUs (60
     devices ≤ 64) and counter slices of at most 8 sets, one pool named after the node. For
-    tests, benchmarks and the fake agent; the same layout the agent publishes."""
+    tests and benchmarks: the same devices and counter sets the agent publishes for
+    ``partitions: mig``, grouped into slices by whole GPUs (the agent's
+    :mod:`kdra.domain.pool_layout` fills slices up to 64 devices, so its slice names and
+    grouping differ)."""
     from kdra.domain.inventory import parse_inventory  # inventory imports this module
 
     inventory = parse_inventory(f"gpus: ['{gpus}']", node)

@@ -75,7 +75,6 @@ from kdra.domain.models import (
     DNS_SUBDOMAIN,
     MAX_ATTRIBUTE_STRING_LENGTH,
     MAX_ATTRIBUTES_AND_CAPACITY,
-    MAX_DEVICES_PER_SLICE,
 )
 from kdra.domain.pool_layout import layout
 from kdra.domain.quantity import is_valid_quantity
@@ -474,14 +473,6 @@ def lease_pools(lease: Mapping[str, Any]) -> tuple[str | None, tuple[str, ...]]:
     nodes = tuple(n for n in many.split(",") if n) if many else tuple(
         n for n in [annotations.get(LEASE_NODE_ANNOTATION)] if n)
     return (str(driver), nodes) if driver and nodes else (None, ())
-
-
-def chunk(devices: Sequence[InventoryDevice],
-          size: int = MAX_DEVICES_PER_SLICE) -> list[tuple[InventoryDevice, ...]]:
-    """Devices split into slices of at most ``size``; no devices still make one (empty)
-    slice, so the pool says "this node has none" instead of being absent."""
-    parts = [tuple(devices[i:i + size]) for i in range(0, len(devices), size)]
-    return parts or [()]
 
 
 def build_slices(*, node: str, driver: str, devices: Sequence[InventoryDevice], generation: int,

@@ -270,8 +270,11 @@ class ClaimController:
             await self._report(pod, "FailedResourceClaimCreation",
                                f"creating the claim for entry {entry.name!r} from {source} "
                                f"failed: {exc.message}")
-            if exc.status in (400, 403, 422):  # the template's content is refused: wait for
-                return None                     # a template change (it re-enqueues the pod)
+            # Refused content: a template entry waits for a template change (it re-enqueues
+            # the pod); an extended-resources entry stays refused (its event says why) until
+            # the pod is created again - its content comes from the pod spec, which is frozen.
+            if exc.status in (400, 403, 422):
+                return None
             raise Retry(str(exc)) from exc
         metrics.record_claim_create(True)
         self.claims.upsert(claim)  # seen at once, before the watch event arrives

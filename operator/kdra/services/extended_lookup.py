@@ -43,7 +43,8 @@ async def extended_classes(client: KubeClient, body: Any) -> ExtendedClasses:
     if not isinstance(request, Mapping) or request.get("operation") != "CREATE":
         return ExtendedClasses()
     pod = request.get("object")
-    if not isinstance(pod, Mapping) or not extended_names(pod):
+    names = extended_names(pod) if isinstance(pod, Mapping) else None
+    if not names:
         return ExtendedClasses()
     try:
         async with asyncio.timeout(TIMEOUT):
@@ -53,7 +54,8 @@ async def extended_classes(client: KubeClient, body: Any) -> ExtendedClasses:
         return ExtendedClasses(error=f"kdra cannot read DeviceClasses to tell which extended "
                                f"resources it serves ({reason[:200]}); create the pod again "
                                "(a ReplicaSet retries by itself)")
-    return ExtendedClasses(mapping=class_mapping(classes), gpu_classes=frozenset(
-        str(c["metadata"]["name"]) for c in classes
-        if isinstance(c.get("metadata"), Mapping) and c["metadata"].get("name")
-        and class_may_select(c)))
+    mapping = class_mapping(classes)
+    wanted = {mapping[name] for name in names if name in mapping}  # the pod's classes only
+    return ExtendedClasses(mapping=mapping, gpu_classes=frozenset(
+        name for c in classes if isinstance(c, Mapping) and isinstance(c.get("metadata"), Mapping)
+        and (name := str(c["metadata"].get("name"))) in wanted and class_may_select(c)))

@@ -162,11 +162,11 @@ class Operator:
             pod for pod in pods
             if CLAIMS_ANNOTATION in (pod["metadata"].get("annotations") or {})
         )
-        self.binder.prime(nodes=await self.client.list(NODES),
-                          slices=await self.client.list(SLICES),
+        nodes, slices = await self.client.list(NODES), await self.client.list(SLICES)
+        self.binder.prime(nodes=nodes, slices=slices,
                           classes=await self.client.list(CLASSES), pods=pods)
         self.slice_gc.prime(
-            slices=await self.client.list(SLICES), nodes=await self.client.list(NODES),
+            slices=slices, nodes=nodes,
             leases=await self.client.list(LEASES, self.settings.namespace,
                                           label_selector=f"{AGENT_LEASE_LABEL}=true"))
         try:
@@ -174,7 +174,7 @@ class Operator:
         except NotFound:  # CRDs of an older kdra: no rules (the informer retries)
             log.warning("DeviceTaintRule CRD not installed: apply crds/devicetaintrules.yaml")
             rules = []
-        self.taint_eviction.prime(slices=await self.client.list(SLICES), rules=rules)
+        self.taint_eviction.prime(slices=slices, rules=rules)
         for rule in rules:
             self.binder.on_rule(None, rule)
         try:

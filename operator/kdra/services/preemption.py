@@ -36,6 +36,7 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
@@ -237,6 +238,7 @@ class Preemption:
                 options.append(option)
                 if len(options) >= self.settings.max_candidates:
                     break
+            await asyncio.sleep(0)  # one node's searches at a time: watches and webhooks go on
         return pick_node(options)
 
     async def _budgets(self) -> list[Budget]:
@@ -249,6 +251,7 @@ class Preemption:
             items = await self.client.list(PDBS)
         except (ApiError, OSError) as exc:
             log.warning("listing PodDisruptionBudgets failed (%s): preempting as if none", exc)
+            self._budget_cache = (now, [])  # not again before BUDGETS_TTL: each try would log
             return []
         out = []
         for item in items:

@@ -478,9 +478,11 @@ class WebhookServer:
             if isinstance(review, Mapping) and is_binding(review):
                 return await self._validate_binding(body, review)
         if objects:  # the validating webhook: kdra's identities, the namespace's labels
+            labels, quotas = await asyncio.gather(self._namespace_labels(body),
+                                                  namespace_quotas(self.client, body))
             decide = functools.partial(admission.validate, trusted=frozenset(self.trusted),
-                                       namespace_labels=await self._namespace_labels(body))
-            decide = with_quotas(decide, await namespace_quotas(self.client, body))
+                                       namespace_labels=labels)
+            decide = with_quotas(decide, quotas)
         if gpu_lookup and self.client is not None:  # which claims may get GPUs (env vars),
             gpu_claims, extended = await asyncio.gather(  # which classes serve extended res.
                 GpuClaimLookup(self.client).gpu_claims(body),

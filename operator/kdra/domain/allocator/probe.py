@@ -18,8 +18,9 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Container, Sequence
+from collections.abc import Collection, Sequence
 
+from kdra.domain.allocator.busy import InUse
 from kdra.domain.allocator.choices import ChoiceSearch
 from kdra.domain.allocator.nodeselector import NodeInfo
 from kdra.domain.allocator.pools import DeviceId
@@ -35,19 +36,20 @@ class OutOfSteps(Exception):
     """The probe's step budget ran out before a search finished."""
 
 
-class _Busy:
-    """In use (snapshot or ``reserved``) and not ``freed``: a container for the search."""
+class _Busy(InUse):
+    """In use (snapshot or ``reserved``) and not ``freed``: a container for the search, with
+    the snapshot's shares of devices that allow multiple allocations (a freed claim's shares
+    stay counted: the probe may only under-estimate what freeing gains)."""
 
-    __slots__ = ("freed", "held", "reserved")
+    __slots__ = ("freed",)
 
-    def __init__(self, held: Container[DeviceId], reserved: Collection[DeviceId],
+    def __init__(self, snapshot: Snapshot, reserved: Collection[DeviceId],
                  freed: Collection[DeviceId]) -> None:
-        self.held = held
-        self.reserved = reserved
+        super().__init__(snapshot.devices_in_use, reserved, snapshot.shares)
         self.freed = freed
 
     def __contains__(self, device: object) -> bool:
-        return (device in self.held or device in self.reserved) and device not in self.freed
+        return super().__contains__(device) and device not in self.freed
 
 
 class FitProbe:
@@ -71,7 +73,7 @@ class FitProbe:
         Raises OutOfSteps when the budget runs out first."""
         if self.left is not None and self.left <= 0:
             raise OutOfSteps
-        busy = _Busy(self.snapshot.devices_in_use, self.reserved, freed)
+        busy = _Busy(self.snapshot, self.reserved, freed)
         search = ChoiceSearch(self.prepared, self.snapshot.node_pools(node), busy,
                               self.snapshot.stats)
         self.probes += 1

@@ -204,7 +204,10 @@ class Snapshot:
     # ------------------------------------------------------------------ classes
 
     def upsert_rule(self, rule: TaintRule) -> None:
-        """A DeviceTaintRule (new or changed): every node's pools are rebuilt."""
+        """A DeviceTaintRule (new or changed): every node's pools are rebuilt. An unchanged
+        rule (e.g. only its status was written) changes nothing."""
+        if self._rules.get(rule.name) == rule:
+            return
         self._rules[rule.name] = rule
         self._global_stamp = next(self._clock)
         self.version += 1

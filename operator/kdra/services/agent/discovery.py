@@ -48,6 +48,16 @@ class DiscoveryError(Exception):
     """The backend cannot list devices at all (NVML missing or failing, file unreadable)."""
 
 
+def load_pynvml() -> Any:
+    """The ``pynvml`` module (nvidia-ml-py), imported on first use: an agent that never asks
+    NVML never loads it. Raises :class:`DiscoveryError` when it is not installed."""
+    try:
+        import pynvml
+    except ImportError as exc:  # pragma: no cover - nvidia-ml-py is a dependency
+        raise DiscoveryError("nvidia-ml-py (pynvml) is not installed") from exc
+    return pynvml
+
+
 class Discovery(Protocol):
     description: str
 
@@ -148,11 +158,7 @@ class NvmlDiscovery:
 
     def _module(self) -> Any:
         if self._nvml is None:
-            try:
-                import pynvml
-            except ImportError as exc:  # pragma: no cover - nvidia-ml-py is a dependency
-                raise DiscoveryError("nvidia-ml-py (pynvml) is not installed") from exc
-            self._nvml = pynvml
+            self._nvml = load_pynvml()
         return self._nvml
 
     def close(self) -> None:

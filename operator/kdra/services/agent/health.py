@@ -36,7 +36,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from kdra.domain.health import HEALTHY, Health, Observation
 from kdra.domain.inventory import Inventory
@@ -162,6 +162,8 @@ class MarksFile:
             self._marks = []
             return self._marks
         try:
+            if self.path.stat().st_size > MAX_MARKS_BYTES:  # not read at all: bounded
+                raise MarksError(f"larger than {MAX_MARKS_BYTES} bytes")
             self._marks = parse_marks(self.path.read_bytes())
         except (OSError, MarksError) as exc:
             log.error("health marks file %s ignored (fix or delete it): %s", self.path, exc)
@@ -206,10 +208,6 @@ def observe_all(sources: Iterable[HealthSource], node: str,
     return worst(*seen)
 
 
-def describe_marks(marks: Iterable[Mark]) -> list[dict[str, Any]]:
-    return [m.to_json() for m in marks]
-
-
 __all__ = [
     "ANY_NODE",
     "DeviceKey",
@@ -218,7 +216,6 @@ __all__ = [
     "Mark",
     "MarksError",
     "MarksFile",
-    "describe_marks",
     "observe_all",
     "parse_marks",
     "worst",

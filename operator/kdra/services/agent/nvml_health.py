@@ -36,7 +36,7 @@ from typing import Any
 from kdra.domain.gpu_profiles import GPU_DRIVER
 from kdra.domain.health import Health, Observation
 from kdra.domain.inventory import Inventory
-from kdra.services.agent.discovery import DiscoveryError
+from kdra.services.agent.discovery import DiscoveryError, load_pynvml
 from kdra.services.agent.health import DeviceKey, worst
 
 log = logging.getLogger(__name__)
@@ -80,11 +80,7 @@ class NvmlHealth:
 
     def _module(self) -> Any:
         if self._nvml is None:
-            try:
-                import pynvml
-            except ImportError as exc:  # pragma: no cover - nvidia-ml-py is a dependency
-                raise DiscoveryError("nvidia-ml-py (pynvml) is not installed") from exc
-            self._nvml = pynvml
+            self._nvml = load_pynvml()
         return self._nvml
 
     def _error(self) -> type[BaseException]:
