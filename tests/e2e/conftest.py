@@ -19,10 +19,12 @@ from typing import Any
 
 import pytest
 
-from kdra.devenv.controlplane import CONTROLLERS, ControlPlane, binaries
+from kdra.devenv.controlplane import CONTROLLERS, ControlPlane, binaries, free_port
 from kdra.devenv.process import sweep
+from kdra.devenv.realcluster import NAMESPACE as SYSTEM_NAMESPACE
+from kdra.domain.webhooks import MUTATING_CONFIG, TLS_SECRET, VALIDATING_CONFIG
 from tests.e2e.conversion import ConversionServer
-from tests.e2e.procs import wait_for
+from tests.e2e.procs import KdraProcess, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = ROOT / "crds"
@@ -54,6 +56,33 @@ def e2e_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     # Deployments and ReplicaSets: users' pods come from them (test_extended.py).
     with running_cluster(workdir, controllers=(*CONTROLLERS, *WORKLOAD_CONTROLLERS)) as cluster:
         yield cluster
+
+
+@contextmanager
+def operator_with_webhooks(plane: ControlPlane, conversion_server: ConversionServer,
+                           log: Path, *extra: str) -> Iterator[tuple[KdraProcess, int]]:
+    """``kdra operator`` with its webhooks on (managing their configurations) and ``extra``
+    flags, and its webhook port. Afterwards the configurations and the Secret it leaves
+    behind (on purpose: failing closed) are removed, and the CRDs' conversion (which it points
+    at itself) goes back to the session's webhook server."""
+    plane.kubectl("create", "namespace", SYSTEM_NAMESPACE, check=False)
+    port = free_port()
+    proc = KdraProcess(
+        ["operator", "--health-port", "0", *extra, "--webhook-port", str(port),
+         "--webhook-host", "127.0.0.1", "--webhook-url", f"https://127.0.0.1:{port}",
+         "--webhook-manage-config", "true"],
+        log, plane.kubeconfig, ready_line="kdra operator started")
+    proc.start(timeout=120)
+    try:
+        yield proc, port
+    finally:
+        conversion_server.point(plane)
+        proc.stop()
+        for kind, name in (("mutatingwebhookconfiguration", MUTATING_CONFIG),
+                           ("validatingwebhookconfiguration", VALIDATING_CONFIG)):
+            plane.kubectl("delete", kind, name, "--ignore-not-found", check=False)
+        plane.kubectl("delete", "secret", TLS_SECRET, "-n", SYSTEM_NAMESPACE,
+                      "--ignore-not-found", check=False)
 
 
 @contextmanager

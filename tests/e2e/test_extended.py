@@ -22,17 +22,16 @@ from typing import Any
 import pytest
 import yaml
 
-from kdra.devenv.controlplane import ControlPlane, free_port
+from kdra.devenv.controlplane import ControlPlane
 from kdra.domain.podclaims import (
     CLAIM_STATUSES_ANNOTATION,
     CLAIMS_ANNOTATION,
     DEVICES_ANNOTATION_PREFIX,
     GPU_UUIDS_ANNOTATION_PREFIX,
 )
-from kdra.domain.webhooks import MUTATING_CONFIG, TLS_SECRET, VALIDATING_CONFIG
 from tests.e2e import agent_helpers
-from tests.e2e.agent_helpers import CLAIMS, SYSTEM_NAMESPACE, AgentFactory, unique
-from tests.e2e.conftest import ROOT, get_json
+from tests.e2e.agent_helpers import CLAIMS, AgentFactory, unique
+from tests.e2e.conftest import ROOT, get_json, operator_with_webhooks
 from tests.e2e.conversion import ConversionServer
 from tests.e2e.procs import KdraProcess, wait_for
 
@@ -50,32 +49,19 @@ def operator(control_plane: ControlPlane, conversion_server: ConversionServer,
     """The operator with its webhooks on (managing their configurations), for this module;
     what it leaves behind is removed afterwards, and the CRDs' conversion goes back to the
     session's webhook server (as tests/e2e/test_webhooks.py)."""
-    control_plane.kubectl("create", "namespace", SYSTEM_NAMESPACE, check=False)
-    port = free_port()
     log = tmp_path_factory.mktemp("extended") / "operator.log"
-    proc = KdraProcess(
-        ["operator", "--health-port", "0", "--prepare-timeout", "30",
-         "--webhook-port", str(port), "--webhook-host", "127.0.0.1",
-         "--webhook-url", f"https://127.0.0.1:{port}", "--webhook-manage-config", "true"],
-        log, control_plane.kubeconfig, ready_line="kdra operator started")
-    proc.start(timeout=120)
-    apply(control_plane, {
-        "apiVersion": "resource.kdra.dev/v1", "kind": "DeviceClass",
-        "metadata": {"name": CLASS},
-        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{GPU}"'}}],
-                 "extendedResourceName": RESOURCE}})
-    try:
-        yield proc
-    finally:
-        conversion_server.point(control_plane)
-        proc.stop()
-        control_plane.kubectl("delete", "deviceclasses.resource.kdra.dev", CLASS,
-                              "--ignore-not-found", check=False)
-        for kind, name in (("mutatingwebhookconfiguration", MUTATING_CONFIG),
-                           ("validatingwebhookconfiguration", VALIDATING_CONFIG)):
-            control_plane.kubectl("delete", kind, name, "--ignore-not-found", check=False)
-        control_plane.kubectl("delete", "secret", TLS_SECRET, "-n", SYSTEM_NAMESPACE,
-                              "--ignore-not-found", check=False)
+    with operator_with_webhooks(control_plane, conversion_server, log,
+                                "--prepare-timeout", "30") as (proc, _port):
+        apply(control_plane, {
+            "apiVersion": "resource.kdra.dev/v1", "kind": "DeviceClass",
+            "metadata": {"name": CLASS},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{GPU}"'}}],
+                     "extendedResourceName": RESOURCE}})
+        try:
+            yield proc
+        finally:
+            control_plane.kubectl("delete", "deviceclasses.resource.kdra.dev", CLASS,
+                                  "--ignore-not-found", check=False)
 
 
 @pytest.fixture(autouse=True)

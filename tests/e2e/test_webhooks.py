@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kdra.devenv.controlplane import ControlPlane, free_port
+from kdra.devenv.controlplane import ControlPlane
 from kdra.domain.podclaims import CLAIMS_ANNOTATION
 from kdra.domain.webhooks import (
     MUTATE_POD_CONDITION,
@@ -24,7 +24,7 @@ from kdra.domain.webhooks import (
     TLS_SECRET,
     VALIDATING_CONFIG,
 )
-from tests.e2e.conftest import ROOT, get_json
+from tests.e2e.conftest import ROOT, get_json, operator_with_webhooks
 from tests.e2e.conversion import ConversionServer
 from tests.e2e.procs import KdraProcess, wait_for
 
@@ -46,25 +46,9 @@ def webhooks(control_plane: ControlPlane, conversion_server: ConversionServer,
     """The operator with its webhooks on, for this module; the configurations and the Secret
     it leaves behind (on purpose: failing closed) are removed afterwards, and the CRDs'
     conversion (which it points at itself) goes back to the session's webhook server."""
-    control_plane.kubectl("create", "namespace", SYSTEM_NAMESPACE, check=False)
-    port = free_port()
     log = tmp_path_factory.mktemp("webhooks") / "operator.log"
-    proc = KdraProcess(
-        ["operator", "--health-port", "0", "--webhook-port", str(port),
-         "--webhook-host", "127.0.0.1", "--webhook-url", f"https://127.0.0.1:{port}",
-         "--webhook-manage-config", "true"],
-        log, control_plane.kubeconfig, ready_line="kdra operator started")
-    proc.start(timeout=120)
-    try:
+    with operator_with_webhooks(control_plane, conversion_server, log) as (proc, port):
         yield Webhooks(proc, port)
-    finally:
-        conversion_server.point(control_plane)
-        proc.stop()
-        for kind, name in (("mutatingwebhookconfiguration", MUTATING_CONFIG),
-                           ("validatingwebhookconfiguration", VALIDATING_CONFIG)):
-            control_plane.kubectl("delete", kind, name, "--ignore-not-found", check=False)
-        control_plane.kubectl("delete", "secret", TLS_SECRET, "-n", SYSTEM_NAMESPACE,
-                              "--ignore-not-found", check=False)
 
 
 @pytest.fixture(autouse=True)

@@ -308,3 +308,28 @@ def test_fit_probe_budget() -> None:
     with pytest.raises(OutOfSteps):
         probe.fits(node(NODE))
     assert probe.spent >= 2
+
+
+def test_fit_probe_counts_the_shares_of_a_shared_gpu() -> None:
+    """A probe sees what the allocator sees: a shared GPU with 70Gi of 80Gi taken has no room
+    for 20Gi more (before, the probe saw the GPU free and preemption spared every victim)."""
+    from kdra.domain.allocator import allocate
+    from kdra.domain.allocator.probe import FitProbe
+    from kdra.domain.allocator.snapshot import Snapshot
+    from tests.unit.domain.test_allocator_partitions import (
+        CLASSES,
+        node,
+        share,
+        shared_gpu,
+        slice_with,
+        with_allocation,
+    )
+
+    snapshot = Snapshot.build([slice_with(shared_gpu())], CLASSES)
+    big = share("big", "70Gi")
+    result = allocate([big], snapshot, node())
+    assert result is not None
+    snapshot.upsert_claim(with_allocation(big, result[0]))
+    assert allocate([share("more", "20Gi")], snapshot, node()) is None
+    assert not FitProbe(snapshot, [share("more", "20Gi")]).fits(node())
+    assert FitProbe(snapshot, [share("less", "10Gi")]).fits(node())
