@@ -39,6 +39,7 @@ import orjson
 from kdra.domain.gpu_profiles import GPU_DRIVER
 from kdra.domain.inventory import InventoryDevice
 from kdra.domain.shares import share_data, share_env
+from kdra.domain.timestamps import transition_time
 
 CDI_VERSION = "0.6.0"
 CDI_VENDOR = "kdra.dev"
@@ -471,12 +472,7 @@ def device_statuses(outcomes: Sequence[DeviceOutcome], *, now: str,
         status = "True" if outcome.ready else "False"
         old = before.get((outcome.driver, outcome.pool, outcome.device,
                           outcome.share_id)) or {}
-        old_condition = next((c for c in old.get("conditions") or ()
-                              if c.get("type") == READY), None)
-        since = now
-        if old_condition and old_condition.get("status") == status \
-                and old_condition.get("lastTransitionTime"):
-            since = old_condition["lastTransitionTime"]
+        since = transition_time(old.get("conditions"), READY, status, now)
         condition: JSON = {"type": READY, "status": status, "reason": outcome.reason,
                            "message": outcome.message[:4096], "lastTransitionTime": since}
         if generation is not None:
@@ -485,12 +481,7 @@ def device_statuses(outcomes: Sequence[DeviceOutcome], *, now: str,
         if outcome.health is not None:
             healthy, reason, message = outcome.health
             status = "True" if healthy else "False"
-            old_health = next((c for c in old.get("conditions") or ()
-                               if c.get("type") == HEALTHY), None)
-            since = now
-            if old_health and old_health.get("status") == status \
-                    and old_health.get("lastTransitionTime"):
-                since = old_health["lastTransitionTime"]
+            since = transition_time(old.get("conditions"), HEALTHY, status, now)
             health: JSON = {"type": HEALTHY, "status": status, "reason": reason,
                             "message": message[:4096], "lastTransitionTime": since}
             if generation is not None:

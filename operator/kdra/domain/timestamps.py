@@ -8,6 +8,7 @@ a timestamp reads as ``None``, a timestamp without a zone reads as UTC.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -34,3 +35,35 @@ def parse_time(text: Any) -> dt.datetime | None:
     except ValueError:
         return None
     return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
+
+
+def transition_time(conditions: Any, kind: str, status: str, moment: str) -> str:
+    """``lastTransitionTime`` for a condition ``kind`` with ``status``, given the object's
+    current ``conditions``: the current one's while its status stays the same, else
+    ``moment``."""
+    for condition in conditions or ():
+        if isinstance(condition, Mapping) and condition.get("type") == kind:
+            since = condition.get("lastTransitionTime")
+            return str(since) if condition.get("status") == status and since else moment
+    return moment
+
+
+def status_update(current: Mapping[str, Any], status: dict[str, Any],
+                  moment: str | None = None) -> dict[str, Any] | None:
+    """``status`` to write over ``current`` (an object's status), or None when it says
+    nothing ``current`` does not (conditions' ``lastTransitionTime`` aside). Each condition
+    of ``status`` gets ``lastTransitionTime``: the current one's while its ``status`` stays
+    the same, else ``moment`` (default now)."""
+    old = {c.get("type"): c for c in current.get("conditions") or () if isinstance(c, Mapping)}
+    changed = any(
+        any(any(old.get(c["type"], {}).get(k) != v for k, v in c.items()) for c in value)
+        if key == "conditions" else current.get(key) != value
+        for key, value in status.items())
+    if not changed:
+        return None
+    moment = moment or api_time()
+    for condition in status.get("conditions") or ():
+        condition["lastTransitionTime"] = transition_time(
+            current.get("conditions"), condition["type"], condition["status"], moment)
+    return status
+

@@ -52,7 +52,7 @@ from kdra.domain.quota import (
     quota_status,
 )
 from kdra.domain.quota_admission import quota_namespace
-from kdra.domain.timestamps import api_time
+from kdra.domain.timestamps import status_update
 from kdra.kube.client import ApiError, KubeClient, Resource
 from kdra.services.store import JSON, Store, key_of
 
@@ -260,14 +260,8 @@ class QuotaStatusWriter:
                 status = quota_status(quota, used, claims=book.ledger.claims(namespace),
                                       in_flight=book.ledger.in_flight(namespace))
                 metrics.set_quota(namespace, name, _figures(quota, used))
-            if not _changed(obj.get("status") or {}, status):
+            if status_update(obj.get("status") or {}, status) is None:
                 continue
-            old = next((c for c in (obj.get("status") or {}).get("conditions") or ()
-                        if isinstance(c, dict) and c.get("type") == "Exceeded"), {})
-            condition = status["conditions"][0]
-            condition["lastTransitionTime"] = (
-                old.get("lastTransitionTime") if old.get("status") == condition["status"]
-                and old.get("lastTransitionTime") else api_time())
             try:
                 written = await self.client.patch(DEVICE_QUOTAS, name, {"status": status},
                                                   namespace, subresource="status")
@@ -287,21 +281,6 @@ def _figures(quota: DeviceQuota, used: Charge) -> list[tuple[str, str, float, fl
         rows += [(limit.device_class, resource, float(usage.amount(resource).value),
                   float(hard.value)) for resource, hard in limit.hard.items()]
     return rows
-
-
-def _changed(current: JSON, status: JSON) -> bool:
-    """Whether ``status`` says something ``current`` does not (transition time aside)."""
-    for key, value in status.items():
-        if key == "conditions":
-            old = {c.get("type"): c for c in current.get("conditions") or ()
-                   if isinstance(c, dict)}
-            for condition in value:
-                seen = old.get(condition["type"], {})
-                if any(seen.get(k) != v for k, v in condition.items()):
-                    return True
-        elif current.get(key) != value:
-            return True
-    return False
 
 
 __all__ = ["DEVICE_QUOTAS", "QUOTA_REASON", "QuotaBook", "QuotaStatusWriter", "namespace_quotas"]

@@ -41,8 +41,8 @@ from kdra.domain.eviction import ClaimEviction, DeviceId, claim_eviction, slice_
 from kdra.domain.models import parse_claim
 from kdra.domain.taint_rules import TaintRule, parse_rule, rule_taints
 from kdra.domain.taints import NO_EXECUTE, UNHEALTHY_KEY, TaintLike, acts
-from kdra.domain.timestamps import api_time
 from kdra.domain.timestamps import now as wall_now
+from kdra.domain.timestamps import status_update
 from kdra.kube.client import PODS, ApiError, KubeClient, NotFound, Resource
 from kdra.kube.events import EventRecorder
 from kdra.services.store import JSON, Store
@@ -288,17 +288,9 @@ class TaintEvictionController:
                 "devices": [{"driver": d[0], "pool": d[1], "device": d[2]}
                             for d in matched[:MAX_LISTED_DEVICES]],
             }
-            current = obj.get("status") or {}
-            old = next((c for c in current.get("conditions") or ()
-                        if isinstance(c, dict) and c.get("type") == "EvictionInProgress"), {})
-            same = all(current.get(k) == v for k, v in status.items()) and all(
-                old.get(k) == v for k, v in condition.items())
-            if same:
-                continue
-            condition["lastTransitionTime"] = (
-                old.get("lastTransitionTime") if old.get("status") == condition["status"]
-                and old.get("lastTransitionTime") else api_time())
             status["conditions"] = [condition]
+            if status_update(obj.get("status") or {}, status) is None:
+                continue
             try:
                 written = await self.client.patch(DEVICE_TAINT_RULES, name, {"status": status},
                                                   subresource="status")
