@@ -43,8 +43,9 @@ import sys
 import time
 from dataclasses import dataclass
 
-from kdra.domain.allocator import NodeInfo, Placement, Snapshot, place
-from kdra.domain.models import (
+from kdra.domain.scheduling import feasible_nodes_to_find
+from kdra.dra.allocator import NodeInfo, Placement, Snapshot, place
+from kdra.dra.models import (
     DeviceClass,
     ResourceClaim,
     ResourceSlice,
@@ -52,7 +53,6 @@ from kdra.domain.models import (
     parse_class,
     parse_slice,
 )
-from kdra.domain.scheduling import feasible_nodes_to_find
 
 DRIVER = "gpu.kdra.dev"
 CLASS_SELECTOR = (

@@ -6,13 +6,13 @@ Compares, on the same expressions and the same device:
 * ``celpy-compiled``: cel-python 0.5's ``CompiledRunner`` (transpiles to Python). It finds
   extension functions by their module name inside ``celpy.evaluation``'s globals, so this
   script registers its own module there (only here; kdra itself never does);
-* ``kdra``: :func:`kdra.domain.cel.compile_selector`, what the allocator uses.
+* ``kdra``: :func:`kdra.dra.cel.compile_selector`, what the allocator uses.
 
 A second table times kdra alone on selectors that use the libraries of upstream's
 environment (strings, regex, lists, two-variable comprehensions, IP/CIDR), which cel-python's
 runners do not have, with each selector's estimated cost.
 
-With ``--baseline DIR`` (the ``kdra/domain/cel`` directory of another checkout, e.g. from
+With ``--baseline DIR`` (the ``kdra/dra/cel`` directory of another checkout, e.g. from
 ``git worktree add /tmp/base <commit>``) it instead compares that version ("before") with
 this one ("after") on the same selectors, interleaved in one process and timed in CPU time,
 best of ``--rounds``: a before/after that holds on a busy machine.
@@ -38,8 +38,8 @@ import celpy.celtypes as ct
 import celpy.evaluation
 from celpy.celparser import CELParser
 
-from kdra.domain.cel import _selector, compile_selector, make_device
-from kdra.domain.quantity import Quantity, parse_quantity
+from kdra.dra.cel import _selector, compile_selector, make_device
+from kdra.dra.quantity import Quantity, parse_quantity
 
 DRIVER = "resource-driver.example.com"
 EXPRESSIONS = {
@@ -112,7 +112,7 @@ def celpy_program(runner: type[celpy.Runner], text: str) -> celpy.Runner:
 
 
 def load_baseline(directory: str) -> ModuleType:
-    """Another version of ``kdra.domain.cel`` (its modules import each other relatively and
+    """Another version of ``kdra.dra.cel`` (its modules import each other relatively and
     only unchanged kdra modules absolutely), loaded as the package ``basecel``."""
     spec = importlib.util.spec_from_file_location(
         "basecel", f"{directory}/__init__.py", submodule_search_locations=[directory]
@@ -129,7 +129,7 @@ def cpu_us(func: Callable[[], object], number: int) -> float:
 
 
 def before_after(baseline: ModuleType, rounds: int) -> None:
-    after: Any = sys.modules["kdra.domain.cel"]
+    after: Any = sys.modules["kdra.dra.cel"]
     versions = (baseline, after)
     attributes = {"color": ("string", "black"), "size": ("string", "large")}
     devices = {id(v): v.make_device(DRIVER, attributes, {"memory": "80Gi"}) for v in versions}
@@ -158,7 +158,7 @@ def before_after(baseline: ModuleType, rounds: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--baseline", help="another version's kdra/domain/cel directory")
+    parser.add_argument("--baseline", help="another version's kdra/dra/cel directory")
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
     if args.baseline:

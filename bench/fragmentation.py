@@ -18,7 +18,7 @@ Contenders, each through the allocator's cluster entry point (``place``), the pl
 then recorded as allocated in the snapshot (as the binder does):
 - **kdra**: every node evaluated, the binder's ``binpack`` choice (``best``: fewest devices
   still allocatable after the placement), candidates on the node in fragmentation-aware
-  order (``kdra.domain.allocator.fragmentation``);
+  order (``kdra.dra.allocator.fragmentation``);
 - **first-fit**: the first node (by name) that fits, devices in walk order — what upstream's
   allocator takes on a node, with nodes in a fixed order;
 - **random-node**: a random feasible node (kube-scheduler breaks equal scores at random;
@@ -41,10 +41,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from kdra.domain.allocator import NodeInfo, Snapshot, allocate, place
-from kdra.domain.gpu_partitions import node_slices
-from kdra.domain.models import ResourceClaim, parse_claim, parse_class, parse_slice
+from kdra.domain.partition_slices import node_slices
 from kdra.domain.scheduling import best
+from kdra.dra.allocator import NodeInfo, Snapshot, allocate, place
+from kdra.dra.models import ResourceClaim, parse_claim, parse_class, parse_slice
 
 DRIVER = "gpu.kdra.dev"
 MIG_CLASS = "mig.gpu.kdra.dev"

@@ -18,8 +18,8 @@ import statistics
 import time
 from typing import Any
 
-from kdra.domain.allocator import Snapshot
-from kdra.domain.models import parse_class, parse_slice
+from kdra.dra.allocator import Snapshot
+from kdra.dra.models import parse_class, parse_slice
 from kdra.services.utilisation import ClaimRows, figures
 
 GPU = "gpu.kdra.dev"
@@ -50,7 +50,7 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=20)
     args = parser.parse_args()
-    from kdra.domain import cel
+    from kdra.dra import cel
 
     cel.warm_up()  # the operator does at start-up
     classes = [

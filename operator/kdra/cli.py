@@ -43,7 +43,7 @@ def _health_mark(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from kdra.domain.health import Health
-    from kdra.domain.taints import label_value
+    from kdra.dra.taints import label_value
     from kdra.services.agent.health import ANY_NODE, Mark, MarksError, default_reason, write_mark
 
     try:

@@ -478,7 +478,7 @@ def record_unschedulable(reason: str, nodes: int = 1) -> None:
 
 def observe_scheduled(pod: dict[str, object], fallback_seconds: float) -> None:
     """Created → bound, from the pod's creationTimestamp (else ``fallback_seconds``)."""
-    from kdra.domain.timestamps import now, parse_time
+    from kdra.dra.timestamps import now, parse_time
 
     meta = pod.get("metadata")
     created = parse_time(meta.get("creationTimestamp") if isinstance(meta, dict) else None)
@@ -489,7 +489,7 @@ def observe_scheduled(pod: dict[str, object], fallback_seconds: float) -> None:
 def observe_claim_allocated(claim: dict[str, object]) -> None:
     """A claim's allocation was written: created → allocated (each allocation write of a
     claim counts; one rolled back and allocated again counts twice)."""
-    from kdra.domain.timestamps import now, parse_time
+    from kdra.dra.timestamps import now, parse_time
 
     meta = claim.get("metadata")
     created = parse_time(meta.get("creationTimestamp") if isinstance(meta, dict) else None)

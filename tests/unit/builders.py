@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from kdra.domain.allocator import NodeInfo
-from kdra.domain.models import (
+from kdra.dra.allocator import NodeInfo
+from kdra.dra.models import (
     DeviceClass,
     ResourceClaim,
     ResourceSlice,

@@ -8,8 +8,8 @@ import threading
 from prometheus_client import CollectorRegistry, generate_latest
 
 from kdra import metrics
-from kdra.domain.allocator import Snapshot
-from kdra.domain.models import parse_class, parse_slice
+from kdra.dra.allocator import Snapshot
+from kdra.dra.models import parse_class, parse_slice
 from kdra.services.utilisation import figures, loop_source
 from tests.unit.domain.test_describe import GPU, gpus, raw_claim, raw_slice
 from tests.unit.domain.test_utilisation import GPU_CLASS, with_class

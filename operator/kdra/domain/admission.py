@@ -79,7 +79,6 @@ from kdra.domain.admission_objects import (
     template_errors,
     v1alpha3_paths,
 )
-from kdra.domain.errors import InvalidObject
 from kdra.domain.extended import ENTRY_NAME as EXTENDED_ENTRY
 from kdra.domain.extended import convert_pod, extended_names
 from kdra.domain.podclaims import (
@@ -96,6 +95,7 @@ from kdra.domain.podclaims import (
     pod_claims,
 )
 from kdra.domain.untrusted import MAX_REPORTED, shorten, too_deep
+from kdra.dra.errors import InvalidObject
 
 __all__ = [
     "ADMIN_ACCESS_LABEL",

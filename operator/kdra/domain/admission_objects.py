@@ -28,11 +28,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from kdra import GROUP
-from kdra.domain.allocator.capacity import parse_requests
-from kdra.domain.cel import compile_selector, selector_drivers
-from kdra.domain.errors import CelCompileError, InvalidObject
 from kdra.domain.extended_entry import class_name_error
-from kdra.domain.models import (
+from kdra.domain.podclaims import GPU_DRIVER
+from kdra.domain.untrusted import json_size, too_deep
+from kdra.dra.allocator.capacity import parse_requests
+from kdra.dra.cel import compile_selector, selector_drivers
+from kdra.dra.errors import CelCompileError, InvalidObject
+from kdra.dra.models import (
     MAX_DEVICES_PER_CLAIM,
     BaseDeviceRequest,
     DeviceClaim,
@@ -41,8 +43,6 @@ from kdra.domain.models import (
     parse_class,
     parse_template,
 )
-from kdra.domain.podclaims import GPU_DRIVER
-from kdra.domain.untrusted import json_size, too_deep
 
 __all__ = [
     "ADMIN_ACCESS_LABEL",
@@ -267,7 +267,7 @@ def _old_expressions(old: Mapping[str, Any] | None) -> frozenset[str]:
 def class_may_select(device_class: Mapping[str, Any] | None, driver: str = GPU_DRIVER) -> bool:
     """Whether a DeviceClass (the API object; None: not found) can ever select a device of
     ``driver``: False only when one of its selectors pins other drivers
-    (:func:`kdra.domain.cel.selector_drivers`), True whenever that is not certain."""
+    (:func:`kdra.dra.cel.selector_drivers`), True whenever that is not certain."""
     if not isinstance(device_class, Mapping):
         return True
     spec = device_class.get("spec")

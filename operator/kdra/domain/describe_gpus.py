@@ -25,8 +25,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kdra.domain.quantity import InvalidQuantity, Quantity, parse_quantity
 from kdra.domain.tables import table
+from kdra.dra.quantity import InvalidQuantity, Quantity, parse_quantity
 
 JSON = Mapping[str, Any]
 

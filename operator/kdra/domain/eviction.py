@@ -4,7 +4,7 @@ taint eviction controller (upstream's ``device-taint-eviction`` controller, KEP-
 For an allocated claim: every result's device is looked up in the current taints (slices
 and DeviceTaintRules); the result's tolerations decide (the allocation keeps them; for an
 allocation made before kdra copied them, the claim's request is read instead). The earliest
-:func:`~kdra.domain.taints.eviction` over the claim's devices is the claim's; every pod in
+:func:`~kdra.dra.taints.eviction` over the claim's devices is the claim's; every pod in
 ``reservedFor`` is evicted then.
 
 Invariants:
@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kdra.domain.models import DeviceToleration, ResourceClaim
-from kdra.domain.taints import Eviction, Taint, TaintLike, eviction
+from kdra.dra.models import DeviceToleration, ResourceClaim
+from kdra.dra.taints import Eviction, Taint, TaintLike, eviction
 
 DeviceId = tuple[str, str, str]  # (driver, pool, device)
 TaintLookup = Callable[[str, str, str], Sequence[TaintLike]]

@@ -57,7 +57,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from kdra.domain.errors import InvalidObject
 from kdra.domain.nodeprep import ClaimEntry, PreparedDevice, our_results
 from kdra.domain.podclaims import (
     CLAIM_STATUSES_ANNOTATION,
@@ -70,6 +69,7 @@ from kdra.domain.podclaims import (
     claim_statuses,
     parse_pod_claims,
 )
+from kdra.dra.errors import InvalidObject
 
 MAX_ANNOTATION = 256 * 1024
 """The API server's limit on all of an object's annotations together; a claims annotation

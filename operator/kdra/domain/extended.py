@@ -45,7 +45,6 @@ from typing import Any
 
 from kdra import GROUP
 from kdra.domain.admission_objects import FieldError
-from kdra.domain.errors import InvalidObject
 from kdra.domain.extended_entry import (
     IMPLICIT_PREFIX,
     MAX_EXTENDED_DEVICES,
@@ -61,8 +60,9 @@ from kdra.domain.podclaims import (
     generated_claim,
     parse_pod_claims,
 )
-from kdra.domain.quantity import InvalidQuantity, parse_quantity
 from kdra.domain.untrusted import shorten
+from kdra.dra.errors import InvalidObject
+from kdra.dra.quantity import InvalidQuantity, parse_quantity
 
 __all__ = ["ENTRY_NAME", "EXTENDED_CLAIM_ANNOTATION", "IMPLICIT_PREFIX", "Conversion",
            "class_mapping", "class_name_error", "convert_pod", "extended_claim",

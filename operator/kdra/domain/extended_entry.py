@@ -22,9 +22,9 @@ import re
 from dataclasses import dataclass
 
 from kdra import GROUP
-from kdra.domain.errors import InvalidObject
-from kdra.domain.models import DNS_LABEL, DNS_SUBDOMAIN
 from kdra.domain.untrusted import shorten
+from kdra.dra.errors import InvalidObject
+from kdra.dra.models import DNS_LABEL, DNS_SUBDOMAIN
 
 __all__ = ["IMPLICIT_PREFIX", "MAX_EXTENDED_DEVICES", "ExtendedRequest", "class_name_error",
            "is_extended_resource_name", "parse_extended_requests"]

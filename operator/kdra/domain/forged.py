@@ -28,7 +28,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from kdra.domain.errors import InvalidObject
 from kdra.domain.podclaims import (
     DEVICE_ENVS,
     DEVICES_ANNOTATION_PREFIX,
@@ -43,6 +42,7 @@ from kdra.domain.podclaims import (
     pod_claims,
 )
 from kdra.domain.untrusted import shorten
+from kdra.dra.errors import InvalidObject
 
 JSON = Mapping[str, Any]
 DeviceKey = tuple[str, str, str]

@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from kdra.domain.models.base import DNS_LABEL
+from kdra.dra.models.base import DNS_LABEL
 
 PARTITION_DEVICE_TYPE = "mig"
 """Value of the ``type`` attribute of a partition (a whole GPU has ``gpu``)."""
@@ -261,38 +261,6 @@ def _wanted(layout: PartitionLayout,
     return wanted
 
 
-def node_slices(node: str, gpus: str, *, driver: str = "gpu.kdra.dev",
-                generation: int = 0) -> list[dict[str, Any]]:
-    """Every ResourceSlice (v1 API dicts) of a node whose GPUs (``"8 x H100-80GB"``, the fake
-    inventory's shorthand) are all partitionable: device slices of at most 4 GPUs (60
-    devices ≤ 64) and counter slices of at most 8 sets, one pool named after the node. For
-    tests and benchmarks: the same devices and counter sets the agent publishes for
-    ``partitions: mig``, grouped into slices by whole GPUs (the agent's
-    :mod:`kdra.domain.pool_layout` fills slices up to 64 devices, so its slice names and
-    grouping differ)."""
-    from kdra.domain.inventory import parse_inventory  # inventory imports this module
-
-    inventory = parse_inventory(f"gpus: ['{gpus}']", node)
-    sets: list[dict[str, Any]] = []
-    groups: list[list[dict[str, Any]]] = []
-    for index, gpu in enumerate(inventory.devices):
-        counters, devices = partition_devices(gpu.to_api())
-        sets.append(counters)
-        if index % 4 == 0:
-            groups.append([])
-        groups[-1].extend(devices)
-    specs = [{"devices": group} for group in groups]
-    specs += [{"sharedCounters": sets[i:i + 8]} for i in range(0, len(sets), 8)]
-    dashed = driver.replace(".", "-")
-    return [{
-        "apiVersion": "resource.kdra.dev/v1", "kind": "ResourceSlice",
-        "metadata": {"name": f"{node}-{dashed}-{i}"},
-        "spec": {"driver": driver, "nodeName": node, **spec,
-                 "pool": {"name": node, "generation": generation,
-                          "resourceSliceCount": len(specs)}},
-    } for i, spec in enumerate(specs)]
-
-
 __all__ = [
     "COMPUTE_SLICES",
     "MEMORY_SLICES",
@@ -304,7 +272,6 @@ __all__ = [
     "consumption",
     "counter_set",
     "layout_for",
-    "node_slices",
     "partition_device",
     "partition_devices",
     "partition_name",

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from kdra.domain.semver import is_valid_version
+from kdra.dra.semver import is_valid_version
 
 GPU_DRIVER = "gpu.kdra.dev"
 """Driver name of kdra's GPUs (DESIGN.md names table)."""

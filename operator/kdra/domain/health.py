@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Generic, TypeVar
 
-from kdra.domain.taints import NO_EXECUTE, NO_SCHEDULE, UNHEALTHY_KEY, Taint, label_value
-from kdra.domain.timestamps import api_time
+from kdra.dra.taints import NO_EXECUTE, NO_SCHEDULE, UNHEALTHY_KEY, Taint, label_value
+from kdra.dra.timestamps import api_time
 
 
 class Health(IntEnum):

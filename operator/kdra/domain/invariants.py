@@ -57,13 +57,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from kdra.domain.allocator.nodeselector import NodeInfo, selector_matches
-from kdra.domain.errors import InvalidObject
 from kdra.domain.forged import RULES as FORGED_RULES
 from kdra.domain.forged import forged_outputs
 from kdra.domain.invariants_shared import RULES as SHARED_RULES
 from kdra.domain.invariants_shared import shared_device_violations
-from kdra.domain.models import NodeSelector
 from kdra.domain.nodeprep import (
     CLAIM_UID_ANNOTATION,
     NODE_ANNOTATION,
@@ -79,7 +76,10 @@ from kdra.domain.podclaims import (
     pod_claims,
     protected_by_kdra,
 )
-from kdra.domain.timestamps import parse_time
+from kdra.dra.allocator.nodeselector import NodeInfo, selector_matches
+from kdra.dra.errors import InvalidObject
+from kdra.dra.models import NodeSelector
+from kdra.dra.timestamps import parse_time
 
 JSON = Mapping[str, Any]
 DeviceKey = tuple[str, str, str]

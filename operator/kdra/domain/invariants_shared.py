@@ -26,9 +26,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-from kdra.domain.errors import InvalidObject
-from kdra.domain.models import Device, parse_slice
-from kdra.domain.quantity import InvalidQuantity, parse_quantity
+from kdra.dra.errors import InvalidObject
+from kdra.dra.models import Device, parse_slice
+from kdra.dra.quantity import InvalidQuantity, parse_quantity
 
 __all__ = ["RULES", "shared_device_violations"]
 

@@ -56,7 +56,6 @@ from typing import Any, NoReturn
 import yaml
 
 from kdra import API_VERSION, GROUP
-from kdra.domain.errors import InvalidObject
 from kdra.domain.gpu_modes import gpu_mode
 from kdra.domain.gpu_profiles import (
     DEFAULT_CUDA_DRIVER_VERSION,
@@ -69,16 +68,17 @@ from kdra.domain.gpu_profiles import (
     parse_gpu_shorthand,
 )
 from kdra.domain.inventory_devices import AttributeValue, CounterUse, Inventory, InventoryDevice
-from kdra.domain.models import (
+from kdra.domain.pool_layout import layout
+from kdra.dra.errors import InvalidObject
+from kdra.dra.models import (
     C_IDENTIFIER,
     DNS_LABEL,
     DNS_SUBDOMAIN,
     MAX_ATTRIBUTE_STRING_LENGTH,
     MAX_ATTRIBUTES_AND_CAPACITY,
 )
-from kdra.domain.pool_layout import layout
-from kdra.domain.quantity import is_valid_quantity
-from kdra.domain.semver import is_valid_version
+from kdra.dra.quantity import is_valid_quantity
+from kdra.dra.semver import is_valid_version
 
 __all__ = ["AttributeValue", "CounterUse", "Inventory", "InventoryDevice"]
 """Re-exported: the device types live in :mod:`kdra.domain.inventory_devices`. (Every other

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kdra.domain.taints import Taint
+from kdra.dra.taints import Taint
 
 AttributeValue = Mapping[str, int | bool | str]
 """One attribute in the API's form: exactly one of ``{"int": 1}``, ``{"bool": true}``,

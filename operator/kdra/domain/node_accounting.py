@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from kdra.domain.inventory_devices import Inventory, InventoryDevice
 from kdra.domain.nodeprep import Checkpoint, ClaimRef, Result
-from kdra.domain.quantity import InvalidQuantity, Quantity, parse_quantity
+from kdra.dra.quantity import InvalidQuantity, Quantity, parse_quantity
 
 Key = tuple[str, str, str]
 """(driver, pool, device)."""

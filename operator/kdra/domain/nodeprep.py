@@ -39,7 +39,7 @@ import orjson
 from kdra.domain.gpu_profiles import GPU_DRIVER
 from kdra.domain.inventory import InventoryDevice
 from kdra.domain.shares import share_data, share_env
-from kdra.domain.timestamps import transition_time
+from kdra.dra.timestamps import transition_time
 
 CDI_VERSION = "0.6.0"
 CDI_VENDOR = "kdra.dev"

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from kdra import GROUP, VERSION
-from kdra.domain.errors import InvalidObject
 from kdra.domain.extended_entry import ExtendedRequest, parse_extended_requests
-from kdra.domain.models import DNS_LABEL, DNS_SUBDOMAIN
 from kdra.domain.untrusted import load_json, load_yaml, shorten
+from kdra.dra.errors import InvalidObject
+from kdra.dra.models import DNS_LABEL, DNS_SUBDOMAIN
 
 CLAIMS_ANNOTATION = f"{GROUP}/claims"
 CLAIM_STATUSES_ANNOTATION = f"{GROUP}/claim-statuses"

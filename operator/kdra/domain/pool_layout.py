@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kdra.domain.inventory_devices import CounterUse, InventoryDevice
-from kdra.domain.models.base import (
+from kdra.dra.models.base import (
     MAX_COUNTER_SETS,
     MAX_COUNTERS,
     MAX_DEVICES_PER_SLICE,

@@ -25,7 +25,7 @@ never victims, and a node where they alone make room needs no preemption (the bi
 the release).
 
 Invariants:
-- Pure: the fit test is the caller's (:class:`~kdra.domain.allocator.probe.FitProbe`), so
+- Pure: the fit test is the caller's (:class:`~kdra.dra.allocator.probe.FitProbe`), so
   every "fits" is the allocator's own search.
 - A node's answer is *minimal* in the kube-scheduler sense: no victim could be reprieved on
   its own and the preemptor still fit.
@@ -39,7 +39,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kdra.domain.allocator.pools import DeviceId
+from kdra.dra.allocator.pools import DeviceId
 
 __all__ = [
     "NEVER",

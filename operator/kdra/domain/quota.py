@@ -6,7 +6,7 @@ Every DeviceQuota of a namespace applies (as ResourceQuota objects do): an alloc
 all of them.
 
 What a claim is charged (:func:`claim_charge`): for each result of its allocation that holds a
-device (admin-access results hold none, as in :func:`~kdra.domain.allocator.devices_in_use`),
+device (admin-access results hold none, as in :func:`~kdra.dra.allocator.devices_in_use`),
 under the class of the request (or sub-request) it answers: one device, the device's capacity
 values (or the result's ``consumedCapacity`` when the driver shares the device), and the
 counters the device consumes. Capacity and counter names are as the device publishes them, the
@@ -37,11 +37,11 @@ from typing import Any, NamedTuple
 
 from pydantic import Field
 
-from kdra.domain.errors import InvalidObject
-from kdra.domain.models import AllocationResult, ResourceClaim
-from kdra.domain.models.base import DNS_SUBDOMAIN, ObjectMeta, _Model, parse
-from kdra.domain.quantity import InvalidQuantity, Quantity, parse_quantity
 from kdra.domain.untrusted import shorten
+from kdra.dra.errors import InvalidObject
+from kdra.dra.models import AllocationResult, ResourceClaim
+from kdra.dra.models.base import DNS_SUBDOMAIN, ObjectMeta, _Model, parse
+from kdra.dra.quantity import InvalidQuantity, Quantity, parse_quantity
 
 KIND = "DeviceQuota"
 MAX_LIMITS = 32

@@ -28,10 +28,10 @@ from typing import Any
 from kdra import GROUP
 from kdra.domain.admission import AdmissionResponse, Decide
 from kdra.domain.admission_objects import FieldError
-from kdra.domain.errors import InvalidObject
-from kdra.domain.models import parse_claim
 from kdra.domain.podclaims import POD_CLAIM_NAME_ANNOTATION
 from kdra.domain.quota import DeviceQuota, early_denials, parse_quota
+from kdra.dra.errors import InvalidObject
+from kdra.dra.models import parse_claim
 
 
 def quota_namespace(body: Any) -> str | None:

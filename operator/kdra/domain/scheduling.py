@@ -22,16 +22,16 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from kdra.domain.allocator import NodeInfo, Placement, selector_matches
-from kdra.domain.errors import InvalidObject
-from kdra.domain.models import NodeSelector, ResourceClaim
 from kdra.domain.podclaims import (
     DEVICES_ANNOTATION_PREFIX,
     GPU_DRIVER,
     GPU_UUIDS_ANNOTATION_PREFIX,
     PodClaim,
 )
-from kdra.domain.quantity import InvalidQuantity, parse_quantity
+from kdra.dra.allocator import NodeInfo, Placement, selector_matches
+from kdra.dra.errors import InvalidObject
+from kdra.dra.models import NodeSelector, ResourceClaim
+from kdra.dra.quantity import InvalidQuantity, parse_quantity
 
 JSON = Mapping[str, Any]
 POLICIES = ("binpack", "spread", "first-fit")

@@ -28,7 +28,7 @@ import yaml
 from yaml.composer import ComposerError
 from yaml.events import AliasEvent, CollectionStartEvent, ScalarEvent
 
-from kdra.domain.errors import InvalidObject
+from kdra.dra.errors import InvalidObject
 
 __all__ = ["MAX_REPORTED", "capped", "json_size", "load_json", "load_yaml", "shorten",
            "too_deep"]

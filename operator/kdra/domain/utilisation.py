@@ -29,7 +29,7 @@ Rules (also in ``docs/user-guide.md``):
 
 Invariants:
 - Pure functions of their arguments; selector verdicts come from (and fill) the devices'
-  memos in the :class:`~kdra.domain.allocator.Snapshot`, so the operator pays almost no CEL
+  memos in the :class:`~kdra.dra.allocator.Snapshot`, so the operator pays almost no CEL
   per call on a warm cluster.
 - Rows come sorted (class, node, driver, pool; namespaces by devices held, most first).
 """
@@ -41,14 +41,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kdra.domain.allocator.pools import DeviceId, Selector, gather_pools
-from kdra.domain.allocator.snapshot import Snapshot
-from kdra.domain.allocator.stats import Stats
-from kdra.domain.cel import compile_selector
 from kdra.domain.describe import ClaimRow, natural
-from kdra.domain.errors import CelCompileError, CelRuntimeError, InvalidObject
-from kdra.domain.models import DeviceClass, ResourceSlice
-from kdra.domain.taints import UNHEALTHY_KEY, acts
+from kdra.dra.allocator.pools import DeviceId, Selector, gather_pools
+from kdra.dra.allocator.snapshot import Snapshot
+from kdra.dra.allocator.stats import Stats
+from kdra.dra.cel import compile_selector
+from kdra.dra.errors import CelCompileError, CelRuntimeError, InvalidObject
+from kdra.dra.models import DeviceClass, ResourceSlice
+from kdra.dra.taints import UNHEALTHY_KEY, acts
 
 __all__ = [
     "STATES",

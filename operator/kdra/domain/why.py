@@ -2,7 +2,7 @@
 
 :func:`explain_pod` evaluates the pod now, the way kdra's binder would — the same node
 filters (:func:`~kdra.domain.scheduling.node_rejection`), the same allocator entry point
-(:func:`~kdra.domain.allocator.place`, every node, no feasible-node limit) — over the objects
+(:func:`~kdra.dra.allocator.place`, every node, no feasible-node limit) — over the objects
 the caller read, and returns an :class:`Explanation`:
 
 - the pod's state and what kdra-scheduler last told it (its ``PodScheduled`` condition, with
@@ -13,7 +13,7 @@ the caller read, and returns an :class:`Explanation`:
 - the nodes grouped by why they cannot take the pod (the binder's messages, most frequent
   first), or the nodes it fits on now;
 - the nearest fits: nodes where it would fit if N devices were freed, with the claims (and
-  pods) holding those devices (:func:`~kdra.domain.allocator.nearest_fits`).
+  pods) holding those devices (:func:`~kdra.dra.allocator.nearest_fits`).
 
 What could not be read is passed as ``None`` and said in :attr:`Explanation.notes` (e.g. no
 Nodes: taints, selectors and capacity are not checked, nodes are taken from the slices).
@@ -39,17 +39,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kdra.domain.allocator import (
-    DeviceId,
-    NodeInfo,
-    Placing,
-    ReasonCode,
-    Snapshot,
-    nearest_fits,
-)
 from kdra.domain.describe import claims_of, natural
-from kdra.domain.errors import InvalidObject
-from kdra.domain.models import ResourceClaim, parse_claim, parse_class, parse_slice
 from kdra.domain.podclaims import (
     CLAIMS_ANNOTATION,
     SCHEDULER_NAME,
@@ -67,6 +57,16 @@ from kdra.domain.scheduling import (
     node_view,
 )
 from kdra.domain.tables import table
+from kdra.dra.allocator import (
+    DeviceId,
+    NodeInfo,
+    Placing,
+    ReasonCode,
+    Snapshot,
+    nearest_fits,
+)
+from kdra.dra.errors import InvalidObject
+from kdra.dra.models import ResourceClaim, parse_claim, parse_class, parse_slice
 
 __all__ = ["ClaimInfo", "Explanation", "Group", "Nearest", "RequestInfo", "explain_pod",
            "render_why"]

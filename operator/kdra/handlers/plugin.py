@@ -31,13 +31,13 @@ import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from kdra.domain.allocator import Snapshot
 from kdra.domain.describe import claims_of, describe, render
-from kdra.domain.errors import InvalidObject
-from kdra.domain.models import parse_class, parse_slice
 from kdra.domain.tables import Painter, table
 from kdra.domain.utilisation import top, utilisation
 from kdra.domain.why import explain_pod, render_why
+from kdra.dra.allocator import Snapshot
+from kdra.dra.errors import InvalidObject
+from kdra.dra.models import parse_class, parse_slice
 from kdra.kube.reader import (
     CLAIMS,
     CLASSES,

@@ -18,7 +18,7 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from kdra.domain.timestamps import api_time
+from kdra.dra.timestamps import api_time
 from kdra.kube.client import ApiError, KubeClient, Resource
 
 log = logging.getLogger(__name__)

@@ -49,23 +49,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from kdra import metrics
-from kdra.domain.allocator import (
-    ClusterOutcome,
-    NodeInfo,
-    Placement,
-    Placing,
-    Snapshot,
-)
 from kdra.domain.backoff import backoff_delay
-from kdra.domain.errors import InvalidObject
-from kdra.domain.models import (
-    AllocationResult,
-    ResourceClaim,
-    dump,
-    parse_claim,
-    parse_class,
-    parse_slice,
-)
 from kdra.domain.podclaims import (
     CLAIM_STATUSES_ANNOTATION,
     FINALIZER,
@@ -93,8 +77,24 @@ from kdra.domain.scheduling import (
     pod_requests,
     search_window,
 )
-from kdra.domain.taint_rules import parse_rule
 from kdra.domain.untrusted import shorten
+from kdra.dra.allocator import (
+    ClusterOutcome,
+    NodeInfo,
+    Placement,
+    Placing,
+    Snapshot,
+)
+from kdra.dra.errors import InvalidObject
+from kdra.dra.models import (
+    AllocationResult,
+    ResourceClaim,
+    dump,
+    parse_claim,
+    parse_class,
+    parse_slice,
+)
+from kdra.dra.taint_rules import parse_rule
 from kdra.kube.client import CLAIMS, PODS, ApiError, Conflict, KubeClient, NotFound
 from kdra.kube.events import EventRecorder
 from kdra.services.preemption import Preemption, PreemptionSettings

@@ -34,7 +34,6 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from kdra import metrics
-from kdra.domain.errors import InvalidObject
 from kdra.domain.extended import extended_claim
 from kdra.domain.podclaims import (
     CLAIM_STATUSES_ANNOTATION,
@@ -51,6 +50,7 @@ from kdra.domain.podclaims import (
     pod_ref,
     protected_by_kdra,
 )
+from kdra.dra.errors import InvalidObject
 from kdra.kube.client import CLAIMS, PODS, ApiError, Conflict, KubeClient, NotFound
 from kdra.kube.events import EventRecorder
 from kdra.services.store import JSON, Key, Store, key_of

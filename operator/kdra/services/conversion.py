@@ -6,7 +6,7 @@ Invariants:
 - Conversions run in a worker thread: converting a list of a thousand objects must not stall
   the event loop. A body that is not JSON (or nests deeper than the decoder allows) is an HTTP
   400; a ConversionReview whose objects cannot be converted gets a ``Failure`` result naming
-  the object (:func:`kdra.domain.models.conversion.review`).
+  the object (:func:`kdra.dra.models.conversion.review`).
 - :func:`point_crds` writes a CRD only when its conversion differs from what this server
   needs (defaults the API server adds are no difference); a CRD that is missing (not installed
   yet) is skipped with a warning, the others are still kept current.
@@ -20,9 +20,9 @@ import logging
 import orjson
 from aiohttp import web
 
-from kdra.domain.errors import InvalidObject
-from kdra.domain.models import conversion
 from kdra.domain.webhooks import CRD_NAMES, Endpoint, contains, conversion_patch
+from kdra.dra.errors import InvalidObject
+from kdra.dra.models import conversion
 from kdra.kube.client import CRDS, KubeClient, NotFound
 
 __all__ = ["convert", "point_crds"]

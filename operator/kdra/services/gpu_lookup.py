@@ -23,8 +23,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kdra.domain import admission
-from kdra.domain.errors import InvalidObject
 from kdra.domain.podclaims import PodClaim, pod_claims
+from kdra.dra.errors import InvalidObject
 from kdra.kube.client import CLAIMS, CLASSES, TEMPLATES, ApiError, KubeClient
 
 TIMEOUT = 2.0

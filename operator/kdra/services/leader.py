@@ -34,7 +34,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from kdra.domain.timestamps import micro_time, now, parse_time
+from kdra.dra.timestamps import micro_time, now, parse_time
 from kdra.kube.client import LEASES, ApiError, Conflict, KubeClient, NotFound
 
 log = logging.getLogger(__name__)

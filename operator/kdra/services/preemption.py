@@ -6,7 +6,7 @@ The binder calls :meth:`Preemption.preempt` when a pod's unallocated claims fit 
 node, and searches every pod's placement with :meth:`Preemption.reserved_against` as devices
 in use. The victims are chosen by :mod:`kdra.domain.preemption` (kube-scheduler's rules: the
 node with the fewest PodDisruptionBudget violations, then the lowest victims), with fit tests
-by the allocator's own search (:class:`~kdra.domain.allocator.probe.FitProbe`). Then:
+by the allocator's own search (:class:`~kdra.dra.allocator.probe.FitProbe`). Then:
 
 1. the preemptor's ``status.nominatedNodeName`` is set (best effort: the hold below is what
    keeps the devices; the field tells users and tools);
@@ -45,10 +45,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kdra import metrics
-from kdra.domain.allocator import DeviceId, NodeInfo, Snapshot
-from kdra.domain.allocator.probe import FitProbe, OutOfSteps
-from kdra.domain.allocator.reasons import Unallocatable
-from kdra.domain.models import ResourceClaim
 from kdra.domain.preemption import (
     Budget,
     Hold,
@@ -59,6 +55,10 @@ from kdra.domain.preemption import (
     pod_priority,
     select_victims,
 )
+from kdra.dra.allocator import DeviceId, NodeInfo, Snapshot
+from kdra.dra.allocator.probe import FitProbe, OutOfSteps
+from kdra.dra.allocator.reasons import Unallocatable
+from kdra.dra.models import ResourceClaim
 from kdra.kube.client import PODS, ApiError, KubeClient, NotFound, Resource
 from kdra.kube.events import EventRecorder
 from kdra.services.store import JSON, Key, Store, key_of

@@ -34,9 +34,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kdra import GROUP, metrics
-from kdra.domain.allocator import Placement
-from kdra.domain.errors import InvalidObject
-from kdra.domain.models import AllocationResult, DeviceRequestAllocationResult, ResourceClaim
 from kdra.domain.quota import (
     Charge,
     Denial,
@@ -52,7 +49,10 @@ from kdra.domain.quota import (
     quota_status,
 )
 from kdra.domain.quota_admission import quota_namespace
-from kdra.domain.timestamps import status_update
+from kdra.dra.allocator import Placement
+from kdra.dra.errors import InvalidObject
+from kdra.dra.models import AllocationResult, DeviceRequestAllocationResult, ResourceClaim
+from kdra.dra.timestamps import status_update
 from kdra.kube.client import ApiError, KubeClient, Resource
 from kdra.services.store import JSON, Store, key_of
 

@@ -1,6 +1,6 @@
 """Long allocation searches, stepped in slices beside the binder's scheduling loop.
 
-The binder evaluates a pod's candidate nodes with :class:`~kdra.domain.allocator.Placing`
+The binder evaluates a pod's candidate nodes with :class:`~kdra.dra.allocator.Placing`
 and gives it one slice of search steps inline: nearly every pod is decided within it, as
 before. A pod whose search needs more is handed to :class:`Searches`, which steps it one slice
 at a time, yielding to the event loop between slices, so the loop goes on scheduling other
@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from kdra.domain.allocator import ClusterOutcome, Placing
+from kdra.dra.allocator import ClusterOutcome, Placing
 from kdra.services.store import Key
 
 log = logging.getLogger(__name__)

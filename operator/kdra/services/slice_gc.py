@@ -41,7 +41,7 @@ from typing import Literal
 
 from kdra import metrics
 from kdra.domain.inventory import AGENT_LEASE_LABEL, lease_pools
-from kdra.domain.timestamps import parse_time
+from kdra.dra.timestamps import parse_time
 from kdra.kube.client import LEASES, NODES, SLICES, Conflict, KubeClient, NotFound
 from kdra.services.store import JSON, Store
 from kdra.services.workqueue import Retry, WorkQueue

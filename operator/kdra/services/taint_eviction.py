@@ -36,13 +36,13 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from kdra import GROUP, metrics
-from kdra.domain.errors import InvalidObject
 from kdra.domain.eviction import ClaimEviction, DeviceId, claim_eviction, slice_taints
-from kdra.domain.models import parse_claim
-from kdra.domain.taint_rules import TaintRule, parse_rule, rule_taints
-from kdra.domain.taints import NO_EXECUTE, UNHEALTHY_KEY, TaintLike, acts
-from kdra.domain.timestamps import now as wall_now
-from kdra.domain.timestamps import status_update
+from kdra.dra.errors import InvalidObject
+from kdra.dra.models import parse_claim
+from kdra.dra.taint_rules import TaintRule, parse_rule, rule_taints
+from kdra.dra.taints import NO_EXECUTE, UNHEALTHY_KEY, TaintLike, acts
+from kdra.dra.timestamps import now as wall_now
+from kdra.dra.timestamps import status_update
 from kdra.kube.client import PODS, ApiError, KubeClient, NotFound, Resource
 from kdra.kube.events import EventRecorder
 from kdra.services.store import JSON, Store

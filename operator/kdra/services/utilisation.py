@@ -22,9 +22,9 @@ import concurrent.futures
 from collections.abc import Callable, Iterable
 
 from kdra import metrics
-from kdra.domain.allocator import Snapshot
 from kdra.domain.describe import ClaimRow, claims_of
 from kdra.domain.utilisation import namespace_usage, pool_totals, utilisation
+from kdra.dra.allocator import Snapshot
 from kdra.services.store import JSON
 
 

@@ -59,7 +59,6 @@ from aiohttp import web
 
 from kdra.domain import admission
 from kdra.domain.bindings import binding_decision, is_binding
-from kdra.domain.errors import InvalidObject
 from kdra.domain.jsonscan import path_value
 from kdra.domain.quota_admission import with_quotas
 from kdra.domain.webhooks import (
@@ -77,6 +76,7 @@ from kdra.domain.webhooks import (
     trusted_usernames,
     validating_configuration,
 )
+from kdra.dra.errors import InvalidObject
 from kdra.kube.client import (
     MUTATING_WEBHOOKS,
     NAMESPACES,

@@ -28,8 +28,8 @@ from kdra.domain.admission import (
     template_errors,
     validate,
 )
-from kdra.domain.errors import InvalidObject
 from kdra.domain.podclaims import CLAIMS_ANNOTATION, SCHEDULER_NAME, parse_pod_claims
+from kdra.dra.errors import InvalidObject
 
 API = "resource.kdra.dev/v1"
 ANNOTATION = f"metadata.annotations[{CLAIMS_ANNOTATION}]"

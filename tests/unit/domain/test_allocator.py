@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from kdra.domain.allocator import DeviceId, NodeInfo, Snapshot, allocate
-from kdra.domain.errors import AllocationError, CelCompileError, CelRuntimeError
-from kdra.domain.models import AllocationResult, DeviceClass, ResourceClaim, ResourceSlice
+from kdra.dra.allocator import DeviceId, NodeInfo, Snapshot, allocate
+from kdra.dra.errors import AllocationError, CelCompileError, CelRuntimeError
+from kdra.dra.models import AllocationResult, DeviceClass, ResourceClaim, ResourceSlice
 from tests.unit.builders import (
     CLASS,
     DRIVER,

@@ -14,11 +14,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kdra.domain.allocator import Snapshot, allocate
-from kdra.domain.allocator.ledger import Ledger
-from kdra.domain.allocator.search import busy_view
-from kdra.domain.models import ResourceClaim, parse_slice
-from kdra.domain.quantity import parse_quantity
+from kdra.dra.allocator import Snapshot, allocate
+from kdra.dra.allocator.ledger import Ledger
+from kdra.dra.allocator.search import busy_view
+from kdra.dra.models import ResourceClaim, parse_slice
+from kdra.dra.quantity import parse_quantity
 from tests.unit.builders import node, slice_with
 from tests.unit.domain.test_allocator_partitions import (
     CLASSES,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from kdra.domain.allocator import (
+from kdra.dra.allocator import (
     DeviceId,
     NodeInfo,
     Placing,
@@ -22,9 +22,9 @@ from kdra.domain.allocator import (
     allocate,
     place,
 )
-from kdra.domain.allocator.prepared import prepare
-from kdra.domain.allocator.search import NodeSearch, busy_view
-from kdra.domain.models import AllocationResult, ResourceClaim, ResourceSlice
+from kdra.dra.allocator.prepared import prepare
+from kdra.dra.allocator.search import NodeSearch, busy_view
+from kdra.dra.models import AllocationResult, ResourceClaim, ResourceSlice
 from tests.unit.builders import (
     DRIVER,
     NODE,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kdra.domain.allocator import (
+from kdra.dra.allocator import (
     DeviceId,
     NodeInfo,
     Reason,
@@ -15,8 +15,8 @@ from kdra.domain.allocator import (
     place,
     summarize,
 )
-from kdra.domain.errors import AllocationError
-from kdra.domain.models import ResourceClaim, ResourceSlice
+from kdra.dra.errors import AllocationError
+from kdra.dra.models import ResourceClaim, ResourceSlice
 from tests.unit.builders import (
     CLASS,
     DRIVER,

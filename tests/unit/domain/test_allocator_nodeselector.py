@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from kdra.domain.allocator import NodeInfo, node_name_selector, selector_matches
-from kdra.domain.models import NodeSelector
+from kdra.dra.allocator import NodeInfo, node_name_selector, selector_matches
+from kdra.dra.models import NodeSelector
 
 NODE = NodeInfo("worker-1", {"zone": "a", "gpus": "8", "fast": ""})
 

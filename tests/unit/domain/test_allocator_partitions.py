@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
-from kdra.domain.allocator import Placing, Snapshot, allocate, place
-from kdra.domain.allocator.capacity import CapacitySpec, demand, parse_requests, round_up
-from kdra.domain.allocator.fragmentation import stranded
-from kdra.domain.allocator.ledger import Ledger
-from kdra.domain.allocator.search import busy_view
-from kdra.domain.errors import AllocationError
-from kdra.domain.gpu_partitions import node_slices
-from kdra.domain.models import AllocationResult, ResourceClaim, ResourceSlice, parse_slice
-from kdra.domain.quantity import Format, parse_quantity
+from kdra.domain.partition_slices import node_slices
+from kdra.dra.allocator import Placing, Snapshot, allocate, place
+from kdra.dra.allocator.capacity import CapacitySpec, demand, parse_requests, round_up
+from kdra.dra.allocator.fragmentation import stranded
+from kdra.dra.allocator.ledger import Ledger
+from kdra.dra.allocator.search import busy_view
+from kdra.dra.errors import AllocationError
+from kdra.dra.models import AllocationResult, ResourceClaim, ResourceSlice, parse_slice
+from kdra.dra.quantity import Format, parse_quantity
 from tests.unit.builders import (
     DRIVER,
     DRIVER_SELECTOR,

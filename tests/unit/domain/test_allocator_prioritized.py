@@ -8,10 +8,10 @@ import re
 
 import pytest
 
-from kdra.domain.allocator import NodeInfo, Snapshot, allocate, place, preference
-from kdra.domain.allocator.choices import MAX_COMBINATIONS
-from kdra.domain.errors import AllocationError
 from kdra.domain.scheduling import best
+from kdra.dra.allocator import NodeInfo, Snapshot, allocate, place, preference
+from kdra.dra.allocator.choices import MAX_COMBINATIONS
+from kdra.dra.errors import AllocationError
 from tests.unit.builders import (
     CLASS,
     DRIVER,

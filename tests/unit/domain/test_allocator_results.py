@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from kdra.domain.allocator import Snapshot, allocate, node_name_selector
-from kdra.domain.models import AllocationResult, ResourceClaim, ResourceSlice, dump
+from kdra.dra.allocator import Snapshot, allocate, node_name_selector
+from kdra.dra.models import AllocationResult, ResourceClaim, ResourceSlice, dump
 from tests.unit.builders import (
     DRIVER,
     claim_config,

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kdra.domain.allocator import DeviceId, Snapshot, allocate
-from kdra.domain.models import ResourceClaim
+from kdra.dra.allocator import DeviceId, Snapshot, allocate
+from kdra.dra.models import ResourceClaim
 from tests.unit.builders import (
     DRIVER,
     claim_with,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from kdra.domain.allocator import DeviceId, Snapshot, allocate, devices_in_use
-from kdra.domain.allocator.pools import CACHE_LIMIT
-from kdra.domain.models import AllocationResult
+from kdra.dra.allocator import DeviceId, Snapshot, allocate, devices_in_use
+from kdra.dra.allocator.pools import CACHE_LIMIT
+from kdra.dra.models import AllocationResult
 from tests.unit.builders import (
     DRIVER,
     NODE,

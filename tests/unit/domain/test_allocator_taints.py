@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from kdra.domain.allocator import Snapshot, allocate, place
-from kdra.domain.models import dump
-from kdra.domain.taint_rules import parse_rule
+from kdra.dra.allocator import Snapshot, allocate, place
+from kdra.dra.models import dump
+from kdra.dra.taint_rules import parse_rule
 from tests.unit.builders import (
     CLASS,
     claim_with,

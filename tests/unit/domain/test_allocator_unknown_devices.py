@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import pytest
 
-from kdra.domain.allocator import Snapshot, allocate
-from kdra.domain.allocator.pools import DeviceEntry, Selector
-from kdra.domain.allocator.stats import Stats
-from kdra.domain.cel import compile_selector
-from kdra.domain.errors import AllocationError
+from kdra.dra.allocator import Snapshot, allocate
+from kdra.dra.allocator.pools import DeviceEntry, Selector
+from kdra.dra.allocator.stats import Stats
+from kdra.dra.cel import compile_selector
+from kdra.dra.errors import AllocationError
 from tests.unit.builders import (
     CLASS,
     DRIVER_SELECTOR,

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from kdra.domain.cel import (
+from kdra.dra.cel import (
     COST_LIMIT,
     MAX_EXPRESSION_LENGTH,
     CelDevice,
@@ -14,7 +14,7 @@ from kdra.domain.cel import (
     compile_selector,
     make_device,
 )
-from kdra.domain.errors import CelCompileError, CelRuntimeError, InvalidObject
+from kdra.dra.errors import CelCompileError, CelRuntimeError, InvalidObject
 
 GPU = make_device(
     "gpu.kdra.dev",

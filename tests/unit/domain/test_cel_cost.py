@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import pytest
 
-from kdra.domain.cel import COST_LIMIT, _check, _cost, _parse, compile_selector
-from kdra.domain.errors import CelCompileError
+from kdra.dra.cel import COST_LIMIT, _check, _cost, _parse, compile_selector
+from kdra.dra.errors import CelCompileError
 
 UPSTREAM_FIGURES: dict[str, tuple[int, int]] = {
     "'ABCDEFGHIJ abcdefghij'.lowerAscii()": (3, 3),

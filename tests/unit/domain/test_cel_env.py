@@ -17,10 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kdra.domain.cel import CelDevice, compile_selector, make_device
-from kdra.domain.cel._decls import FUNCTIONS, helper_name
-from kdra.domain.cel._runtime import NAMESPACE
-from kdra.domain.errors import CelCompileError, InvalidObject
+from kdra.dra.cel import CelDevice, compile_selector, make_device
+from kdra.dra.cel._decls import FUNCTIONS, helper_name
+from kdra.dra.cel._runtime import NAMESPACE
+from kdra.dra.errors import CelCompileError, InvalidObject
 
 # Names generated code uses directly (operators, macros' plumbing), not declared functions.
 _PLUMBING = frozenset(

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from kdra.domain.cel import compile_selector, make_device
-from kdra.domain.cel._lib_strings import m_join
-from kdra.domain.cel._rt_core import EvalError
-from kdra.domain.errors import CelRuntimeError
+from kdra.dra.cel import compile_selector, make_device
+from kdra.dra.cel._lib_strings import m_join
+from kdra.dra.cel._rt_core import EvalError
+from kdra.dra.errors import CelRuntimeError
 
 NIC = make_device(
     "net.example.com",

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from kdra.domain.admission import class_errors
-from kdra.domain.cel import compile_selector, make_device
-from kdra.domain.errors import CelCompileError, CelRuntimeError
+from kdra.dra.cel import compile_selector, make_device
+from kdra.dra.errors import CelCompileError, CelRuntimeError
 
 A = 'device.attributes["gpu.kdra.dev"]'
 GPU = make_device("gpu.kdra.dev", {"model": ("string", "a100"), "index": ("int", 3)}, {})

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from kdra.domain.errors import InvalidObject
-from kdra.domain.models.conversion import (
+from kdra.dra.errors import InvalidObject
+from kdra.dra.models.conversion import (
     V1,
     V1_FIELDS_ANNOTATION,
     V1ALPHA3,

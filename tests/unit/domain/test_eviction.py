@@ -6,8 +6,8 @@ import datetime as dt
 from typing import Any
 
 from kdra.domain.eviction import claim_eviction, slice_taints
-from kdra.domain.models import parse_claim
-from kdra.domain.taints import Taint, TaintLike
+from kdra.dra.models import parse_claim
+from kdra.dra.taints import Taint, TaintLike
 
 NOW = dt.datetime(2026, 12, 2, 8, 0, 0, tzinfo=dt.UTC)
 GPU = "gpu.kdra.dev"

@@ -12,7 +12,6 @@ import pytest
 import yaml
 
 from kdra.domain.admission import class_errors, mutate_pod, pod_errors
-from kdra.domain.errors import InvalidObject
 from kdra.domain.exposure import Adjustment, PodInfo, PreparedClaim, decide
 from kdra.domain.extended import (
     ENTRY_NAME,
@@ -37,6 +36,7 @@ from kdra.domain.podclaims import (
     pod_claims,
 )
 from kdra.domain.scheduling import container_devices
+from kdra.dra.errors import InvalidObject
 
 GPU = "gpu.kdra.dev/gpu"
 MAPPING = {GPU: "gpu.kdra.dev", "example.com/nic": "nic.example.com",

@@ -13,9 +13,9 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from kdra.domain.allocator import NodeInfo, Snapshot, allocate, place
-from kdra.domain.errors import AllocationError, InvalidObject
-from kdra.domain.models import (
+from kdra.dra.allocator import NodeInfo, Snapshot, allocate, place
+from kdra.dra.errors import AllocationError, InvalidObject
+from kdra.dra.models import (
     ResourceClaim,
     parse_claim,
     parse_class,

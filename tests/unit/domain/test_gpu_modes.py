@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
-from kdra.domain.errors import InvalidObject
 from kdra.domain.gpu_modes import SHARE_POLICY, partitioned
 from kdra.domain.inventory import build_slices, parse_inventory, plan_publication
 from kdra.domain.inventory_devices import CounterUse, InventoryDevice
-from kdra.domain.models import parse_slice
 from kdra.domain.pool_layout import MAX_CONSUMED_COUNTERS_PER_SLICE, counter_sets_of, layout
+from kdra.dra.errors import InvalidObject
+from kdra.dra.models import parse_slice
 
 DRIVER = "gpu.kdra.dev"
 

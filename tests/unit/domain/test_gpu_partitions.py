@@ -13,7 +13,7 @@ from kdra.domain.gpu_partitions import (
     partition_devices,
 )
 from kdra.domain.inventory import parse_inventory
-from kdra.domain.models import parse_slice
+from kdra.dra.models import parse_slice
 
 
 def gpu(index: int = 0, profile: str = "H100-80GB") -> dict[str, Any]:

@@ -14,7 +14,7 @@ from kdra.domain.health import (
     HealthDebouncer,
     Observation,
 )
-from kdra.domain.taints import NO_EXECUTE, NO_SCHEDULE, UNHEALTHY_KEY
+from kdra.dra.taints import NO_EXECUTE, NO_SCHEDULE, UNHEALTHY_KEY
 
 WALL = dt.datetime(2026, 12, 2, 8, 0, 0, tzinfo=dt.UTC)
 BAD = Observation(Health.DEGRADED, "XID-48")

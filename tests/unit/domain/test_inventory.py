@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from kdra.domain.errors import InvalidObject
 from kdra.domain.gpu_profiles import (
     GPU_PROFILES,
     cuda_version_from_int,
@@ -28,9 +27,10 @@ from kdra.domain.inventory import (
     shared_lease_name,
     slice_name,
 )
-from kdra.domain.models import parse_slice
-from kdra.domain.semver import is_valid_version
-from kdra.domain.taints import Taint
+from kdra.dra.errors import InvalidObject
+from kdra.dra.models import parse_slice
+from kdra.dra.semver import is_valid_version
+from kdra.dra.taints import Taint
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "manifests" / "examples" / "inventory"
 
@@ -128,7 +128,7 @@ def test_seed_cats_example() -> None:
             / "resourceslice.yaml")
     import yaml
 
-    from kdra.domain.models.conversion import to_v1
+    from kdra.dra.models.conversion import to_v1
 
     published = to_v1(yaml.safe_load(seed.read_text()))["spec"]["devices"]
     built = build_slices(node="worker-1", driver="resource-driver.example.com",

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from kdra.domain.errors import InvalidObject
-from kdra.domain.models import (
+from kdra.dra.errors import InvalidObject
+from kdra.dra.models import (
     AllocationResult,
     dump,
     field_path,

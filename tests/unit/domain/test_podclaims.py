@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from kdra.domain.errors import InvalidObject
 from kdra.domain.podclaims import (
     CLAIM_STATUSES_ANNOTATION,
     CLAIMS_ANNOTATION,
@@ -25,6 +24,7 @@ from kdra.domain.podclaims import (
     pod_is_done,
     pod_ref,
 )
+from kdra.dra.errors import InvalidObject
 
 SEED = """
 - name: cat-0

@@ -11,8 +11,6 @@ from typing import Any
 
 import pytest
 
-from kdra.domain.allocator import DeviceId, Snapshot
-from kdra.domain.allocator.probe import FitProbe, OutOfSteps
 from kdra.domain.preemption import (
     Budget,
     Hold,
@@ -26,6 +24,8 @@ from kdra.domain.preemption import (
     select_victims,
     violating,
 )
+from kdra.dra.allocator import DeviceId, Snapshot
+from kdra.dra.allocator.probe import FitProbe, OutOfSteps
 from tests.unit.builders import DRIVER, claim_with, devices, gpu_class, node, request, slice_with
 
 NODE = "worker-1"
@@ -313,9 +313,9 @@ def test_fit_probe_budget() -> None:
 def test_fit_probe_counts_the_shares_of_a_shared_gpu() -> None:
     """A probe sees what the allocator sees: a shared GPU with 70Gi of 80Gi taken has no room
     for 20Gi more (before, the probe saw the GPU free and preemption spared every victim)."""
-    from kdra.domain.allocator import allocate
-    from kdra.domain.allocator.probe import FitProbe
-    from kdra.domain.allocator.snapshot import Snapshot
+    from kdra.dra.allocator import allocate
+    from kdra.dra.allocator.probe import FitProbe
+    from kdra.dra.allocator.snapshot import Snapshot
     from tests.unit.domain.test_allocator_partitions import (
         CLASSES,
         node,

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kdra.domain.quantity import (
+from kdra.dra.quantity import (
     Format,
     InvalidQuantity,
     Quantity,

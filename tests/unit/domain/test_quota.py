@@ -10,9 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kdra.domain.errors import InvalidObject
-from kdra.domain.models import AllocationResult, ResourceClaim, parse_claim
-from kdra.domain.quantity import parse_quantity
 from kdra.domain.quota import (
     DeviceFacts,
     DeviceQuota,
@@ -27,6 +24,9 @@ from kdra.domain.quota import (
     parse_quota,
     quota_status,
 )
+from kdra.dra.errors import InvalidObject
+from kdra.dra.models import AllocationResult, ResourceClaim, parse_claim
+from kdra.dra.quantity import parse_quantity
 from tests.unit.builders import (
     CLASS,
     DRIVER,

@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from kdra.domain.allocator import Placement
 from kdra.domain.podclaims import PodClaim
 from kdra.domain.scheduling import (
     Resources,
@@ -23,6 +22,7 @@ from kdra.domain.scheduling import (
     search_window,
     tolerates,
 )
+from kdra.dra.allocator import Placement
 
 
 def pod(**spec: Any) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from kdra.domain.semver import InvalidVersion, Version, is_valid_version, parse_version
+from kdra.dra.semver import InvalidVersion, Version, is_valid_version, parse_version
 
 
 @pytest.mark.parametrize(

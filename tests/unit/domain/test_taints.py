@@ -7,10 +7,10 @@ import datetime as dt
 
 import pytest
 
-from kdra.domain.errors import InvalidObject
-from kdra.domain.models import DeviceTaint, DeviceToleration
-from kdra.domain.taint_rules import parse_rule, rule_taints
-from kdra.domain.taints import (
+from kdra.dra.errors import InvalidObject
+from kdra.dra.models import DeviceTaint, DeviceToleration
+from kdra.dra.taint_rules import parse_rule, rule_taints
+from kdra.dra.taints import (
     Taint,
     describe,
     eviction,

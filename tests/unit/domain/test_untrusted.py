@@ -13,7 +13,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kdra.domain.errors import InvalidObject
 from kdra.domain.jsonscan import ScanError, element_spans, member_spans, path_value
 from kdra.domain.untrusted import (
     capped,
@@ -23,6 +22,7 @@ from kdra.domain.untrusted import (
     shorten,
     too_deep,
 )
+from kdra.dra.errors import InvalidObject
 
 F = "metadata.annotations[x]"
 

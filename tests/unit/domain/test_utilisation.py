@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from kdra.domain.allocator import Snapshot
 from kdra.domain.describe import claims_of
-from kdra.domain.models import parse_class, parse_slice
 from kdra.domain.utilisation import namespace_usage, pool_totals, top, utilisation
+from kdra.dra.allocator import Snapshot
+from kdra.dra.models import parse_class, parse_slice
 from tests.unit.builders import device
 from tests.unit.domain.test_describe import CATS, GPU, gpus, raw_claim, raw_slice
 

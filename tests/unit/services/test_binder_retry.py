@@ -9,8 +9,8 @@ import contextlib
 import copy
 from typing import Any
 
-from kdra.domain.models import parse_claim
 from kdra.domain.podclaims import FINALIZER, PodClaim
+from kdra.dra.models import parse_claim
 from kdra.kube.client import ApiError, Resource, Unreachable
 from kdra.kube.events import EventRecorder
 from kdra.services.binder import Binder, BinderSettings, _Attempt

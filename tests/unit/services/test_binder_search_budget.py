@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from kdra.domain.allocator import Placing
 from kdra.domain.podclaims import CLAIMS_ANNOTATION, FINALIZER
+from kdra.dra.allocator import Placing
 from kdra.kube.client import Resource
 from kdra.kube.events import EventRecorder
 from kdra.services.binder import SEARCH_EXHAUSTED, Binder, BinderSettings
@@ -168,7 +168,7 @@ def test_one_long_search_at_a_time_and_a_cancelled_one_never_calls_back() -> Non
                        claim_with(request("all", all=True), name="everything")]
 
     async def scenario() -> list[tuple[str, str, int]]:
-        from kdra.domain.allocator import Snapshot
+        from kdra.dra.allocator import Snapshot
 
         snapshot = Snapshot.build([slice_], [gpu_class()])
         searches = Searches(SearchBudget(steps=10**9, timeout=60.0, slice=100))
@@ -202,7 +202,7 @@ def test_one_long_search_at_a_time_and_a_cancelled_one_never_calls_back() -> Non
 
 
 def test_a_search_out_of_time_gives_up_with_the_deadline() -> None:
-    from kdra.domain.allocator import Snapshot
+    from kdra.dra.allocator import Snapshot
 
     snapshot = Snapshot.build([slice_with(*devices(12))], [gpu_class()])
     claims = [*(claim_with(request("gpu"), name=f"one-{i}") for i in range(5)),

@@ -80,7 +80,7 @@ def test_release_without_a_lease_writes_nothing() -> None:
 def at(seconds_ago: float) -> str:
     import datetime as dt
 
-    from kdra.domain.timestamps import micro_time
+    from kdra.dra.timestamps import micro_time
 
     return micro_time(dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds_ago))
 

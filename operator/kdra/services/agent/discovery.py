@@ -38,7 +38,7 @@ from kdra.domain.inventory import (
     parse_inventory,
     string_attr,
 )
-from kdra.domain.quantity import Format, Quantity
+from kdra.dra.quantity import Format, Quantity
 from kdra.services.agent.nvml_mig import mig_partitions
 
 log = logging.getLogger(__name__)

@@ -40,7 +40,7 @@ from typing import Protocol
 
 from kdra.domain.health import HEALTHY, Health, Observation
 from kdra.domain.inventory import Inventory
-from kdra.domain.taints import label_value
+from kdra.dra.taints import label_value
 from kdra.services.agent.checkpoint import atomic_write
 
 log = logging.getLogger(__name__)

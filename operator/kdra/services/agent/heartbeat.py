@@ -32,7 +32,7 @@ from kdra.domain.inventory import (
     lease_name,
     shared_lease_name,
 )
-from kdra.domain.timestamps import micro_time
+from kdra.dra.timestamps import micro_time
 from kdra.kube.client import LEASES, ApiError, Conflict, KubeClient, NotFound
 from kdra.services.store import JSON
 

@@ -24,8 +24,8 @@ from pathlib import Path
 from kdra import metrics
 from kdra.domain.health import Applied, Health, HealthDebouncer, Transition
 from kdra.domain.inventory import Inventory, InventoryDevice
-from kdra.domain.taints import UNHEALTHY_KEY
-from kdra.domain.timestamps import now as wall_now
+from kdra.dra.taints import UNHEALTHY_KEY
+from kdra.dra.timestamps import now as wall_now
 from kdra.services.agent.discovery import Discovery, NvmlDiscovery
 from kdra.services.agent.health import (
     DeviceKey,

@@ -70,7 +70,7 @@ from kdra.domain.nodeprep import (
     still_holds,
     wants_prepared,
 )
-from kdra.domain.timestamps import api_time
+from kdra.dra.timestamps import api_time
 from kdra.kube.client import CLAIMS, ApiError, Conflict, KubeClient, NotFound
 from kdra.services.agent.cdi import CdiDir
 from kdra.services.agent.checkpoint import CheckpointFile

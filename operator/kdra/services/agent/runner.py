@@ -40,10 +40,10 @@ from typing import TypeVar
 
 from kdra import loops, memory, metrics
 from kdra.domain.backoff import backoff_delay
-from kdra.domain.errors import InvalidObject
 from kdra.domain.inventory import Inventory, InventoryDevice, expand_names
 from kdra.domain.nodeprep import pools_of
-from kdra.domain.timestamps import api_time
+from kdra.dra.errors import InvalidObject
+from kdra.dra.timestamps import api_time
 from kdra.kube.client import (
     CLAIMS,
     NODES,

@@ -1,0 +1,55 @@
+"""The structured device allocator (upstream DRA "structured parameters", UPSTREAM.md §3).
+
+A pure library over an in-memory :class:`Snapshot` of slices, classes and devices in use:
+
+- :func:`allocate` — one node: results per claim, ``None`` (does not fit), or
+  :class:`~kdra.dra.errors.AllocationError` (bad input);
+- :func:`place` — many nodes for the binder: placements (with what a scorer needs) or a
+  :class:`Reason` per node, and :func:`summarize` to explain a pod that fits nowhere;
+  :class:`Placing` — the same in steps, within a budget (a bounded, resumable search);
+- :func:`selector_matches` — core NodeSelector matching (also for pods' node selection);
+- :func:`nearest_fits` — where a pod that fits nowhere would fit if devices were freed.
+
+The caller persists: nothing here talks to the API server. Modules, one job each:
+``nodeselector`` (NodeSelector), ``pools`` (devices, slices, pools per node), ``snapshot``
+(incremental indexes), ``prepared`` (classes resolved, selectors compiled), ``search``
+(per-node backtracking, resumable), ``busy`` (what a search treats as taken), ``choices``
+(``firstAvailable`` alternatives, the one-node entry point), ``results`` (AllocationResult
+building, shares' ``shareID`` and ``consumedCapacity``), ``cluster`` (many nodes, budgets),
+``diagnosis`` (reasons from counts; counters and capacity that ran out), ``reasons``,
+``stats``, ``whatif`` (devices to free); issue 26: ``counters`` (shared counters of
+partitionable devices), ``capacity`` (consumable capacity and request policies), ``ledger``
+(both, across allocated, assumed and searched devices), ``fragmentation`` (the candidate
+order that keeps large partitions allocatable).
+"""
+
+from kdra.dra.allocator.choices import allocate, preference
+from kdra.dra.allocator.cluster import ClusterOutcome, Placement, Placing, place, summarize
+from kdra.dra.allocator.nodeselector import NodeInfo, node_name_selector, selector_matches
+from kdra.dra.allocator.pools import DeviceId
+from kdra.dra.allocator.reasons import Reason, ReasonCode
+from kdra.dra.allocator.snapshot import Snapshot, devices_in_use
+from kdra.dra.allocator.stats import Stats
+from kdra.dra.allocator.whatif import Freeing, WhatIf, nearest_fits
+
+__all__ = [
+    "ClusterOutcome",
+    "DeviceId",
+    "Freeing",
+    "NodeInfo",
+    "Placement",
+    "Placing",
+    "Reason",
+    "ReasonCode",
+    "Snapshot",
+    "Stats",
+    "WhatIf",
+    "allocate",
+    "devices_in_use",
+    "nearest_fits",
+    "node_name_selector",
+    "place",
+    "preference",
+    "selector_matches",
+    "summarize",
+]

@@ -1,0 +1,90 @@
+"""Would a pod's claims fit one node if some devices in use were free? — for preemption.
+
+:class:`FitProbe` answers it with the allocator's own search (:class:`~.choices.ChoiceSearch`,
+``firstAvailable`` alternatives included) over the snapshot's pools of the node, with the
+devices in use taken from the snapshot, plus ``reserved`` devices (held for others, e.g. for
+pods nominated by an earlier preemption), minus the devices the caller asks about freeing.
+
+Invariants:
+- Pure and read-only: the snapshot is never changed; an answer is a search's, never an
+  estimate.
+- Bounded: all probes of one :class:`FitProbe` together spend at most ``steps`` search steps
+  (devices tried); past that :meth:`FitProbe.fits` raises :class:`OutOfSteps` and the caller
+  stops (an unfinished search never counts as "fits" nor as "does not fit").
+- Node-independent bad input (a missing class, a selector that does not compile) raises
+  :class:`~.reasons.Unallocatable` from the constructor; bad input met on one node makes that
+  node "does not fit".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+from kdra.dra.allocator.busy import InUse
+from kdra.dra.allocator.choices import ChoiceSearch
+from kdra.dra.allocator.nodeselector import NodeInfo
+from kdra.dra.allocator.pools import DeviceId
+from kdra.dra.allocator.prepared import prepare
+from kdra.dra.allocator.reasons import Unallocatable
+from kdra.dra.allocator.snapshot import Snapshot
+from kdra.dra.models import ResourceClaim
+
+__all__ = ["FitProbe", "OutOfSteps"]
+
+
+class OutOfSteps(Exception):
+    """The probe's step budget ran out before a search finished."""
+
+
+class _Busy(InUse):
+    """In use (snapshot or ``reserved``) and not ``freed``: a container for the search, with
+    the snapshot's shares of devices that allow multiple allocations (a freed claim's shares
+    stay counted: the probe may only under-estimate what freeing gains)."""
+
+    __slots__ = ("freed",)
+
+    def __init__(self, snapshot: Snapshot, reserved: Collection[DeviceId],
+                 freed: Collection[DeviceId]) -> None:
+        super().__init__(snapshot.devices_in_use, reserved, snapshot.shares)
+        self.freed = freed
+
+    def __contains__(self, device: object) -> bool:
+        return super().__contains__(device) and device not in self.freed
+
+
+class FitProbe:
+    """Fit tests of one pod's unallocated ``claims`` against nodes of ``snapshot`` (see the
+    module doc). ``steps``: the budget of every probe together (None: no limit)."""
+
+    def __init__(self, snapshot: Snapshot, claims: Sequence[ResourceClaim], *,
+                 reserved: Collection[DeviceId] = frozenset(),
+                 steps: int | None = None) -> None:
+        self.snapshot = snapshot
+        self.prepared = prepare(claims, snapshot)  # Unallocatable: node-independent
+        self.reserved = reserved
+        self.left = steps
+        self.spent = 0
+        """Search steps spent so far."""
+        self.probes = 0
+        """Searches run so far."""
+
+    def fits(self, node: NodeInfo, freed: Collection[DeviceId] = frozenset()) -> bool:
+        """Whether the claims fit ``node`` with ``freed`` devices free (in use or not now).
+        Raises OutOfSteps when the budget runs out first."""
+        if self.left is not None and self.left <= 0:
+            raise OutOfSteps
+        busy = _Busy(self.snapshot, self.reserved, freed)
+        search = ChoiceSearch(self.prepared, self.snapshot.node_pools(node), busy,
+                              self.snapshot.stats)
+        self.probes += 1
+        try:
+            finished = search.advance(self.left)
+        except Unallocatable:
+            return False  # bad input met on this node: it does not fit
+        finally:
+            self.spent += search.steps
+            if self.left is not None:
+                self.left -= search.steps
+        if not finished:
+            raise OutOfSteps
+        return search.result is not None
