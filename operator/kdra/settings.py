@@ -46,6 +46,12 @@ class OperatorSettings:
     health_port: int = 8081
     """Port of the liveness endpoint (``/healthz``) kopf serves; 0 turns it off."""
 
+    watch: str = "informers"
+    """What delivers the watch events of the kinds the operator watches to its services:
+    informers (kdra's own, one watch per kind; the default, chosen on the figures in
+    bench/RESULTS.md) or kopf (the same routes as kopf event handlers). See
+    kdra.handlers.operator."""
+
     workers: int = 10
     """Concurrent reconciles per controller queue (10, as kube-controller-manager's
     resourceclaim controller)."""

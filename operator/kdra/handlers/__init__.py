@@ -13,7 +13,7 @@ def run_operator(settings: OperatorSettings) -> int:
     """Run the operator until SIGINT/SIGTERM. Returns the process exit code."""
     import kopf
 
-    from kdra.handlers import operator as _handlers  # noqa: F401 - registers the handlers
+    from kdra.handlers import operator as handlers  # registers the lifecycle handlers
 
     if settings.kubeconfig:
         os.environ["KUBECONFIG"] = settings.kubeconfig  # for kopf's own login
@@ -26,6 +26,13 @@ def run_operator(settings: OperatorSettings) -> int:
     except ValueError as exc:
         logging.getLogger(__name__).error("kdra operator cannot start: %s", exc)
         return 2
+    if settings.watch not in handlers.WATCH_MODES:
+        logging.getLogger(__name__).error(
+            "kdra operator cannot start: watch %r (--watch, KDRA_WATCH) is not one of %s",
+            settings.watch, ", ".join(handlers.WATCH_MODES))
+        return 2
+    if settings.watch == "kopf":
+        handlers.register_kopf_watches(kopf.get_default_registry(), settings.namespace)
     metrics.init_series()
     metrics.serve(settings.metrics_port)
     memory.start_trimmer(settings.malloc_trim_interval)

@@ -31,13 +31,14 @@ from kdra.kube.client import (
     TEMPLATES,
     KubeClient,
     NotFound,
+    Resource,
     connect,
 )
 from kdra.kube.events import EventRecorder
 from kdra.services import utilisation
 from kdra.services.binder import Binder, BinderSettings
 from kdra.services.claim_controller import ClaimController, claim_store, pod_store
-from kdra.services.informer import Informer
+from kdra.services.informer import Handler, Informer
 from kdra.services.leader import LeaderElector
 from kdra.services.preemption import PreemptionSettings
 from kdra.services.quota import DEVICE_QUOTAS, QuotaStatusWriter
@@ -91,20 +92,7 @@ class Operator:
         self.taint_eviction = TaintEvictionController(client, self.events, claims=self.claims,
                                                       pods=self.pods)
         self.quota_status = QuotaStatusWriter(client, self.binder.quotas)
-        self.informers = [Informer(client, PODS, self.on_pod),
-                          Informer(client, CLAIMS, self.on_claim),
-                          Informer(client, SLICES, self.on_slice),
-                          Informer(client, NODES, self.on_node),
-                          Informer(client, DEVICE_TAINT_RULES, self.on_rule),
-                          Informer(client, DEVICE_QUOTAS, self.binder.on_quota),
-                          # The rare kinds too: a kopf watch would replay forever an object
-                          # it cannot decode (kdra's informers skip it, kdra.kube.client).
-                          Informer(client, CLASSES, self.binder.on_class),
-                          Informer(client, TEMPLATES, self.claim_controller.on_template),
-                          # node agents' heartbeats: one renewal per node every few seconds
-                          Informer(client, LEASES, self.slice_gc.on_lease,
-                                   namespace=settings.namespace,
-                                   label_selector=f"{AGENT_LEASE_LABEL}=true")]
+        self.informers: list[Informer] = []  # kdra.handlers.operator starts them (watch())
 
     @classmethod
     async def start(cls, settings: OperatorSettings) -> Operator:
@@ -141,8 +129,6 @@ class Operator:
         self.slice_gc.start()
         self.taint_eviction.start()
         self.quota_status.start()
-        for informer in self.informers:
-            informer.start()
         # Utilisation gauges, computed from the caches at scrape time (leader only: a
         # standby has no caches, and the sums over replicas stay right).
         rows = utilisation.ClaimRows()
@@ -185,35 +171,19 @@ class Operator:
         for quota in quotas:
             self.binder.on_quota(None, quota)
 
-    # Watch events, fanned out to the services that keep state about each kind.
-
-    def on_pod(self, event_type: str | None, pod: JSON) -> None:
-        if CLAIMS_ANNOTATION in (pod["metadata"].get("annotations") or {}):
-            self.claim_controller.on_pod(event_type, pod)
-        self.binder.on_pod(event_type, pod)
+    def watch(self, resource: Resource, handler: Handler, *, namespace: str | None = None,
+              label_selector: str | None = None) -> None:
+        """Start an informer feeding ``handler`` (kdra.handlers.operator's routes) with every
+        event of ``resource``; ``stop()`` stops it."""
+        informer = Informer(self.client, resource, handler, namespace=namespace,
+                            label_selector=label_selector)
+        self.informers.append(informer)
+        informer.start()
 
     def _pod_written(self, pod: JSON) -> None:
         """The claim controller's write response: the binder needs no watch hop to see the
         claim names (the watch event of the same version follows and changes nothing)."""
         self.binder.on_pod("MODIFIED", pod)
-
-    def on_slice(self, event_type: str | None, slice_: JSON) -> None:
-        self.binder.on_slice(event_type, slice_)
-        self.slice_gc.on_slice(event_type, slice_)
-        self.taint_eviction.on_slice(event_type, slice_)
-
-    def on_rule(self, event_type: str | None, rule: JSON) -> None:
-        self.binder.on_rule(event_type, rule)
-        self.taint_eviction.on_rule(event_type, rule)
-
-    def on_node(self, event_type: str | None, node: JSON) -> None:
-        self.binder.on_node(event_type, node)
-        self.slice_gc.on_node(event_type, node)
-
-    def on_claim(self, event_type: str | None, claim: JSON) -> None:
-        self.claim_controller.on_claim(event_type, claim)  # applies it to the shared store
-        self.binder.on_claim(event_type, claim)
-        self.taint_eviction.on_claim(event_type, claim)
 
     async def stop(self) -> None:
         leading = self.leadership is not None and not self.leadership.done()
