@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from kdra.devenv.controlplane import ControlPlane
-from kdra.domain.inventory import lease_pools
+from kdra.domain.agent_leases import lease_pools
 from tests.e2e.conftest import get_json
 from tests.e2e.procs import KdraProcess
 

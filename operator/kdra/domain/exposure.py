@@ -57,7 +57,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from kdra.domain.nodeprep import ClaimEntry, PreparedDevice, our_results
+from kdra.domain.checkpoint import ClaimEntry, PreparedDevice
+from kdra.domain.nodeprep import our_results
 from kdra.domain.podclaims import (
     CLAIM_STATUSES_ANNOTATION,
     CLAIMS_ANNOTATION,

@@ -57,18 +57,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from kdra.domain.cdi import CLAIM_UID_ANNOTATION, NODE_ANNOTATION, cdi_file_name
 from kdra.domain.forged import RULES as FORGED_RULES
 from kdra.domain.forged import forged_outputs
 from kdra.domain.invariants_shared import RULES as SHARED_RULES
 from kdra.domain.invariants_shared import shared_device_violations
-from kdra.domain.nodeprep import (
-    CLAIM_UID_ANNOTATION,
-    NODE_ANNOTATION,
-    READY,
-    cdi_file_name,
-    our_results,
-    wants_prepared,
-)
+from kdra.domain.nodeprep import READY, our_results, wants_prepared
 from kdra.domain.podclaims import (
     CLAIMS_ANNOTATION,
     SCHEDULER_NAME,
@@ -345,7 +339,7 @@ def _orphan_slices(slices: Sequence[JSON], nodes: Sequence[JSON]) -> list[Violat
 
 def _stale_slices(slices: Sequence[JSON], leases: Sequence[JSON], now: dt.datetime,
                   grace: float) -> list[Violation]:
-    from kdra.domain.inventory import lease_pools
+    from kdra.domain.agent_leases import lease_pools
 
     expired: dict[tuple[str, str], float] = {}
     for lease in leases:

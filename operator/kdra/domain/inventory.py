@@ -1,17 +1,16 @@
-"""A node's devices: the fake inventory file, and how devices become ResourceSlices.
+"""A node's fake inventory file: parsing and validating it into an :class:`Inventory`.
 
 The node agent discovers devices with a backend (NVML on real GPUs, or the fake inventory file
-parsed here) and publishes them; this module holds everything about that which needs no I/O:
+parsed here) and publishes them (:mod:`kdra.domain.publication`); this module reads the file,
+with no I/O:
 
 - :func:`parse_inventory` reads the inventory YAML (GPU profiles like ``8 x H100-80GB`` and
   arbitrary devices of any driver, e.g. the seed's cats with ``color``/``size``) and returns
   an :class:`Inventory`, or raises InvalidObject naming the file, line and field.
-- :func:`plan_publication` turns one driver's devices into the pool's slices (at most 128
-  devices each, ``resourceSliceCount`` set, deterministic names) and decides whether the pool's
-  ``generation`` must be bumped: whenever the set of published devices or any device changes,
-  taints included. Every device is published; an unhealthy one carries the agent's
-  ``gpu.kdra.dev/unhealthy`` taint (set by the agent's health loop, kdra.domain.health), so
-  claims that do not tolerate it never get it.
+- :func:`expand_names` reads the node names one agent process simulates (``node-{0..99}``).
+
+The devices themselves (:class:`InventoryDevice`, and the attributes both discovery backends
+give a GPU) are in :mod:`kdra.domain.inventory_devices`.
 
 Inventory format (every key optional, unknown keys are errors)::
 
@@ -38,8 +37,8 @@ Inventory format (every key optional, unknown keys are errors)::
 GPUs are named ``gpu-<index>`` with one index sequence across all ``gpus`` entries.
 
 Invariants:
-- Pure: parsing and planning read no files and no clocks; the same input gives the same
-  devices, slices and names (a restarted agent publishes identical content).
+- Pure: parsing reads no files and no clocks; the same input gives the same devices and
+  names (a restarted agent publishes identical content).
 - Every device this module emits passes the API's rules (DNS-label names unique per driver,
   at most 32 attributes + capacities, strings at most 64 characters, versions strict semver,
   capacities valid quantities), so a publication is never rejected for its content.
@@ -47,28 +46,27 @@ Invariants:
 
 from __future__ import annotations
 
-import hashlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import yaml
 
-from kdra import API_VERSION, GROUP
 from kdra.domain.gpu_modes import gpu_mode
 from kdra.domain.gpu_profiles import (
     DEFAULT_CUDA_DRIVER_VERSION,
     DEFAULT_DRIVER_VERSION,
-    GPU_DEVICE_TYPE,
     GPU_DRIVER,
     GPU_PROFILES,
     fake_gpu_uuid,
     fake_pci_bus_id,
     parse_gpu_shorthand,
 )
-from kdra.domain.inventory_devices import AttributeValue, CounterUse, Inventory, InventoryDevice
-from kdra.domain.pool_layout import layout
+from kdra.domain.inventory_devices import (
+    AttributeValue,
+    Inventory,
+    InventoryDevice,
+    gpu_attributes,
+)
 from kdra.dra.errors import InvalidObject
 from kdra.dra.models import (
     C_IDENTIFIER,
@@ -80,54 +78,7 @@ from kdra.dra.models import (
 from kdra.dra.quantity import is_valid_quantity
 from kdra.dra.semver import is_valid_version
 
-__all__ = ["AttributeValue", "CounterUse", "Inventory", "InventoryDevice"]
-"""Re-exported: the device types live in :mod:`kdra.domain.inventory_devices`. (Every other
-public name of this module is imported by its own name.)"""
-
-MAX_SLICE_NAME = 253
 MAX_GPUS = 4096
-
-
-# --------------------------------------------------------------------------- devices
-
-
-def string_attr(value: str) -> AttributeValue:
-    return {"string": value}
-
-
-def int_attr(value: int) -> AttributeValue:
-    return {"int": value}
-
-
-def version_attr(value: str) -> AttributeValue:
-    return {"version": value}
-
-
-def gpu_attributes(*, uuid: str, product_name: str, brand: str, architecture: str,
-                   cuda_compute_capability: str, driver_version: str,
-                   cuda_driver_version: str, pci_bus_id: str, index: int, minor: int,
-                   pcie_root: str | None = None,
-                   numa_node: int | None = None) -> dict[str, AttributeValue]:
-    """The attributes of one full GPU, named after NVIDIA's DRA driver (shared by the NVML
-    backend and the fake profiles, so both publish the same shape)."""
-    attributes: dict[str, AttributeValue] = {
-        "type": string_attr(GPU_DEVICE_TYPE),
-        "uuid": string_attr(uuid),
-        "productName": string_attr(product_name[:MAX_ATTRIBUTE_STRING_LENGTH]),
-        "brand": string_attr(brand),
-        "architecture": string_attr(architecture),
-        "cudaComputeCapability": version_attr(cuda_compute_capability),
-        "driverVersion": version_attr(driver_version),
-        "cudaDriverVersion": version_attr(cuda_driver_version),
-        "pciBusID": string_attr(pci_bus_id),
-        "index": int_attr(index),
-        "minor": int_attr(minor),
-    }
-    if pcie_root is not None:
-        attributes["pcieRoot"] = string_attr(pcie_root)
-    if numa_node is not None:
-        attributes["numaNode"] = int_attr(numa_node)
-    return attributes
 
 
 # --------------------------------------------------------------------------- parsing
@@ -416,153 +367,6 @@ def _capacity(doc: _Doc, data: Any, path: str) -> dict[str, str]:
             doc.fail(where, f"{value!r} is not a quantity (e.g. 80Gi, 100, 1500m)")
         result[name] = text
     return result
-
-
-# --------------------------------------------------------------------------- slices
-
-
-def dashed(driver: str) -> str:
-    """``gpu.kdra.dev`` → ``gpu-kdra-dev`` (for names built from a driver)."""
-    return driver.replace(".", "-")
-
-
-def bounded_name(base: str, suffix: str = "", limit: int = MAX_SLICE_NAME) -> str:
-    """``base + suffix`` when it fits ``limit``, else ``base`` cut short plus a hash of the
-    whole, so distinct long inputs keep distinct, valid names."""
-    name = base + suffix
-    if len(name) <= limit:
-        return name
-    digest = hashlib.sha256(name.encode()).hexdigest()[:10]
-    room = limit - len(suffix) - len(digest) - 1
-    return f"{base[:room].rstrip('-.')}-{digest}{suffix}"
-
-
-def slice_name(node: str, driver: str, index: int) -> str:
-    """``<node>-<driver-with-dots-as-dashes>-<index>``: deterministic, a DNS subdomain."""
-    return bounded_name(f"{node}-{dashed(driver)}", f"-{index}")
-
-
-AGENT_LEASE_LABEL = f"{GROUP}/agent-lease"
-"""Label (value ``"true"``) on every node agent heartbeat Lease, for watching them."""
-LEASE_NODE_ANNOTATION = f"{GROUP}/node"
-LEASE_NODES_ANNOTATION = f"{GROUP}/nodes"
-LEASE_DRIVER_ANNOTATION = f"{GROUP}/driver"
-"""Annotations on a heartbeat Lease naming the pools it vouches for (node = pool name): one
-node (an agent per node, the DaemonSet) or a comma-separated list (one agent process serving
-many simulated nodes renews one Lease for all of them)."""
-
-
-def lease_name(node: str, driver: str) -> str:
-    """``kdra-agent-<node>-<driver-dashed>``: the heartbeat Lease of one node and driver."""
-    return bounded_name(f"kdra-agent-{node}-{dashed(driver)}")
-
-
-def shared_lease_name(nodes: Sequence[str], driver: str) -> str:
-    """``kdra-agent-nodes-<digest>-<driver-dashed>``: the one heartbeat Lease of an agent
-    process serving ``nodes`` (the same name after a restart with the same nodes)."""
-    digest = hashlib.sha1("\n".join(sorted(nodes)).encode(),
-                          usedforsecurity=False).hexdigest()[:10]
-    return bounded_name(f"kdra-agent-nodes-{digest}-{dashed(driver)}")
-
-
-def lease_pools(lease: Mapping[str, Any]) -> tuple[str | None, tuple[str, ...]]:
-    """(driver, nodes) a heartbeat Lease vouches for; (None, ()) when it names none."""
-    annotations = (lease.get("metadata") or {}).get("annotations") or {}
-    driver = annotations.get(LEASE_DRIVER_ANNOTATION)
-    many = annotations.get(LEASE_NODES_ANNOTATION)
-    nodes = tuple(n for n in many.split(",") if n) if many else tuple(
-        n for n in [annotations.get(LEASE_NODE_ANNOTATION)] if n)
-    return (str(driver), nodes) if driver and nodes else (None, ())
-
-
-def build_slices(*, node: str, driver: str, devices: Sequence[InventoryDevice], generation: int,
-                 owner: Mapping[str, str] | None = None,
-                 labels: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
-    """The pool ``node`` of ``driver``: every device, at most 128 per slice (64 when a device
-    of the pool has taints or consumes counters, upstream's limit), the counter sets the
-    devices provide in slices of their own (:mod:`kdra.domain.pool_layout`), every slice with
-    ``nodeName``, the same ``generation`` and ``resourceSliceCount``.
-
-    ``owner`` is the Node (``{"name", "uid"}``): the slices get an owner reference to it, so
-    deleting the Node deletes them (the API server's garbage collector)."""
-    parts = layout(devices)
-    slices = []
-    for index, part in enumerate(parts):
-        metadata: dict[str, Any] = {"name": slice_name(node, driver, index)}
-        if labels:
-            metadata["labels"] = dict(labels)
-        if owner:
-            metadata["ownerReferences"] = [{
-                "apiVersion": "v1", "kind": "Node", "name": owner["name"], "uid": owner["uid"],
-                "controller": True,
-            }]
-        slices.append({
-            "apiVersion": API_VERSION, "kind": "ResourceSlice",
-            "metadata": metadata,
-            "spec": {
-                "driver": driver,
-                "nodeName": node,
-                "pool": {"name": node, "generation": generation,
-                         "resourceSliceCount": len(parts)},
-                **({"sharedCounters": [c.to_api() for c in part.counter_sets]}
-                   if part.counter_sets else
-                   {"devices": [device.to_api() for device in part.devices]}),
-            },
-        })
-    return slices
-
-
-def _content(obj: Mapping[str, Any]) -> Any:
-    """What a slice says, apart from its generation (and server-set metadata)."""
-    spec = dict(obj.get("spec") or {})
-    pool = dict(spec.get("pool") or {})
-    pool.pop("generation", None)
-    spec["pool"] = pool
-    spec.setdefault("devices", [])
-    meta = obj.get("metadata") or {}
-    owners = [(ref.get("kind"), ref.get("name"), ref.get("uid"))
-              for ref in meta.get("ownerReferences") or ()]
-    return meta.get("name"), spec, owners, dict(meta.get("labels") or {})
-
-
-@dataclass(frozen=True)
-class Publication:
-    """What to write for one pool: nothing (``changed`` false), or every slice of a new
-    generation plus the names of slices that no longer belong to it."""
-
-    changed: bool
-    generation: int
-    slices: tuple[dict[str, Any], ...] = ()
-    stale: tuple[str, ...] = ()
-
-
-def plan_publication(*, node: str, driver: str, devices: Sequence[InventoryDevice],
-                     published: Iterable[Mapping[str, Any]], owner: Mapping[str, str] | None,
-                     min_generation: int = 0,
-                     labels: Mapping[str, str] | None = None) -> Publication:
-    """Compare the desired pool with the ``published`` slices of (driver, pool ``node``).
-
-    Unchanged (same slices, same content, one generation) → ``changed=False``. Otherwise the
-    new generation is one more than the highest published (and at least ``min_generation``,
-    e.g. one more than the slices wiped at start-up), and ``stale`` lists published slices
-    whose names the new generation does not use."""
-    current = sorted(published, key=lambda s: str(s.get("metadata", {}).get("name")))
-    generations = {int(s["spec"]["pool"].get("generation", 0)) for s in current}
-    top = max(generations) if generations else None
-    base = 0 if top is None else top
-    desired = build_slices(node=node, driver=driver, devices=devices, generation=base,
-                           owner=owner, labels=labels)
-    if top is not None and len(generations) == 1 and top >= min_generation and \
-            sorted(map(_content, current), key=repr) == sorted(map(_content, desired), key=repr):
-        return Publication(changed=False, generation=top)
-    generation = max(min_generation, 0 if top is None else top + 1)
-    desired = build_slices(node=node, driver=driver, devices=devices, generation=generation,
-                           owner=owner, labels=labels)
-    names = {s["metadata"]["name"] for s in desired}
-    stale = tuple(str(s["metadata"]["name"]) for s in current
-                  if s["metadata"]["name"] not in names)
-    return Publication(changed=True, generation=generation, slices=tuple(desired), stale=stale)
-
 
 # --------------------------------------------------------------------------- simulated nodes
 

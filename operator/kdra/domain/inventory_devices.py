@@ -1,8 +1,12 @@
 """The devices a node agent knows: :class:`InventoryDevice` (one device as discovery found it,
-with what the agent publishes about it) and :class:`Inventory` (all of one node's).
+with what the agent publishes about it) and :class:`Inventory` (all of one node's), and the
+attribute values discovery builds them with (:func:`gpu_attributes`: one full GPU's, the same
+for the NVML backend and the fake inventory, :mod:`kdra.domain.inventory`).
 
 Invariants:
 - Immutable values: discovery builds them, the health loop derives tainted copies.
+- Every attribute is in the API's form (exactly one of int, bool, string, version); a GPU's
+  ``productName`` is cut to the API's string limit.
 - :meth:`InventoryDevice.to_api` gives the device exactly as a v1 ``ResourceSlice`` lists it;
   the counter sets a device provides (``counter_sets``) are not part of it (v1 publishes them
   in slices of their own, see :mod:`kdra.domain.pool_layout`).
@@ -14,11 +18,52 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kdra.domain.gpu_profiles import GPU_DEVICE_TYPE
+from kdra.dra.models import MAX_ATTRIBUTE_STRING_LENGTH
 from kdra.dra.taints import Taint
 
 AttributeValue = Mapping[str, int | bool | str]
 """One attribute in the API's form: exactly one of ``{"int": 1}``, ``{"bool": true}``,
 ``{"string": "x"}``, ``{"version": "1.2.3"}``."""
+
+
+def string_attr(value: str) -> AttributeValue:
+    return {"string": value}
+
+
+def int_attr(value: int) -> AttributeValue:
+    return {"int": value}
+
+
+def version_attr(value: str) -> AttributeValue:
+    return {"version": value}
+
+
+def gpu_attributes(*, uuid: str, product_name: str, brand: str, architecture: str,
+                   cuda_compute_capability: str, driver_version: str,
+                   cuda_driver_version: str, pci_bus_id: str, index: int, minor: int,
+                   pcie_root: str | None = None,
+                   numa_node: int | None = None) -> dict[str, AttributeValue]:
+    """The attributes of one full GPU, named after NVIDIA's DRA driver (shared by the NVML
+    backend and the fake profiles, so both publish the same shape)."""
+    attributes: dict[str, AttributeValue] = {
+        "type": string_attr(GPU_DEVICE_TYPE),
+        "uuid": string_attr(uuid),
+        "productName": string_attr(product_name[:MAX_ATTRIBUTE_STRING_LENGTH]),
+        "brand": string_attr(brand),
+        "architecture": string_attr(architecture),
+        "cudaComputeCapability": version_attr(cuda_compute_capability),
+        "driverVersion": version_attr(driver_version),
+        "cudaDriverVersion": version_attr(cuda_driver_version),
+        "pciBusID": string_attr(pci_bus_id),
+        "index": int_attr(index),
+        "minor": int_attr(minor),
+    }
+    if pcie_root is not None:
+        attributes["pcieRoot"] = string_attr(pcie_root)
+    if numa_node is not None:
+        attributes["numaNode"] = int_attr(numa_node)
+    return attributes
 
 
 @dataclass(frozen=True)
@@ -110,4 +155,6 @@ class Inventory:
         return healthy, len(self.devices) - healthy
 
 
-__all__ = ["AttributeValue", "CounterUse", "Inventory", "InventoryDevice"]
+
+__all__ = ["AttributeValue", "CounterUse", "Inventory", "InventoryDevice", "gpu_attributes",
+           "int_attr", "string_attr", "version_attr"]

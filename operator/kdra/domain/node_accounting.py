@@ -23,8 +23,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from kdra.domain.checkpoint import Checkpoint, ClaimRef
 from kdra.domain.inventory_devices import Inventory, InventoryDevice
-from kdra.domain.nodeprep import Checkpoint, ClaimRef, Result
+from kdra.domain.nodeprep import Result
 from kdra.dra.quantity import InvalidQuantity, Quantity, parse_quantity
 
 Key = tuple[str, str, str]

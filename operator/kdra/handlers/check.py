@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from kdra import GROUP, VERSION
+from kdra.domain.cdi import CDI_FILE_PREFIX, NODE_ANNOTATION
 from kdra.domain.invariants import NodeLocal, Violation, check
-from kdra.domain.nodeprep import CDI_FILE_PREFIX, NODE_ANNOTATION
 from kdra.handlers.readers import UnreadableList, api_client, list_all
 
 JSON = dict[str, Any]
@@ -35,7 +35,7 @@ def read_cluster(api: Any, namespace: str = "kdra-system",
     that cannot be decoded are left out and described in ``unreadable`` (kind first)."""
     import kubernetes
 
-    from kdra.domain.inventory import AGENT_LEASE_LABEL
+    from kdra.domain.agent_leases import AGENT_LEASE_LABEL
 
     core = kubernetes.client.CoreV1Api(api)
     custom = kubernetes.client.CustomObjectsApi(api)

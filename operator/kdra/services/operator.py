@@ -18,7 +18,7 @@ import signal
 import socket
 
 from kdra import metrics
-from kdra.domain.inventory import AGENT_LEASE_LABEL
+from kdra.domain.agent_leases import AGENT_LEASE_LABEL
 from kdra.domain.podclaims import CLAIMS_ANNOTATION
 from kdra.dra import cel
 from kdra.kube.client import (

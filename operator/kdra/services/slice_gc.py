@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from kdra import metrics
-from kdra.domain.inventory import AGENT_LEASE_LABEL, lease_pools
+from kdra.domain.agent_leases import AGENT_LEASE_LABEL, lease_pools
 from kdra.dra.timestamps import parse_time
 from kdra.kube.client import LEASES, NODES, SLICES, Conflict, KubeClient, NotFound
 from kdra.services.store import JSON, Store

@@ -23,7 +23,9 @@ creates and keeps the ``kdra-mutating`` / ``kdra-validating`` configurations
 where it may change only the
 configurations' CA bundle (in a cluster, the ValidatingAdmissionPolicy
 ``kdra-operator-webhooks``), it keeps that current and warns that the rest differs from this
-version's (re-apply manifests/webhooks).
+version's (re-apply manifests/webhooks). Reading, generating and rotating the certificate and
+writing the configurations are :mod:`kdra.services.webhook_maintenance`'s; this module serves
+and decides when.
 
 Invariants:
 - The server listens before the configurations are written, so the API server never calls a
@@ -43,7 +45,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import datetime as dt
 import functools
 import logging
@@ -64,38 +65,21 @@ from kdra.domain.quota_admission import with_quotas
 from kdra.domain.webhooks import (
     CONVERT_PATH,
     HEALTHZ_PATH,
-    LABELS,
     MUTATE_PODS_PATH,
-    SERVICE_NAME,
     TLS_SECRET,
     VALIDATE_PATH,
     Endpoint,
-    contains,
-    mutating_configuration,
     service_dns_names,
     trusted_usernames,
-    validating_configuration,
 )
 from kdra.dra.errors import InvalidObject
-from kdra.kube.client import (
-    MUTATING_WEBHOOKS,
-    NAMESPACES,
-    PODS,
-    SECRETS,
-    SERVICES,
-    VALIDATING_WEBHOOKS,
-    ApiError,
-    Conflict,
-    KubeClient,
-    NotFound,
-    Resource,
-)
-from kdra.services import certs
+from kdra.kube.client import NAMESPACES, PODS, ApiError, KubeClient, NotFound
 from kdra.services.certs import TlsBundle
-from kdra.services.conversion import convert, point_crds
+from kdra.services.conversion import convert
 from kdra.services.extended_lookup import extended_classes
 from kdra.services.gpu_lookup import GpuClaimLookup
 from kdra.services.quota import namespace_quotas
+from kdra.services.webhook_maintenance import apply_configurations, check_service, fetch_bundle
 from kdra.settings import OperatorSettings
 
 __all__ = ["CHECK_INTERVAL", "WebhookServer", "start_webhooks"]
@@ -105,15 +89,10 @@ log = logging.getLogger(__name__)
 CHECK_INTERVAL = 300.0  # seconds between certificate / configuration checks
 MAX_BODY = 64 * 1024 * 1024  # a ConversionReview holds a whole LIST in the old version
 _UNSPECIFIED = frozenset({"", "0.0.0.0", "::", "[::]"})
-_ATTEMPTS = 3
 
 
 def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
-
-
-class WebhookError(Exception):
-    """The webhook server cannot get a usable certificate or configuration."""
 
 
 async def start_webhooks(settings: OperatorSettings,
@@ -185,7 +164,7 @@ class WebhookServer:
         if sockets:
             self.port = int(sockets[0].getsockname()[1])
         if self.settings.webhook_manage_config:
-            await self._check_service()
+            await check_service(self.client, self.endpoint, self.settings.namespace)
             await self._apply_configurations(bundle)
         self._task = asyncio.create_task(self._maintain(), name="kdra-webhook-maintenance")
         log.info("admission webhooks serving on %s:%d (certificate valid until %s, %s)",
@@ -239,73 +218,18 @@ class WebhookServer:
                                 self.settings.namespace)[0])
         return trusted_usernames(self.settings.namespace, own)
 
-    # ------------------------------------------------------------------ certificates
+    # ------------------------------------------------------------------ upkeep
 
     async def _fetch_bundle(self) -> TlsBundle:
-        if self.settings.webhook_cert_dir:
-            directory = Path(self.settings.webhook_cert_dir)
-            try:
-                bundle = await asyncio.to_thread(certs.from_directory, directory)
-            except (OSError, ValueError) as exc:
-                raise WebhookError(f"webhook_cert_dir {directory}: {exc}") from exc
-            # The API server needs the name it calls: the URL's host, or the Service's.
-            needed = ({urlparse(self.settings.webhook_url).hostname or ""}
-                      if self.settings.webhook_url
-                      else {service_dns_names(self.settings.namespace)[2]})
-            missing = needed - bundle.hosts
-            if missing and bundle != self.bundle:
-                log.warning("the supplied webhook certificate does not cover %s",
-                            ", ".join(sorted(missing)))
-            return bundle
-        return await self._secret_bundle()
+        """The certificate to serve (:func:`kdra.services.webhook_maintenance.fetch_bundle`)."""
+        return await fetch_bundle(self.settings, self.client, self.hosts, self.clock,
+                                  self.bundle)
 
-    async def _secret_bundle(self) -> TlsBundle:
-        """The generated bundle from the Secret: created when missing, rotated when due.
-        Concurrent replicas race with create / resourceVersion-checked replace; a loser
-        re-reads and uses the winner's."""
-        assert self.client is not None
-        namespace = self.settings.namespace
-        for _ in range(_ATTEMPTS):
-            now = self.clock()
-            try:
-                secret = await self.client.get(SECRETS, TLS_SECRET, namespace)
-            except NotFound:
-                bundle = certs.generate(self.hosts, now)
-                try:
-                    await self.client.create(SECRETS, self._secret(bundle), namespace)
-                except Conflict:
-                    continue  # another replica created it first
-                log.info("generated the webhook CA and certificate in Secret %s/%s",
-                         namespace, TLS_SECRET)
-                return bundle
-            current: TlsBundle | None
-            try:
-                current = certs.from_secret_data(secret.get("data") or {})
-                renewed = certs.renew(current, self.hosts, now)
-            except ValueError as exc:
-                log.warning("Secret %s/%s is unusable (%s): replacing it", namespace,
-                            TLS_SECRET, exc)
-                current, renewed = None, certs.generate(self.hosts, now)
-            if renewed is None and current is not None:
-                return current
-            assert renewed is not None
-            body = {**secret, "data": certs.to_secret_data(renewed)}
-            try:
-                await self.client.replace(SECRETS, body)
-            except Conflict:
-                continue  # another replica rotated it first
-            log.info("rotated the webhook certificate in Secret %s/%s (valid until %s)",
-                     namespace, TLS_SECRET, renewed.not_after().isoformat())
-            return renewed
-        raise WebhookError(f"Secret {namespace}/{TLS_SECRET} kept changing while being read")
-
-    def _secret(self, bundle: TlsBundle) -> dict[str, Any]:
-        return {
-            "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-            "metadata": {"name": TLS_SECRET, "namespace": self.settings.namespace,
-                         "labels": dict(LABELS)},
-            "data": certs.to_secret_data(bundle),
-        }
+    async def _apply_configurations(self, bundle: TlsBundle) -> None:
+        """The webhook configurations and the CRDs' conversion with ``bundle``'s CA
+        (:func:`kdra.services.webhook_maintenance.apply_configurations`)."""
+        await apply_configurations(self.client, self.settings.namespace, self.endpoint, bundle,
+                                   self.trusted)
 
     def _load(self, bundle: TlsBundle) -> None:
         """Switch the server's TLS context to ``bundle`` (new connections use it)."""
@@ -316,97 +240,6 @@ class WebhookServer:
             key.write_bytes(bundle.key_pem)
             self._ssl.load_cert_chain(cert, key)
         self.bundle = bundle
-
-    # ------------------------------------------------------------------ configurations
-
-    async def _apply_configurations(self, bundle: TlsBundle) -> None:
-        if not bundle.ca_pem.strip():
-            raise WebhookError("no CA bundle for the webhook configurations: put ca.crt in "
-                               "webhook_cert_dir, or turn webhook_manage_config off")
-        for resource, desired in (
-            (MUTATING_WEBHOOKS, mutating_configuration(self.endpoint, bundle.ca_pem)),
-            (VALIDATING_WEBHOOKS, validating_configuration(self.endpoint, bundle.ca_pem,
-                                                           self.trusted)),
-        ):
-            await self._apply(resource, desired)
-        assert self.client is not None
-        await point_crds(self.client, self.endpoint, bundle.ca_pem, self.endpoint.url or
-                         f"Service {self.settings.namespace}/{SERVICE_NAME}")
-
-    async def _apply(self, resource: Resource, desired: dict[str, Any]) -> None:
-        assert self.client is not None
-        name = desired["metadata"]["name"]
-        for _ in range(_ATTEMPTS):
-            try:
-                live = await self.client.get(resource, name)
-            except NotFound:
-                try:
-                    await self.client.create(resource, desired)
-                except Conflict:
-                    continue
-                log.info("created %s %s", resource.kind, name)
-                return
-            if contains(live, desired):
-                return
-            meta = live["metadata"]
-            body = {**desired, "metadata": {
-                **meta, "labels": {**(meta.get("labels") or {}), **desired["metadata"]["labels"]}
-            }}
-            try:
-                await self.client.replace(resource, body)
-            except Conflict:
-                continue
-            except ApiError as exc:
-                if exc.status not in (403, 422):
-                    raise
-                # Not allowed to change more than the CA bundle (kdra-operator-webhooks).
-                if not await self._update_ca_bundle(resource, live, desired, exc):
-                    continue
-                return
-            log.info("updated %s %s", resource.kind, name)
-            return
-        raise WebhookError(f"{resource.kind} {name} kept changing while being updated")
-
-    async def _update_ca_bundle(self, resource: Resource, live: dict[str, Any],
-                                desired: dict[str, Any], refused: ApiError) -> bool:
-        """Put ``desired``'s CA bundle into ``live``, changing nothing else; False on
-        Conflict (the caller reads again)."""
-        assert self.client is not None
-        name = live["metadata"]["name"]
-        bundles = {w["name"]: w["clientConfig"].get("caBundle")
-                   for w in desired.get("webhooks") or []}
-        body = copy.deepcopy(live)
-        for webhook in body.get("webhooks") or []:
-            bundle = bundles.get(webhook.get("name"))
-            if bundle:
-                webhook.setdefault("clientConfig", {})["caBundle"] = bundle
-        differs = not contains(body, desired)
-        if body != live:
-            try:
-                await self.client.replace(resource, body)
-            except Conflict:
-                return False
-            log.info("updated the CA bundle of %s %s", resource.kind, name)
-        if differs:
-            log.warning("%s %s differs from this kdra version's beyond the CA bundle, which is all "
-                        "this operator may change (%s): re-apply manifests/webhooks",
-                        resource.kind, name, refused.message)
-        return True
-
-    async def _check_service(self) -> None:
-        if self.endpoint.url:
-            return
-        assert self.client is not None
-        try:
-            await self.client.get(SERVICES, SERVICE_NAME, self.settings.namespace)
-        except NotFound:
-            log.warning(
-                "the webhook configurations name the Service %s/%s, which does not exist: the "
-                "API server will reject pods with the claims annotation and kdra objects "
-                "until it does (out of the cluster, set webhook_url; or webhook_port 0)",
-                self.settings.namespace, SERVICE_NAME)
-        except ApiError:
-            pass  # not allowed to look: nothing to warn about
 
     # ------------------------------------------------------------------ HTTP
 

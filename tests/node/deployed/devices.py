@@ -21,7 +21,7 @@ import yaml
 
 from kdra.devenv.node import CDI_DIR
 from kdra.devenv.realcluster import RealCluster
-from kdra.domain.nodeprep import cdi_device_name, env_name
+from kdra.domain.cdi import cdi_device_name, env_name
 
 GPU = "gpu.kdra.dev"
 JSON = dict[str, Any]

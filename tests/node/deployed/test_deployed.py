@@ -21,7 +21,7 @@ import pytest
 from kdra.devenv.images import busybox_files, oci_archive
 from kdra.devenv.node import CDI_DIR, NODE_NAME
 from kdra.devenv.realcluster import NAMESPACE, RealCluster, busybox_applets
-from kdra.domain.nodeprep import env_name
+from kdra.domain.cdi import env_name
 from tests.node.deployed.devices import (
     GPU,
     as_sets,

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from kdra.domain.describe import describe, render
-from kdra.domain.inventory import build_slices, parse_inventory
+from kdra.domain.inventory import parse_inventory
+from kdra.domain.publication import build_slices
 
 GPU = "gpu.kdra.dev"
 

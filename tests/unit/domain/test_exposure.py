@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from kdra.domain.cdi import cdi_device_id
+from kdra.domain.checkpoint import ClaimEntry, ClaimRef, PreparedDevice
 from kdra.domain.exposure import (
     MAX_ANNOTATION,
     MAX_MESSAGE,
@@ -19,7 +21,6 @@ from kdra.domain.exposure import (
     prepared_claim,
     reserved_for,
 )
-from kdra.domain.nodeprep import ClaimEntry, ClaimRef, PreparedDevice, cdi_device_id
 
 GPU = "gpu.kdra.dev"
 CATS = "resource-driver.example.com"

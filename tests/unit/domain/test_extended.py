@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from kdra.domain.admission import class_errors, mutate_pod, pod_errors
+from kdra.domain.checkpoint import PreparedDevice
 from kdra.domain.exposure import Adjustment, PodInfo, PreparedClaim, decide
 from kdra.domain.extended import (
     ENTRY_NAME,
@@ -26,7 +27,6 @@ from kdra.domain.extended_entry import (
     class_name_error,
     is_extended_resource_name,
 )
-from kdra.domain.nodeprep import PreparedDevice
 from kdra.domain.podclaims import (
     CLAIMS_ANNOTATION,
     FINALIZER,

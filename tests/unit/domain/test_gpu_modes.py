@@ -7,9 +7,10 @@ from typing import Any
 import pytest
 
 from kdra.domain.gpu_modes import SHARE_POLICY, partitioned
-from kdra.domain.inventory import build_slices, parse_inventory, plan_publication
+from kdra.domain.inventory import parse_inventory
 from kdra.domain.inventory_devices import CounterUse, InventoryDevice
 from kdra.domain.pool_layout import MAX_CONSUMED_COUNTERS_PER_SLICE, counter_sets_of, layout
+from kdra.domain.publication import build_slices, plan_publication
 from kdra.dra.errors import InvalidObject
 from kdra.dra.models import parse_slice
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from kdra.domain.cdi import CLAIM_UID_ANNOTATION, NODE_ANNOTATION, cdi_file_name
 from kdra.domain.invariants import NodeLocal, Violation, check
-from kdra.domain.nodeprep import CLAIM_UID_ANNOTATION, NODE_ANNOTATION, cdi_file_name
 from kdra.domain.partition_slices import node_slices
 from kdra.domain.podclaims import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION, FINALIZER
 

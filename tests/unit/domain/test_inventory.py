@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from kdra.domain.agent_leases import lease_name, lease_pools, shared_lease_name
 from kdra.domain.gpu_profiles import (
     GPU_PROFILES,
     cuda_version_from_int,
@@ -15,18 +16,9 @@ from kdra.domain.gpu_profiles import (
     parse_gpu_shorthand,
     to_semver,
 )
-from kdra.domain.inventory import (
-    Inventory,
-    InventoryDevice,
-    build_slices,
-    expand_names,
-    lease_name,
-    lease_pools,
-    parse_inventory,
-    plan_publication,
-    shared_lease_name,
-    slice_name,
-)
+from kdra.domain.inventory import expand_names, parse_inventory
+from kdra.domain.inventory_devices import Inventory, InventoryDevice
+from kdra.domain.publication import build_slices, plan_publication, slice_name
 from kdra.dra.errors import InvalidObject
 from kdra.dra.models import parse_slice
 from kdra.dra.semver import is_valid_version

@@ -7,18 +7,13 @@ from typing import Any
 
 import pytest
 
-from kdra.domain.inventory import InventoryDevice, parse_inventory
+from kdra.domain.cdi import build_cdi_spec, cdi_device_id, cdi_file_name, cdi_kind
+from kdra.domain.checkpoint import Checkpoint, CheckpointCorrupt, ClaimEntry, ClaimRef
+from kdra.domain.inventory import parse_inventory
+from kdra.domain.inventory_devices import InventoryDevice
 from kdra.domain.nodeprep import (
-    Checkpoint,
-    CheckpointCorrupt,
-    ClaimEntry,
-    ClaimRef,
     DeviceOutcome,
     Result,
-    build_cdi_spec,
-    cdi_device_id,
-    cdi_file_name,
-    cdi_kind,
     device_statuses,
     merge_device_statuses,
     our_results,
@@ -184,7 +179,8 @@ def test_merge_keeps_entries_of_other_drivers_and_nodes() -> None:
 def test_busy_devices_and_admin_access() -> None:
     """A device prepared for one claim is busy for every other claim, unless prepared for an
     adminAccess request; the claim's own devices are never busy for itself."""
-    from kdra.domain.nodeprep import Checkpoint, PreparedDevice, admin_requests, busy_devices
+    from kdra.domain.checkpoint import Checkpoint, PreparedDevice
+    from kdra.domain.nodeprep import admin_requests, busy_devices
 
     held = PreparedDevice("gpu", GPU, "n", "gpu-0")
     watched = PreparedDevice("mon", GPU, "n", "gpu-1", admin_access=True)

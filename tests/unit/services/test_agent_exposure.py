@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
+from kdra.domain.checkpoint import ClaimEntry, ClaimRef
 from kdra.domain.exposure import Adjustment, Refusal
 from kdra.domain.inventory import parse_inventory
-from kdra.domain.nodeprep import ClaimEntry, ClaimRef, Result, prepared_devices
+from kdra.domain.nodeprep import Result, prepared_devices
 from kdra.services.agent.discovery import FakeDiscovery
 from kdra.services.agent.exposure import make_nri_plugin
 from kdra.services.agent.nri.messages import Container, PodSandbox

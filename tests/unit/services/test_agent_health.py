@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from kdra.domain.health import Health, Observation
-from kdra.domain.inventory import Inventory, InventoryDevice, parse_inventory
+from kdra.domain.inventory import parse_inventory
+from kdra.domain.inventory_devices import Inventory, InventoryDevice
 from kdra.services.agent.discovery import DiscoveryError
 from kdra.services.agent.health import (
     InventoryHealth,

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from kdra.domain.inventory import Inventory, parse_inventory
-from kdra.domain.nodeprep import ClaimRef
+from kdra.domain.checkpoint import ClaimRef
+from kdra.domain.inventory import parse_inventory
+from kdra.domain.inventory_devices import Inventory
 from kdra.kube.client import CLAIMS, Conflict, NotFound, Resource
 from kdra.services.agent.cdi import CdiDir
 from kdra.services.agent.checkpoint import CheckpointFile
@@ -333,7 +334,7 @@ def test_two_drivers_two_spec_files(tmp_path: Path) -> None:
 
 
 def test_holder_index_follows_every_checkpoint_change() -> None:
-    from kdra.domain.nodeprep import Checkpoint, ClaimEntry
+    from kdra.domain.checkpoint import Checkpoint, ClaimEntry
     from kdra.services.agent.prepare import HolderIndex
 
     index = HolderIndex()

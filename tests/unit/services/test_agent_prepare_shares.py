@@ -13,9 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kdra.domain.checkpoint import Checkpoint, ClaimEntry, ClaimRef, PreparedDevice
 from kdra.domain.inventory import parse_inventory
 from kdra.domain.node_accounting import clashes
-from kdra.domain.nodeprep import Checkpoint, ClaimEntry, ClaimRef, PreparedDevice, Result
+from kdra.domain.nodeprep import Result
 from kdra.domain.shares import fake_partition_uuid
 from kdra.services.agent.cdi import CdiDir
 from kdra.services.agent.checkpoint import CheckpointFile

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kdra.domain.inventory import InventoryDevice
-from kdra.domain.nodeprep import Checkpoint, ClaimEntry, ClaimRef, build_cdi_spec
+from kdra.domain.cdi import build_cdi_spec
+from kdra.domain.checkpoint import Checkpoint, ClaimEntry, ClaimRef
+from kdra.domain.inventory_devices import InventoryDevice
 from kdra.services.agent.cdi import CdiDir
 from kdra.services.agent.checkpoint import CheckpointFile, atomic_write, remove_file
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from kdra.domain.health import Health
-from kdra.domain.inventory import build_slices
+from kdra.domain.publication import build_slices
 from kdra.dra.models import parse_slice
 from kdra.services.agent.discovery import DiscoveryError, FakeDiscovery, NvmlDiscovery
 from kdra.services.agent.health import InventoryHealth

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kdra.domain.inventory import (
+from kdra.domain.agent_leases import (
     AGENT_LEASE_LABEL,
     LEASE_DRIVER_ANNOTATION,
     LEASE_NODE_ANNOTATION,

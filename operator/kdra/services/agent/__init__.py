@@ -12,7 +12,9 @@
     exposure.py    what a container gets at creation: the NRI plugin's policy and set-up
     nri/           the NRI plugin: wire framing, messages, the ttrpc session, lifecycle
 
-The pure rules (inventory format, slices, CDI spec content, checkpoint model, which
-devices a container gets) live in :mod:`kdra.domain.inventory`,
-:mod:`kdra.domain.gpu_profiles`, :mod:`kdra.domain.nodeprep` and :mod:`kdra.domain.exposure`.
+The pure rules (inventory format, slices, heartbeat Leases, CDI spec content, checkpoint
+model, which devices a container gets) live in :mod:`kdra.domain.inventory`,
+:mod:`kdra.domain.inventory_devices`, :mod:`kdra.domain.gpu_profiles`,
+:mod:`kdra.domain.publication`, :mod:`kdra.domain.agent_leases`, :mod:`kdra.domain.nodeprep`,
+:mod:`kdra.domain.cdi`, :mod:`kdra.domain.checkpoint` and :mod:`kdra.domain.exposure`.
 """

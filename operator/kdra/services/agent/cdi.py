@@ -17,12 +17,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from kdra.domain.nodeprep import (
-    CDI_FILE_PREFIX,
-    CLAIM_UID_ANNOTATION,
-    NODE_ANNOTATION,
-    encode_json,
-)
+from kdra.domain.cdi import CDI_FILE_PREFIX, CLAIM_UID_ANNOTATION, NODE_ANNOTATION
+from kdra.domain.checkpoint import encode_json
 from kdra.services.agent.checkpoint import atomic_write, remove_file
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ import secrets
 import time
 from pathlib import Path
 
-from kdra.domain.nodeprep import Checkpoint, CheckpointCorrupt
+from kdra.domain.checkpoint import Checkpoint, CheckpointCorrupt
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Device discovery backends of the node agent: NVML for real GPUs, a fake inventory file.
 
-Both return a :class:`~kdra.domain.inventory.Inventory` with the same device shape (names
+Both return a :class:`~kdra.domain.inventory_devices.Inventory` with the same device shape (names
 ``gpu-<index>``, NVIDIA's attribute names, capacity ``memory``), so nothing downstream knows
 which backend ran. A GPU in MIG mode is published as its existing MIG devices
 (:mod:`kdra.services.agent.nvml_mig`), shaped like the fake inventory's partitions.
@@ -30,12 +30,12 @@ from kdra.domain.gpu_profiles import (
     cuda_version_from_int,
     to_semver,
 )
-from kdra.domain.inventory import (
+from kdra.domain.inventory import parse_inventory
+from kdra.domain.inventory_devices import (
     Inventory,
     InventoryDevice,
     gpu_attributes,
     int_attr,
-    parse_inventory,
     string_attr,
 )
 from kdra.dra.quantity import Format, Quantity

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Sequence
 
+from kdra.domain.checkpoint import Checkpoint
 from kdra.domain.exposure import (
     Decision,
     PodInfo,
@@ -28,7 +29,6 @@ from kdra.domain.exposure import (
     prepared_claim,
     reserved_for,
 )
-from kdra.domain.nodeprep import Checkpoint
 from kdra.domain.podclaims import CLAIMS_ANNOTATION
 from kdra.services.agent.nri.messages import Container, PodSandbox
 from kdra.services.agent.nri.plugin import NriPlugin

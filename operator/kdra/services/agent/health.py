@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Protocol
 
 from kdra.domain.health import HEALTHY, Health, Observation
-from kdra.domain.inventory import Inventory
+from kdra.domain.inventory_devices import Inventory
 from kdra.dra.taints import label_value
 from kdra.services.agent.checkpoint import atomic_write
 

@@ -24,7 +24,7 @@ import datetime as dt
 import logging
 from collections.abc import Sequence
 
-from kdra.domain.inventory import (
+from kdra.domain.agent_leases import (
     AGENT_LEASE_LABEL,
     LEASE_DRIVER_ANNOTATION,
     LEASE_NODE_ANNOTATION,

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from kdra import metrics
 from kdra.domain.health import Applied, Health, HealthDebouncer, Transition
-from kdra.domain.inventory import Inventory, InventoryDevice
+from kdra.domain.inventory_devices import Inventory, InventoryDevice
 from kdra.dra.taints import UNHEALTHY_KEY
 from kdra.dra.timestamps import now as wall_now
 from kdra.services.agent.discovery import Discovery, NvmlDiscovery

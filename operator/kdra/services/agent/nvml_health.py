@@ -35,7 +35,7 @@ from typing import Any
 
 from kdra.domain.gpu_profiles import GPU_DRIVER
 from kdra.domain.health import Health, Observation
-from kdra.domain.inventory import Inventory
+from kdra.domain.inventory_devices import Inventory
 from kdra.services.agent.discovery import DiscoveryError, load_pynvml
 from kdra.services.agent.health import DeviceKey, worst
 

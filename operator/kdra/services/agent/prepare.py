@@ -50,18 +50,15 @@ import time
 from collections.abc import Callable, Sequence
 
 from kdra import metrics
-from kdra.domain.inventory import Inventory, InventoryDevice
+from kdra.domain.cdi import build_cdi_spec, cdi_file_name
+from kdra.domain.checkpoint import Checkpoint, ClaimEntry, ClaimRef
+from kdra.domain.inventory_devices import Inventory, InventoryDevice
 from kdra.domain.node_accounting import clashes
 from kdra.domain.nodeprep import (
-    Checkpoint,
-    ClaimEntry,
-    ClaimRef,
     DeviceOutcome,
     Result,
     admin_requests,
-    build_cdi_spec,
     busy_devices,
-    cdi_file_name,
     device_statuses,
     merge_device_statuses,
     our_results,

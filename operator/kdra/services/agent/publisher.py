@@ -26,7 +26,8 @@ import logging
 from collections.abc import Iterable
 
 from kdra import metrics
-from kdra.domain.inventory import InventoryDevice, Publication, plan_publication, slice_name
+from kdra.domain.inventory_devices import InventoryDevice
+from kdra.domain.publication import Publication, plan_publication, slice_name
 from kdra.kube.client import NODES, SLICES, Conflict, KubeClient, NotFound
 from kdra.services.store import JSON
 

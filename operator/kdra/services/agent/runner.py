@@ -40,7 +40,8 @@ from typing import TypeVar
 
 from kdra import loops, memory, metrics
 from kdra.domain.backoff import backoff_delay
-from kdra.domain.inventory import Inventory, InventoryDevice, expand_names
+from kdra.domain.inventory import expand_names
+from kdra.domain.inventory_devices import Inventory, InventoryDevice
 from kdra.domain.nodeprep import pools_of
 from kdra.dra.errors import InvalidObject
 from kdra.dra.timestamps import api_time
