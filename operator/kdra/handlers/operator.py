@@ -38,8 +38,8 @@ from typing import Any
 
 import kopf
 
+from kdra.domain.agent_leases import AGENT_LEASE_LABEL
 from kdra.domain.backoff import Backoffs
-from kdra.domain.inventory import AGENT_LEASE_LABEL
 from kdra.domain.podclaims import CLAIMS_ANNOTATION
 from kdra.kube.client import CLAIMS, CLASSES, LEASES, NODES, PODS, SLICES, TEMPLATES, Resource
 from kdra.services.operator import Operator
