@@ -1,9 +1,11 @@
-"""Scale benchmark: kdra vs the real kube-scheduler on scheduler_perf's DRA workloads.
+r"""Scale benchmark: kdra vs the real kube-scheduler on scheduler_perf's DRA workloads.
 
     .venv/bin/python bench/scale.py --workloads all --rounds 2 --sweep 100,2000  # ~50 min
     .venv/bin/python bench/scale.py --quick                     # smoke run, ~8 min
     .venv/bin/python bench/scale.py --quick --workloads template --profile
     .venv/bin/python bench/scale.py --workloads steady-empty --duration 30 --audit --pprof 25
+    .venv/bin/python bench/scale.py --contenders kdra,kdra-kopf --compare kdra-kopf/kdra \
+        --workloads template,steady-empty --rounds 2
 
 Diagnosis (not for the report's figures: both cost the server CPU): ``--audit`` turns on
 kube-apiserver's audit log and prints the requests per bound pod by client (User-Agent, or
@@ -33,6 +35,8 @@ Contenders, each on a fresh control plane (same binaries) per workload:
   creates the Nodes); upstream's controller-manager also uses ServiceAccount
   tokens (``--use-service-account-credentials``), kube-scheduler a client certificate (as
   kubeadm sets it up);
+- ``kdra-kopf``: ``kdra``, its operator started with ``KDRA_WATCH=kopf`` (the operator routes
+  its hot watches through kopf handlers; one without that mode ignores the variable);
 - ``upstream``: kube-scheduler + kube-controller-manager's resourceclaim-controller with native
   resource.k8s.io/v1 objects; the harness creates Nodes and ResourceSlices, as scheduler_perf.
 Both the scheduler and the controller-manager get client QPS/burst 5000 (scheduler_perf runs
@@ -43,6 +47,8 @@ alternating (kdra, upstream, then upstream, kdra, ...), so a slow spell of this 
 that lasts minutes hits both alike. Every run is a row of the first table; the ratios and
 targets use each contender's runs pooled (pods summed over seconds summed; p50/p99 and peak
 RSS: the mean and the maximum over the rounds), and list the ratio of each round.
+``--compare A/B`` picks the two contenders the ratio table compares (default
+``kdra/upstream``; e.g. ``kdra-kopf/kdra``); the targets are printed for kdra/upstream only.
 
 Measured: pods/s over the measured phase (pods bound / (last binding - first create)),
 create->bound latency from client-side timestamps (create call returned; first watch event
@@ -276,6 +282,7 @@ class Contender:
 class Kdra(Contender):
     name = "kdra"
     trace_memory: Path | None = None  # run the operator under bench/memtrace.py, dumps here
+    operator_env: dict[str, str] = {}  # added to the operator's environment (not the agent's)
 
     def __init__(self, plane: ControlPlane, work: Path, nodes: int) -> None:
         super().__init__(plane, work, nodes)
@@ -369,7 +376,7 @@ class Kdra(Contender):
 
     async def start_scheduler(self, api: Api) -> None:
         self.metrics_port = free_port()
-        env = await self._credentials(api, "kdra-operator")
+        env = {**await self._credentials(api, "kdra-operator"), **self.operator_env}
         command = self._python(
             "operator", "--webhook-port", "0", "--metrics-port", str(self.metrics_port),
             "--health-port", "0")
@@ -398,6 +405,14 @@ class Kdra(Contender):
             elif line.startswith("kdra_allocator_duration_seconds_count"):
                 count += int(float(line.split()[-1]))
         return total, count
+
+
+class KdraKopf(Kdra):
+    """kdra with the operator's hot watches routed through kopf handlers (``KDRA_WATCH=kopf``);
+    everything else, the agent included, as :class:`Kdra`."""
+
+    name = "kdra-kopf"
+    operator_env = {"KDRA_WATCH": "kopf"}
 
 
 class Upstream(Contender):
@@ -699,19 +714,23 @@ def by_workload(results: list[Result]) -> dict[str, dict[str, list[Result]]]:
     return by
 
 
-def head_to_head(results: list[Result]) -> Iterator[tuple[str, Result, Result, str]]:
-    """(workload, kdra pooled, upstream pooled, ratio of each round) for every workload both
-    contenders ran."""
+COMPARE = ("kdra", "upstream")  # the default pair of --compare: the targets are for it
+
+
+def head_to_head(results: list[Result], compare: tuple[str, str] = COMPARE,
+                 ) -> Iterator[tuple[str, Result, Result, str]]:
+    """(workload, A pooled, B pooled, ratio of each round) for every workload both contenders
+    of ``compare`` (A, B) ran."""
+    a, b = compare
     for workload, pair in by_workload(results).items():
-        if "kdra" in pair and "upstream" in pair:
-            yield (workload, pooled(pair["kdra"]), pooled(pair["upstream"]),
-                   round_ratios(pair["kdra"], pair["upstream"]))
+        if a in pair and b in pair:
+            yield (workload, pooled(pair[a]), pooled(pair[b]), round_ratios(pair[a], pair[b]))
 
 
-def round_ratios(kdra: list[Result], upstream: list[Result]) -> str:
+def round_ratios(ours: list[Result], others: list[Result]) -> str:
     """pods/s ratio of each round (runs paired by round), e.g. "0.93, 1.08"."""
-    theirs = {r.round: r for r in upstream}
-    return ", ".join(f"{k.rate / theirs[k.round].rate:.2f}" for k in kdra
+    theirs = {r.round: r for r in others}
+    return ", ".join(f"{k.rate / theirs[k.round].rate:.2f}" for k in ours
                      if k.round in theirs and theirs[k.round].rate)
 
 
@@ -1112,10 +1131,12 @@ def fmt(value: float, digits: int = 1) -> str:
     return "-" if value != value else f"{value:.{digits}f}"  # NaN -> "-"
 
 
-def table(results: list[Result], ceiling: Result | None, own: Result | None = None) -> str:
-    """The results, the ceilings, and kdra/upstream ratios per workload. ``own`` is the
-    ceiling on kdra's objects (custom resources): kdra's share of it leaves out the cost of
-    its storage format."""
+def table(results: list[Result], ceiling: Result | None, own: Result | None = None,
+          compare: tuple[str, str] = COMPARE) -> str:
+    """The results, the ceilings, and A/B ratios per workload (``compare``: A, B; by default
+    kdra/upstream). ``own`` is the ceiling on kdra's objects (custom resources): kdra's share
+    of it leaves out the cost of its storage format."""
+    left, right = compare
     rows = ["| workload | contender | round | pods bound | s | pods/s | p50 ms | p99 ms | CPU s "
             "| CPU ms/pod | peak RSS MiB | note |",
             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
@@ -1133,10 +1154,10 @@ def table(results: list[Result], ceiling: Result | None, own: Result | None = No
                         f"{fmt(c.rate)} | {fmt(1000 * c.p50, 0)} | {fmt(1000 * c.p99, 0)} | "
                         f"- | - | - | per pod: pod create, claim create, claim status, "
                         f"{pod_write}, binding |")
-    rows += ["", "| workload | kdra/upstream pods/s | by round | kdra/upstream p99 "
-             "| kdra/upstream CPU s | kdra/upstream peak RSS | kdra % of ceiling "
-             "| upstream % of ceiling | kdra % of ceiling on kdra objects "
-             "| API server + etcd CPU ms/pod kdra / upstream |",
+    rows += ["", f"| workload | {left}/{right} pods/s | by round | {left}/{right} p99 "
+             f"| {left}/{right} CPU s | {left}/{right} peak RSS | {left} % of ceiling "
+             f"| {right} % of ceiling | {left} % of ceiling on kdra objects "
+             f"| API server + etcd CPU ms/pod {left} / {right} |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 
     def ratio(a: float, b: float) -> str:
@@ -1144,7 +1165,7 @@ def table(results: list[Result], ceiling: Result | None, own: Result | None = No
 
     ceil = ceiling.rate if ceiling and ceiling.rate else float("nan")
     own_ceil = own.rate if own and own.rate else float("nan")
-    for workload, k, u, rounds in head_to_head(results):
+    for workload, k, u, rounds in head_to_head(results, compare):
         rows.append(f"| {workload} | {ratio(k.rate, u.rate)} | {rounds} | "
                     f"{ratio(k.p99, u.p99)} | "
                     f"{ratio(k.cpu, u.cpu)} | {ratio(k.rss, u.rss)} | "
@@ -1260,7 +1281,11 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workloads", default="all",
                         help=f"comma-separated from {', '.join(WORKLOADS)}, or all")
-    parser.add_argument("--contenders", default="kdra,upstream")
+    parser.add_argument("--contenders", default="kdra,upstream",
+                        help="comma-separated from kdra, kdra-kopf, upstream")
+    parser.add_argument("--compare", default="/".join(COMPARE), metavar="A/B",
+                        help="the two contenders the ratio table compares, A/B (default "
+                             "%(default)s; the targets are printed for kdra/upstream only)")
     parser.add_argument("--quick", action="store_true",
                         help="100 nodes, 500+500 pods, 20 s steady state")
     parser.add_argument("--nodes", type=int, default=0, help="override the node count")
@@ -1296,8 +1321,14 @@ def main(argv: list[str] | None = None) -> int:
                     stall=45.0 if args.quick else 90.0, audit=args.audit,
                     pprof=args.pprof)
     workloads = list(WORKLOADS) if args.workloads == "all" else args.workloads.split(",")
-    kinds = {"kdra": Kdra, "upstream": Upstream}
+    kinds: dict[str, type[Contender]] = {k.name: k for k in (Kdra, KdraKopf, Upstream)}
     contenders = [kinds[c] for c in args.contenders.split(",")]
+    pair = args.compare.split("/")
+    if len(pair) != 2 or pair[0] == pair[1] or not set(pair) <= set(kinds):
+        parser.error(f"--compare: two different contenders A/B from {', '.join(kinds)}")
+    compare = (pair[0], pair[1])
+    if compare != COMPARE and not set(compare) <= {k.name for k in contenders}:
+        parser.error(f"--compare {args.compare}: both must be among --contenders")
     base = args.out or Path(tempfile.mkdtemp(prefix="kdra-scale-"))
     base.mkdir(parents=True, exist_ok=True)
     profiler = Profiler(args.profile, base)
@@ -1317,14 +1348,15 @@ def main(argv: list[str] | None = None) -> int:
 
     def report(final: bool) -> list[str]:
         """The tables so far; written to --markdown after every run (a crash keeps them)."""
-        lines = [table(results, ceiling, own_ceiling), ""]
+        lines = [table(results, ceiling, own_ceiling, compare), ""]
         writes = writes_table(results)
         if writes:
             lines += ["API writes per bound pod (kube-apiserver's apiserver_request_total; the "
                       "harness's pod creates and deletes included):", "", writes, ""]
         if swept:
             lines += ["Template workload by cluster size:", "", sweep_table(swept), ""]
-        lines += [line + "  " for line in targets(results, ceiling, own_ceiling)]
+        if compare == COMPARE:
+            lines += [line + "  " for line in targets(results, ceiling, own_ceiling)]
         if args.markdown:
             command = "bench/scale.py " + " ".join(argv if argv is not None else sys.argv[1:])
             elapsed = time.monotonic() - started
