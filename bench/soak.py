@@ -5,9 +5,9 @@
 
 A fresh control plane (kdra.devenv), kdra's CRDs, one ``kdra agent --simulate-nodes`` process
 serving every simulated node and one ``kdra operator`` — started as bench/scale.py starts them
-(:class:`scale.Kdra`). Then scale.py's steady-state workload runs for ``--duration`` seconds:
+(:class:`contenders.Kdra`). Then scale.py's steady-state workload runs for ``--duration`` seconds:
 ``--pods`` pods are kept in flight, each one force-deleted once bound and replaced by a new
-one (:func:`scale.steady_workload`).
+one (:func:`workloads.steady_workload`).
 
 Every ``--sample`` seconds one line: RSS (VmRSS) and CPU share of the operator and of the
 agent, the pods the operator has bound so far (its scheduling-duration histogram), and the
@@ -40,11 +40,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import memtrace
-import scale
+import workloads
+from contenders import Kdra, Proc
 from kapi import Api, cpu_seconds, group_pids, rss_mib
 from kdra.handlers.check import read_local, violations
 from kdra.handlers.readers import api_client
-from scale import DEVICES_PER_NODE, Kdra, Params, Proc, Profiler, control_plane, node_name
+from measurement import Profiler
+from objects import DEVICES_PER_NODE, ROOT, node_name
+from runner import control_plane
+from workloads import Params
 
 BOUND_METRIC = "kdra_scheduler_scheduling_duration_seconds_count"
 HEAP = ("in_use", "free")  # the operator's kdra_malloc_<kind>_bytes gauges
@@ -170,7 +174,7 @@ async def settled_violations(kdra: Kdra, api: Api, nodes: list[str],
 
 
 async def soak(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    scale.STEADY_IN_FLIGHT = args.pods  # read by scale.steady_workload
+    workloads.STEADY_IN_FLIGHT = args.pods  # read by workloads.steady_workload
     plane = control_plane(work, native_dra=False)
     kdra = Kdra(plane, work, args.nodes)
     if args.trace_memory:
@@ -195,8 +199,8 @@ async def soak(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             params = Params(nodes=args.nodes, init_pods=0, measure_pods=0,
                             duration=args.duration, stall=90.0)
             try:
-                result = await scale.steady_workload(api, kdra, params,
-                                                     Profiler(False, work), "soak")
+                result = await workloads.steady_workload(api, kdra, params,
+                                                         Profiler(False, work), "soak")
             finally:
                 sampler.cancel()
                 await asyncio.gather(sampler, return_exceptions=True)
@@ -288,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="kdra-soak-"))
     work.mkdir(parents=True, exist_ok=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=scale.ROOT,
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip()
     print(f"kdra soak: {args.nodes} nodes x {DEVICES_PER_NODE} devices, {args.pods} pods in "
           f"flight, {args.duration:.0f}s, commit {commit}, {os.cpu_count()} cores; work dir "
