@@ -77,17 +77,15 @@ from kdra.domain.webhooks import (
     validating_configuration,
 )
 from kdra.dra.errors import InvalidObject
-from kdra.kube.client import (
+from kdra.kube.client import KubeClient
+from kdra.kube.errors import ApiError, Conflict, NotFound
+from kdra.kube.resources import (
     MUTATING_WEBHOOKS,
     NAMESPACES,
     PODS,
     SECRETS,
     SERVICES,
     VALIDATING_WEBHOOKS,
-    ApiError,
-    Conflict,
-    KubeClient,
-    NotFound,
     Resource,
 )
 from kdra.services import certs

@@ -15,7 +15,8 @@ from prometheus_client import REGISTRY
 
 from kdra.domain.inventory import Inventory, parse_inventory
 from kdra.domain.nodeprep import ClaimRef
-from kdra.kube.client import CLAIMS, Conflict, NotFound, Resource
+from kdra.kube.errors import Conflict, NotFound
+from kdra.kube.resources import CLAIMS, Resource
 from kdra.services.agent.cdi import CdiDir
 from kdra.services.agent.checkpoint import CheckpointFile
 from kdra.services.agent.prepare import PAUSE_POINTS, Preparer, WaitForRelease

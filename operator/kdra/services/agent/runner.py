@@ -44,16 +44,9 @@ from kdra.domain.inventory import Inventory, InventoryDevice, expand_names
 from kdra.domain.nodeprep import pools_of
 from kdra.dra.errors import InvalidObject
 from kdra.dra.timestamps import api_time
-from kdra.kube.client import (
-    CLAIMS,
-    NODES,
-    SLICES,
-    ApiError,
-    Conflict,
-    KubeClient,
-    NotFound,
-    connect,
-)
+from kdra.kube.client import KubeClient, connect
+from kdra.kube.errors import ApiError, Conflict, NotFound
+from kdra.kube.resources import CLAIMS, NODES, SLICES
 from kdra.services.agent.cdi import CdiDir
 from kdra.services.agent.checkpoint import CheckpointFile
 from kdra.services.agent.discovery import (
