@@ -31,8 +31,8 @@ import time
 from typing import Any
 
 from kdra.domain.podclaims import CLAIMS_ANNOTATION, FINALIZER
-from kdra.kube.client import Resource
 from kdra.kube.events import EventRecorder
+from kdra.kube.resources import Resource
 from kdra.services.binder import Binder, BinderSettings
 from kdra.services.claim_controller import claim_store
 from kdra.services.preemption import PreemptionSettings

@@ -117,9 +117,9 @@ for args in "--help" "operator --help" "agent --help" "describe --help"; do
   head -n 3 "$WORK/out.txt"
 done
 env -i PATH="$VENV/bin:/usr/bin:/bin" HOME="$WORK" "$VENV/bin/python" -c '
-import kdra.handlers.operator, kdra.services.agent.runner, kdra.services.agent.discovery
+import kdra.handlers.operator, kdra.services.agent.process, kdra.services.agent.discovery
 import kubernetes, pynvml
-print("imports ok: operator handlers, agent runner, NVML bindings, kubernetes client")'
+print("imports ok: operator handlers, agent process, NVML bindings, kubernetes client")'
 if "$VENV/bin/python" -c 'import pip' 2>/dev/null; then
   echo "pip is still in the runtime venv (the Dockerfile removes it)" >&2; exit 1
 fi

@@ -30,7 +30,7 @@ def _webhooks(args: argparse.Namespace) -> int:
 
 
 def _agent(args: argparse.Namespace) -> int:
-    from kdra.services.agent.runner import run_agent
+    from kdra.services.agent.process import run_agent
     from kdra.settings import agent_from_args
 
     return run_agent(agent_from_args(args))

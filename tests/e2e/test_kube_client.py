@@ -19,7 +19,8 @@ import pytest
 
 from kdra.devenv.controlplane import ControlPlane
 from kdra.domain.backoff import backoff_ceiling
-from kdra.kube.client import NAMESPACES, WatchEvent, connect
+from kdra.kube.client import WatchEvent, connect
+from kdra.kube.resources import NAMESPACES
 from tests.e2e.procs import wait_for
 
 RETRY = re.compile(r"watch of namespaces failed \(.*; (\d+) in a row\); retrying in ([\d.]+)s")

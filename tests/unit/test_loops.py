@@ -14,7 +14,7 @@ import uvloop
 from kdra import loops
 from kdra.cli import build_parser
 from kdra.handlers import run_operator
-from kdra.services.agent.runner import run_agent
+from kdra.services.agent.process import run_agent
 from kdra.settings import AgentSettings, OperatorSettings, agent_from_args, from_args
 
 

@@ -41,7 +41,7 @@ import kopf
 from kdra.domain.agent_leases import AGENT_LEASE_LABEL
 from kdra.domain.backoff import Backoffs
 from kdra.domain.podclaims import CLAIMS_ANNOTATION
-from kdra.kube.client import CLAIMS, CLASSES, LEASES, NODES, PODS, SLICES, TEMPLATES, Resource
+from kdra.kube.resources import CLAIMS, CLASSES, LEASES, NODES, PODS, SLICES, TEMPLATES, Resource
 from kdra.services.operator import Operator
 from kdra.services.quota import DEVICE_QUOTAS
 from kdra.services.store import JSON

@@ -4,6 +4,10 @@ Built on ``kubernetes_asyncio`` (kubeconfig and in-cluster credentials, token re
 but talking JSON dicts through its REST layer instead of generated models: the hot path parses
 each object once, into kdra's own models, and never pays for a second model layer.
 
+This module sends the requests, pages the lists and runs the watches; where each kind lives is
+:mod:`kdra.kube.resources`, the errors a call raises are :mod:`kdra.kube.errors`, and the JSON
+in and out (and the skip of undecodable objects) is :mod:`kdra.kube.codec`.
+
 Invariants:
 - This package is the only one that talks to the API server (import-linter enforces it).
 - A failed call raises :class:`ApiError` or one of its subclasses — :class:`NotFound`,
@@ -29,173 +33,44 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
 import random
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import quote
 
 import aiohttp
-import orjson
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
-from kdra import GROUP, VERSION, __version__, metrics
+from kdra import __version__, metrics
 from kdra.domain.backoff import backoff_delay
-from kdra.domain.jsonscan import ScanError, decode_list, member_spans, path_value
+from kdra.kube.codec import (
+    JSON,
+    Items,
+    Skipped,
+    Skips,
+    decode_answer,
+    decode_event,
+    decode_page,
+    encode,
+    strip_managed_fields,
+)
+from kdra.kube.errors import ApiError, Gone, Undecodable, api_error, unreachable
+from kdra.kube.resources import PODS, Resource
 
 log = logging.getLogger(__name__)
 
-JSON = dict[str, Any]
-Items = list[JSON]
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
-
-
-@dataclass(frozen=True)
-class Resource:
-    """Where a kind lives in the REST API."""
-
-    group: str
-    version: str
-    plural: str
-    namespaced: bool
-    kind: str
-
-    def path(self, namespace: str | None = None, name: str | None = None,
-             subresource: str | None = None) -> str:
-        """The URL path; ``namespace``, ``name`` and ``subresource`` are each quoted as one
-        path segment (a name such as ``../../secrets`` stays inside the collection)."""
-        base = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
-        if self.namespaced and namespace:
-            base += f"/namespaces/{_segment(namespace)}"
-        base += f"/{self.plural}"
-        if name:
-            base += f"/{_segment(name)}"
-        if subresource:
-            base += f"/{_segment(subresource)}"
-        return base
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-
-def _segment(part: str) -> str:
-    """``part`` as one URL path segment: percent-encoded, with ``.`` and ``..`` (which a
-    server would resolve as relative paths) encoded too."""
-    quoted = quote(part, safe="")
-    return quoted.replace(".", "%2E") if quoted in (".", "..") else quoted
-
-
-CLAIMS = Resource(GROUP, VERSION, "resourceclaims", True, "ResourceClaim")
-TEMPLATES = Resource(GROUP, VERSION, "resourceclaimtemplates", True, "ResourceClaimTemplate")
-CLASSES = Resource(GROUP, VERSION, "deviceclasses", False, "DeviceClass")
-SLICES = Resource(GROUP, VERSION, "resourceslices", False, "ResourceSlice")
-PODS = Resource("", "v1", "pods", True, "Pod")
-NODES = Resource("", "v1", "nodes", False, "Node")
-EVENTS = Resource("events.k8s.io", "v1", "events", True, "Event")
-LEASES = Resource("coordination.k8s.io", "v1", "leases", True, "Lease")
-NAMESPACES = Resource("", "v1", "namespaces", False, "Namespace")
-SECRETS = Resource("", "v1", "secrets", True, "Secret")
-SERVICES = Resource("", "v1", "services", True, "Service")
-MUTATING_WEBHOOKS = Resource("admissionregistration.k8s.io", "v1",
-                             "mutatingwebhookconfigurations", False,
-                             "MutatingWebhookConfiguration")
-CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", False,
-                "CustomResourceDefinition")
-VALIDATING_WEBHOOKS = Resource("admissionregistration.k8s.io", "v1",
-                               "validatingwebhookconfigurations", False,
-                               "ValidatingWebhookConfiguration")
-
-
-class ApiError(Exception):
-    """The API server answered with an error status."""
-
-    def __init__(self, status: int, reason: str, message: str, body: JSON | None = None) -> None:
-        self.status = status
-        self.reason = reason
-        self.message = message
-        self.body = body or {}
-        super().__init__(f"{status} {reason}: {message}")
-
-
-class NotFound(ApiError):
-    """404: the object (or its namespace) does not exist."""
-
-
-class Conflict(ApiError):
-    """409: a resourceVersion/uid precondition failed, or the object already exists."""
-
-    @property
-    def already_exists(self) -> bool:
-        return self.reason == "AlreadyExists"
-
-
-class Invalid(ApiError):
-    """422: the server's validation rejected the object; ``message`` names the field."""
-
-
-class Forbidden(ApiError):
-    """403: RBAC, an admission policy or a webhook refused the request."""
-
-
-class Gone(ApiError):
-    """410: a watch's resourceVersion is too old (compacted); list again."""
-
-
-class Undecodable(ApiError):
-    """The server answered, but its JSON could not be decoded (nested deeper than the
-    decoder allows, or malformed): a problem of the object asked for, not of the server."""
-
-
-@dataclass(frozen=True)
-class Skipped:
-    """An object of a watch event or a list that could not be decoded, as far as it is
-    known (what :mod:`kdra.domain.jsonscan` found of its metadata)."""
-
-    kind: str
-    namespace: str
-    name: str
-    uid: str
-    resource_version: str
-    reason: str
-
-    def stub(self) -> JSON:
-        """The object reduced to what is known of its metadata (for a deletion)."""
-        meta = {"name": self.name, "uid": self.uid, "resourceVersion": self.resource_version}
-        if self.namespace:
-            meta["namespace"] = self.namespace
-        return {"metadata": meta}
-
-    def __str__(self) -> str:
-        where = f"{self.namespace}/{self.name}" if self.namespace else self.name
-        return f"{self.kind} {where or '<unknown>'} (resourceVersion {self.resource_version})"
-
-
-Skips = list[Skipped]
-
-
-class Unreachable(ConnectionError):
-    """The request got no answer: the server could not be reached, the connection broke
-    mid-request (e.g. the API server restarting) or the server stopped answering. An
-    ``OSError``, so ``except OSError`` catches every transport failure; retry later."""
-
 
 REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=120, sock_connect=30)
 """A request (not a watch) not answered in full within 120 s is abandoned: the API server ends
 its own requests after 60 s (``--request-timeout``) and kdra's LISTs come in pages of 500, so
 a longer wait means a dead connection, which would otherwise hold the caller forever. One
 timer per request (a ``sock_read`` limit would re-arm a timer for every chunk received)."""
-
-
-_ERRORS: dict[int, type[ApiError]] = {404: NotFound, 409: Conflict, 422: Invalid, 403: Forbidden,
-                                      410: Gone}
 
 WatchEvent = tuple[str, JSON]
 """``("LIST", {"items": [...], "skipped": [...]})`` — the complete current state, after every
@@ -206,79 +81,6 @@ decoded, which the caller must neither add nor take for deleted — or
 MAX_REPORTED_SKIPS = 1024
 """Undecodable objects (UID and resourceVersion) whose skip was logged already: each is
 logged once, not on every list or replay."""
-
-
-def _skim(raw: bytes, kind: str, reason: str) -> Skipped:
-    """What can be read of an object that cannot be decoded whole."""
-    def text(*path: str) -> str:
-        value = path_value(raw, ("metadata", *path))
-        return value if isinstance(value, str) else ""
-
-    return Skipped(kind, text("namespace"), text("name"), text("uid"),
-                   text("resourceVersion"), reason)
-
-
-def _encode(body: Any, what: str) -> bytes:
-    """``body`` as JSON: orjson (non-string keys as json.dumps writes them), or, for a body
-    nested deeper than orjson's 254 levels (an old object's free-form field), the standard
-    library's encoder; one too deep for both raises :class:`Undecodable` (an ApiError: the
-    caller treats it as a failed request, not a crash)."""
-    try:
-        return orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS)
-    except TypeError:  # orjson.JSONEncodeError: "Recursion limit reached"
-        try:
-            return json.dumps(body, separators=(",", ":")).encode()
-        except (RecursionError, TypeError, ValueError) as exc:
-            raise Undecodable(0, "Unencodable", f"{what}: the body cannot be encoded: "
-                              f"{_reason(exc)}") from None
-
-
-def _decoded(raw: bytes, status: int, what: str) -> JSON:
-    """A 2xx answer's JSON object, managedFields stripped (from each item of a list)."""
-    try:
-        data = orjson.loads(raw) if raw else {}
-    except orjson.JSONDecodeError as exc:
-        raise Undecodable(status, "Undecodable", f"{what}: the answer cannot be decoded: "
-                          f"{_reason(exc)}") from None
-    if not isinstance(data, dict):
-        raise Undecodable(status, "Undecodable", f"{what}: the answer is not a JSON object")
-    items = data.get("items")
-    for obj in items if isinstance(items, list) else (data,):
-        _strip_managed_fields(obj)
-    return data
-
-
-def _reason(exc: Exception) -> str:
-    return " ".join(str(exc).split())[:200] or type(exc).__name__
-
-
-@contextlib.contextmanager
-def _unreachable(what: str) -> Iterator[None]:
-    """Turn a transport failure (aiohttp's errors, a timeout) into :class:`Unreachable`."""
-    try:
-        yield
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        raise Unreachable(f"{what}: {exc!r}") from exc
-
-
-def _strip_managed_fields(obj: Any) -> None:
-    """Drop ``metadata.managedFields`` from an object the server returned (see the module's
-    invariants)."""
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    if isinstance(meta, dict):
-        meta.pop("managedFields", None)
-
-
-def _error(status: int, reason: str, raw: bytes) -> ApiError:
-    try:
-        data = json.loads(raw) if raw else {}
-    except ValueError:
-        data = {}
-    if not isinstance(data, dict):
-        data = {}
-    error = _ERRORS.get(status, ApiError)
-    return error(status, str(data.get("reason", reason)), str(data.get("message", raw[:500])),
-                 data)
 
 
 class KubeClient:
@@ -321,18 +123,18 @@ class KubeClient:
         layer, which walks every body to "sanitize" it and re-encodes it with the standard
         library: measured at ~8% of the operator's CPU in the steady-state benchmark."""
         status, raw = await self._call(method, path, query, body, content_type)
-        return _decoded(raw, status, f"{method} {path}")
+        return decode_answer(raw, status, f"{method} {path}")
 
     async def _call(self, method: str, path: str, query: dict[str, Any] | None, body: Any,
                     content_type: str = "application/json") -> tuple[int, bytes]:
         """Send one request; the status and body of a 2xx answer, else its ApiError."""
-        with _unreachable(f"{method} {path}"):
+        with unreachable(f"{method} {path}"):
             async with await self._send(method, path, query, body, content_type) as response:
                 raw = await response.read()
                 status, reason = response.status, str(response.reason)
         if 200 <= status < 300:
             return status, raw
-        raise _error(status, reason, raw)
+        raise api_error(status, reason, raw)
 
     def skipped(self, skip: Skipped) -> None:
         """Count an undecodable object, and log it the first time it is seen."""
@@ -356,7 +158,7 @@ class KubeClient:
         data = None
         if body is not None:
             headers["Content-Type"] = content_type
-            data = _encode(body, f"{method} {path}")
+            data = encode(body, f"{method} {path}")
         return await self._session.request(
             method, self._host + path, params=params or None, data=data, headers=headers,
             timeout=limits or REQUEST_TIMEOUT, **self._extra)
@@ -405,26 +207,10 @@ class KubeClient:
 
     async def _list_page(self, res: Resource, path: str,
                          query: dict[str, Any]) -> tuple[JSON, Skips]:
-        """One page of a LIST. A page that does not decode whole (one object in it nests too
-        deep) is decoded item by item, and the items that still fail are skipped."""
+        """One page of a LIST (:func:`kdra.kube.codec.decode_page`): a page that does not
+        decode whole is decoded item by item, and the items that still fail are skipped."""
         status, raw = await self._call("GET", path, query, None)
-        try:
-            meta, decoded, bad = decode_list(raw)
-        except ScanError as exc:
-            raise Undecodable(status, "Undecodable", f"GET {path}: the list cannot be "
-                              f"decoded: {_reason(exc)}") from None
-        items: Items = []
-        for item in decoded:
-            if isinstance(item, dict):
-                _strip_managed_fields(item)
-                items.append(item)
-        skipped: Skips = []
-        for undecoded in bad:
-            skip = Skipped(res.kind, undecoded.namespace, undecoded.name, undecoded.uid,
-                           undecoded.resource_version, undecoded.reason)
-            self.skipped(skip)
-            skipped.append(skip)
-        return {"metadata": meta, "items": items}, skipped
+        return decode_page(raw, status, path, res, self.skipped)
 
     async def watch(self, res: Resource, namespace: str | None = None, *,
                     label_selector: str | None = None, field_selector: str | None = None,
@@ -444,6 +230,7 @@ class KubeClient:
         version: str | None = None
         failures = 0
         selectors = {"labelSelector": label_selector, "fieldSelector": field_selector}
+        report = self.skipped  # bound once, not per event
         while True:
             try:
                 if version is None:
@@ -454,16 +241,16 @@ class KubeClient:
                 query = {**selectors, "watch": "1", "resourceVersion": version,
                          "allowWatchBookmarks": "true", "timeoutSeconds": timeout_seconds}
                 async for line in self._stream(res.path(namespace), query, timeout_seconds):
-                    kind, obj = self._event(line, res)
+                    kind, obj = decode_event(line, res, report)
                     if kind == "ERROR":
-                        raise _error(int(obj.get("code") or 500), str(obj.get("reason", "")),
-                                     json.dumps(obj).encode())
+                        raise api_error(int(obj.get("code") or 500),
+                                        str(obj.get("reason", "")), json.dumps(obj).encode())
                     meta = obj.get("metadata")
                     if isinstance(meta, dict):
                         version = str(meta.get("resourceVersion") or version)
                     failures = 0
                     if kind in ("ADDED", "MODIFIED", "DELETED") and obj:
-                        _strip_managed_fields(obj)
+                        strip_managed_fields(obj)
                         yield kind, obj
             except Gone:
                 log.info("watch of %s: version %s is gone; listing again", res.plural, version)
@@ -476,44 +263,14 @@ class KubeClient:
                             res.plural, exc, failures, delay)
                 await asyncio.sleep(delay)
 
-    def _event(self, line: bytes, res: Resource) -> tuple[str, JSON]:
-        """Decode one watch event. An event whose object cannot be decoded (nested deeper
-        than orjson's 1,024 levels, say) is skipped — logged once, counted — but still moves
-        the watch's resourceVersion past it, so a resumed watch does not replay it; a
-        deletion is delivered with what is known of the object's metadata."""
-        try:
-            event = orjson.loads(line)
-            if not isinstance(event, dict):
-                raise orjson.JSONDecodeError("a watch event must be an object", "", 0)
-            obj = event.get("object")
-            return str(event.get("type", "")), obj if isinstance(obj, dict) else {}
-        except orjson.JSONDecodeError as exc:
-            failure = _reason(exc)
-        try:
-            members = member_spans(line)
-        except ScanError:
-            members = {}
-        kind = path_value(line, ("type",)) if "type" in members else None
-        span = members.get("object")
-        skip = _skim(line[span[0]:span[1]] if span else b"", res.kind, failure)
-        if not isinstance(kind, str) or not skip.resource_version:
-            # Not even the version can be read: the stream itself is broken; reconnect.
-            raise Undecodable(200, "Undecodable", f"watch of {res.plural}: an event cannot be "
-                              f"decoded: {failure}")
-        self.skipped(skip)
-        stub = skip.stub()
-        if kind == "DELETED":
-            return kind, stub
-        return "SKIPPED", {"metadata": {"resourceVersion": skip.resource_version}}
-
     async def _stream(self, path: str, query: dict[str, Any],
                       seconds: int) -> AsyncIterator[bytes]:
         """The lines of one watch request (lines may be of any length)."""
         timeout = aiohttp.ClientTimeout(sock_connect=30, sock_read=seconds + 30)
-        with _unreachable(f"watch {path}"):
+        with unreachable(f"watch {path}"):
             async with await self._send("GET", path, query, None, limits=timeout) as response:
                 if response.status != 200:
-                    raise _error(response.status, str(response.reason), await response.read())
+                    raise api_error(response.status, str(response.reason), await response.read())
                 buffer = b""
                 async for chunk in response.content.iter_any():
                     buffer += chunk

@@ -19,7 +19,9 @@ from collections import OrderedDict
 from typing import Any
 
 from kdra.dra.timestamps import api_time
-from kdra.kube.client import ApiError, KubeClient, Resource
+from kdra.kube.client import KubeClient
+from kdra.kube.errors import ApiError
+from kdra.kube.resources import Resource
 
 log = logging.getLogger(__name__)
 CORE_EVENTS = Resource("", "v1", "events", True, "Event")

@@ -95,8 +95,10 @@ from kdra.dra.models import (
     parse_slice,
 )
 from kdra.dra.taint_rules import parse_rule
-from kdra.kube.client import CLAIMS, PODS, ApiError, Conflict, KubeClient, NotFound
+from kdra.kube.client import KubeClient
+from kdra.kube.errors import ApiError, Conflict, NotFound
 from kdra.kube.events import EventRecorder
+from kdra.kube.resources import CLAIMS, PODS
 from kdra.services.preemption import Preemption, PreemptionSettings
 from kdra.services.quota import QUOTA_REASON, QuotaBook
 from kdra.services.searches import Limit, SearchBudget, Searches

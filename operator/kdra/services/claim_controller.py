@@ -51,8 +51,10 @@ from kdra.domain.podclaims import (
     protected_by_kdra,
 )
 from kdra.dra.errors import InvalidObject
-from kdra.kube.client import CLAIMS, PODS, ApiError, Conflict, KubeClient, NotFound
+from kdra.kube.client import KubeClient
+from kdra.kube.errors import ApiError, Conflict, NotFound
 from kdra.kube.events import EventRecorder
+from kdra.kube.resources import CLAIMS, PODS
 from kdra.services.store import JSON, Key, Store, key_of
 from kdra.services.workqueue import Retry, WorkQueue
 

@@ -23,7 +23,9 @@ from aiohttp import web
 from kdra.domain.webhooks import CRD_NAMES, Endpoint, contains, conversion_patch
 from kdra.dra.errors import InvalidObject
 from kdra.dra.models import conversion
-from kdra.kube.client import CRDS, KubeClient, NotFound
+from kdra.kube.client import KubeClient
+from kdra.kube.errors import NotFound
+from kdra.kube.resources import CRDS
 
 __all__ = ["convert", "point_crds"]
 

@@ -20,7 +20,9 @@ from typing import Any
 
 from kdra.domain.admission import class_may_select
 from kdra.domain.extended import class_mapping, extended_names
-from kdra.kube.client import CLASSES, ApiError, KubeClient
+from kdra.kube.client import KubeClient
+from kdra.kube.errors import ApiError
+from kdra.kube.resources import CLASSES
 
 TIMEOUT = 2.0
 """Seconds for the LIST, well inside the webhook's own 5 s (the GPU lookup runs alongside)."""

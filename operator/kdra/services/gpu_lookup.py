@@ -25,7 +25,9 @@ from typing import Any
 from kdra.domain import admission
 from kdra.domain.podclaims import PodClaim, pod_claims
 from kdra.dra.errors import InvalidObject
-from kdra.kube.client import CLAIMS, CLASSES, TEMPLATES, ApiError, KubeClient
+from kdra.kube.client import KubeClient
+from kdra.kube.errors import ApiError
+from kdra.kube.resources import CLAIMS, CLASSES, TEMPLATES
 
 TIMEOUT = 2.0
 """Seconds for all of one pod's lookups."""

@@ -17,7 +17,7 @@ Invariants:
   happened while the watch was down.
 - A handler that raises is logged and skipped; the informer keeps running (one bad object
   never stops the operator serving the others).
-- An object the client could not decode (:class:`kdra.kube.client.Skipped`) is neither
+- An object the client could not decode (:class:`kdra.kube.codec.Skipped`) is neither
   delivered nor taken for deleted by a relist: what was known of it stays as it was.
 """
 
@@ -28,7 +28,8 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterable
 
-from kdra.kube.client import KubeClient, Resource
+from kdra.kube.client import KubeClient
+from kdra.kube.resources import Resource
 from kdra.services.store import JSON, Key, key_of
 
 log = logging.getLogger(__name__)

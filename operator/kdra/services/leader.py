@@ -35,7 +35,9 @@ import time
 from collections.abc import Callable
 
 from kdra.dra.timestamps import micro_time, now, parse_time
-from kdra.kube.client import LEASES, ApiError, Conflict, KubeClient, NotFound
+from kdra.kube.client import KubeClient
+from kdra.kube.errors import ApiError, Conflict, NotFound
+from kdra.kube.resources import LEASES
 
 log = logging.getLogger(__name__)
 

@@ -21,20 +21,10 @@ from kdra import metrics
 from kdra.domain.agent_leases import AGENT_LEASE_LABEL
 from kdra.domain.podclaims import CLAIMS_ANNOTATION
 from kdra.dra import cel
-from kdra.kube.client import (
-    CLAIMS,
-    CLASSES,
-    LEASES,
-    NODES,
-    PODS,
-    SLICES,
-    TEMPLATES,
-    KubeClient,
-    NotFound,
-    Resource,
-    connect,
-)
+from kdra.kube.client import KubeClient, connect
+from kdra.kube.errors import NotFound
 from kdra.kube.events import EventRecorder
+from kdra.kube.resources import CLAIMS, CLASSES, LEASES, NODES, PODS, SLICES, TEMPLATES, Resource
 from kdra.services import utilisation
 from kdra.services.binder import Binder, BinderSettings
 from kdra.services.claim_controller import ClaimController, claim_store, pod_store

@@ -59,8 +59,10 @@ from kdra.dra.allocator import DeviceId, NodeInfo, Snapshot
 from kdra.dra.allocator.probe import FitProbe, OutOfSteps
 from kdra.dra.allocator.reasons import Unallocatable
 from kdra.dra.models import ResourceClaim
-from kdra.kube.client import PODS, ApiError, KubeClient, NotFound, Resource
+from kdra.kube.client import KubeClient
+from kdra.kube.errors import ApiError, NotFound
 from kdra.kube.events import EventRecorder
+from kdra.kube.resources import PODS, Resource
 from kdra.services.store import JSON, Key, Store, key_of
 
 log = logging.getLogger(__name__)

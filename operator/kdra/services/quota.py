@@ -53,7 +53,9 @@ from kdra.dra.allocator import Placement
 from kdra.dra.errors import InvalidObject
 from kdra.dra.models import AllocationResult, DeviceRequestAllocationResult, ResourceClaim
 from kdra.dra.timestamps import status_update
-from kdra.kube.client import ApiError, KubeClient, Resource
+from kdra.kube.client import KubeClient
+from kdra.kube.errors import ApiError
+from kdra.kube.resources import Resource
 from kdra.services.store import JSON, Store, key_of
 
 log = logging.getLogger(__name__)

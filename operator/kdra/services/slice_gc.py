@@ -42,7 +42,9 @@ from typing import Literal
 from kdra import metrics
 from kdra.domain.agent_leases import AGENT_LEASE_LABEL, lease_pools
 from kdra.dra.timestamps import parse_time
-from kdra.kube.client import LEASES, NODES, SLICES, Conflict, KubeClient, NotFound
+from kdra.kube.client import KubeClient
+from kdra.kube.errors import Conflict, NotFound
+from kdra.kube.resources import LEASES, NODES, SLICES
 from kdra.services.store import JSON, Store
 from kdra.services.workqueue import Retry, WorkQueue
 

@@ -43,8 +43,10 @@ from kdra.dra.taint_rules import TaintRule, parse_rule, rule_taints
 from kdra.dra.taints import NO_EXECUTE, UNHEALTHY_KEY, TaintLike, acts
 from kdra.dra.timestamps import now as wall_now
 from kdra.dra.timestamps import status_update
-from kdra.kube.client import PODS, ApiError, KubeClient, NotFound, Resource
+from kdra.kube.client import KubeClient
+from kdra.kube.errors import ApiError, NotFound
 from kdra.kube.events import EventRecorder
+from kdra.kube.resources import PODS, Resource
 from kdra.services.store import JSON, Store
 
 log = logging.getLogger(__name__)

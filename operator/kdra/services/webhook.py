@@ -73,7 +73,9 @@ from kdra.domain.webhooks import (
     trusted_usernames,
 )
 from kdra.dra.errors import InvalidObject
-from kdra.kube.client import NAMESPACES, PODS, ApiError, KubeClient, NotFound
+from kdra.kube.client import KubeClient
+from kdra.kube.errors import ApiError, NotFound
+from kdra.kube.resources import NAMESPACES, PODS
 from kdra.services.certs import TlsBundle
 from kdra.services.conversion import convert
 from kdra.services.extended_lookup import extended_classes

@@ -41,17 +41,9 @@ from kdra.domain.webhooks import (
     service_dns_names,
     validating_configuration,
 )
-from kdra.kube.client import (
-    MUTATING_WEBHOOKS,
-    SECRETS,
-    SERVICES,
-    VALIDATING_WEBHOOKS,
-    ApiError,
-    Conflict,
-    KubeClient,
-    NotFound,
-    Resource,
-)
+from kdra.kube.client import KubeClient
+from kdra.kube.errors import ApiError, Conflict, NotFound
+from kdra.kube.resources import MUTATING_WEBHOOKS, SECRETS, SERVICES, VALIDATING_WEBHOOKS, Resource
 from kdra.services import certs
 from kdra.services.certs import TlsBundle
 from kdra.services.conversion import point_crds

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
 from kdra.domain.backoff import backoff_delay
-from kdra.kube.client import ApiError
+from kdra.kube.errors import ApiError
 
 K = TypeVar("K", bound=Hashable)
 

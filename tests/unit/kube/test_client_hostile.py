@@ -14,7 +14,8 @@ import pytest
 from aiohttp import web
 from prometheus_client import REGISTRY
 
-from kdra.kube.client import CLAIMS, PODS, Undecodable
+from kdra.kube.errors import Undecodable
+from kdra.kube.resources import CLAIMS, PODS
 from tests.unit.kube.test_client_wire import _client, _serve
 
 DEPTH = 1100

@@ -14,7 +14,9 @@ from aiohttp import web
 from kubernetes_asyncio import client as k8s_client
 
 from kdra import __version__
-from kdra.kube.client import CLAIMS, PODS, REQUEST_TIMEOUT, Conflict, KubeClient, Unreachable
+from kdra.kube.client import REQUEST_TIMEOUT, KubeClient
+from kdra.kube.errors import Conflict, Unreachable
+from kdra.kube.resources import CLAIMS, PODS
 
 
 async def _serve(handler: Any) -> tuple[web.AppRunner, str]:

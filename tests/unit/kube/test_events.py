@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from kdra.kube import events as events_module
-from kdra.kube.client import Resource
 from kdra.kube.events import EventRecorder
+from kdra.kube.resources import Resource
 
 POD = {"apiVersion": "v1", "kind": "Pod",
        "metadata": {"name": "p", "namespace": "ns", "uid": "u1"}}

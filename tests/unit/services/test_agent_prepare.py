@@ -16,7 +16,8 @@ from prometheus_client import REGISTRY
 from kdra.domain.checkpoint import ClaimRef
 from kdra.domain.inventory import parse_inventory
 from kdra.domain.inventory_devices import Inventory
-from kdra.kube.client import CLAIMS, Conflict, NotFound, Resource
+from kdra.kube.errors import Conflict, NotFound
+from kdra.kube.resources import CLAIMS, Resource
 from kdra.services.agent.cdi import CdiDir
 from kdra.services.agent.checkpoint import CheckpointFile
 from kdra.services.agent.prepare import PAUSE_POINTS, Preparer, WaitForRelease

@@ -11,7 +11,8 @@ import copy
 from typing import Any
 
 from kdra.domain.inventory import parse_inventory
-from kdra.kube.client import NODES, SLICES, NotFound, Resource
+from kdra.kube.errors import NotFound
+from kdra.kube.resources import NODES, SLICES, Resource
 from kdra.services.agent.publisher import SlicePublisher
 
 NODE = "node-a"

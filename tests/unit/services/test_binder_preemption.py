@@ -16,8 +16,9 @@ from typing import Any
 
 from kdra import metrics
 from kdra.domain.podclaims import CLAIMS_ANNOTATION
-from kdra.kube.client import ApiError, Resource
+from kdra.kube.errors import ApiError
 from kdra.kube.events import EventRecorder
+from kdra.kube.resources import Resource
 from kdra.services.binder import Binder, BinderSettings
 from kdra.services.claim_controller import claim_store
 from tests.unit.services.binder_objects import gpu_claim

@@ -10,8 +10,8 @@ import json
 from typing import Any
 
 from kdra.domain.podclaims import CLAIMS_ANNOTATION
-from kdra.kube.client import Resource
 from kdra.kube.events import EventRecorder
+from kdra.kube.resources import Resource
 from kdra.services.binder import Binder, BinderSettings
 from kdra.services.claim_controller import claim_store
 from tests.unit.services.binder_objects import gpu_claim

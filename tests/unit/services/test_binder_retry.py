@@ -11,8 +11,9 @@ from typing import Any
 
 from kdra.domain.podclaims import FINALIZER, PodClaim
 from kdra.dra.models import parse_claim
-from kdra.kube.client import ApiError, Resource, Unreachable
+from kdra.kube.errors import ApiError, Unreachable
 from kdra.kube.events import EventRecorder
+from kdra.kube.resources import Resource
 from kdra.services.binder import Binder, BinderSettings, _Attempt
 from kdra.services.claim_controller import claim_store
 

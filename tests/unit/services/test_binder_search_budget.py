@@ -16,8 +16,8 @@ from prometheus_client import REGISTRY
 
 from kdra.domain.podclaims import CLAIMS_ANNOTATION, FINALIZER
 from kdra.dra.allocator import Placing
-from kdra.kube.client import Resource
 from kdra.kube.events import EventRecorder
+from kdra.kube.resources import Resource
 from kdra.services.binder import SEARCH_EXHAUSTED, Binder, BinderSettings
 from kdra.services.claim_controller import claim_store
 from kdra.services.searches import SearchBudget, Searches

@@ -10,8 +10,8 @@ import copy
 from typing import Any
 
 from kdra.domain.podclaims import FINALIZER, PodClaim
-from kdra.kube.client import Resource
 from kdra.kube.events import EventRecorder
+from kdra.kube.resources import Resource
 from kdra.services.binder import Binder, BinderSettings, _Attempt
 from kdra.services.claim_controller import claim_store
 

@@ -14,8 +14,9 @@ from kdra.domain.podclaims import (
     FINALIZER,
     POD_CLAIM_NAME_ANNOTATION,
 )
-from kdra.kube.client import NotFound, Resource
+from kdra.kube.errors import NotFound
 from kdra.kube.events import EventRecorder
+from kdra.kube.resources import Resource
 from kdra.services.claim_controller import ClaimController, claim_store, pod_store
 from kdra.services.store import Store
 

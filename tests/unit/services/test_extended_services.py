@@ -10,7 +10,8 @@ from typing import Any
 
 from kdra.domain.extended import ENTRY_NAME, EXTENDED_CLAIM_ANNOTATION
 from kdra.domain.podclaims import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION
-from kdra.kube.client import ApiError, Resource
+from kdra.kube.errors import ApiError
+from kdra.kube.resources import Resource
 from kdra.services.extended_lookup import extended_classes
 from kdra.services.gpu_lookup import GpuClaimLookup
 from tests.unit.services.test_claim_controller_names import NS, Server, controller

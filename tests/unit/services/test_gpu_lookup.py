@@ -8,7 +8,8 @@ from typing import Any
 import yaml
 
 from kdra.domain.podclaims import CLAIMS_ANNOTATION
-from kdra.kube.client import NotFound, Resource
+from kdra.kube.errors import NotFound
+from kdra.kube.resources import Resource
 from kdra.services.gpu_lookup import MAX_LOOKUPS, GpuClaimLookup
 
 CATS = 'device.driver == "resource-driver.example.com"'

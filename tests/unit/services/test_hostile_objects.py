@@ -16,8 +16,9 @@ from kdra.domain.podclaims import (
     FINALIZER,
     POD_CLAIM_NAME_ANNOTATION,
 )
-from kdra.kube.client import NotFound, Resource
+from kdra.kube.errors import NotFound
 from kdra.kube.events import EventRecorder
+from kdra.kube.resources import Resource
 from kdra.services.binder import Binder, BinderSettings
 from kdra.services.claim_controller import ClaimController, claim_store, pod_store
 from kdra.services.informer import Informer
@@ -269,7 +270,7 @@ def test_the_binder_does_not_use_another_pods_generated_claim() -> None:
 def test_an_api_error_is_retried_with_one_log_line_not_a_traceback(
         caplog: pytest.LogCaptureFixture) -> None:
     """Attack 6's 403 target was retried forever, each time with a traceback."""
-    from kdra.kube.client import Forbidden
+    from kdra.kube.errors import Forbidden
     from kdra.services.workqueue import WorkQueue
 
     calls: list[str] = []

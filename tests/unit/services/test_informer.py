@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from kdra.kube.client import PODS
+from kdra.kube.resources import PODS
 from kdra.services.informer import Informer
 
 JSON = dict[str, Any]

@@ -7,7 +7,8 @@ import asyncio
 import copy
 from typing import Any
 
-from kdra.kube.client import Conflict, Resource
+from kdra.kube.errors import Conflict
+from kdra.kube.resources import Resource
 from kdra.services.leader import LeaderElector
 
 

@@ -25,16 +25,8 @@ from kdra.domain.webhooks import (
     mutating_configuration,
     validating_configuration,
 )
-from kdra.kube.client import (
-    CRDS,
-    MUTATING_WEBHOOKS,
-    SECRETS,
-    VALIDATING_WEBHOOKS,
-    ApiError,
-    Conflict,
-    NotFound,
-    Resource,
-)
+from kdra.kube.errors import ApiError, Conflict, NotFound
+from kdra.kube.resources import CRDS, MUTATING_WEBHOOKS, SECRETS, VALIDATING_WEBHOOKS, Resource
 from kdra.services import certs
 from kdra.services.webhook import WebhookServer
 from kdra.settings import OperatorSettings

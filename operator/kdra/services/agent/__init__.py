@@ -2,7 +2,9 @@
 
 ::
 
-    runner.py      the process: one node or many simulated ones, start-up order, loops
+    process.py     the ``kdra agent`` process: settings, event loop, signals, exit codes
+    runner.py      one node or many simulated ones: start-up order, claim watch, loops
+    node.py        everything done for one node: devices, health, Leases, slices, prepares
     discovery.py   devices from NVML (real GPUs) or a fake inventory file
     publisher.py   ResourceSlices of the node's pools (wipe at start, generation bumps)
     heartbeat.py   one Lease per node and driver, read by the operator's slice GC

@@ -33,7 +33,9 @@ from kdra.domain.agent_leases import (
     shared_lease_name,
 )
 from kdra.dra.timestamps import micro_time
-from kdra.kube.client import LEASES, ApiError, Conflict, KubeClient, NotFound
+from kdra.kube.client import KubeClient
+from kdra.kube.errors import ApiError, Conflict, NotFound
+from kdra.kube.resources import LEASES
 from kdra.services.store import JSON
 
 log = logging.getLogger(__name__)

@@ -68,7 +68,9 @@ from kdra.domain.nodeprep import (
     wants_prepared,
 )
 from kdra.dra.timestamps import api_time
-from kdra.kube.client import CLAIMS, ApiError, Conflict, KubeClient, NotFound
+from kdra.kube.client import KubeClient
+from kdra.kube.errors import ApiError, Conflict, NotFound
+from kdra.kube.resources import CLAIMS
 from kdra.services.agent.cdi import CdiDir
 from kdra.services.agent.checkpoint import CheckpointFile
 from kdra.services.store import JSON

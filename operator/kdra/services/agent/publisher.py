@@ -28,7 +28,9 @@ from collections.abc import Iterable
 from kdra import metrics
 from kdra.domain.inventory_devices import InventoryDevice
 from kdra.domain.publication import Publication, plan_publication, slice_name
-from kdra.kube.client import NODES, SLICES, Conflict, KubeClient, NotFound
+from kdra.kube.client import KubeClient
+from kdra.kube.errors import Conflict, NotFound
+from kdra.kube.resources import NODES, SLICES
 from kdra.services.store import JSON
 
 log = logging.getLogger(__name__)
