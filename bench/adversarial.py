@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kdra.domain.podclaims import CLAIMS_ANNOTATION, FINALIZER
+from kdra.domain.scheduling import SEARCH_EXHAUSTED
 from kdra.dra.allocator import NodeInfo, Snapshot, place
 from kdra.dra.models import parse_claim, parse_class, parse_slice
 from kdra.kube.events import EventRecorder
-from kdra.services.binder import SEARCH_EXHAUSTED, Binder, BinderSettings
+from kdra.services.binder import Binder, BinderSettings
 from kdra.services.claim_controller import claim_store
 from kdra.services.searches import SearchBudget
 

@@ -147,8 +147,8 @@ async def measure(binder: Binder, runs: int
     violations."""
     top = pod("top", 1000)
     key = (NS, "top")
-    claims = [binder._parse(binder.claims.get((NS, "top-gpu")) or {})]
-    nodes = [view.info for view in binder._node_views()]
+    claims = [binder.cluster.parse(binder.claims.get((NS, "top-gpu")) or {})]
+    nodes = [view.info for view in binder.cluster.node_views()]
     decisions, attempts = [], []
     chosen, victims, violations = "", 0, 0
     for _ in range(runs):

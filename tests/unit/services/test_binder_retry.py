@@ -14,7 +14,8 @@ from kdra.dra.models import parse_claim
 from kdra.kube.errors import ApiError, Unreachable
 from kdra.kube.events import EventRecorder
 from kdra.kube.resources import Resource
-from kdra.services.binder import Binder, BinderSettings, _Attempt
+from kdra.services.binder import Binder, BinderSettings
+from kdra.services.binder.pending import Attempt as _Attempt
 from kdra.services.claim_controller import claim_store
 
 NS = "ns"
@@ -80,7 +81,7 @@ def test_a_failed_roll_back_still_requeues_the_pod_with_backoff() -> None:
         assert await binder.queue.pop() == key
         attempt = _Attempt(POD, "node-1", [(e, n) for e, n, _ in resolved])
         binder.binding[key] = attempt
-        await binder._allocate_and_bind(key, attempt, resolved, parsed, {})
+        await binder.writes.allocate_and_bind(key, attempt, resolved, parsed, {})
         return attempt
 
     attempt = asyncio.run(scenario())
@@ -118,7 +119,7 @@ def test_a_watch_event_older_than_the_pod_held_is_ignored() -> None:
 def test_an_unbound_version_of_a_pod_this_binder_bound_is_stale(monkeypatch: Any) -> None:
     client = FailingAfter(good=0)
     binder = Binder(client, EventRecorder(client), claims=claim_store())  # type: ignore[arg-type]
-    binder._remember_bound("uid-p")
+    binder.pods.remember_bound("uid-p")
     binder.on_pod("MODIFIED", POD)  # the watch event of the claim-statuses patch, late
     assert (NS, "p") not in binder.pending and len(binder.queue) == 0
     bound = copy.deepcopy(POD)
@@ -128,10 +129,10 @@ def test_an_unbound_version_of_a_pod_this_binder_bound_is_stale(monkeypatch: Any
     binder.on_pod("DELETED", bound)
     binder.on_pod("ADDED", POD)  # forgotten with the deletion
     assert (NS, "p") in binder.pending
-    monkeypatch.setattr("kdra.services.binder.BOUND_REMEMBERED", 2)
+    monkeypatch.setattr("kdra.services.binder.pending.BOUND_REMEMBERED", 2)
     for uid in ("a", "b", "c"):
-        binder._remember_bound(uid)
-    assert list(binder._bound) == ["b", "c"]
+        binder.pods.remember_bound(uid)
+    assert list(binder.pods.bound) == ["b", "c"]
 
 
 class Recorder:
@@ -167,8 +168,8 @@ def test_a_failing_handler_of_a_failed_write_still_requeues_the_pod() -> None:
         attempt = _Attempt(POD, "node-1", [(entry, "a")])
         binder.binding[key] = attempt
         with contextlib.suppress(RuntimeError):
-            await binder._allocate_and_bind(key, attempt, [(entry, "a", claim)],
-                                            [parse_claim(claim)], {})
+            await binder.writes.allocate_and_bind(key, attempt, [(entry, "a", claim)],
+                                                   [parse_claim(claim)], {})
 
     asyncio.run(scenario())
     assert recorder.calls == 1

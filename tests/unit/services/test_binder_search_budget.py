@@ -15,10 +15,11 @@ import pytest
 from prometheus_client import REGISTRY
 
 from kdra.domain.podclaims import CLAIMS_ANNOTATION, FINALIZER
+from kdra.domain.scheduling import SEARCH_EXHAUSTED
 from kdra.dra.allocator import Placing
 from kdra.kube.events import EventRecorder
 from kdra.kube.resources import Resource
-from kdra.services.binder import SEARCH_EXHAUSTED, Binder, BinderSettings
+from kdra.services.binder import Binder, BinderSettings
 from kdra.services.claim_controller import claim_store
 from kdra.services.searches import SearchBudget, Searches
 from tests.unit.builders import DRIVER, claim_with, devices, gpu_class, nodes, request, slice_with

@@ -12,7 +12,8 @@ from typing import Any
 from kdra.domain.podclaims import FINALIZER, PodClaim
 from kdra.kube.events import EventRecorder
 from kdra.kube.resources import Resource
-from kdra.services.binder import Binder, BinderSettings, _Attempt
+from kdra.services.binder import Binder, BinderSettings
+from kdra.services.binder.pending import Attempt as _Attempt
 from kdra.services.claim_controller import claim_store
 
 NS = "ns"
@@ -74,7 +75,7 @@ def attempt_on(device: str) -> _Attempt:
 def test_a_roll_back_deallocates_its_own_unprepared_allocation() -> None:
     binder, client = binder_with(claim({"allocation": allocation("gpu-0"),
                                         "reservedFor": [REF]}))
-    asyncio.run(binder._roll_back(attempt_on("gpu-0"), every_claim=True))
+    asyncio.run(binder.writes.roll_back(attempt_on("gpu-0"), every_claim=True))
     assert client.written == [{}]  # no reservedFor field left (upstream: omitempty), not []
 
 
@@ -82,7 +83,7 @@ def test_a_roll_back_leaves_a_prepared_claim_to_its_pod() -> None:
     # Another binder may have seen it Ready and be binding the pod right now.
     binder, client = binder_with(claim({"allocation": allocation("gpu-0"),
                                         "reservedFor": [REF], "devices": ready("gpu-0")}))
-    asyncio.run(binder._roll_back(attempt_on("gpu-0"), every_claim=True))
+    asyncio.run(binder.writes.roll_back(attempt_on("gpu-0"), every_claim=True))
     assert client.written == []
 
 
@@ -90,7 +91,7 @@ def test_a_roll_back_leaves_another_writers_allocation_alone() -> None:
     # The other binder released ours and allocated gpu-1 for the same pod meanwhile.
     binder, client = binder_with(claim({"allocation": allocation("gpu-1"),
                                         "reservedFor": [REF]}))
-    asyncio.run(binder._roll_back(attempt_on("gpu-0"), every_claim=True))
+    asyncio.run(binder.writes.roll_back(attempt_on("gpu-0"), every_claim=True))
     assert client.written == []
 
 
@@ -98,7 +99,7 @@ def test_the_wait_fails_when_the_allocation_is_not_the_attempts() -> None:
     # Ready, but on another allocation: binding to this attempt's node could be wrong.
     binder, _ = binder_with(claim({"allocation": allocation("gpu-1"), "reservedFor": [REF],
                                    "devices": ready("gpu-1")}))
-    failure = asyncio.run(binder._wait_prepared(NS, attempt_on("gpu-0")))
+    failure = asyncio.run(binder.prepare.wait(NS, attempt_on("gpu-0")))
     assert failure is not None and "allocated anew" in failure.message
     assert not failure.node_fault
 
@@ -106,14 +107,14 @@ def test_the_wait_fails_when_the_allocation_is_not_the_attempts() -> None:
 def test_the_wait_fails_when_the_pod_is_no_longer_reserved() -> None:
     binder, _ = binder_with(claim({"allocation": allocation("gpu-0"), "reservedFor": [],
                                    "devices": ready("gpu-0")}))
-    failure = asyncio.run(binder._wait_prepared(NS, attempt_on("gpu-0")))
+    failure = asyncio.run(binder.prepare.wait(NS, attempt_on("gpu-0")))
     assert failure is not None and "released" in failure.message
 
 
 def test_the_wait_succeeds_on_the_expected_prepared_allocation() -> None:
     binder, _ = binder_with(claim({"allocation": allocation("gpu-0"), "reservedFor": [REF],
                                    "devices": ready("gpu-0")}))
-    assert asyncio.run(binder._wait_prepared(NS, attempt_on("gpu-0"))) is None
+    assert asyncio.run(binder.prepare.wait(NS, attempt_on("gpu-0"))) is None
 
 
 def test_device_busy_is_not_the_nodes_fault_but_a_timeout_is() -> None:
@@ -121,8 +122,8 @@ def test_device_busy_is_not_the_nodes_fault_but_a_timeout_is() -> None:
              "conditions": [{"type": "Ready", "status": "False", "reason": "DeviceBusy"}]}]
     binder, _ = binder_with(claim({"allocation": allocation("gpu-0"), "reservedFor": [REF],
                                    "devices": busy}))
-    failure = asyncio.run(binder._wait_prepared(NS, attempt_on("gpu-0")))
+    failure = asyncio.run(binder.prepare.wait(NS, attempt_on("gpu-0")))
     assert failure is not None and not failure.node_fault
     binder, _ = binder_with(claim({"allocation": allocation("gpu-0"), "reservedFor": [REF]}))
-    failure = asyncio.run(binder._wait_prepared(NS, attempt_on("gpu-0")))
+    failure = asyncio.run(binder.prepare.wait(NS, attempt_on("gpu-0")))
     assert failure is not None and failure.node_fault and "timed out" in failure.message
