@@ -26,7 +26,7 @@
 #
 # Re-running it is safe: every step is an apply or a wait. (It cannot run on kdra's CI
 # machine, which has no Docker; the manifests it applies are checked there against a real
-# API server by tests/e2e/test_manifests.py.)
+# API server by tests/e2e/test_manifests_build.py.)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."

@@ -16,7 +16,7 @@ Attackers are namespace users: :meth:`Hostile.as_user` runs kubectl impersonatin
 what a namespace user has). :meth:`Hostile.after_attack` is the "after each attack" of issue
 22: the operator and the agent are still serving other pods (a fresh pod with a generated
 claim binds, which needs the agent's prepare), a **restart of the operator succeeds**, and
-``kdra check`` is clean. Other attack modules (``test_hostile_privilege.py``) reuse it.
+``kdra check`` is clean. Other attack modules (``test_hostile_privilege_*.py``) reuse it.
 
 Module-scoped: the configurations are removed afterwards (they fail closed), the Node is
 deleted; other test modules run with webhooks off, as before.

@@ -36,7 +36,7 @@ import yaml
 
 from kdra.devenv.controlplane import ControlPlane
 from tests.e2e.conftest import ROOT
-from tests.e2e.test_manifests import SERVICEMONITOR_CRD
+from tests.e2e.manifests_helpers import SERVICEMONITOR_CRD
 
 CHART = ROOT / "charts" / "kdra"
 MANIFESTS = ROOT / "manifests"

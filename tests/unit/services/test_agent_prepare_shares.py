@@ -21,7 +21,7 @@ from kdra.domain.shares import fake_partition_uuid
 from kdra.services.agent.cdi import CdiDir
 from kdra.services.agent.checkpoint import CheckpointFile
 from kdra.services.agent.prepare import Preparer, WaitForRelease
-from tests.unit.services.test_agent_prepare import NODE, FakeClient
+from tests.unit.services.agent_prepare_helpers import NODE, FakeClient
 
 GPU = "gpu.kdra.dev"
 

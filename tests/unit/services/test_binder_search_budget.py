@@ -2,7 +2,7 @@
 every combination runs in slices beside the scheduling loop — the pods queued behind it get
 their claims allocated meanwhile — and, out of budget, is reported
 ``AllocationSearchExhausted`` and retried later. The client records writes; nothing here
-talks to an API server (tests/e2e/test_hostile_privilege.py does)."""
+talks to an API server (tests/e2e/test_hostile_privilege_operator.py does)."""
 
 from __future__ import annotations
 
