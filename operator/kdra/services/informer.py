@@ -4,7 +4,8 @@ The operator's kinds (pods, ResourceClaims, ResourceSlices, Nodes, agent Leases,
 ones, DeviceClasses and ResourceClaimTemplates) are watched here with
 :meth:`kdra.kube.client.KubeClient.watch` rather than through kopf: kopf runs every event
 through its per-object worker machinery (measured at ~35% of the operator's CPU in the scale
-benchmark, see bench/RESULTS.md), kdra's handlers only update caches and enqueue keys, and
+benchmark; with kopf tuned for event handlers, 1.36-1.52x the informers' CPU per pod: see
+bench/RESULTS.md and ``--watch=kopf``), kdra's routes only update caches and enqueue keys, and
 kdra's watch skips an object it cannot decode where kopf's would replay it forever. kopf keeps
 the operator's lifecycle.
 
