@@ -9,6 +9,7 @@ server gets the real one.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterator
@@ -125,9 +126,15 @@ def kubectl(control_plane: ControlPlane) -> Any:
 
 @pytest.fixture
 def namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace per test, deleted afterwards (without waiting)."""
-    name = "t-" + "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:50]
-    name = name.strip("-")
+    """A fresh namespace per test, deleted afterwards (without waiting). A test name too long
+    for the namespace is cut and given a hash of the whole name, so that two cases of one
+    parametrized test (whose ids differ past the cut) never share a namespace: the second
+    would find the first's still being deleted."""
+    raw = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())
+    name = ("t-" + raw[:50]).strip("-")
+    if len(raw) > 50:
+        digest = hashlib.sha256(raw.encode()).hexdigest()[:6]
+        name = f"t-{raw[:43].strip('-')}-{digest}"
     control_plane.kubectl("create", "namespace", name)
     yield name
     # There is no kubelet to finish graceful deletion of bound pods: force it, as a kubelet
