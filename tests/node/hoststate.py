@@ -24,9 +24,10 @@ WATCHED = ("/var/run/cdi", "/var/run/nri", "/run/containerd", "/var/lib/cni",
            "/usr/libexec/kubernetes", "/opt/containerd", "/etc/cdi")
 
 
-def _command(*cmd: str) -> str:
+def _command(*cmd: str, missing: str | None = None) -> str:
+    """``cmd``'s output; a command not installed reads as ``missing`` (default: a marker)."""
     if shutil.which(cmd[0]) is None:
-        return f"<{cmd[0]} not installed>"
+        return f"<{cmd[0]} not installed>" if missing is None else missing
     result = subprocess.run(cmd, capture_output=True, text=True, check=False)
     lines = [line for line in (result.stdout + result.stderr).splitlines()
              if not line.startswith("#")]  # iptables-save's dated comments
@@ -57,8 +58,11 @@ def _tree(path: Path, depth: int = 2) -> list[str]:
 def snapshot() -> dict[str, str]:
     """The host's state as comparable text, one entry per aspect."""
     state = {
-        "iptables-save": _command("iptables-save"),
-        "nft list ruleset": _command("nft", "list", "ruleset"),
+        # On a fresh machine the tier itself installs iptables and nftables (Debian) after the
+        # first snapshot: a firewall tool that was absent set no rules, so it reads as an empty
+        # ruleset; any rule the node leaves behind still shows in the second snapshot.
+        "iptables-save": _command("iptables-save", missing=""),
+        "nft list ruleset": _command("nft", "list", "ruleset", missing=""),
         "ip addr": _command("ip", "-o", "addr", "show"),
         "ip link": "\n".join(sorted(line.split(":")[1].strip() for line in
                                     _command("ip", "-o", "link", "show").splitlines()
