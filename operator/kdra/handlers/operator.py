@@ -41,6 +41,7 @@ import kopf
 from kdra.domain.agent_leases import AGENT_LEASE_LABEL
 from kdra.domain.backoff import Backoffs
 from kdra.domain.podclaims import CLAIMS_ANNOTATION
+from kdra.kube.codec import strip_managed_fields
 from kdra.kube.resources import CLAIMS, CLASSES, LEASES, NODES, PODS, SLICES, TEMPLATES, Resource
 from kdra.services.operator import Operator
 from kdra.services.quota import DEVICE_QUOTAS
@@ -188,9 +189,8 @@ def register_kopf_watches(registry: kopf.OperatorRegistry, namespace: str) -> No
 def _kopf_handler(route: Route, namespace: str | None) -> Callable[..., Any]:
     async def on_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
         obj: JSON = event["object"]  # type: ignore[assignment]  # kopf's TypedDict: a dict
-        meta = obj["metadata"]
-        if namespace is not None and meta.get("namespace") != namespace:
+        if namespace is not None and obj["metadata"].get("namespace") != namespace:
             return
-        meta.pop("managedFields", None)  # as kdra's client strips them (kdra.kube.client)
+        strip_managed_fields(obj)  # as kdra's client does for what it reads
         route(memo.operator, event["type"], obj)
     return on_event
