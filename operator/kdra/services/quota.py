@@ -15,9 +15,11 @@ condition — and the ``kdra_quota_*`` gauges, when a namespace's usage or quota
 every :data:`MIN_INTERVAL` seconds (claim events arrive by the hundred per second at scale).
 
 Invariants:
-- Nothing here costs anything in a namespace without DeviceQuotas: charges are kept for every
-  claim (a quota created later counts what is already allocated), but no check runs and no
-  placement's results are built there.
+- Nothing here costs anything in a namespace without DeviceQuotas: the book only remembers the
+  newest version of each claim and the allocations in flight there (two dictionary writes), and
+  computes their charges when the namespace's first valid DeviceQuota arrives (so a quota
+  created later counts what is already allocated); no check runs and no placement's results
+  are built there. A namespace whose last quota goes drops its charges again.
 - A malformed DeviceQuota (the CRD schema rules it out; this is the second line) limits nothing
   and says why in its status (condition ``Exceeded`` Unknown, reason ``InvalidSpec``).
 - A status write does not decide who owns a device, so it is a merge patch of the status
@@ -77,8 +79,13 @@ class QuotaBook:
     def __init__(self, slices: Store) -> None:
         self.slices = slices  # the binder's slice cache (raw v1, indexed by pool)
         self.ledger = Ledger()
+        """Charges of the claims of namespaces with quotas (the *charged* namespaces)."""
         self._observed: dict[str, tuple[DeviceRequestAllocationResult, ...]] = {}
         """Claim key → the allocation results its observed charge was computed from."""
+        self._latest: dict[str, dict[str, ResourceClaim]] = {}
+        """Namespace → claim key → the newest version seen, in every namespace."""
+        self._in_flight: dict[str, dict[str, tuple[ResourceClaim, AllocationResult]]] = {}
+        """Namespace → claim key → its assumed allocation, in every namespace."""
         self.quotas: dict[str, dict[str, DeviceQuota]] = {}  # namespace → name → quota
         self.objects: dict[tuple[str, str], JSON] = {}  # (namespace, name) → object
         self.invalid: dict[tuple[str, str], str] = {}  # (namespace, name) → why
@@ -89,6 +96,7 @@ class QuotaBook:
 
     def on_quota(self, event_type: str | None, obj: JSON) -> None:
         namespace, name = key_of(obj)
+        charged = namespace in self.quotas
         quotas = self.quotas.setdefault(namespace, {})
         quotas.pop(name, None)
         self.objects.pop((namespace, name), None)
@@ -104,6 +112,10 @@ class QuotaBook:
             metrics.forget_quota(namespace, name)
         if not quotas:
             del self.quotas[namespace]
+            if charged:
+                self._uncharge(namespace)
+        elif not charged:
+            self._charge(namespace)
         self._dirty(namespace, force=True)
 
     def written(self, obj: JSON) -> None:
@@ -116,24 +128,53 @@ class QuotaBook:
         """A claim version the binder saw (its allocation, if any, counts). Most versions
         change only reservations or device status: a claim whose allocation results are
         those already charged is not charged again (the binder sees every claim event)."""
+        namespace = claim.metadata.namespace or ""
+        self._latest.setdefault(namespace, {})[claim.key] = claim
+        if namespace in self.quotas:
+            self._observe(namespace, claim)
+
+    def _observe(self, namespace: str, claim: ResourceClaim) -> None:
         allocation = claim.status.allocation
         results = allocation.devices.results if allocation is not None else ()
         if self._observed.get(claim.key) == results:
             return
         self._observed[claim.key] = results
-        self._dirty(claim.metadata.namespace or "",
+        self._dirty(namespace,
                     self.ledger.observe(claim.key, claim_charge(claim, None, self.facts)))
 
     def remove(self, namespace: str, name: str) -> None:
-        self._observed.pop(f"{namespace}/{name}", None)
-        self._dirty(namespace, self.ledger.remove(f"{namespace}/{name}"))
+        key = f"{namespace}/{name}"
+        _pop(self._latest, namespace, key)
+        _pop(self._in_flight, namespace, key)
+        if namespace in self.quotas:
+            self._observed.pop(key, None)
+            self._dirty(namespace, self.ledger.remove(key))
 
     def assume(self, claim: ResourceClaim, allocation: AllocationResult) -> None:
-        self._dirty(claim.metadata.namespace or "",
-                    self.ledger.assume(claim.key, claim_charge(claim, allocation, self.facts)))
+        namespace = claim.metadata.namespace or ""
+        self._in_flight.setdefault(namespace, {})[claim.key] = (claim, allocation)
+        if namespace in self.quotas:
+            self._dirty(namespace, self.ledger.assume(
+                claim.key, claim_charge(claim, allocation, self.facts)))
 
     def forget(self, key: str) -> None:
-        self._dirty(key.split("/", 1)[0], self.ledger.forget(key))
+        namespace = key.split("/", 1)[0]
+        _pop(self._in_flight, namespace, key)
+        if namespace in self.quotas:
+            self._dirty(namespace, self.ledger.forget(key))
+
+    def _charge(self, namespace: str) -> None:
+        """The namespace's first quota: charge what its claims hold and have in flight."""
+        for claim in self._latest.get(namespace, {}).values():
+            self._observe(namespace, claim)
+        for key, (claim, allocation) in self._in_flight.get(namespace, {}).items():
+            self.ledger.assume(key, claim_charge(claim, allocation, self.facts))
+
+    def _uncharge(self, namespace: str) -> None:
+        """The namespace's last quota went: its charges are no longer kept."""
+        for key in [*self._latest.get(namespace, {}), *self._in_flight.get(namespace, {})]:
+            self._observed.pop(key, None)
+            self.ledger.remove(key)
 
     def mark(self, namespace: str) -> None:
         """Have the status of the namespace's quotas written again."""
@@ -273,6 +314,15 @@ class QuotaStatusWriter:
                 asyncio.get_running_loop().call_later(RETRY, book.mark, namespace)
                 continue
             book.written(written)
+
+
+def _pop(table: dict[str, dict[str, Any]], namespace: str, key: str) -> None:
+    """Remove ``table[namespace][key]``, and the namespace once it is empty."""
+    entries = table.get(namespace)
+    if entries is not None:
+        entries.pop(key, None)
+        if not entries:
+            del table[namespace]
 
 
 def _figures(quota: DeviceQuota, used: Charge) -> list[tuple[str, str, float, float]]:

@@ -21,9 +21,11 @@ Invariants:
   for a while; ``kdra_taint_evictions_total`` counts accepted evictions.
 - One malformed claim or rule is logged and skipped; the pass goes on with the others.
 - A rule's status is written only when what it reports changed.
-- Cheap when nothing is tainted NoExecute (the common case): a pass parses only claims whose
-  allocation names a device with a NoExecute taint, and passes are at least
-  :data:`MIN_INTERVAL` apart however many claim events arrive.
+- Cheap when nothing is tainted NoExecute (the common case): claim events then start no pass
+  at all (only slice and rule changes and the :data:`IDLE` timer do); a pass parses only claims
+  whose allocation names a device with a NoExecute taint, recounts the taint gauges only after
+  a slice or rule changed, and passes are at least :data:`MIN_INTERVAL` apart however many
+  claim events arrive.
 """
 
 from __future__ import annotations
@@ -75,6 +77,8 @@ class TaintEvictionController:
         self._taints: dict[DeviceId, list[Any]] = {}
         self._devices: list[DeviceId] = []
         self._dirty = True
+        self._counted = False  # the taint gauges match the current slices and rules
+        self._no_execute = False  # some slice or rule taints a device NoExecute
         self._wake = asyncio.Event()
         self._tried: dict[str, float] = {}  # pod uid → last eviction attempt (monotonic)
         self._evicted: dict[str, set[str]] = {}  # rule name → pod uids it evicted
@@ -109,10 +113,12 @@ class TaintEvictionController:
         self._changed()
 
     def on_claim(self, event_type: str | None, obj: JSON) -> None:
-        self._wake.set()  # the shared claim store is already updated
+        if self._no_execute or self._dirty:
+            self._wake.set()  # the shared claim store is already updated
 
     def _changed(self) -> None:
         self._dirty = True
+        self._counted = False
         self._wake.set()
 
     def taints(self, driver: str, pool: str, device: str) -> list[TaintLike]:
@@ -135,6 +141,7 @@ class TaintEvictionController:
                     devices.add((str(spec.get("driver")), str((spec.get("pool") or {}).get(
                         "name")), str(device.get("name"))))
         self._devices = sorted(devices)
+        self._no_execute = bool(self._no_execute_devices())
 
     # ------------------------------------------------------------------ loop
 
@@ -187,7 +194,9 @@ class TaintEvictionController:
             for pod_name, pod_uid in decision.pods:
                 retry_in = await self._evict(obj, decision, pod_name, pod_uid)
                 delay = min(delay, retry_in)
-        self._update_metrics()
+        if not self._counted:
+            self._update_metrics()
+            self._counted = True
         await self._update_rules(pending)
         return delay
 

@@ -262,3 +262,30 @@ def test_over_quota_while_a_claim_is_being_released_waits_unreported() -> None:
 
     assert asyncio.run(scenario()) == ["releasing", "allocated"]
     assert client.conditions == [] and client.events == []
+
+
+def test_a_quota_created_later_counts_allocations_made_and_in_flight_before_it() -> None:
+    """Without a quota the book charges nothing (issue 42: what quota costs when unused is
+    zero); the namespace's first quota charges what its claims already hold and have in
+    flight, its last quota's deletion drops the charges, a new one counts them again."""
+    client = Recording()
+    binder = Binder(client, EventRecorder(client), claims=claim_store(),  # type: ignore[arg-type]
+                    settings=BinderSettings(wake_delay=0.001, flush_interval=3600))
+    binder.claims.upsert(claim("a-gpu", "10", device="gpu-0", owners=("a",)))
+    binder.claims.upsert(claim("b-gpu", "11"))
+    binder.prime(nodes=[NODE], slices=[SLICE], classes=[CLASS], pods=[])
+    book = binder.quotas
+
+    async def scenario() -> None:
+        assert await attempt(binder, "b", "b-gpu") == "allocated"  # in flight, no quota yet
+        assert book.ledger.used(NS) == {}
+        binder.on_quota(None, quota(4))
+        assert book.ledger.used(NS)[DRIVER].devices == 2
+        assert book.ledger.in_flight(NS) == 1
+        binder.on_quota("DELETED", quota(4))
+        assert book.ledger.used(NS) == {} and book.ledger.claims(NS) == 0
+        binder.on_quota("ADDED", quota(4, rv="2"))
+        assert book.ledger.used(NS)[DRIVER].devices == 2
+        await binder.stop()
+
+    asyncio.run(scenario())
