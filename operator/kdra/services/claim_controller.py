@@ -55,7 +55,7 @@ from kdra.kube.client import KubeClient
 from kdra.kube.errors import ApiError, Conflict, NotFound
 from kdra.kube.events import EventRecorder
 from kdra.kube.resources import CLAIMS, PODS
-from kdra.services.store import JSON, Key, Store, key_of
+from kdra.services.store import JSON, Key, Store, is_not_newer, key_of
 from kdra.services.workqueue import Retry, WorkQueue
 
 log = logging.getLogger(__name__)
@@ -150,8 +150,12 @@ class ClaimController:
     # ------------------------------------------------------------------ events in
 
     def on_pod(self, event_type: str | None, pod: JSON) -> None:
-        """A pod with the claims annotation changed (or went away)."""
-        self.pods.apply(event_type, pod)
+        """A pod with the claims annotation changed (or went away). An event of a version the
+        cache already held (the echo of the controller's own write, a re-list) changes
+        nothing and queues nothing."""
+        old = self.pods.apply(event_type, pod)
+        if event_type != "DELETED" and is_not_newer(pod, old):
+            return
         key = key_of(pod)
         self.pod_queue.add(key)
         uid = pod["metadata"].get("uid", "")
@@ -160,7 +164,11 @@ class ClaimController:
                 self.claim_queue.add(key_of(claim))
 
     def on_claim(self, event_type: str | None, claim: JSON) -> None:
-        self.claims.apply(event_type, claim)
+        """A claim changed (or went away); as :meth:`on_pod`, a version the cache already held
+        queues nothing."""
+        old = self.claims.apply(event_type, claim)
+        if event_type != "DELETED" and is_not_newer(claim, old):
+            return
         self.claim_queue.add(key_of(claim))
         namespace = claim["metadata"].get("namespace", "")
         for ref in claim["metadata"].get("ownerReferences") or ():

@@ -12,7 +12,8 @@ Invariants:
 - The snapshot and the quota book see the same claim versions: :meth:`snapshot_claim` feeds
   both, and the binder hands it the newest version of each claim it has seen (a write
   response may be newer than a watch event that arrives after it).
-- A claim is parsed once per resourceVersion (:meth:`parse`); an object that does not parse
+- A claim is parsed once per resourceVersion (:meth:`parse`) and put in the snapshot once
+  per resourceVersion (:meth:`snapshotted` tells the binder it was); an object that does not parse
   (slice, class, rule, claim) is logged and left out of the snapshot, as if absent — one
   object never stops the binder.
 - Every pod on a node, kdra's or not, counts towards that node's usage exactly once, on the
@@ -54,6 +55,7 @@ class ClusterView:
         self.nodes = Store("Node")
         self._views: list[NodeView] | None = None  # the nodes parsed for the filters, by name
         self._parsed: dict[str, tuple[str, ResourceClaim]] = {}  # uid → (version, parsed)
+        self._snapshotted: dict[Key, str] = {}  # claim → the version in the snapshot
         self.slices = Store("ResourceSlice", {"pool": lambda s: [
             f"{s['spec'].get('driver')}/{s['spec'].get('pool', {}).get('name')}"]})
         self.snapshot = Snapshot()
@@ -133,7 +135,14 @@ class ClusterView:
         self._parsed[uid] = (version, parsed)
         return parsed
 
+    def snapshotted(self, claim: JSON) -> bool:
+        """This very version of the claim is in the snapshot already (e.g. the watch event of
+        the binder's own write, whose response it took at once)."""
+        version = claim["metadata"].get("resourceVersion")
+        return bool(version) and self._snapshotted.get(key_of(claim)) == version
+
     def snapshot_claim(self, claim: JSON) -> None:
+        self._snapshotted[key_of(claim)] = claim["metadata"].get("resourceVersion", "")
         try:
             parsed = self.parse(claim)
             self.snapshot.upsert_claim(parsed)
@@ -142,6 +151,7 @@ class ClusterView:
             log.warning("claim %s/%s not usable: %s", *key_of(claim), exc)
 
     def remove_claim(self, key: Key, claim: JSON) -> None:
+        self._snapshotted.pop(key, None)
         self.snapshot.remove_claim(f"{key[0]}/{key[1]}")
         self.quotas.remove(*key)
         self._parsed.pop(claim["metadata"].get("uid", ""), None)

@@ -71,7 +71,7 @@ from kdra.services.binder.writes import Writes
 from kdra.services.preemption import Preemption
 from kdra.services.quota import QUOTA_REASON
 from kdra.services.searches import Limit, Searches
-from kdra.services.store import JSON, Key, Store, is_older, key_of
+from kdra.services.store import JSON, Key, Store, is_not_newer, key_of
 
 log = logging.getLogger(__name__)
 
@@ -154,8 +154,9 @@ class Binder:
         pods = self.pods
         if event_type == "DELETED":
             pods.bound.discard(uid)
-        elif is_older(pod, self.pending.get(key)):
-            return  # a write response (the claim controller's) was handed over first
+        elif is_not_newer(pod, self.pending.get(key)):
+            return  # a write response (the claim controller's) was handed over first, or
+            # this is its watch event: nothing new
         elif not node and uid in pods.bound:
             return  # from before this binder bound it (a bound pod never comes unbound)
         self.preemption.on_pod(event_type, pod)  # bound pods: potential victims
@@ -192,6 +193,8 @@ class Binder:
             newest = self.claims.newest(claim)
             if newest is None:
                 return  # a late write response of a claim already deleted
+            if self.cluster.snapshotted(newest):
+                return  # this version was taken already (the binder's own write, a re-list)
             claim = newest
             self.cluster.snapshot_claim(claim)
             if not (claim.get("status") or {}).get("allocation"):
