@@ -18,6 +18,9 @@ Invariants:
 - Every pod on a node, kdra's or not, counts towards that node's usage exactly once, on the
   node it is bound to, until it is gone or done.
 - The node views are sorted by name and rebuilt only after a node event.
+- A node-local slice that names a pool other than its node's
+  (:func:`kdra.domain.pool_ownership.foreign_pool`) is kept out of the slice cache, the
+  snapshot and the quota book, as if deleted: its devices would stand for another node's.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import logging
 import time
 from collections import Counter, defaultdict
 
+from kdra.domain.pool_ownership import foreign_pool
 from kdra.domain.scheduling import (
     NodeView,
     PodFit,
@@ -57,6 +61,7 @@ class ClusterView:
         self.slices = Store("ResourceSlice", {"pool": lambda s: [
             f"{s['spec'].get('driver')}/{s['spec'].get('pool', {}).get('name')}"]})
         self.snapshot = Snapshot()
+        self._foreign: set[str] = set()  # slices ignored for naming another node's pool
         self.quotas = QuotaBook(self.slices)  # DeviceQuotas and what claims hold (services.quota)
         self.usage: dict[str, dict[str, Resources]] = defaultdict(dict)  # node → pod uid → req
         self._pod_node: dict[str, str] = {}  # pod uid → the node its usage is counted on
@@ -69,8 +74,17 @@ class ClusterView:
         self._views = None
 
     def on_slice(self, event_type: str | None, slice_: JSON) -> None:
-        self.slices.apply(event_type, slice_)
         name = slice_["metadata"]["name"]
+        foreign = None if event_type == "DELETED" else foreign_pool(slice_)
+        if foreign is not None:  # as if absent, but a later version may speak for its pool
+            if name not in self._foreign:
+                log.warning("ignoring ResourceSlice: %s", foreign)
+            self._foreign.add(name)
+            self.slices.drop(key_of(slice_))
+            self.snapshot.remove_slice(name)
+            return
+        self._foreign.discard(name)
+        self.slices.apply(event_type, slice_)
         if event_type == "DELETED":
             self.snapshot.remove_slice(name)
         else:
