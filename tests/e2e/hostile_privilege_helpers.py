@@ -233,13 +233,17 @@ class Cluster:
                 for r in ((c.get("status") or {}).get("allocation") or {})
                 .get("devices", {}).get("results", [])]
 
-    def check_violations(self) -> list[dict[str, str]]:
-        """``kdra check`` as a user runs it; the violations about this test's objects."""
+    def run_check(self) -> subprocess.CompletedProcess[str]:
+        """``kdra check -o json`` as a user runs it, with the agent's directories."""
         home = self.work / "agent"
-        result = subprocess.run(
+        return subprocess.run(
             [sys.executable, "-m", "kdra", "check", "--kubeconfig", str(self.plane.kubeconfig),
              "--cdi-dir", str(home / "cdi"), "--state-dir", str(home / "state"), "-o", "json"],
             capture_output=True, text=True, timeout=120, check=False)
+
+    def check_violations(self) -> list[dict[str, str]]:
+        """``kdra check`` as a user runs it; the violations about this test's objects."""
+        result = self.run_check()
         assert result.returncode in (0, 1), result.stderr
         found: list[dict[str, str]] = json.loads(result.stdout)
         ours = (self.namespace, *self.nodes)

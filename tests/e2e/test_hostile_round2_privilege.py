@@ -23,8 +23,6 @@ or nodes.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from typing import Any
 
 from tests.e2e.conftest import get_json
@@ -68,14 +66,6 @@ def pinned(cluster: Cluster, name: str, template: str, node: str) -> dict[str, A
     pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"][0]["matchExpressions"][0]["values"] = [node]
     return pod
-
-
-def check(cluster: Cluster) -> subprocess.CompletedProcess[str]:
-    home = cluster.work / "agent"
-    return subprocess.run(
-        [sys.executable, "-m", "kdra", "check", "--kubeconfig", str(cluster.plane.kubeconfig),
-         "--cdi-dir", str(home / "cdi"), "--state-dir", str(home / "state"), "-o", "json"],
-        capture_output=True, text=True, timeout=120, check=False)
 
 
 def quota_used(cluster: Cluster) -> dict[str, Any]:
@@ -264,7 +254,7 @@ def test_attack_2_device_statuses_only_of_allocated_devices_and_bounded(
         assert reported["reason"] == "Unschedulable", reported
         assert "matching devices partly allocated" in reported["message"], reported
         assert not cluster.get_pod(all_gpus)["spec"].get("nodeName")
-        checked = check(cluster)
+        checked = cluster.run_check()
         assert checked.returncode == 2, checked.stderr  # it names what it cannot decode
         assert f"ResourceClaim {ns}/{name}" in checked.stderr
         assert not [v for v in json.loads(checked.stdout) if v["rule"] == "double-allocation"]

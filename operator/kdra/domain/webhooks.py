@@ -202,10 +202,10 @@ def _pod_rules(*operations: str) -> list[dict[str, Any]]:
              "resources": ["pods"], "scope": "Namespaced"}]
 
 
-def _pod_webhook(name: str, endpoint: Endpoint, path: str, ca_bundle: bytes | None,
-                 operations: Sequence[str] = ("CREATE",),
-                 conditions: Sequence[tuple[str, str]] = (
-                     ("has-claims-annotation", POD_MATCH_CONDITION),)) -> dict[str, Any]:
+def _webhook(name: str, endpoint: Endpoint, path: str, ca_bundle: bytes | None,
+             rules: list[dict[str, Any]], conditions: Sequence[tuple[str, str]],
+             namespace_selector: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One webhook of kdra's configurations: the settings they all share (module doc)."""
     return {
         "name": name,
         "admissionReviewVersions": ["v1"],
@@ -214,13 +214,20 @@ def _pod_webhook(name: str, endpoint: Endpoint, path: str, ca_bundle: bytes | No
         "matchPolicy": "Equivalent",
         "sideEffects": "None",
         "timeoutSeconds": TIMEOUT_SECONDS,
-        "rules": _pod_rules(*operations),
-        "namespaceSelector": {"matchExpressions": [{
-            "key": "kubernetes.io/metadata.name", "operator": "NotIn",
-            "values": ["kube-system"]}]},
+        "rules": rules,
+        "namespaceSelector": namespace_selector or {},
         "objectSelector": {},
         "matchConditions": [{"name": n, "expression": e} for n, e in conditions],
     }
+
+
+def _pod_webhook(name: str, endpoint: Endpoint, path: str, ca_bundle: bytes | None,
+                 operations: Sequence[str] = ("CREATE",),
+                 conditions: Sequence[tuple[str, str]] = (
+                     ("has-claims-annotation", POD_MATCH_CONDITION),)) -> dict[str, Any]:
+    return _webhook(name, endpoint, path, ca_bundle, _pod_rules(*operations), conditions,
+                    {"matchExpressions": [{"key": "kubernetes.io/metadata.name",
+                                           "operator": "NotIn", "values": ["kube-system"]}]})
 
 
 def operator_username(namespace: str) -> str:
@@ -233,21 +240,10 @@ def _binding_webhook(endpoint: Endpoint, ca_bundle: bytes | None) -> dict[str, A
     (kdra.domain.bindings): only the kdra-operator service account's are sent, so no other
     binding or eviction in the cluster waits for kdra or fails while it is down."""
     username = operator_username(endpoint.namespace)
-    return {
-        "name": VALIDATE_BINDINGS_WEBHOOK,
-        "admissionReviewVersions": ["v1"],
-        "clientConfig": endpoint.client_config(VALIDATE_PATH, ca_bundle),
-        "failurePolicy": "Fail",
-        "matchPolicy": "Equivalent",
-        "sideEffects": "None",
-        "timeoutSeconds": TIMEOUT_SECONDS,
-        "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                   "resources": ["pods/binding", "pods/eviction"], "scope": "Namespaced"}],
-        "namespaceSelector": {},
-        "objectSelector": {},
-        "matchConditions": [{"name": "is-kdra-operator",
-                             "expression": f"request.userInfo.username == '{username}'"}],
-    }
+    return _webhook(VALIDATE_BINDINGS_WEBHOOK, endpoint, VALIDATE_PATH, ca_bundle,
+                    [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                      "resources": ["pods/binding", "pods/eviction"], "scope": "Namespaced"}],
+                    [("is-kdra-operator", f"request.userInfo.username == '{username}'")])
 
 
 def _claim_status_webhook(endpoint: Endpoint, ca_bundle: bytes | None,
@@ -256,22 +252,11 @@ def _claim_status_webhook(endpoint: Endpoint, ca_bundle: bytes | None,
     ``users``), when ``status.devices`` changes: their ``data`` bounded in depth and size
     (kdra.domain.admission_objects.device_status_errors), which neither the CRD schema nor a
     ValidatingAdmissionPolicy can measure."""
-    return {
-        "name": VALIDATE_CLAIM_STATUS_WEBHOOK,
-        "admissionReviewVersions": ["v1"],
-        "clientConfig": endpoint.client_config(VALIDATE_PATH, ca_bundle),
-        "failurePolicy": "Fail",
-        "matchPolicy": "Equivalent",
-        "sideEffects": "None",
-        "timeoutSeconds": TIMEOUT_SECONDS,
-        "rules": [{"apiGroups": [GROUP], "apiVersions": [VERSION], "operations": ["UPDATE"],
-                   "resources": ["resourceclaims/status"], "scope": "Namespaced"}],
-        "namespaceSelector": {},
-        "objectSelector": {},
-        "matchConditions": [{"name": "not-kdra", "expression": _not_trusted(users)},
-                            {"name": "device-statuses-changed",
-                             "expression": DEVICE_STATUSES_CHANGED_CONDITION}],
-    }
+    return _webhook(VALIDATE_CLAIM_STATUS_WEBHOOK, endpoint, VALIDATE_PATH, ca_bundle,
+                    [{"apiGroups": [GROUP], "apiVersions": [VERSION], "operations": ["UPDATE"],
+                      "resources": ["resourceclaims/status"], "scope": "Namespaced"}],
+                    [("not-kdra", _not_trusted(users)),
+                     ("device-statuses-changed", DEVICE_STATUSES_CHANGED_CONDITION)])
 
 
 def mutating_configuration(endpoint: Endpoint, ca_bundle: bytes | None) -> dict[str, Any]:
@@ -298,24 +283,13 @@ def validating_configuration(endpoint: Endpoint, ca_bundle: bytes | None,
     pod bindings (only pods with schedulerName kdra-scheduler) and evictions (only pods with
     claims); and drivers' device statuses in claims (their data bounded)."""
     users = tuple(trusted) if trusted is not None else trusted_usernames(endpoint.namespace)
-    objects = {
-        "name": VALIDATE_WEBHOOK,
-        "admissionReviewVersions": ["v1"],
-        "clientConfig": endpoint.client_config(VALIDATE_PATH, ca_bundle),
-        "failurePolicy": "Fail",
-        "matchPolicy": "Equivalent",
-        "sideEffects": "None",
-        "timeoutSeconds": TIMEOUT_SECONDS,
-        "rules": [
-            {"apiGroups": [GROUP], "apiVersions": [VERSION], "operations": ["CREATE"],
-             "resources": ["resourceclaims", "resourceclaimtemplates"], "scope": "Namespaced"},
-            {"apiGroups": [GROUP], "apiVersions": [VERSION], "operations": ["CREATE", "UPDATE"],
-             "resources": ["deviceclasses"], "scope": "Cluster"},
-        ],
-        "namespaceSelector": {},
-        "objectSelector": {},
-        "matchConditions": [{"name": "spec-changed", "expression": SPEC_CHANGED_CONDITION}],
-    }
+    objects = _webhook(
+        VALIDATE_WEBHOOK, endpoint, VALIDATE_PATH, ca_bundle,
+        [{"apiGroups": [GROUP], "apiVersions": [VERSION], "operations": ["CREATE"],
+          "resources": ["resourceclaims", "resourceclaimtemplates"], "scope": "Namespaced"},
+         {"apiGroups": [GROUP], "apiVersions": [VERSION], "operations": ["CREATE", "UPDATE"],
+          "resources": ["deviceclasses"], "scope": "Cluster"}],
+        [("spec-changed", SPEC_CHANGED_CONDITION)])
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
