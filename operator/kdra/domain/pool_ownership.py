@@ -24,10 +24,10 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["foreign_pool", "own_pool_slices", "speaks_for_pool"]
+__all__ = ["foreign_pool", "speaks_for_pool"]
 
 
 def _text(value: Any) -> str:
@@ -59,7 +59,3 @@ def speaks_for_pool(slice_: Mapping[str, Any]) -> bool:
     node, pool = _names(slice_)
     return not node or pool == node
 
-
-def own_pool_slices(slices: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
-    """The slices that speak for their pool, in their order."""
-    return (s for s in slices if speaks_for_pool(s))

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from kdra.domain.invariants import check
-from kdra.domain.pool_ownership import foreign_pool, own_pool_slices, speaks_for_pool
+from kdra.domain.pool_ownership import foreign_pool, speaks_for_pool
 from kdra.services.binder.cluster import ClusterView
 from kdra.services.slice_gc import decide
 from kdra.services.store import Store
@@ -50,7 +50,6 @@ def test_a_node_local_slice_speaks_only_for_its_nodes_pool(obj: dict[str, Any],
                                                            speaks: bool) -> None:
     assert speaks_for_pool(obj) is speaks
     assert (foreign_pool(obj) is None) is speaks
-    assert list(own_pool_slices([obj])) == ([obj] if speaks else [])
 
 
 def test_the_reason_names_the_slice_its_node_and_the_pool() -> None:
@@ -121,3 +120,14 @@ def test_kdra_check_names_a_foreign_slice_and_stray_device_statuses() -> None:
                          "only for the pool named after it ('node-a')"),
         ("unallocated-device-status", "claim ns/c reports devices it is not allocated: "
                                       "gpu.kdra.dev/node-a/gpu-0")]
+
+
+def test_kubectl_kdra_free_and_why_see_what_the_scheduler_sees() -> None:
+    from kdra.handlers.plugin import Session
+
+    session = Session(None)  # type: ignore[arg-type]  # own_pools reads nothing
+    real, forged = slice_("real", "node-b", "node-b"), slice_("forged", "node-a", "node-b")
+    assert session.own_pools([real, forged]) == [real]
+    assert session.notes == ["ignored slice forged of node node-a publishes pool 'node-b': a "
+                             "node speaks only for the pool named after it ('node-a')"]
+    assert session.own_pools(None) is None
