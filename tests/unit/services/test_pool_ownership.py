@@ -131,3 +131,22 @@ def test_kubectl_kdra_free_and_why_see_what_the_scheduler_sees() -> None:
     assert session.notes == ["ignored slice forged of node node-a publishes pool 'node-b': a "
                              "node speaks only for the pool named after it ('node-a')"]
     assert session.own_pools(None) is None
+
+
+def test_a_bad_device_status_does_not_free_the_claims_devices() -> None:
+    """Issue 36: what a driver writes into status.devices must not make the binder drop the
+    claim's allocation (its device would be allocated a second time)."""
+    view = ClusterView(Store("ResourceClaim"))
+    view.on_slice(None, slice_("real", "node-b", "node-b"))
+    claim = {"apiVersion": "resource.kdra.dev/v1", "kind": "ResourceClaim",
+             "metadata": {"namespace": "ns", "name": "c", "uid": "u", "resourceVersion": "5"},
+             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                 "deviceClassName": GPU}}]}},
+             "status": {"allocation": {"devices": {"results": [
+                 {"request": "gpu", "driver": GPU, "pool": "node-b", "device": "gpu-0"}]}},
+                 "devices": [{"driver": GPU, "pool": "node-b", "device": "gpu-0",
+                              "conditions": [{"type": "Ready", "status": ["not", "a", "str"]}],
+                              "data": {"kdra.dev/undecodable": "too deep"}}]}}
+    view.snapshot_claim(claim)
+    assert view.snapshot.in_use((GPU, "node-b", "gpu-0"))  # type: ignore[arg-type]
+    assert view.parse(claim).status.devices == ()

@@ -14,7 +14,8 @@ Invariants:
   response may be newer than a watch event that arrives after it).
 - A claim is parsed once per resourceVersion (:meth:`parse`); an object that does not parse
   (slice, class, rule, claim) is logged and left out of the snapshot, as if absent — one
-  object never stops the binder.
+  object never stops the binder. A claim whose only fault is in ``status.devices`` (what
+  drivers write) is parsed without them: its allocation still counts.
 - Every pod on a node, kdra's or not, counts towards that node's usage exactly once, on the
   node it is bound to, until it is gone or done.
 - The node views are sorted by name and rebuilt only after a node event.
@@ -143,7 +144,18 @@ class ClusterView:
         cached = self._parsed.get(uid)
         if cached is not None and cached[0] == version and version:
             return cached[1]
-        parsed = parse_claim(claim)
+        try:
+            parsed = parse_claim(claim)
+        except InvalidObject as exc:
+            # Drivers write status.devices: a bad entry must not make the claim's allocation
+            # count for nothing (its devices would be handed out again).
+            status = claim.get("status")
+            if not isinstance(status, dict) or not status.get("devices"):
+                raise
+            parsed = parse_claim({**claim, "status": {k: v for k, v in status.items()
+                                                      if k != "devices"}})
+            log.warning("claim %s/%s: its status.devices left out (%s); its allocation counts",
+                        meta.get("namespace"), meta.get("name"), exc)
         self._parsed[uid] = (version, parsed)
         return parsed
 
