@@ -4,7 +4,9 @@ ValidatingAdmissionPolicies and webhooks.
 
 - The operator runs as deployed: its ServiceAccount's token (manifests/base RBAC and
   policies), its webhooks served and registered (manifests/webhooks' objects, pointed at the
-  test's port; the operator fills in the CA bundle, which is all it may change).
+  test's port; the operator fills in the CA bundle, which is all it may change), kdra's CRDs
+  converting through it (pointed at its URL by the fixture, as an installer would: the
+  operator itself may point them only at kdra's own Service).
 - Attackers are impersonated with kubeconfigs carrying ``as`` (and, for a node agent,
   ``as-user-extra`` authentication.kubernetes.io/node-name: what the API server derives from
   a token bound to a pod on that node): an agent, the simulation agent, the operator's
