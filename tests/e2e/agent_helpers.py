@@ -142,9 +142,12 @@ def allocate(plane: ControlPlane, namespace: str, name: str, node: str, devices:
 
 
 def deallocate(plane: ControlPlane, namespace: str, name: str) -> None:
+    """As kdra's claim controller deallocates: the devices' status goes with the allocation
+    (the CRD refuses entries of devices the claim is not allocated; upstream's API server
+    drops them itself)."""
     plane.kubectl("patch", CLAIMS, name, "-n", namespace, "--subresource=status",
-                  "--type=merge", "-p",
-                  json.dumps({"status": {"allocation": None, "reservedFor": None}}))
+                  "--type=merge", "-p", json.dumps({"status": {
+                      "allocation": None, "reservedFor": None, "devices": None}}))
 
 
 def device_status(plane: ControlPlane, namespace: str, name: str) -> list[dict[str, Any]]:

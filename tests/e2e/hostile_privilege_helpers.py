@@ -4,7 +4,9 @@ ValidatingAdmissionPolicies and webhooks.
 
 - The operator runs as deployed: its ServiceAccount's token (manifests/base RBAC and
   policies), its webhooks served and registered (manifests/webhooks' objects, pointed at the
-  test's port; the operator fills in the CA bundle, which is all it may change).
+  test's port; the operator fills in the CA bundle, which is all it may change), kdra's CRDs
+  converting through it (pointed at its URL by the fixture, as an installer would: the
+  operator itself may point them only at kdra's own Service).
 - Attackers are impersonated with kubeconfigs carrying ``as`` (and, for a node agent,
   ``as-user-extra`` authentication.kubernetes.io/node-name: what the API server derives from
   a token bound to a pod on that node): an agent, the simulation agent, the operator's
@@ -24,6 +26,7 @@ import ssl
 import subprocess
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -36,7 +39,13 @@ import yaml
 
 from kdra.devenv.controlplane import ControlPlane, free_port
 from kdra.domain.podclaims import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION
-from kdra.domain.webhooks import Endpoint, mutating_configuration, validating_configuration
+from kdra.domain.webhooks import (
+    CRD_NAMES,
+    Endpoint,
+    conversion_patch,
+    mutating_configuration,
+    validating_configuration,
+)
 from tests.e2e.conftest import ROOT, get_json
 from tests.e2e.conversion import ConversionServer
 from tests.e2e.procs import KdraProcess, wait_for
@@ -77,6 +86,7 @@ class As:
                  groups: tuple[str, ...] = ()) -> None:
         self.plane = plane
         self.user = user
+        self.node = node
         config = yaml.safe_load(plane.kubeconfig.read_text())
         identity = config["users"][0]["user"]
         identity["as"] = user
@@ -99,17 +109,24 @@ class As:
         assert says in result.stderr, result.stderr
         return result.stderr
 
-    def request(self, method: str, path: str, body: dict[str, Any]) -> tuple[int, str]:
+    def request(self, method: str, path: str, body: dict[str, Any] | bytes) -> tuple[int, str]:
         """A request sent as is: kubectl patch GETs the object first (which the attacker
-        may not be allowed to), kubectl replace rewrites its last-applied annotation."""
+        may not be allowed to), kubectl replace rewrites its last-applied annotation. A
+        ``bytes`` body is sent verbatim (JSON nested deeper than Python can encode)."""
         config = yaml.safe_load(self.plane.kubeconfig.read_text())
         cluster, user = config["clusters"][0]["cluster"], config["users"][0]["user"]
         context = ssl.create_default_context(cafile=cluster["certificate-authority"])
         context.load_cert_chain(user["client-certificate"], user["client-key"])
         content = "application/merge-patch+json" if method == "PATCH" else "application/json"
-        request = urllib.request.Request(
-            cluster["server"] + path, data=json.dumps(body).encode(), method=method,
-            headers={"Content-Type": content, "Impersonate-User": self.user})
+        headers = {"Content-Type": content}
+        if self.user:  # else the admin, as is
+            headers["Impersonate-User"] = self.user
+        if self.node:
+            headers[f"Impersonate-Extra-{urllib.parse.quote(NODE_NAME_EXTRA, safe='')}"] = \
+                self.node
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        request = urllib.request.Request(cluster["server"] + path, data=data, method=method,
+                                         headers=headers)
         try:
             with urllib.request.urlopen(request, context=context, timeout=30) as response:
                 return response.status, response.read().decode()
@@ -218,13 +235,17 @@ class Cluster:
                 for r in ((c.get("status") or {}).get("allocation") or {})
                 .get("devices", {}).get("results", [])]
 
-    def check_violations(self) -> list[dict[str, str]]:
-        """``kdra check`` as a user runs it; the violations about this test's objects."""
+    def run_check(self) -> subprocess.CompletedProcess[str]:
+        """``kdra check -o json`` as a user runs it, with the agent's directories."""
         home = self.work / "agent"
-        result = subprocess.run(
+        return subprocess.run(
             [sys.executable, "-m", "kdra", "check", "--kubeconfig", str(self.plane.kubeconfig),
              "--cdi-dir", str(home / "cdi"), "--state-dir", str(home / "state"), "-o", "json"],
             capture_output=True, text=True, timeout=120, check=False)
+
+    def check_violations(self) -> list[dict[str, str]]:
+        """``kdra check`` as a user runs it; the violations about this test's objects."""
+        result = self.run_check()
         assert result.returncode in (0, 1), result.stderr
         found: list[dict[str, str]] = json.loads(result.stdout)
         ours = (self.namespace, *self.nodes)
@@ -337,6 +358,12 @@ def cluster(control_plane: ControlPlane, installed: None,
         "--webhook-manage-config", "true",
         "--allocation-search-steps", "1000000000",
         "--allocation-search-timeout", str(SEARCH_TIMEOUT)])
+    # The CRDs' conversion at the operator's /convert, as an installer serving it at a URL
+    # points them (the operator itself may point them only at kdra's own Service; here it
+    # fills in the CA bundle).
+    for crd in CRD_NAMES:
+        control_plane.kubectl("patch", "crd", crd, "--type=merge", "-p",
+                              json.dumps(conversion_patch(Endpoint(url=url), None)))
     try:
         state.start_operator()
         policies_in_force(control_plane, work, nodes[0])

@@ -107,7 +107,8 @@ def test_attack_8_the_operators_token_reaches_only_what_the_operator_does(
             {"spec": {"containers": [{"name": "c", "image": "evil.example/miner"}]}}),
             says="kdra's operator may not change the spec of pod kube-system/" + pod)
         operator.denied("label", "pod", pod, "-n", "kube-system", "app=hijacked",
-                        "--overwrite", says="may change only kdra's annotations and finalizers")
+                        "--overwrite",
+                        says="may change only kdra's annotations of pod kube-system/" + pod)
         operator.denied("annotate", "pod", pod, "-n", "kube-system", "anything=1",
                         says="may change only the annotation resource.kdra.dev/claim-statuses")
         operator.denied("annotate", "pod", pod, "-n", "kube-system",

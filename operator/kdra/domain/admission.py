@@ -76,6 +76,7 @@ from kdra.domain.admission_objects import (
     claim_request_classes,
     class_errors,
     class_may_select,
+    device_status_errors,
     template_errors,
     v1alpha3_paths,
 )
@@ -213,7 +214,8 @@ def undecodable(uid: str, reason: str) -> AdmissionResponse:
 def validate(request: Mapping[str, Any],
              trusted: frozenset[str] = frozenset(),
              namespace_labels: Mapping[str, str] | None = None) -> AdmissionResponse:
-    """The validating webhook: claims, templates, classes, and pods with kdra's keys.
+    """The validating webhook: claims, templates, classes, pods with kdra's keys, and the
+    device data drivers write into a claim's status.
 
     Kinds it does not know, and operations other than CREATE and UPDATE, are allowed.
     ``trusted``: usernames whose requests are kdra's own (they may write kdra-owned keys).
@@ -239,6 +241,8 @@ def validate(request: Mapping[str, Any],
         return AdmissionResponse(uid, _capped(errors), **target)
     if group != GROUP:
         return AdmissionResponse(uid)
+    if name == "ResourceClaim" and request.get("subResource") == "status":
+        return AdmissionResponse(uid, _capped(device_status_errors(obj, old)), **target)
     if old is not None and old.get("spec") == obj.get("spec"):
         return AdmissionResponse(uid)  # metadata-only update: nothing to re-check
     checks: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any] | None],

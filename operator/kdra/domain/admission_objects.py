@@ -56,6 +56,7 @@ __all__ = [
     "claim_request_classes",
     "class_errors",
     "class_may_select",
+    "device_status_errors",
     "template_errors",
     "v1alpha3_paths",
 ]
@@ -241,6 +242,35 @@ def _parameter_errors(configs: Iterable[tuple[str, Any]]) -> list[FieldError]:
             errors.append(FieldError(field, f"must be at most {MAX_OPAQUE_PARAMETERS_BYTES} "
                                             f"bytes of JSON (has more)"))
     return errors
+
+
+def device_status_errors(obj: Mapping[str, Any],
+                         old: Mapping[str, Any] | None) -> list[FieldError]:
+    """A claim's ``status.devices[].data`` as a driver writes it (the status subresource):
+    at most :data:`MAX_OPAQUE_PARAMETERS_DEPTH` levels and 10 KiB each, upstream's limit on
+    raw device data — checked for the entries that are new or whose data changed (ratcheting),
+    so one old oversized entry does not block the other entries' updates."""
+    def entries(claim: Mapping[str, Any] | None) -> list[Any]:
+        status = claim.get("status") if isinstance(claim, Mapping) else None
+        found = status.get("devices") if isinstance(status, Mapping) else None
+        return found if isinstance(found, list) else []
+
+    def key(entry: Mapping[str, Any]) -> tuple[Any, ...]:
+        return tuple(entry.get(k) for k in ("driver", "pool", "device", "shareID"))
+
+    def same(data: Any, was: Any) -> bool:
+        # Compared only below the depth limit (== recurses): a deep value is the same as a
+        # deep old one (ratcheting), whatever it holds.
+        if too_deep(data, MAX_OPAQUE_PARAMETERS_DEPTH):
+            return too_deep(was, MAX_OPAQUE_PARAMETERS_DEPTH)
+        return bool(data == was)
+
+    before = {key(e): e.get("data") for e in entries(old) if isinstance(e, Mapping)}
+    changed = [(f"status.devices[{i}].data", entry["data"])
+               for i, entry in enumerate(entries(obj))
+               if isinstance(entry, Mapping) and "data" in entry
+               and (key(entry) not in before or not same(entry["data"], before[key(entry)]))]
+    return _parameter_errors(changed)
 
 
 def _old_expressions(old: Mapping[str, Any] | None) -> frozenset[str]:

@@ -27,6 +27,13 @@ sentence naming the objects. The rules (``Violation.rule``):
     (e.g. scheduler_perf's pre-allocated claims).
 ``orphan-slice``
     No ResourceSlice names (``spec.nodeName``) a Node that does not exist.
+``foreign-pool``
+    No node-local ResourceSlice names a pool other than its node's: a node speaks only for
+    the pool named after it (:mod:`kdra.domain.pool_ownership`; kdra's readers ignore such a
+    slice, so its devices, taints and capacities count for nothing).
+``unallocated-device-status``
+    No claim's ``status.devices`` has an entry for a device its allocation does not hold
+    (upstream's API refuses one; kdra's CRD too, since issue 36).
 ``stale-slice``
     (only with ``now``) No slice of a node whose agent Lease for the slice's driver expired
     more than ``lease_grace`` seconds ago.
@@ -70,6 +77,7 @@ from kdra.domain.podclaims import (
     pod_claims,
     protected_by_kdra,
 )
+from kdra.domain.pool_ownership import foreign_pool
 from kdra.dra.allocator.nodeselector import NodeInfo, selector_matches
 from kdra.dra.errors import InvalidObject
 from kdra.dra.models import NodeSelector
@@ -86,6 +94,8 @@ RULES = (
     "stale-reservation",
     "unreserved-allocation",
     "orphan-slice",
+    "foreign-pool",
+    "unallocated-device-status",
     "stale-slice",
     "not-prepared",
     "stale-checkpoint",
@@ -141,6 +151,8 @@ def check(
     found += _pod_claims(pods, claims, nodes)
     found += _stale_reservations(pods, claims)
     found += _orphan_slices(slices, nodes)
+    found += [Violation("foreign-pool", why) for why in map(foreign_pool, slices) if why]
+    found += _unallocated_device_statuses(claims)
     found += [Violation(rule, message) for rule, message in forged_outputs(pods, claims, slices)]
     if now is not None:
         found += _stale_slices(slices, list(leases), now, lease_grace)
@@ -334,6 +346,18 @@ def _orphan_slices(slices: Sequence[JSON], nodes: Sequence[JSON]) -> list[Violat
         if node and node not in names:
             found.append(Violation("orphan-slice", f"slice {_name(slice_)} is for node {node}, "
                                    "which is gone"))
+    return found
+
+
+def _unallocated_device_statuses(claims: Sequence[JSON]) -> list[Violation]:
+    found = []
+    for claim in claims:
+        held = set(map(_device, _results(claim)))
+        stray = sorted({"/".join(_device(entry)) for entry in _status(claim).get("devices") or ()
+                        if isinstance(entry, Mapping) and _device(entry) not in held})
+        if stray:
+            found.append(Violation("unallocated-device-status", f"claim {_name(claim)} reports "
+                                   f"devices it is not allocated: {', '.join(stray[:8])}"))
     return found
 
 

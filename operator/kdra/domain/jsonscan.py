@@ -6,7 +6,10 @@ recursion limit), and the API server stores objects nested up to 10,000 levels d
 object must not make a watch, a list or an admission review unreadable: the caller decodes
 the document, and when that fails, uses these functions to find the parts it needs (an
 event's ``type``, an object's ``metadata.name`` and ``resourceVersion``, a review's
-``request.uid``, every item of a list) and decodes only those.
+``request.uid``, every item of a list) and decodes only those. Where a free-form field may
+hold such a value (a claim's ``status.devices[].data``, written by a node agent after any
+webhook could look), :func:`decode_pruned` reads the object without it: the rest of the
+object (its allocation, its reservations) must still count.
 
 Invariants:
 - Pure functions over ``bytes``; nothing recurses, so any depth is scanned in a loop, in time
@@ -18,13 +21,13 @@ Invariants:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NamedTuple
 
 import orjson
 
-__all__ = ["ScanError", "Undecoded", "decode_list", "element_spans", "member_spans",
-           "path_value"]
+__all__ = ["UNDECODABLE_KEY", "Deep", "ScanError", "Undecoded", "decode_list", "decode_pruned",
+           "decode_replacing", "deep_values", "element_spans", "member_spans", "path_value"]
 
 _WS = re.compile(rb"[ \t\r\n]*")
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
@@ -149,9 +152,10 @@ def path_value(raw: bytes, path: Sequence[str],
 class Undecoded:
     """An item of a list that could not be decoded: what its metadata says, and why."""
 
-    __slots__ = ("name", "namespace", "reason", "resource_version", "uid")
+    __slots__ = ("name", "namespace", "raw", "reason", "resource_version", "uid")
 
     def __init__(self, raw: bytes, reason: str) -> None:
+        self.raw = raw  # the item's own bytes
         def text(name: str) -> str:
             value = path_value(raw, ("metadata", name))
             return value if isinstance(value, str) else ""
@@ -201,3 +205,112 @@ def _decode_whole(raw: bytes) -> tuple[dict[str, Any], list[Any], list[Undecoded
     meta = data.get("metadata")
     items = data.get("items")
     return (meta if isinstance(meta, dict) else {}), (items if isinstance(items, list) else []), []
+
+
+UNDECODABLE_KEY = "kdra.dev/undecodable"
+"""The only key of the object that stands in for a value that cannot be decoded
+(:func:`decode_pruned`)."""
+
+Pattern = Sequence[str]
+"""A path of member names from an object; ``*`` stands for every element of an array."""
+
+
+class Deep(NamedTuple):
+    """A value that cannot be decoded: where it is, and its JSON text."""
+
+    path: str
+    raw: bytes
+
+
+def _nests_deeper(raw: bytes, span: tuple[int, int], limit: int) -> bool:
+    """Whether the value at ``span`` nests more than ``limit`` levels (``{}`` is one)."""
+    depth = 0
+    cursor, end = span
+    while cursor < end:
+        match = _STRUCTURE.search(raw, cursor, end)
+        if match is None:
+            return False
+        char = match.group()
+        if char == b'"':
+            cursor = _string_end(raw, match.start())
+            continue
+        depth += 1 if char in (b"{", b"[") else -1
+        if depth > limit:
+            return True
+        cursor = match.end()
+    return False
+
+
+def deep_values(raw: bytes, patterns: Sequence[Pattern],
+                span: tuple[int, int] | None = None,
+                max_depth: int | None = None) -> list[tuple[str, tuple[int, int]]]:
+    """The values at ``patterns`` inside the object at ``span`` (default: the whole
+    document) that orjson cannot decode (or, with ``max_depth``, that nest deeper than
+    that), as ``(path, span)`` in document order (path like ``status.devices[0].data``).
+    Steps that are missing or of another shape are skipped; the walk never goes deeper than a
+    pattern is long."""
+    found: list[tuple[str, tuple[int, int]]] = []
+    start = (0, len(raw)) if span is None else span
+    for pattern in patterns:
+        stack: list[tuple[str, tuple[int, int], int]] = [("", start, 0)]
+        while stack:
+            path, current, step = stack.pop()
+            if step == len(pattern):
+                if max_depth is not None and _nests_deeper(raw, current, max_depth):
+                    found.append((path, current))
+                    continue
+                try:
+                    orjson.loads(raw[current[0]:current[1]])
+                except orjson.JSONDecodeError:
+                    found.append((path, current))
+                continue
+            name = pattern[step]
+            try:
+                if name == "*":
+                    if raw[current[0]:current[0] + 1] != b"[":
+                        continue
+                    children = [(f"{path}[{i}]", element)
+                                for i, element in enumerate(element_spans(raw, current))]
+                else:
+                    if raw[current[0]:current[0] + 1] != b"{":
+                        continue
+                    member = member_spans(raw, current).get(name)
+                    children = [] if member is None else [
+                        (f"{path}.{name}" if path else name, member)]
+            except ScanError:
+                continue
+            stack.extend((p, s, step + 1) for p, s in reversed(children))
+    return sorted(found, key=lambda item: item[1])
+
+
+def decode_replacing(raw: bytes, patterns: Sequence[Pattern],
+                     stand_in: Callable[[int], Any],
+                     span: tuple[int, int] | None = None,
+                     max_depth: int | None = None) -> tuple[Any, list[Deep]]:
+    """The object at ``span`` (default: the whole document), decoded with the ``i``-th value
+    at ``patterns`` that cannot be decoded (or nests deeper than ``max_depth``) replaced by
+    ``stand_in(i)`` (any JSON value); and those values as :class:`Deep` (path, raw bytes), in
+    order. Raises ScanError when the result still cannot be decoded (the object is
+    undecodable elsewhere, or malformed)."""
+    start, end = (0, len(raw)) if span is None else span
+    replaced = deep_values(raw, patterns, (start, end), max_depth)
+    pieces: list[bytes] = []
+    cursor = start
+    for index, (_, (value_start, value_end)) in enumerate(replaced):
+        pieces += [raw[cursor:value_start], orjson.dumps(stand_in(index))]
+        cursor = value_end
+    pieces.append(raw[cursor:end])
+    try:
+        decoded = orjson.loads(b"".join(pieces))
+    except orjson.JSONDecodeError as exc:
+        raise ScanError(" ".join(str(exc).split())[:200]) from exc
+    return decoded, [Deep(path, raw[a:b]) for path, (a, b) in replaced]
+
+
+def decode_pruned(raw: bytes, patterns: Sequence[Pattern], reason: str,
+                  span: tuple[int, int] | None = None) -> tuple[Any, list[str]]:
+    """The object at ``span`` (default: the whole document), decoded with every value at
+    ``patterns`` that cannot be decoded replaced by ``{UNDECODABLE_KEY: reason}``; and the
+    paths replaced. Raises ScanError as :func:`decode_replacing`."""
+    decoded, deep = decode_replacing(raw, patterns, lambda _: {UNDECODABLE_KEY: reason}, span)
+    return decoded, [value.path for value in deep]

@@ -28,6 +28,7 @@ from typing import Any
 
 from kdra import GROUP, VERSION
 from kdra.domain.extended_entry import ExtendedRequest, parse_extended_requests
+from kdra.domain.jsonscan import UNDECODABLE_KEY
 from kdra.domain.untrusted import load_json, load_yaml, shorten
 from kdra.dra.errors import InvalidObject
 from kdra.dra.models import DNS_LABEL, DNS_SUBDOMAIN
@@ -322,6 +323,31 @@ def clear_allocation(status: dict[str, Any]) -> None:
     (what the agent reported about devices the claim no longer has)."""
     for key in ("allocation", ALLOCATED_DEVICES, "devices"):
         status.pop(key, None)
+
+
+def drop_stray_device_statuses(status: dict[str, Any]) -> None:
+    """Before kdra writes a claim's ``status``: keep only the ``devices`` entries of devices
+    the allocation holds (upstream's API drops the others when a claim is deallocated, and
+    kdra's CRD refuses an update that keeps one) and whose ``data`` could be read (an entry
+    read with :data:`~kdra.domain.jsonscan.UNDECODABLE_KEY` in place of its data is never
+    written back as if the agent had said that)."""
+    entries = status.get("devices")
+    if entries is None:
+        return
+    allocation = status.get("allocation")
+    devices = allocation.get("devices") if isinstance(allocation, Mapping) else None
+    results = devices.get("results") if isinstance(devices, Mapping) else None
+    held = {(r.get("driver"), r.get("pool"), r.get("device"))
+            for r in results or () if isinstance(r, Mapping)}
+    kept = [e for e in entries if isinstance(e, Mapping)
+            and (e.get("driver"), e.get("pool"), e.get("device")) in held
+            and not (isinstance(e.get("data"), Mapping) and UNDECODABLE_KEY in e["data"])]
+    if len(kept) == len(entries):
+        return
+    if kept:
+        status["devices"] = kept
+    else:
+        del status["devices"]
 
 
 def protected_by_kdra(claim: Mapping[str, Any]) -> bool:

@@ -100,6 +100,7 @@ VALIDATE_PODS_WEBHOOK = f"validate-pods.{GROUP}"
 PROTECT_PODS_WEBHOOK = f"protect-pods.{GROUP}"
 VALIDATE_WEBHOOK = f"validate.{GROUP}"
 VALIDATE_BINDINGS_WEBHOOK = f"validate-bindings.{GROUP}"
+VALIDATE_CLAIM_STATUS_WEBHOOK = f"validate-claim-status.{GROUP}"
 OPERATOR_SERVICE_ACCOUNT = "kdra-operator"
 
 
@@ -158,6 +159,8 @@ def trusted_usernames(namespace: str, extra: Sequence[str] = ()) -> tuple[str, .
 def _not_trusted(users: Sequence[str]) -> str:
     listed = ", ".join(json.dumps(u, ensure_ascii=False) for u in users)
     return f"!(request.userInfo.username in [{listed}])"
+DEVICE_STATUSES_CHANGED_CONDITION = "object.?status.?devices != oldObject.?status.?devices"
+"""A claim status update that adds, changes or removes a device status."""
 SPEC_CHANGED_CONDITION = (
     "request.operation != 'UPDATE' || !has(object.spec) || !has(oldObject.spec) || "
     "object.spec != oldObject.spec"
@@ -199,10 +202,10 @@ def _pod_rules(*operations: str) -> list[dict[str, Any]]:
              "resources": ["pods"], "scope": "Namespaced"}]
 
 
-def _pod_webhook(name: str, endpoint: Endpoint, path: str, ca_bundle: bytes | None,
-                 operations: Sequence[str] = ("CREATE",),
-                 conditions: Sequence[tuple[str, str]] = (
-                     ("has-claims-annotation", POD_MATCH_CONDITION),)) -> dict[str, Any]:
+def _webhook(name: str, endpoint: Endpoint, path: str, ca_bundle: bytes | None,
+             rules: list[dict[str, Any]], conditions: Sequence[tuple[str, str]],
+             namespace_selector: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One webhook of kdra's configurations: the settings they all share (module doc)."""
     return {
         "name": name,
         "admissionReviewVersions": ["v1"],
@@ -211,13 +214,20 @@ def _pod_webhook(name: str, endpoint: Endpoint, path: str, ca_bundle: bytes | No
         "matchPolicy": "Equivalent",
         "sideEffects": "None",
         "timeoutSeconds": TIMEOUT_SECONDS,
-        "rules": _pod_rules(*operations),
-        "namespaceSelector": {"matchExpressions": [{
-            "key": "kubernetes.io/metadata.name", "operator": "NotIn",
-            "values": ["kube-system"]}]},
+        "rules": rules,
+        "namespaceSelector": namespace_selector or {},
         "objectSelector": {},
         "matchConditions": [{"name": n, "expression": e} for n, e in conditions],
     }
+
+
+def _pod_webhook(name: str, endpoint: Endpoint, path: str, ca_bundle: bytes | None,
+                 operations: Sequence[str] = ("CREATE",),
+                 conditions: Sequence[tuple[str, str]] = (
+                     ("has-claims-annotation", POD_MATCH_CONDITION),)) -> dict[str, Any]:
+    return _webhook(name, endpoint, path, ca_bundle, _pod_rules(*operations), conditions,
+                    {"matchExpressions": [{"key": "kubernetes.io/metadata.name",
+                                           "operator": "NotIn", "values": ["kube-system"]}]})
 
 
 def operator_username(namespace: str) -> str:
@@ -226,25 +236,27 @@ def operator_username(namespace: str) -> str:
 
 
 def _binding_webhook(endpoint: Endpoint, ca_bundle: bytes | None) -> dict[str, Any]:
-    """The operator's own bindings, checked by its own webhook (kdra.domain.bindings): only
-    the kdra-operator service account's are sent, so no other binding in the cluster waits
-    for kdra or fails while it is down."""
+    """The operator's own bindings and evictions, checked by its own webhook
+    (kdra.domain.bindings): only the kdra-operator service account's are sent, so no other
+    binding or eviction in the cluster waits for kdra or fails while it is down."""
     username = operator_username(endpoint.namespace)
-    return {
-        "name": VALIDATE_BINDINGS_WEBHOOK,
-        "admissionReviewVersions": ["v1"],
-        "clientConfig": endpoint.client_config(VALIDATE_PATH, ca_bundle),
-        "failurePolicy": "Fail",
-        "matchPolicy": "Equivalent",
-        "sideEffects": "None",
-        "timeoutSeconds": TIMEOUT_SECONDS,
-        "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                   "resources": ["pods/binding"], "scope": "Namespaced"}],
-        "namespaceSelector": {},
-        "objectSelector": {},
-        "matchConditions": [{"name": "is-kdra-operator",
-                             "expression": f"request.userInfo.username == '{username}'"}],
-    }
+    return _webhook(VALIDATE_BINDINGS_WEBHOOK, endpoint, VALIDATE_PATH, ca_bundle,
+                    [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                      "resources": ["pods/binding", "pods/eviction"], "scope": "Namespaced"}],
+                    [("is-kdra-operator", f"request.userInfo.username == '{username}'")])
+
+
+def _claim_status_webhook(endpoint: Endpoint, ca_bundle: bytes | None,
+                          users: Sequence[str]) -> dict[str, Any]:
+    """Drivers' writes of a claim's device statuses (node agents': anyone's but kdra's own
+    ``users``), when ``status.devices`` changes: their ``data`` bounded in depth and size
+    (kdra.domain.admission_objects.device_status_errors), which neither the CRD schema nor a
+    ValidatingAdmissionPolicy can measure."""
+    return _webhook(VALIDATE_CLAIM_STATUS_WEBHOOK, endpoint, VALIDATE_PATH, ca_bundle,
+                    [{"apiGroups": [GROUP], "apiVersions": [VERSION], "operations": ["UPDATE"],
+                      "resources": ["resourceclaims/status"], "scope": "Namespaced"}],
+                    [("not-kdra", _not_trusted(users)),
+                     ("device-statuses-changed", DEVICE_STATUSES_CHANGED_CONDITION)])
 
 
 def mutating_configuration(endpoint: Endpoint, ca_bundle: bytes | None) -> dict[str, Any]:
@@ -267,27 +279,17 @@ def validating_configuration(endpoint: Endpoint, ca_bundle: bytes | None,
     """``kdra-validating``: pods whose claims annotation is created or changed, pods whose
     kdra-owned keys anyone but ``trusted`` (default: :func:`trusted_usernames` of the
     endpoint's namespace) writes, and kdra's claims, templates and classes (claims' and
-    templates' specs are immutable, so only their creation is sent); and the operator's own
-    pod bindings (only pods with schedulerName kdra-scheduler)."""
+    templates' specs are immutable, so only their creation is sent); the operator's own
+    pod bindings (only pods with schedulerName kdra-scheduler) and evictions (only pods with
+    claims); and drivers' device statuses in claims (their data bounded)."""
     users = tuple(trusted) if trusted is not None else trusted_usernames(endpoint.namespace)
-    objects = {
-        "name": VALIDATE_WEBHOOK,
-        "admissionReviewVersions": ["v1"],
-        "clientConfig": endpoint.client_config(VALIDATE_PATH, ca_bundle),
-        "failurePolicy": "Fail",
-        "matchPolicy": "Equivalent",
-        "sideEffects": "None",
-        "timeoutSeconds": TIMEOUT_SECONDS,
-        "rules": [
-            {"apiGroups": [GROUP], "apiVersions": [VERSION], "operations": ["CREATE"],
-             "resources": ["resourceclaims", "resourceclaimtemplates"], "scope": "Namespaced"},
-            {"apiGroups": [GROUP], "apiVersions": [VERSION], "operations": ["CREATE", "UPDATE"],
-             "resources": ["deviceclasses"], "scope": "Cluster"},
-        ],
-        "namespaceSelector": {},
-        "objectSelector": {},
-        "matchConditions": [{"name": "spec-changed", "expression": SPEC_CHANGED_CONDITION}],
-    }
+    objects = _webhook(
+        VALIDATE_WEBHOOK, endpoint, VALIDATE_PATH, ca_bundle,
+        [{"apiGroups": [GROUP], "apiVersions": [VERSION], "operations": ["CREATE"],
+          "resources": ["resourceclaims", "resourceclaimtemplates"], "scope": "Namespaced"},
+         {"apiGroups": [GROUP], "apiVersions": [VERSION], "operations": ["CREATE", "UPDATE"],
+          "resources": ["deviceclasses"], "scope": "Cluster"}],
+        [("spec-changed", SPEC_CHANGED_CONDITION)])
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
@@ -302,6 +304,7 @@ def validating_configuration(endpoint: Endpoint, ca_bundle: bytes | None,
                           ("kdra-owned-keys-written", OWNED_KEYS_CHANGED_CONDITION))),
             objects,
             _binding_webhook(endpoint, ca_bundle),
+            _claim_status_webhook(endpoint, ca_bundle, users),
         ],
     }
 

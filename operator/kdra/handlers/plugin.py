@@ -16,6 +16,8 @@ Invariants:
   prints what it could build and, on stderr (and under ``notes`` in JSON/YAML), one line per
   kind it could not read and what that means for the figures. Only a kind the view cannot do
   without (the slices for ``free``, the pod for ``why``) makes it fail (exit 1).
+- ``free`` and ``why`` see the slices kdra-scheduler sees: a node's slice in another node's
+  pool is left out, with a note naming it (:mod:`kdra.domain.pool_ownership`).
 - Colour only when asked for or when stdout is a terminal (and ``NO_COLOR`` is unset); the
   layout is the same either way.
 - Exit codes: 0 shown, 1 could not (cluster unreachable, essential kind unreadable, pod not
@@ -32,6 +34,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from kdra.domain.describe import claims_of, describe, render
+from kdra.domain.pool_ownership import foreign_pool
 from kdra.domain.tables import Painter, table
 from kdra.domain.utilisation import top, utilisation
 from kdra.domain.why import explain_pod, render_why
@@ -71,6 +74,20 @@ class Session:
         except Unreadable as exc:
             self.notes.append(f"{exc}" + (f" — {meaning}" if meaning else ""))
             return None
+
+    def own_pools(self, slices: list[JSON] | None) -> list[JSON] | None:
+        """``slices`` without those of a node in another node's pool, which kdra-scheduler
+        ignores (:mod:`kdra.domain.pool_ownership`), each named in a note."""
+        if slices is None:
+            return None
+        kept = []
+        for obj in slices:
+            why = foreign_pool(obj)
+            if why is None:
+                kept.append(obj)
+            else:
+                self.notes.append(f"ignored {why}")
+        return kept
 
     def claims(self, namespace: str | None = None, fallback: str | None = None) -> list[JSON]:
         """The claims of ``namespace`` (unreadable: the command fails), or of every namespace
@@ -129,7 +146,7 @@ def _painter(column: str, cell: str) -> str:
 
 
 def cmd_free(session: Session, args: argparse.Namespace) -> int:
-    slices = session.reader.list(SLICES)
+    slices = session.own_pools(session.reader.list(SLICES)) or []
     classes = session.optional(CLASSES, meaning="every device is shown under no class ('-')")
     claims = session.claims()
     snapshot = _snapshot(slices, classes or [], session.notes)
@@ -174,7 +191,8 @@ def cmd_why(session: Session, args: argparse.Namespace) -> int:
     pod = session.reader.get(PODS, args.pod, namespace)
     claims = session.claims(fallback=namespace)
     classes = session.optional(CLASSES, meaning="requests whose class is unknown cannot fit")
-    slices = session.optional(SLICES, meaning="no devices are known: nothing can fit")
+    slices = session.own_pools(
+        session.optional(SLICES, meaning="no devices are known: nothing can fit"))
     nodes = session.optional(NODES)
     pods = session.optional(PODS, meaning="the nodes' cpu/memory/pod capacity is not checked")
     budget = SearchBudget() if args.search_steps is None else \

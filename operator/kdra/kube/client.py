@@ -137,7 +137,8 @@ class KubeClient:
         raise api_error(status, reason, raw)
 
     def skipped(self, skip: Skipped) -> None:
-        """Count an undecodable object, and log it the first time it is seen."""
+        """Count an undecodable object (skipped, or read without its undecodable free-form
+        values), and log it the first time it is seen."""
         metrics.record_watch_decode_error(skip.kind)
         key = (skip.kind, skip.uid or f"{skip.namespace}/{skip.name}", skip.resource_version)
         if key in self._reported:
@@ -145,6 +146,11 @@ class KubeClient:
         self._reported[key] = None
         while len(self._reported) > MAX_REPORTED_SKIPS:
             self._reported.popitem(last=False)
+        if skip.pruned:
+            log.warning("reading %s without %s: it cannot be decoded (%s); read as "
+                        "{\"kdra.dev/undecodable\": ...}", skip, ", ".join(skip.pruned),
+                        skip.reason)
+            return
         log.warning("skipping %s: it cannot be decoded (%s); it is ignored until it changes",
                     skip, skip.reason)
 

@@ -7,6 +7,14 @@ Invariants:
 - One object never stops a list or a watch: an item of a list page or the object of a watch
   event that cannot be decoded becomes a :class:`Skipped` (handed to ``on_skip``, which counts
   and logs it); a watch event's resourceVersion is read even then, so the watch moves past it.
+- Except where the undecodable parts are free-form values of :data:`PRUNABLE` (a claim's
+  ``status.devices[].data``, which a node agent writes after every webhook, and the
+  ``metadata.managedFields`` that trace it): then the object
+  is delivered with that value replaced by ``{"kdra.dev/undecodable": reason}``
+  (:func:`kdra.domain.jsonscan.decode_pruned`) — its allocation and reservations still count,
+  so the claim is released and its devices are never handed out twice — and ``on_skip``
+  still hears of it (a :class:`Skipped` whose ``pruned`` names the paths). A single object
+  read (:func:`decode_answer`) is pruned the same way.
 - Every object decoded here comes back without ``metadata.managedFields``
   (:func:`strip_managed_fields`; why: :mod:`kdra.kube.client`).
 - The hot path (one call of :func:`decode_event` per watch event) decodes the event once
@@ -23,12 +31,24 @@ from typing import Any
 
 import orjson
 
-from kdra.domain.jsonscan import ScanError, decode_list, member_spans, path_value
+from kdra.domain.jsonscan import (
+    ScanError,
+    decode_list,
+    decode_pruned,
+    member_spans,
+    path_value,
+)
 from kdra.kube.errors import Undecodable, short_reason
 from kdra.kube.resources import Resource
 
 JSON = dict[str, Any]
 Items = list[JSON]
+
+PRUNABLE = (("status", "devices", "*", "data"), ("metadata", "managedFields"))
+"""Free-form fields an undecodable value of which is read as a marker rather than making the
+whole object undecodable: a claim's device data, written by node agents (RBAC and the
+admission policies let them, and a CRD schema cannot bound a free-form field's depth), and
+the managedFields that trace it field by field (kdra strips them from what it reads)."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +62,8 @@ class Skipped:
     uid: str
     resource_version: str
     reason: str
+    pruned: tuple[str, ...] = ()
+    """Set when the object was delivered all the same, these paths replaced by a marker."""
 
     def stub(self) -> JSON:
         """The object reduced to what is known of its metadata (for a deletion)."""
@@ -56,6 +78,29 @@ class Skipped:
 
 
 Skips = list[Skipped]
+
+
+def _pruned(raw: bytes, kind: str, reason: str,
+            on_skip: Callable[[Skipped], None]) -> JSON | None:
+    """The object in ``raw`` with its undecodable :data:`PRUNABLE` values replaced (reported
+    to ``on_skip``); None when that does not make it decodable."""
+    try:
+        obj, paths = decode_pruned(raw, PRUNABLE, reason)
+    except ScanError:
+        return None
+    if not paths or not isinstance(obj, dict):
+        return None
+    found = obj.get("metadata")
+    meta: JSON = found if isinstance(found, dict) else {}
+
+    def text(name: str) -> str:
+        value = meta.get(name)
+        return value if isinstance(value, str) else ""
+
+    on_skip(Skipped(kind, text("namespace"), text("name"), text("uid"),
+                    text("resourceVersion"), reason, tuple(paths)))
+    strip_managed_fields(obj)
+    return obj
 
 
 def _skim(raw: bytes, kind: str, reason: str) -> Skipped:
@@ -84,12 +129,17 @@ def encode(body: Any, what: str) -> bytes:
 
 
 def decode_answer(raw: bytes, status: int, what: str) -> JSON:
-    """A 2xx answer's JSON object, managedFields stripped (from each item of a list)."""
+    """A 2xx answer's JSON object, managedFields stripped (from each item of a list); an
+    object whose only undecodable parts are :data:`PRUNABLE` comes back with them replaced."""
     try:
         data = orjson.loads(raw) if raw else {}
     except orjson.JSONDecodeError as exc:
-        raise Undecodable(status, "Undecodable", f"{what}: the answer cannot be decoded: "
-                          f"{short_reason(exc)}") from None
+        reason = short_reason(exc)
+        pruned = _pruned(raw, "object", reason, lambda _: None)
+        if pruned is None:
+            raise Undecodable(status, "Undecodable", f"{what}: the answer cannot be decoded: "
+                              f"{reason}") from None
+        data = pruned
     if not isinstance(data, dict):
         raise Undecodable(status, "Undecodable", f"{what}: the answer is not a JSON object")
     items = data.get("items")
@@ -110,7 +160,8 @@ def decode_page(raw: bytes, status: int, path: str, res: Resource,
                 on_skip: Callable[[Skipped], None]) -> tuple[JSON, Skips]:
     """One page of a LIST, as ``{"metadata": ..., "items": [...]}``, and its skipped objects.
     A page that does not decode whole (one object in it nests too deep) is decoded item by
-    item, and the items that still fail are skipped."""
+    item; an item undecodable only in :data:`PRUNABLE` values is kept with them replaced, the
+    items that still fail are skipped."""
     try:
         meta, decoded, bad = decode_list(raw)
     except ScanError as exc:
@@ -123,6 +174,10 @@ def decode_page(raw: bytes, status: int, path: str, res: Resource,
             items.append(item)
     skipped: Skips = []
     for undecoded in bad:
+        pruned = _pruned(undecoded.raw, res.kind, undecoded.reason, on_skip)
+        if pruned is not None:
+            items.append(pruned)
+            continue
         skip = Skipped(res.kind, undecoded.namespace, undecoded.name, undecoded.uid,
                        undecoded.resource_version, undecoded.reason)
         on_skip(skip)
@@ -135,7 +190,8 @@ def decode_event(line: bytes, res: Resource,
     """Decode one watch event. An event whose object cannot be decoded (nested deeper
     than orjson's 1,024 levels, say) is skipped — logged once, counted — but still moves
     the watch's resourceVersion past it, so a resumed watch does not replay it; a
-    deletion is delivered with what is known of the object's metadata."""
+    deletion is delivered with what is known of the object's metadata. An object
+    undecodable only in :data:`PRUNABLE` values is delivered with them replaced."""
     try:
         event = orjson.loads(line)
         if not isinstance(event, dict):
@@ -150,6 +206,10 @@ def decode_event(line: bytes, res: Resource,
         members = {}
     kind = path_value(line, ("type",)) if "type" in members else None
     span = members.get("object")
+    if span is not None and isinstance(kind, str):
+        pruned = _pruned(line[span[0]:span[1]], res.kind, failure, on_skip)
+        if pruned is not None:
+            return kind, pruned
     skip = _skim(line[span[0]:span[1]] if span else b"", res.kind, failure)
     if not isinstance(kind, str) or not skip.resource_version:
         # Not even the version can be read: the stream itself is broken; reconnect.

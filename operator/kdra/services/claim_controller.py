@@ -42,6 +42,7 @@ from kdra.domain.podclaims import (
     PodClaim,
     claim_statuses,
     clear_allocation,
+    drop_stray_device_statuses,
     generated_claim,
     is_object_name,
     owned_by,
@@ -394,6 +395,7 @@ class ClaimController:
             return None
 
     async def _write_status(self, body: JSON) -> JSON:
+        drop_stray_device_statuses(body["status"])  # else the CRD refuses the write
         try:
             updated = await self.client.replace_status(CLAIMS, body)
         except Conflict as exc:

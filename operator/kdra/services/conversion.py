@@ -4,12 +4,16 @@
 
 Invariants:
 - Conversions run in a worker thread: converting a list of a thousand objects must not stall
-  the event loop. A body that is not JSON (or nests deeper than the decoder allows) is an HTTP
-  400; a ConversionReview whose objects cannot be converted gets a ``Failure`` result naming
-  the object (:func:`kdra.dra.models.conversion.review`).
+  the event loop. A body that is not a ConversionReview is an HTTP 400; one whose objects
+  cannot be converted gets a ``Failure`` result naming the object
+  (:func:`kdra.dra.models.conversion.review`); a claim's device data nested deeper than any
+  decoder allows is carried over undecoded (:mod:`kdra.domain.conversion_review`), so one
+  such claim never fails a list.
 - :func:`point_crds` writes a CRD only when its conversion differs from what this server
   needs (defaults the API server adds are no difference); a CRD that is missing (not installed
-  yet) is skipped with a warning, the others are still kept current.
+  yet), or that the admission policy ``kdra-operator-crds`` does not let it point here (only
+  kdra's own Service, or where the CRD points already), is skipped with a message, the others
+  are still kept current.
 """
 
 from __future__ import annotations
@@ -17,14 +21,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import orjson
 from aiohttp import web
 
+from kdra.domain import conversion_review
 from kdra.domain.webhooks import CRD_NAMES, Endpoint, contains, conversion_patch
-from kdra.dra.errors import InvalidObject
-from kdra.dra.models import conversion
 from kdra.kube.client import KubeClient
-from kdra.kube.errors import NotFound
+from kdra.kube.errors import ApiError, NotFound
 from kdra.kube.resources import CRDS
 
 __all__ = ["convert", "point_crds"]
@@ -33,24 +35,14 @@ log = logging.getLogger(__name__)
 
 
 async def convert(request: web.Request) -> web.Response:
-    """``POST /convert``: answer a ConversionReview."""
+    """``POST /convert``: answer a ConversionReview (:func:`kdra.domain.conversion_review.
+    answer`, in a worker thread)."""
     raw = await request.read()
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return web.json_response({"error": "the body is not JSON (or is nested too deeply)"},
-                                 status=400)
     loop = asyncio.get_running_loop()
-    try:
-        answer = await loop.run_in_executor(None, conversion.review, body)
-    except InvalidObject as exc:
-        return web.json_response({"error": str(exc)}, status=400)
-    except RecursionError:  # nothing the API server sends is nested this deep
-        return web.json_response({"error": "the objects are nested too deeply"}, status=400)
-    result = answer["response"]["result"]
-    if result["status"] != "Success":
-        log.warning("conversion failed: %s", result.get("message"))
-    return web.json_response(answer)
+    answer = await loop.run_in_executor(None, conversion_review.answer, raw)
+    if answer.failure is not None:
+        log.warning("conversion failed: %s", answer.failure)
+    return web.Response(body=answer.body, status=answer.status, content_type="application/json")
 
 
 async def point_crds(client: KubeClient, endpoint: Endpoint, ca_pem: bytes,
@@ -71,5 +63,16 @@ async def point_crds(client: KubeClient, endpoint: Endpoint, ca_pem: bytes,
         config = current.get("clientConfig") or {}
         if contains(config, wanted) and set(config) == set(wanted):
             continue
-        await client.patch(CRDS, name, patch)
+        try:
+            await client.patch(CRDS, name, patch)
+        except ApiError as exc:
+            if exc.status not in (403, 422):
+                raise
+            # The admission policy kdra-operator-crds: only kdra's own Service, or the
+            # CA bundle of where it points now.
+            log.error("cannot point the conversion webhook of CRD %s at %s (%s): point it "
+                      "there when installing (the operator may point it only at kdra's own "
+                      "Service, or renew the CA bundle of where it points)", name, where,
+                      exc.message)
+            continue
         log.info("pointed the conversion webhook of CRD %s at %s", name, where)

@@ -24,6 +24,9 @@ Invariants:
   clock skew between the agent and the operator cannot expire a live agent early.
 - Every delete carries the slice's uid and resourceVersion as preconditions: a slice the
   agent re-created or re-published meanwhile is never deleted by mistake.
+- A slice of node A naming pool B (:mod:`kdra.domain.pool_ownership`) is judged only by
+  ``node-gone`` and ``lease-expired``: it neither keeps pool B's older generations alive nor,
+  with a newer generation, gets B's slices deleted.
 - Each deletion is logged with its reason and counted in
   ``kdra_slice_gc_deletions_total{reason}``.
 """
@@ -41,6 +44,7 @@ from typing import Literal
 
 from kdra import metrics
 from kdra.domain.agent_leases import AGENT_LEASE_LABEL, lease_pools
+from kdra.domain.pool_ownership import speaks_for_pool
 from kdra.dra.timestamps import parse_time
 from kdra.kube.client import KubeClient
 from kdra.kube.errors import Conflict, NotFound
@@ -110,6 +114,8 @@ def decide(slices: Iterable[JSON], *, node_exists: Callable[[str], bool],
                                       f"the agent of node {node} for {driver} is gone: "
                                       f"{describe_lease(driver, node or '')}"))
             continue
+        if not speaks_for_pool(obj):
+            continue  # another node's pool: neither protects it nor supersedes its slices
         protected = protected or state in ("live", "grace")
         remaining.append(obj)
     if remaining and not protected:

@@ -157,6 +157,14 @@ class Store:
                 self._indexes[name][value].add(key)
         return old
 
+    def drop(self, key: Key) -> JSON | None:
+        """Remove an object without burying it: a later version may be cached again (an
+        object a reader ignores for what this version says, not because it is gone)."""
+        old = self._objects.pop(key, None)
+        if old is not None:
+            self._unindex(key, old)
+        return old
+
     def delete(self, key: Key) -> JSON | None:
         old = self._objects.pop(key, None)
         if old is not None:

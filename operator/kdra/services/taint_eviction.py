@@ -20,6 +20,9 @@ Invariants:
 - Events on the pod and on the claim name the device, the taint and whether it was tolerated
   for a while; ``kdra_taint_evictions_total`` counts accepted evictions.
 - One malformed claim or rule is logged and skipped; the pass goes on with the others.
+- Only a slice that speaks for its pool (:func:`kdra.domain.pool_ownership.speaks_for_pool`:
+  a node-local slice, for the pool named after its node) taints devices: a node's agent can
+  evict pods only through its own devices.
 - A rule's status is written only when what it reports changed.
 - Cheap when nothing is tainted NoExecute (the common case): claim events then start no pass
   at all (only slice and rule changes and the :data:`IDLE` timer do); a pass parses only claims
@@ -39,6 +42,7 @@ from typing import Any
 
 from kdra import GROUP, metrics
 from kdra.domain.eviction import ClaimEviction, DeviceId, claim_eviction, slice_taints
+from kdra.domain.pool_ownership import speaks_for_pool
 from kdra.dra.errors import InvalidObject
 from kdra.dra.models import parse_claim
 from kdra.dra.taint_rules import TaintRule, parse_rule, rule_taints
@@ -94,8 +98,8 @@ class TaintEvictionController:
 
     def on_slice(self, event_type: str | None, obj: JSON) -> None:
         name = str((obj.get("metadata") or {}).get("name"))
-        if event_type == "DELETED":
-            self._slices.pop(name, None)
+        if event_type == "DELETED" or not speaks_for_pool(obj):
+            self._slices.pop(name, None)  # a slice of node A in pool B taints nothing of B
         else:
             self._slices[name] = obj
         self._changed()

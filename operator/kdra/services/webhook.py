@@ -5,9 +5,9 @@ The operator starts one :class:`WebhookServer` (unless ``webhook_port`` is 0). I
 * ``POST /validate`` — :func:`kdra.domain.admission.validate` (claims, templates, classes, and
   pods whose kdra keys are written; kdra's own identities, :attr:`WebhookServer.trusted`,
   may write kdra-owned keys; for an admin-access claim it reads the namespace's labels), and
-  :func:`kdra.domain.bindings.binding_decision` for the operator's own pod bindings (the pod
-  read from the API server); a ResourceClaim being created is also checked against its
-  namespace's DeviceQuotas (:mod:`kdra.domain.quota_admission`),
+  :func:`kdra.domain.bindings.binding_decision` for the operator's own pod bindings and
+  evictions (the pod read from the API server); a ResourceClaim being created is also checked
+  against its namespace's DeviceQuotas (:mod:`kdra.domain.quota_admission`),
 * ``POST /mutate-pods`` — :func:`kdra.domain.admission.mutate_pod` (with the DeviceClasses'
   extended resource names when the pod asks for one, :mod:`kdra.services.extended_lookup`),
 * ``POST /convert`` — :func:`kdra.services.conversion.convert` (kdra's four kinds between
@@ -59,7 +59,7 @@ import orjson
 from aiohttp import web
 
 from kdra.domain import admission
-from kdra.domain.bindings import binding_decision, is_binding
+from kdra.domain.bindings import binding_decision, is_binding, is_eviction
 from kdra.domain.jsonscan import path_value
 from kdra.domain.quota_admission import with_quotas
 from kdra.domain.webhooks import (
@@ -270,7 +270,8 @@ class WebhookServer:
         return dict((namespace.get("metadata") or {}).get("labels") or {})
 
     async def _validate_binding(self, body: Any, review: Mapping[str, Any]) -> web.Response:
-        """The operator's own bindings: only pods with schedulerName kdra-scheduler."""
+        """The operator's own bindings and evictions: only pods with schedulerName
+        kdra-scheduler are bound, only pods that ask for claims evicted."""
         pod: dict[str, Any] | None = None
         namespace, name = review.get("namespace"), review.get("name")
         if self.client is not None and isinstance(namespace, str) and isinstance(name, str):
@@ -310,7 +311,7 @@ class WebhookServer:
             return web.json_response(admission.undecodable(uid, str(exc)).to_review())
         if bindings:
             review = body.get("request") if isinstance(body, Mapping) else None
-            if isinstance(review, Mapping) and is_binding(review):
+            if isinstance(review, Mapping) and (is_binding(review) or is_eviction(review)):
                 return await self._validate_binding(body, review)
         if objects:  # the validating webhook: kdra's identities, the namespace's labels
             labels, quotas = await asyncio.gather(self._namespace_labels(body),

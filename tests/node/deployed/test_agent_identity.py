@@ -171,12 +171,14 @@ def _refused_for_another_node(agent: AgentToken, claim: dict[str, Any],
     agent.allowed("create", "-f", "-",
                   input=_lease(f"kdra-agent-{NODE_NAME}-gpu-kdra-dev-probe", NODE_NAME))
 
-    # A claim's status: another pool's device entries, or the allocation.
+    # A claim's status: another pool's device entries (devices the claim is not allocated:
+    # the CRD refuses them before the agents' policy is asked, issue 36), or the allocation.
     ns = ("-n", "default")
     forged = json.loads(json.dumps(claim))
     forged["status"]["devices"] = [{**d, "pool": OTHER} for d in claim["status"]["devices"]]
     agent.denied("replace", "--subresource=status", "-f", "-", *ns, input=json.dumps(forged),
-                 says=f"may only change status.devices entries of pool '{NODE_NAME}'")
+                 says="every status.devices entry must be for a device in "
+                      "status.allocation.devices.results")
     cleared = json.loads(json.dumps(claim))
     for key in ("allocation", "allocatedDevices", "reservedFor", "devices"):
         cleared["status"].pop(key, None)

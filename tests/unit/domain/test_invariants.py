@@ -434,7 +434,7 @@ def _shared_slices() -> list[dict[str, object]]:
     slices: list[dict[str, object]] = node_slices("node-1", "1 x H100-80GB")
     slices.append({"apiVersion": "resource.kdra.dev/v1", "kind": "ResourceSlice",
                    "metadata": {"name": "shared"},
-                   "spec": {"driver": "gpu.kdra.dev", "nodeName": "node-1",
+                   "spec": {"driver": "gpu.kdra.dev", "allNodes": True,
                             "pool": {"name": "shared", "generation": 0,
                                      "resourceSliceCount": 1},
                             "devices": [{"name": "gpu-s", "allowMultipleAllocations": True,

@@ -60,7 +60,8 @@ def test_policies() -> None:
                                              "validate-pods.resource.kdra.dev",
                                              "protect-pods.resource.kdra.dev",
                                              "validate.resource.kdra.dev",
-                                             "validate-bindings.resource.kdra.dev"}
+                                             "validate-bindings.resource.kdra.dev",
+                                             "validate-claim-status.resource.kdra.dev"}
     for webhook in webhooks:
         assert webhook["failurePolicy"] == "Fail"
         assert webhook["sideEffects"] == "None"
@@ -103,11 +104,28 @@ def test_only_the_operators_own_bindings_go_to_the_binding_webhook() -> None:
     webhook = next(w for w in validating_configuration(Endpoint(namespace="ops"), None)["webhooks"]
                    if w["name"] == "validate-bindings.resource.kdra.dev")
     assert webhook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"],
-                                 "operations": ["CREATE"], "resources": ["pods/binding"],
+                                 "operations": ["CREATE"],
+                                 "resources": ["pods/binding", "pods/eviction"],
                                  "scope": "Namespaced"}]
     assert webhook["matchConditions"] == [{
         "name": "is-kdra-operator",
         "expression": "request.userInfo.username == 'system:serviceaccount:ops:kdra-operator'"}]
+
+
+def test_drivers_device_statuses_go_to_the_claim_status_webhook() -> None:
+    """Issue 36: a node agent's device data is bounded by the webhook (no schema or policy
+    can measure a free-form value); only changes of status.devices by anyone but kdra."""
+    webhook = next(w for w in validating_configuration(Endpoint(namespace="ops"), None)["webhooks"]
+                   if w["name"] == "validate-claim-status.resource.kdra.dev")
+    assert webhook["rules"] == [{"apiGroups": ["resource.kdra.dev"], "apiVersions": ["v1"],
+                                 "operations": ["UPDATE"],
+                                 "resources": ["resourceclaims/status"],
+                                 "scope": "Namespaced"}]
+    assert webhook["matchConditions"] == [
+        {"name": "not-kdra", "expression":
+         '!(request.userInfo.username in ["system:serviceaccount:ops:kdra-operator"])'},
+        {"name": "device-statuses-changed",
+         "expression": "object.?status.?devices != oldObject.?status.?devices"}]
 
 
 def test_the_crds_convert_through_the_operators_webhook() -> None:

@@ -15,10 +15,14 @@ Invariants:
 - A claim is parsed once per resourceVersion (:meth:`parse`) and put in the snapshot once
   per resourceVersion (:meth:`snapshotted` tells the binder it was); an object that does not parse
   (slice, class, rule, claim) is logged and left out of the snapshot, as if absent — one
-  object never stops the binder.
+  object never stops the binder. A claim whose only fault is in ``status.devices`` (what
+  drivers write) is parsed without them: its allocation still counts.
 - Every pod on a node, kdra's or not, counts towards that node's usage exactly once, on the
   node it is bound to, until it is gone or done.
 - The node views are sorted by name and rebuilt only after a node event.
+- A node-local slice that names a pool other than its node's
+  (:func:`kdra.domain.pool_ownership.foreign_pool`) is kept out of the slice cache, the
+  snapshot and the quota book, as if deleted: its devices would stand for another node's.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import logging
 import time
 from collections import Counter, defaultdict
 
+from kdra.domain.pool_ownership import foreign_pool
 from kdra.domain.scheduling import (
     NodeView,
     PodFit,
@@ -59,6 +64,7 @@ class ClusterView:
         self.slices = Store("ResourceSlice", {"pool": lambda s: [
             f"{s['spec'].get('driver')}/{s['spec'].get('pool', {}).get('name')}"]})
         self.snapshot = Snapshot()
+        self._foreign: set[str] = set()  # slices ignored for naming another node's pool
         self.quotas = QuotaBook(self.slices)  # DeviceQuotas and what claims hold (services.quota)
         self.usage: dict[str, dict[str, Resources]] = defaultdict(dict)  # node → pod uid → req
         self._pod_node: dict[str, str] = {}  # pod uid → the node its usage is counted on
@@ -71,8 +77,17 @@ class ClusterView:
         self._views = None
 
     def on_slice(self, event_type: str | None, slice_: JSON) -> None:
-        self.slices.apply(event_type, slice_)
         name = slice_["metadata"]["name"]
+        foreign = None if event_type == "DELETED" else foreign_pool(slice_)
+        if foreign is not None:  # as if absent, but a later version may speak for its pool
+            if name not in self._foreign:
+                log.warning("ignoring ResourceSlice: %s", foreign)
+            self._foreign.add(name)
+            self.slices.drop(key_of(slice_))
+            self.snapshot.remove_slice(name)
+            return
+        self._foreign.discard(name)
+        self.slices.apply(event_type, slice_)
         if event_type == "DELETED":
             self.snapshot.remove_slice(name)
         else:
@@ -131,7 +146,18 @@ class ClusterView:
         cached = self._parsed.get(uid)
         if cached is not None and cached[0] == version and version:
             return cached[1]
-        parsed = parse_claim(claim)
+        try:
+            parsed = parse_claim(claim)
+        except InvalidObject as exc:
+            # Drivers write status.devices: a bad entry must not make the claim's allocation
+            # count for nothing (its devices would be handed out again).
+            status = claim.get("status")
+            if not isinstance(status, dict) or not status.get("devices"):
+                raise
+            parsed = parse_claim({**claim, "status": {k: v for k, v in status.items()
+                                                      if k != "devices"}})
+            log.warning("claim %s/%s: its status.devices left out (%s); its allocation counts",
+                        meta.get("namespace"), meta.get("name"), exc)
         self._parsed[uid] = (version, parsed)
         return parsed
 

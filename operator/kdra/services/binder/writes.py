@@ -34,6 +34,7 @@ from kdra.domain.podclaims import (
     FINALIZER,
     PodClaim,
     clear_allocation,
+    drop_stray_device_statuses,
     pod_ref,
     set_allocation,
 )
@@ -151,6 +152,7 @@ class Writes:
         if result is not None:
             set_allocation(status, dump(result))
         status["reservedFor"] = [*(status.get("reservedFor") or []), pod_ref(pod)]
+        drop_stray_device_statuses(status)  # else the CRD refuses the write
         updated = await self.client.replace_status(CLAIMS, body)
         self.claims.upsert(updated)
         self.cluster.snapshot_claim(updated)
@@ -213,6 +215,7 @@ class Writes:
                 del body["status"]["reservedFor"]  # no field, as upstream (omitempty)
             if not keep and deallocate:
                 clear_allocation(body["status"])
+            drop_stray_device_statuses(body["status"])
             try:
                 updated = await self.client.replace_status(CLAIMS, body)
             except Conflict:

@@ -1,0 +1,61 @@
+"""Which node may speak for a pool: a node-local ResourceSlice counts only for the pool named
+after its node.
+
+kdra's node agents publish one pool per driver, named after the node (as upstream's kubelet
+plugin helper does), and their ValidatingAdmissionPolicy (manifests/base/agent) holds them to
+it: an agent may write only slices with ``spec.nodeName`` and ``spec.pool.name`` both its own
+node. Pool names are otherwise free text, and devices are identified cluster-wide by
+``driver/pool/device`` — in allocation results, taints, quotas — so a slice of node A in pool
+``B`` (written before the policy, by hand, or with the policy removed) would speak for node
+B's devices: taint them NoExecute (evicting B's pods), give them another capacity (a
+DeviceQuota's usage) or a newer generation. Every reader that looks a device up by
+driver and pool therefore drops such a slice first (:func:`speaks_for_pool`), and ``kdra
+check`` names it (rule ``foreign-pool``).
+
+Slices without ``spec.nodeName`` (``allNodes``, ``nodeSelector``, per-device node selection)
+are not node agents' (the policy refuses agents those) but an administrator's or a
+network-attached driver's: they speak for their pool as upstream says.
+
+Invariants:
+- Pure and total: a malformed slice (no spec, a pool that is not an object) never raises; it
+  is judged by what it says (a non-string node or pool name reads as empty).
+- :func:`foreign_pool` is None exactly when :func:`speaks_for_pool` is true.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["foreign_pool", "speaks_for_pool"]
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _names(slice_: Mapping[str, Any]) -> tuple[str, str]:
+    """(spec.nodeName, spec.pool.name), empty where absent or not strings."""
+    spec = slice_.get("spec") if isinstance(slice_, Mapping) else None
+    spec = spec if isinstance(spec, Mapping) else {}
+    pool = spec.get("pool")
+    pool = pool if isinstance(pool, Mapping) else {}
+    return _text(spec.get("nodeName")), _text(pool.get("name"))
+
+
+def foreign_pool(slice_: Mapping[str, Any]) -> str | None:
+    """Why a node-local slice may not speak for its pool (None: it may)."""
+    node, pool = _names(slice_)
+    if not node or pool == node:
+        return None
+    meta = slice_.get("metadata") if isinstance(slice_, Mapping) else None
+    name = _text(meta.get("name")) if isinstance(meta, Mapping) else ""
+    return (f"slice {name or '<unnamed>'} of node {node} publishes pool {pool or '<none>'!r}: "
+            f"a node speaks only for the pool named after it ({node!r})")
+
+
+def speaks_for_pool(slice_: Mapping[str, Any]) -> bool:
+    """Whether the slice's devices count for its pool (see the module)."""
+    node, pool = _names(slice_)
+    return not node or pool == node
+
