@@ -197,9 +197,9 @@ def test_results_name_the_alternative_and_carry_its_config() -> None:
     (result,) = allocate([claim], snapshot, node()) or []
     assert [r.request for r in result.devices.results] == ["gpu/big"]
     sources = [(c.source, c.requests, c.opaque.parameters) for c in result.devices.config]
-    assert sources == [("FromClass", (), {"cls": "gpu"}),
+    assert sources == [("FromClass", ("gpu/big",), {"cls": "gpu"}),
                        ("FromClaim", ("gpu/big",), {"mode": "exclusive"}),
-                       ("FromClaim", (), {"all": "yes"})]  # names every request: "all"
+                       ("FromClaim", ("gpu",), {"all": "yes"})]  # verbatim, as upstream
 
 
 def test_admin_access_is_recorded_in_the_results() -> None:

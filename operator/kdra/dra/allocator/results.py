@@ -9,10 +9,9 @@
 - ``devices.config``: first the DeviceClass configs (``FromClass``) — each class's entries
   once, in the order its requests appear, with ``requests`` naming every request of the claim
   that uses the class (the chosen alternative's name); then each claim config (``FromClaim``)
-  once, keeping its ``requests`` — except one that names only alternatives that were not
-  chosen. An entry whose ``requests`` names every request of the claim is written with
-  ``requests`` empty ("all"), like upstream; ``<request>/<subrequest>`` names stay as they
-  are.
+  once, keeping its ``requests`` verbatim (empty: every request) — except one that names
+  only alternatives that were not chosen. (Upstream appends a claim config once per request
+  it names; kdra writes it once: docs/api-versions.md, "Where kdra differs".)
 - ``nodeSelector`` (upstream's createNodeSelector): a picked device's node selection is its
   slice's, or with ``perDeviceNodeSelection`` the device's own. If any picked device has a
   ``nodeName``, or ``bindsToNode``, one term ``matchFields metadata.name In [<the node
@@ -124,17 +123,8 @@ def _configs(claim: PreparedClaim) -> tuple[DeviceAllocationConfiguration, ...]:
         if claim_config.requests and chosen.isdisjoint(claim_config.requests):
             continue  # only for alternatives that were not chosen
         entries.append(("FromClaim", list(claim_config.requests), claim_config.opaque))
-    # "Every request" is written as no requests at all: the chosen names for class entries,
-    # the requests' own names for claim entries (which name ``<request>/<sub>`` verbatim).
-    chosen_names = {request.name for request in claim.requests}
-    own_names = {request.parent for request in claim.requests}
     return tuple(
-        DeviceAllocationConfiguration(
-            source=source,
-            requests=() if set(requests) == (chosen_names if source == "FromClass"
-                                             else own_names) else tuple(requests),
-            opaque=opaque,
-        )
+        DeviceAllocationConfiguration(source=source, requests=tuple(requests), opaque=opaque)
         for source, requests, opaque in entries
     )
 
