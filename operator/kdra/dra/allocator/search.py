@@ -317,7 +317,8 @@ class NodeSearch:
                           for o in sharing),
                 ))
             supply = tuple(supplies)
-        raises = any(item.failure is not None for item in items)
+        # Only a candidate whose selector failed can raise; a prunable request has none.
+        raises = not plan.prunable and any(item.failure is not None for item in items)
         for k in range(request.count):
             self.slots.append(
                 _Slot(claim, request, items, applying, request.count - k,
