@@ -1662,6 +1662,10 @@ CASES += [
 ]
 
 _INVALID = "invalid resource pools were encountered"
+_INVALID_POOL1 = [  # pool-1 repeats device-1 across its two slices; pool-2 is fine
+    slice_with_devices(SLICE1, NODE1, resource_pool(POOL1, 2), DRIVER_A, device(DEVICE1)),
+    slice_with_devices(SLICE2, NODE1, resource_pool(POOL1, 2), DRIVER_A, device(DEVICE1)),
+    slice_with_devices(SLICE3, NODE1, resource_pool(POOL2, 1), DRIVER_A, device(DEVICE2))]
 
 CASES += [
     Case("partitionable-devices-same-counter-set-name-in-different-resource-slices",
@@ -1746,22 +1750,12 @@ CASES += [
     Case("invalid-pool-is-ok-if-devices-can-be-allocated-from-other",
          claims=[claim_with_requests(CLAIM0, None, request(REQ0, CLASS_A, 1))],
          classes=CLASSES_A,
-         slices=[slice_with_devices(SLICE1, NODE1, resource_pool(POOL1, 2), DRIVER_A,
-                                    device(DEVICE1)),
-                 slice_with_devices(SLICE2, NODE1, resource_pool(POOL1, 2), DRIVER_A,
-                                    device(DEVICE1)),
-                 slice_with_devices(SLICE3, NODE1, resource_pool(POOL2, 1), DRIVER_A,
-                                    device(DEVICE2))],
+         slices=_INVALID_POOL1,
          node=N1, expect=[local(res(REQ0, DRIVER_A, POOL2, DEVICE2))]),
     Case("invalid-pool-is-error-if-no-other-device-can-be-allocated",
          claims=[claim_with_requests(CLAIM0, None, request(REQ0, CLASS_A, 1))],
          classes=CLASSES_A,
-         slices=[slice_with_devices(SLICE1, NODE1, resource_pool(POOL1, 2), DRIVER_A,
-                                    device(DEVICE1)),
-                 slice_with_devices(SLICE2, NODE1, resource_pool(POOL1, 2), DRIVER_A,
-                                    device(DEVICE1)),
-                 slice_with_devices(SLICE3, NODE1, resource_pool(POOL2, 1), DRIVER_A,
-                                    device(DEVICE2))],
+         slices=_INVALID_POOL1,
          allocated=[f"{DRIVER_A}/{POOL2}/{DEVICE2}"], node=N1,
          error=Err(_INVALID, r"^invalid resource pools were encountered: resource pool "
                              r"driver-a/pool-1 is invalid: device name device-1 appears more "

@@ -198,22 +198,22 @@ def distinct_attribute(name: str, *requests: str) -> Obj:
 
 # The wrappers' methods (``claim.withRequests(...)``), as functions returning copies.
 
-def with_requests(obj: Obj, *requests: Obj) -> Obj:
+def _with_devices(obj: Obj, field: str, values: tuple[Obj, ...]) -> Obj:
     out = copy.deepcopy(obj)
-    out["spec"]["devices"]["requests"] = list(requests)
+    out["spec"]["devices"][field] = list(values)
     return out
+
+
+def with_requests(obj: Obj, *requests: Obj) -> Obj:
+    return _with_devices(obj, "requests", requests)
 
 
 def with_constraints(obj: Obj, *constraints: Obj) -> Obj:
-    out = copy.deepcopy(obj)
-    out["spec"]["devices"]["constraints"] = list(constraints)
-    return out
+    return _with_devices(obj, "constraints", constraints)
 
 
 def with_configs(obj: Obj, *configs: Obj) -> Obj:
-    out = copy.deepcopy(obj)
-    out["spec"]["devices"]["config"] = list(configs)
-    return out
+    return _with_devices(obj, "config", configs)
 
 
 def with_tolerations(obj: Obj, *tolerations: Obj) -> Obj:
