@@ -372,5 +372,7 @@ def test_counter_and_capacity_arithmetic_raises_only_kdra_errors(
     try:
         results = allocate(claims, snapshot, NODES[0], scoring=scoring, steps=BUDGET)
     except KdraError:
-        return
-    assert results is None or len(results) == len(claims)
+        pass
+    else:
+        assert results is None or len(results) == len(claims)
+    assert snapshot.stats.search_steps <= BUDGET + 128
