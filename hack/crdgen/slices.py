@@ -133,25 +133,29 @@ def _device(alpha_device: Node, alpha_spec: Node) -> Node:
             rules=[rule("self.all(c, self.exists_one(o, o.counterSet == c.counterSet))",
                         "one entry per counter set")]),
         "nodeName": borrowed(_props(alpha_spec, "nodeName"),
-                             "With `perDeviceNodeSelection`: the node that has this device. "
-                             + NOT_YET),
+                             "With `perDeviceNodeSelection`: the node that has this device "
+                             "(the device is offered only there; its allocation is pinned "
+                             "to that node)."),
         "nodeSelector": borrowed(_props(alpha_spec, "nodeSelector"),
                                  "With `perDeviceNodeSelection`: the nodes that can reach "
-                                 "this device (exactly one term). " + NOT_YET),
+                                 "this device (exactly one term; the allocation carries it)."),
         "allNodes": boolean("With `perDeviceNodeSelection`: every node can reach this device "
-                            "(only `true` may be set). " + NOT_YET),
+                            "(only `true` may be set)."),
         "taints": arr("Taints on the device. A device with a `NoSchedule` or `NoExecute` "
                       "taint is allocated only to requests that tolerate it; `NoExecute` also "
                       "evicts pods using it that do not tolerate it; `None` taints are "
                       "informational. kdra's agent taints unhealthy devices "
                       "`gpu.kdra.dev/unhealthy`. At most 16.", _taint(), max_items=16),
         "bindsToNode": boolean("The allocation must be limited to the node chosen at "
-                               "allocation time. " + NOT_YET),
+                               "allocation time (its nodeSelector names that node)."),
         "bindingConditions": arr("Conditions that must be True in the claim's "
-                                 "`status.devices` before a pod using the device may bind. "
-                                 "At most 4. " + NOT_YET, condition, max_items=4),
-        "bindingFailureConditions": arr("Conditions that, when True, make binding fail. At "
-                                        "most 4. " + NOT_YET, condition, max_items=4),
+                                 "`status.devices` before a pod using the device may bind "
+                                 "(the binder waits for them instead of the node agent's "
+                                 "`Ready`, at most --binding-timeout, 600 s). At most 4.",
+                                 condition, max_items=4),
+        "bindingFailureConditions": arr("Conditions that, when True, make binding fail: the "
+                                        "allocation is undone and the pod tried on another "
+                                        "node. At most 4.", condition, max_items=4),
         "allowMultipleAllocations": boolean(
             "The device may be allocated to several claims at once, each consuming part of "
             "its capacity (consumable capacity); each allocation is a share with its own "
@@ -198,7 +202,7 @@ def slice_spec(alpha_spec: Node) -> Node:
     props = spec["properties"]
     props["perDeviceNodeSelection"] = boolean(
         "Each device says itself which nodes can reach it (`nodeName`, `nodeSelector` or "
-        "`allNodes` on the device; only `true` may be set). " + NOT_YET)
+        "`allNodes` on the device; only `true` may be set).")
     props["devices"] = borrowed(
         alpha_devices,
         "The devices of this slice (some or all of the pool's). At most 128, or 64 when a "

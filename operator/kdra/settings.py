@@ -77,6 +77,13 @@ class OperatorSettings:
     """Seconds the binder waits for the node agent to report a pod's devices Ready before it
     undoes the allocation and tries another node."""
 
+    binding_timeout: float = 600.0
+    """Seconds the binder waits, from the allocation, for devices with binding conditions
+    (bindingConditions in their ResourceSlice) to report them all True in the claim's
+    status.devices before it undoes the allocation and tries another node (upstream's
+    scheduler: bindingTimeout, 600 s). A binding failure condition that turns True undoes it
+    at once."""
+
     preemption: bool = True
     """A pod with claims that fits nowhere may preempt (evict, through the Eviction API)
     lower-priority pods holding devices on one node, as kube-scheduler does

@@ -16,7 +16,8 @@ sentence naming the objects. The rules (``Violation.rule``):
     Every bound pod (``spec.nodeName`` set) with ``schedulerName: kdra-scheduler`` and the
     claims annotation, not finished, has each of its claims: existing, allocated, reserved for
     it (by UID), with an allocation nodeSelector that admits its node and every allocated
-    device reported ``Ready=True`` (prepare before bind).
+    device reported ``Ready=True`` (prepare before bind) — or, for a device with binding
+    conditions, those ``True`` (:mod:`kdra.domain.binding_conditions`).
 ``stale-reservation``
     No claim is reserved for a pod that is gone (no pod of that name, or another UID).
 ``unreserved-allocation``
@@ -64,12 +65,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from kdra.domain.binding_conditions import unready_devices
 from kdra.domain.cdi import CLAIM_UID_ANNOTATION, NODE_ANNOTATION, cdi_file_name
 from kdra.domain.forged import RULES as FORGED_RULES
 from kdra.domain.forged import forged_outputs
 from kdra.domain.invariants_shared import RULES as SHARED_RULES
 from kdra.domain.invariants_shared import shared_device_violations
-from kdra.domain.nodeprep import READY, our_results, wants_prepared
+from kdra.domain.nodeprep import our_results, wants_prepared
 from kdra.domain.podclaims import (
     CLAIMS_ANNOTATION,
     SCHEDULER_NAME,
@@ -214,17 +216,6 @@ def _reserved(claim: JSON) -> list[JSON]:
     return [r for r in _status(claim).get("reservedFor") or () if isinstance(r, Mapping)]
 
 
-def _ready(claim: JSON) -> set[DeviceKey]:
-    ready = set()
-    for entry in _status(claim).get("devices") or ():
-        if not isinstance(entry, Mapping):
-            continue
-        if any(isinstance(c, Mapping) and c.get("type") == READY and c.get("status") == "True"
-               for c in entry.get("conditions") or ()):
-            ready.add(_device(entry))
-    return ready
-
-
 def _is_kdra_pod(pod: JSON) -> bool:
     spec = _spec(pod)
     return (spec.get("schedulerName") == SCHEDULER_NAME
@@ -305,9 +296,7 @@ def _pod_claims(pods: Sequence[JSON], claims: Sequence[JSON],
                     if not selector_matches(parsed, NodeInfo(node, labels.get(node, {}))):
                         found.append(Violation("pod-claims", f"{what} is allocated with a "
                                                f"nodeSelector that does not admit node {node}"))
-            ready = _ready(claim)
-            missing = sorted("/".join(d) for d in map(_device, _results(claim))
-                             if d not in ready)
+            missing = sorted("/".join(d) for d in unready_devices(claim))
             if missing:
                 found.append(Violation("pod-claims", f"{what} has devices not reported Ready: "
                                        f"{', '.join(missing)}"))

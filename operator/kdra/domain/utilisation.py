@@ -42,7 +42,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kdra.domain.describe import ClaimRow, natural
-from kdra.dra.allocator.pools import DeviceId, Selector, gather_pools
+from kdra.dra.allocator.gather import cluster_pools
+from kdra.dra.allocator.pools import DeviceId, Selector
 from kdra.dra.allocator.snapshot import Snapshot
 from kdra.dra.allocator.stats import Stats
 from kdra.dra.cel import compile_selector
@@ -143,7 +144,7 @@ def utilisation(snapshot: Snapshot, claims: Sequence[ClaimRow],
     classes = _class_selectors(snapshot.classes())
     counts: dict[tuple[str, str, str, str], _Count] = defaultdict(_Count)
     published: set[DeviceId] = set()
-    for pool in gather_pools(snapshot.slice_entries()):
+    for pool in cluster_pools(snapshot.slice_entries()):
         seen: set[str] = set()
         for entry in pool.entries:
             if entry.id.device in seen:
@@ -179,7 +180,7 @@ def pool_totals(snapshot: Snapshot) -> dict[tuple[str, str, str], int]:
     """(node, driver, pool) → devices the pool's newest generation publishes (each once,
     whatever its classes), for ``kdra_pool_devices_total``."""
     totals: dict[tuple[str, str, str], int] = {}
-    for pool in gather_pools(snapshot.slice_entries()):
+    for pool in cluster_pools(snapshot.slice_entries()):
         names = {entry.id.device for entry in pool.entries}
         totals[(_node_of(pool.slices[0].slice), pool.driver, pool.name)] = len(names)
     return totals

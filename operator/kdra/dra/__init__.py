@@ -5,7 +5,8 @@ types): the API models (``models``: v1 and the 1.31 v1alpha3 shape, conversion b
 them), CEL selectors (``cel``: upstream's environment, type checker and cost limits),
 ``quantity`` and ``semver``, device taints (``taints``, ``taint_rules``), the one error
 hierarchy (``errors``), condition timestamps (``timestamps``) and the structured allocator
-(``allocator``). Pure: no I/O, no clocks, no API clients, and nothing from the rest of kdra
+(``allocator``). Pure: no I/O, no API clients, no clock but the allocator's search deadline
+and condition timestamps, and nothing from the rest of kdra
 (an import-linter contract in pyproject.toml) — the operator's policy (pod claims,
 scheduling rules, admission, node preparation, inventory) lives in :mod:`kdra.domain` and
 builds on this.
@@ -37,7 +38,9 @@ Allocating a claim against a slice, without any cluster::
     True
 
 ``allocate`` answers for one node: the results per claim, ``None`` when the claims do not
-fit (above: the only 80 GiB GPU is taken by the claim's own allocation), or
-:class:`~kdra.dra.errors.AllocationError` for bad input; :func:`kdra.dra.allocator.place`
-answers for many nodes.
+fit (above: the only 80 GiB GPU is taken by the claim's own allocation),
+:class:`~kdra.dra.errors.AllocationError` for bad input, or
+:class:`~kdra.dra.errors.SearchExhausted` when its search spends its budget (by default a
+million steps or ten seconds) without deciding; :func:`kdra.dra.allocator.place` answers for
+many nodes.
 """

@@ -7,12 +7,16 @@
     ├── CelError                       a CEL selector failed
     │   ├── CelCompileError            does not parse / type-check / is too long  (bad input)
     │   └── CelRuntimeError            failed while evaluating against a device   (bad input)
-    └── AllocationError                the allocator cannot decide because its input is bad:
-                                       missing class, invalid pool, too many devices, ...
+    ├── AllocationError                the allocator cannot decide because its input is bad:
+    │                                  missing class, invalid pool, too many devices, ...
+    └── SearchExhausted                the allocator's search ran out of its budget (steps or
+                                       time) before it could decide: not bad input
 
-Every error is *fatal bad input* for the object it names: callers surface it (condition,
-event) and do not retry in a storm. "Does not fit" is not an error: the allocator returns
-``None`` for that. Chain with ``raise ... from`` so the original cause stays visible.
+Every error but :class:`SearchExhausted` is *fatal bad input* for the object it names:
+callers surface it (condition, event) and do not retry in a storm. ``SearchExhausted`` says
+only that a longer search might decide: retry later, with a backoff. "Does not fit" is not
+an error: the allocator returns ``None`` for that. Chain with ``raise ... from`` so the
+original cause stays visible.
 """
 
 from __future__ import annotations
@@ -69,6 +73,13 @@ class AllocationError(KdraError):
     """The allocator's input is bad: a request names a missing DeviceClass, a pool repeats a
     device name, a claim asks for more than 32 devices, an ``All`` request meets an incomplete
     pool, a selector fails at run time, ...  The pod cannot be scheduled until a user acts."""
+
+
+class SearchExhausted(KdraError):
+    """The allocator's search spent its budget (search steps or seconds) without deciding
+    whether the claims fit: a pathological shape (many claims competing for the same
+    devices) whose exhaustive search would take too long. Not bad input: a caller retries
+    later, as the binder does (``AllocationSearchExhausted``)."""
 
 
 def _shorten(text: str, limit: int = 200) -> str:

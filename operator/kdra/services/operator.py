@@ -62,6 +62,7 @@ class Operator:
                              claims=self.claims, settings=BinderSettings(
                                  policy=settings.policy,
                                  prepare_timeout=settings.prepare_timeout,
+                                 binding_timeout=settings.binding_timeout,
                                  preemption=PreemptionSettings(
                                      enabled=settings.preemption, hold=settings.preemption_hold,
                                      steps=settings.allocation_search_steps),

@@ -153,20 +153,24 @@ CASES = [
          slices=[slice_with(device("new-0"), device("new-1"), generation=5, name="a"),
                  slice_with(device("old-0"), device("old-1"), generation=4, name="b")],
          expect=[["gpu:new-0", "gpu:new-1"]]),
-    Case("incomplete pool still serves ExactCount from the slices it has (1.32/1.33)",
-         [claim_with()], slices=[slice_with(*devices(1), count=2)], expect=[["gpu:gpu-0"]]),
+    # Issue 39: as upstream 1.36 (no-allocation-from-incomplete-pools), an incomplete pool
+    # offers no device (1.31 allocated from the slices it had).
+    Case("incomplete pool offers no device (upstream: no-allocation-from-incomplete-pools)",
+         [claim_with()], slices=[slice_with(*devices(1), count=2)]),
     Case("pools are walked by name, slices by name, devices as listed",
          [claim_with(request(count=3))],
          slices=[slice_with(device("b-0"), pool="pool-b"),
                  slice_with(device("a-1"), name="s2", pool="pool-a", count=2),
                  slice_with(device("a-0"), name="s1", pool="pool-a", count=2)],
          expect=[["gpu:pool-a/a-0", "gpu:pool-a/a-1", "gpu:pool-b/b-0"]]),
-    Case("invalid pool (duplicate device name) is an error when the search reaches it",
+    # Issue 39: as upstream (duplicate-slice), an invalid pool offers no device and is the
+    # node's error when nothing fits.
+    Case("invalid pool (duplicate device name) is the error when nothing fits",
          [claim_with()],
          slices=[slice_with(device("gpu-0"), name="s1", count=2),
                  slice_with(device("gpu-0"), name="s2", count=2)],
-         error=r"^resource pool gpu.kdra.dev/worker-1 is invalid: device name gpu-0 appears "
-               r"more than once \(request gpu of claim default/claim\)$"),
+         error=r"^invalid resource pools were encountered: resource pool gpu.kdra.dev/worker-1 "
+               r"is invalid: device name gpu-0 appears more than once$"),
     Case("invalid pool not reached when an earlier pool serves the claim",
          [claim_with()],
          slices=[slice_with(device("gpu-0"), pool="a"),
@@ -195,11 +199,12 @@ CASES = [
          [claim_with(request(all=True))], slices=[slice_with(*devices(2), count=2)],
          error=r"^claim default/claim, request gpu asks for all devices, but resource pool "
                r"gpu.kdra.dev/worker-1 is incomplete"),
-    Case("All ignores an incomplete pool without matching devices",
+    # Issue 39: upstream's All fails on any incomplete pool the node sees, matching or not.
+    Case("All fails on an incomplete pool even without matching devices",
          [claim_with(request(all=True))],
          slices=[slice_with(*devices(1)),
                  slice_with(device("nic-0"), driver="nic.kdra.dev", count=3)],
-         expect=[["gpu:gpu-0"]]),
+         error=r"asks for all devices, but resource pool nic.kdra.dev/worker-1 is incomplete"),
     Case("All meeting an invalid pool is an error",
          [claim_with(request(all=True))],
          slices=[slice_with(device("gpu-0"), name="s1", count=2),

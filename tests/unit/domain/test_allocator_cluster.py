@@ -156,7 +156,9 @@ def test_pool_invalid_is_a_node_reason() -> None:
     )
     outcome = place(snapshot, [claim_with()], [node()])
     assert outcome.reasons["worker-1"].code is ReasonCode.POOL_INVALID
-    assert "duplicate device names" in outcome.reasons["worker-1"].message
+    assert outcome.reasons["worker-1"].message == (
+        "invalid resource pools were encountered (device name gpu-0 appears more than once)")
+    assert "device name gpu-0 appears more than once" in outcome.reasons["worker-1"].detail
 
 
 def test_cel_runtime_error_is_a_node_reason_naming_expression_and_device() -> None:

@@ -147,14 +147,17 @@ def test_one_pod_two_partitions_share_the_counters_in_one_search() -> None:
         "gpu-0-mig-3g-40gb-0", "gpu-0-mig-3g-40gb-4"]
 
 
-def test_a_counter_set_missing_from_the_pool_makes_its_devices_unallocatable() -> None:
+def test_a_counter_set_missing_from_the_pool_makes_the_pool_invalid() -> None:
+    """Issue 39, as upstream (partitionable-devices-device-counter-consumption-references-
+    unknown-counter-set): the pool is invalid, which is the node's error."""
     slices = node_slices(NODE, "1 x H100-80GB")
     devices_only = [s for s in slices if s["spec"].get("devices")]
     devices_only[0]["spec"]["pool"]["resourceSliceCount"] = 1
     snapshot = Snapshot.build([parse_slice(s) for s in devices_only], CLASSES)
-    assert allocate([ask("c", "1g.10gb")], snapshot, node()) is None
+    with pytest.raises(AllocationError, match="invalid resource pools were encountered"):
+        allocate([ask("c", "1g.10gb")], snapshot, node())
     summary = place(snapshot, [ask("c", "1g.10gb")], [node()]).summary()
-    assert "consumes counter set gpu-0, which pool worker-1 does not publish" in summary, summary
+    assert "consumes counter set gpu-0, which the pool does not publish" in summary, summary
 
 
 def test_explanation_names_the_counter_that_ran_out() -> None:
@@ -321,7 +324,7 @@ def test_request_policies(label: str, capacity: CapacitySpec, asked: str | None,
                           shared: bool, used: str | None, expected: str | None) -> None:
     requested = parse_requests({"memory": asked} if asked is not None else None)
     got = demand(requested, DRIVER, (capacity,),
-                 {"memory": parse_quantity(used).value} if used else None, shared)
+                 {"memory": parse_quantity(used).value} if used else None)
     if expected is None:
         assert got is None
     else:
@@ -333,11 +336,10 @@ def test_request_names_resolve_with_and_without_the_driver_domain() -> None:
     qualified = CapacitySpec(f"{DRIVER}/memory", plain.value, plain.format)
     for name in ("memory", f"{DRIVER}/memory"):
         for capacity in (plain, qualified):
-            got = demand(parse_requests({name: "1Gi"}), DRIVER, (capacity,), None, True)
+            got = demand(parse_requests({name: "1Gi"}), DRIVER, (capacity,), None)
             assert got == {capacity.name: parse_quantity("1Gi").value}
-    assert demand(parse_requests({"other.dev/memory": "1Gi"}), DRIVER, (plain,), None,
-                  True) is None
-    assert demand(parse_requests({"bandwidth": "1"}), DRIVER, (plain,), None, True) is None
+    assert demand(parse_requests({"other.dev/memory": "1Gi"}), DRIVER, (plain,), None) is None
+    assert demand(parse_requests({"bandwidth": "1"}), DRIVER, (plain,), None) is None
     assert round_up(parse_quantity("1").value, spec(min="0", step="3")) == 3
 
 

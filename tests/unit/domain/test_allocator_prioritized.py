@@ -120,35 +120,43 @@ CASES = [
          [claim_with()],
          slices=[slice_with({**TAINTED, "taints": [{"key": "k", "effect": "None"}]})],
          expect=[["gpu:gpu-0"]]),
-    Case("a device that consumes counters is never allocated",
+    # Issue 39: a device consuming a counter set its pool does not publish makes the pool
+    # invalid (upstream), which is the error when nothing else fits.
+    Case("a device consuming a counter set the pool does not publish invalidates the pool",
          [claim_with()],
          slices=[slice_with({"name": "gpu-0", "consumesCounters": [
-             {"counterSet": "gpu", "counters": {"mem": {"value": "10Gi"}}}]})]),
-    Case("devices with binding conditions are never allocated",
+             {"counterSet": "gpu", "counters": {"mem": {"value": "10Gi"}}}]})],
+         error=r"invalid resource pools were encountered: resource pool "
+               r"gpu.kdra.dev/worker-1 is invalid: device gpu-0 consumes counter set gpu"),
+    # Issue 39: binding conditions are acted upon (they used to be refused as unsupported).
+    Case("a device with binding conditions is allocated, its conditions in the result",
          [claim_with()],
          slices=[slice_with({"name": "gpu-1", "bindingConditions": ["Attached"],
-                             "bindingFailureConditions": ["Failed"]})]),
+                             "bindingFailureConditions": ["Failed"]})],
+         expect=[["gpu:gpu-1"]]),
     # Issue 26: multiple allocations are acted upon (they used to be refused as unsupported).
     Case("a device that allows multiple allocations is allocated (as a share)",
          [claim_with()],
          slices=[slice_with({"name": "gpu-0", "allowMultipleAllocations": True},
-                            {"name": "gpu-1", "bindingConditions": ["Attached"],
-                             "bindingFailureConditions": ["Failed"]})],
+                            {"name": "gpu-1", "nodeAllocatableResourceMappings": {
+                                "cpu": {"capacityKey": "cores"}}})],
          expect=[["gpu:gpu-0"]]),
     Case("a device with list-typed attributes is never allocated",
          [claim_with()], slices=[slice_with({"name": "gpu-0", "attributes": {
              "cores": {"ints": [0, 1]}}})]),
     Case("All fails when a matching device uses a feature kdra does not support",
          [claim_with(request(all=True))],
-         slices=[slice_with({"name": "gpu-0", "bindingConditions": ["Attached"],
-                             "bindingFailureConditions": ["Failed"]},
+         slices=[slice_with({"name": "gpu-0", "nodeAllocatableResourceMappings": {
+                                "cpu": {"capacityKey": "cores"}}},
              device("gpu-1", model="H100"))],
-         error=r"matching device gpu.kdra.dev/worker-1/gpu-0 uses binding conditions, which "
-               r"kdra does not support yet"),
+         error=r"matching device gpu.kdra.dev/worker-1/gpu-0 uses "
+               r"nodeAllocatableResourceMappings, which kdra does not support yet"),
     # Issue 25: taints and tolerations are acted upon (they used to be refused as unsupported).
-    Case("All leaves out a tainted device it does not tolerate",
+    # Issue 39: as upstream (tainted-all-devices-single), All counts a matching device it does
+    # not tolerate among "all" and cannot take it: the node does not fit.
+    Case("All does not fit when a matching device has a taint it does not tolerate",
          [claim_with(request(all=True))],
-         slices=[slice_with(TAINTED, device("gpu-1", model="H100"))], expect=[["gpu:gpu-1"]]),
+         slices=[slice_with(TAINTED, device("gpu-1", model="H100"))]),
     Case("a claim tolerating the taint may get the tainted device",
          [claim_with({"name": "gpu", "exactly": {
              "deviceClassName": CLASS, "tolerations": [{"key": "gpu.kdra.dev/unhealthy",
@@ -189,9 +197,9 @@ def test_results_name_the_alternative_and_carry_its_config() -> None:
     (result,) = allocate([claim], snapshot, node()) or []
     assert [r.request for r in result.devices.results] == ["gpu/big"]
     sources = [(c.source, c.requests, c.opaque.parameters) for c in result.devices.config]
-    assert sources == [("FromClass", (), {"cls": "gpu"}),
+    assert sources == [("FromClass", ("gpu/big",), {"cls": "gpu"}),
                        ("FromClaim", ("gpu/big",), {"mode": "exclusive"}),
-                       ("FromClaim", (), {"all": "yes"})]  # names every request: "all"
+                       ("FromClaim", ("gpu",), {"all": "yes"})]  # verbatim, as upstream
 
 
 def test_admin_access_is_recorded_in_the_results() -> None:
@@ -263,14 +271,14 @@ def test_preference_sums_every_prioritized_request() -> None:
 
 def test_why_not_names_unsupported_devices_and_alternatives() -> None:
     bound = {"name": "gpu-0", "attributes": {"model": {"string": "H100"}},
-             "bindingConditions": ["Attached"], "bindingFailureConditions": ["Failed"]}
+             "nodeAllocatableResourceMappings": {"cpu": {"capacityKey": "cores"}}}
     snapshot, nodes = cluster_of([bound])
     outcome = place(snapshot, [claim_with(first_available("gpu", sub("h", H100),
                                                           sub("a", A100)))], nodes)
     assert not outcome.placements
     summary = outcome.summary()
-    assert ("1 device(s) not usable: they use binding conditions, which kdra does not support "
-            "yet") in summary, summary
+    assert ("1 device(s) not usable: they use nodeAllocatableResourceMappings, which kdra does "
+            "not support yet") in summary, summary
     assert "no other firstAvailable alternative of it fits either" in summary, summary
 
 

@@ -62,11 +62,14 @@ def test_class_config_once_per_class_naming_its_requests() -> None:
                                ("FromClass", ["b"], "other-1")]
 
 
-def test_config_for_every_request_says_all() -> None:
+def test_config_for_every_request_names_them() -> None:
+    """As upstream (with-class-device-config): a class config names its requests even when
+    they are all of the claim's, a claim config keeps its ``requests`` verbatim."""
     classes = [gpu_class(config=[opaque(n="class-1")])]
     claim = claim_with(request("a"), request("b"), config=[claim_config("a", "b", n="both")])
     result = allocate_one(claim, slice_with(*devices(2)), classes=classes)
-    assert configs(result) == [("FromClass", [], "class-1"), ("FromClaim", [], "both")]
+    assert configs(result) == [("FromClass", ["a", "b"], "class-1"),
+                               ("FromClaim", ["a", "b"], "both")]
 
 
 def test_claim_config_is_copied_once_and_verbatim() -> None:

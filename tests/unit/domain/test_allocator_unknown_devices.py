@@ -2,10 +2,11 @@
 cannot represent fails its selectors instead of matching them.
 
 In v1 (flat devices, no ``basic`` any more) "a type kdra does not understand" is a device that
-uses a feature kdra does not implement yet — here one with binding conditions (counters and
-multiple allocations are implemented since issue 26): upstream's allocator skips such a device
-while its feature is off, and kdra never offers it (``DeviceEntry.unsupported``); an ``All``
-request that would need it fails, with the reason."""
+uses a feature kdra does not implement yet — here one with node-allocatable resource mappings
+(counters and multiple allocations are implemented since issue 26, per-device node selection
+and binding conditions since issue 39): upstream's allocator skips such a device while its
+feature is off, and kdra never offers it (``DeviceEntry.unsupported``); an ``All`` request
+that would need it fails, with the reason."""
 
 from __future__ import annotations
 
@@ -28,8 +29,8 @@ from tests.unit.builders import (
     slice_with,
 )
 
-UNKNOWN = {"name": "gpu-0", "bindingConditions": ["Attached"],  # kdra does not do these yet
-           "bindingFailureConditions": ["Failed"]}
+UNKNOWN = {"name": "gpu-0",  # kdra does not do these yet
+           "nodeAllocatableResourceMappings": {"cpu": {"capacityKey": "cores"}}}
 
 
 def picked(claim_request: dict[str, object], *classes: object) -> list[str] | None:
@@ -61,14 +62,14 @@ def test_unknown_device_type_is_skipped_without_any_selector() -> None:
 
 
 def test_all_devices_cannot_skip_a_matching_device_it_cannot_allocate() -> None:
-    with pytest.raises(AllocationError, match="uses binding conditions, which kdra does "
-                                              "not support yet"):
+    with pytest.raises(AllocationError, match="uses nodeAllocatableResourceMappings, which "
+                                              "kdra does not support yet"):
         picked(request("gpu", all=True))
 
 
 def test_unknown_device_type_is_never_offered() -> None:
     entry = DeviceEntry(slice_with(UNKNOWN), 0)
-    assert entry.unsupported == ("binding conditions",)
+    assert entry.unsupported == ("nodeAllocatableResourceMappings",)
     selector = Selector(DRIVER_SELECTOR, compile_selector(DRIVER_SELECTOR), "test")
     pools = Snapshot.build([slice_with(UNKNOWN)], [gpu_class()], []).node_pools(node())
     assert pools.matching((selector,), (DRIVER_SELECTOR,), Stats()) == ()

@@ -64,7 +64,6 @@ def test_every_implementation_is_declared() -> None:
         "'abc'.reverse() == 'cba'",  # strings extension version 3
         "math.greatest(1, 2) == 2",  # the math extension is not in the base environment
         "quantity('1').mul(2) == quantity('2')",  # not in 1.36's quantity library
-        "device.allowMultipleAllocations",  # a feature-gated field of a later device type
         "base64.encode(b'a') == 'YQ=='",  # the encoders extension is not in it either
         "authorizer.path('/healthz').check('get').allowed()",
         "duration('1s') > duration('0s')",

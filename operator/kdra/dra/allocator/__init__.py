@@ -10,12 +10,18 @@ A pure library over an in-memory :class:`Snapshot` of slices, classes and device
 - :func:`selector_matches` — core NodeSelector matching (also for pods' node selection);
 - :func:`nearest_fits` — where a pod that fits nowhere would fit if devices were freed.
 
+It follows upstream's allocator (Kubernetes 1.36, the incubating one), checked against
+upstream's shared test table (``tests/unit/domain/upstream_cases.py``); where it differs on
+purpose, docs/api-versions.md says so ("Where kdra differs from upstream").
+
 The caller persists: nothing here talks to the API server. Modules, one job each:
-``nodeselector`` (NodeSelector), ``pools`` (devices, slices, pools per node), ``snapshot``
-(incremental indexes), ``prepared`` (classes resolved, selectors compiled), ``search``
-(per-node backtracking, resumable), ``busy`` (what a search treats as taken), ``choices``
-(``firstAvailable`` alternatives, the one-node entry point), ``results`` (AllocationResult
-building, shares' ``shareID`` and ``consumedCapacity``), ``cluster`` (many nodes, budgets),
+``nodeselector`` (NodeSelector), ``pools`` (devices, slices, pools per node), ``gather``
+(which pools a node sees, as upstream's GatherPools), ``snapshot`` (incremental indexes),
+``prepared`` (classes resolved, selectors compiled), ``allmode`` (``All`` requests and the
+checks before a node's search), ``search`` (per-node backtracking, resumable), ``busy``
+(what a search treats as taken), ``choices`` (``firstAvailable`` alternatives, the one-node
+entry point and its default budget), ``results`` (AllocationResult building, shares'
+``shareID`` and ``consumedCapacity``, binding conditions), ``cluster`` (many nodes, budgets),
 ``diagnosis`` (reasons from counts; counters and capacity that ran out), ``reasons``,
 ``stats``, ``whatif`` (devices to free); issue 26: ``counters`` (shared counters of
 partitionable devices), ``capacity`` (consumable capacity and request policies), ``ledger``

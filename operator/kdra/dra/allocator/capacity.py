@@ -17,26 +17,57 @@ A device's capacity ``{name: {value, requestPolicy}}`` and a request's ``capacit
   keyed by the name as the *device* publishes it (that is the name results carry in
   ``consumedCapacity``).
 
-A device without ``allowMultipleAllocations`` is still filtered by capacity requests (it must
-have that much), but its results carry no ``consumedCapacity``: it is allocated whole.
+A device without ``allowMultipleAllocations`` is checked the same way (upstream's
+``CmpRequestOverCapacity`` makes no difference either), but its results carry no
+``consumedCapacity``: it is allocated whole.
+
+Amounts are bounded: a counter, capacity, request-policy value or capacity request whose
+magnitude exceeds :data:`MAX_AMOUNT` (2^63, the int64 range upstream's arithmetic works in)
+is refused where it is parsed (:func:`amount`), so that every sum, difference and
+division the allocator does on them is exact in :data:`EXACT`.
 
 Invariants:
-- Pure arithmetic on exact :class:`~decimal.Decimal` values; nothing here rounds down.
+- Pure arithmetic on exact :class:`~decimal.Decimal` values in :data:`EXACT` (60 digits, every
+  signal trapped): with bounded amounts at nano resolution no operation here can round or
+  signal; nothing here rounds down.
 - :func:`demand` never returns an amount that breaks the device's policy or exceeds its
   value; None means "this device cannot serve this request" (a soft no, the search moves on).
 """
 
 from __future__ import annotations
 
+import decimal
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Final
 
 from kdra.dra.models import Device
 from kdra.dra.quantity import Format, InvalidQuantity, Quantity, parse_quantity
 
-__all__ = ["CapacitySpec", "RequestedCapacity", "demand", "device_capacities", "fmt",
-           "parse_requests", "round_up"]
+__all__ = ["EXACT", "MAX_AMOUNT", "CapacitySpec", "RequestedCapacity", "amount", "demand",
+           "device_capacities", "fmt", "parse_requests", "round_up"]
+
+MAX_AMOUNT: Final = Decimal(2) ** 63
+"""The largest magnitude of an amount the allocator computes with (see the module doc)."""
+
+EXACT: Final = decimal.Context(
+    prec=60, rounding=decimal.ROUND_HALF_EVEN,
+    traps=[decimal.Inexact, decimal.InvalidOperation, decimal.Overflow, decimal.DivisionByZero,
+           decimal.Underflow, decimal.Subnormal, decimal.Clamped])
+"""The context of the allocator's quantity arithmetic: bounded amounts (at most 2^63, in
+nanos: 28 digits) add, subtract and divide in it without rounding."""
+
+_ZERO: Final = Decimal(0)
+
+
+def amount(text: str) -> Decimal:
+    """A quantity's value for the allocator's arithmetic. Raises InvalidQuantity for text
+    that is not a quantity, and for a magnitude beyond :data:`MAX_AMOUNT`."""
+    value = parse_quantity(text).value
+    if abs(value) > MAX_AMOUNT:
+        raise InvalidQuantity(f"{text!r}: beyond the allocator's range (at most 2^63)")
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,23 +95,24 @@ RequestedCapacity = tuple[tuple[str, Decimal], ...]
 
 
 def _dec(text: str | None) -> Decimal | None:
-    return None if text is None else parse_quantity(text).value
+    return None if text is None else amount(text)
 
 
 def device_capacities(device: Device) -> tuple[CapacitySpec, ...]:
-    """The device's capacities, parsed. Raises InvalidQuantity for a malformed value."""
+    """The device's capacities, parsed. Raises InvalidQuantity for a malformed value or one
+    out of range (:func:`amount`)."""
     specs = []
     for name, capacity in device.capacity.items():
         quantity = parse_quantity(capacity.value)
+        value = amount(capacity.value)
         policy = capacity.request_policy
-        spec = CapacitySpec(name, quantity.value, quantity.format)
+        spec = CapacitySpec(name, value, quantity.format)
         if policy is not None:
             valid_range = policy.valid_range
             spec = CapacitySpec(
-                name, quantity.value, quantity.format,
+                name, value, quantity.format,
                 default=_dec(policy.default),
-                valid_values=tuple(sorted(parse_quantity(v).value
-                                          for v in policy.valid_values)),
+                valid_values=tuple(sorted(amount(v) for v in policy.valid_values)),
                 minimum=_dec(valid_range.min) if valid_range else None,
                 maximum=_dec(valid_range.max) if valid_range else None,
                 step=_dec(valid_range.step) if valid_range else None,
@@ -91,16 +123,17 @@ def device_capacities(device: Device) -> tuple[CapacitySpec, ...]:
 
 def parse_requests(requests: Mapping[str, str] | None) -> RequestedCapacity:
     """A request's ``capacity.requests`` parsed. Raises ValueError naming the bad entry (not
-    a quantity, or negative)."""
+    a quantity, beyond 2^63, or negative)."""
     parsed = []
     for name, text in sorted((requests or {}).items()):
         try:
-            amount = parse_quantity(str(text)).value
+            value = amount(str(text))
         except InvalidQuantity as exc:
-            raise ValueError(f"capacity.requests[{name}]: {text!r} is not a quantity") from exc
-        if amount < 0:
+            raise ValueError(f"capacity.requests[{name}]: {str(text)[:64]!r} is not a quantity "
+                             "(or beyond 2^63)") from exc
+        if value < 0:
             raise ValueError(f"capacity.requests[{name}]: {text} is negative")
-        parsed.append((name, amount))
+        parsed.append((name, value))
     return tuple(parsed)
 
 
@@ -127,8 +160,8 @@ def round_up(asked: Decimal | None, spec: CapacitySpec) -> Decimal:
             return spec.minimum
         if spec.step is None or spec.step <= 0:
             return asked
-        whole, rest = divmod(asked - spec.minimum, spec.step)  # both ≥ 0: exact floor
-        return spec.minimum + (whole + (1 if rest else 0)) * spec.step
+        whole, rest = EXACT.divmod(EXACT.subtract(asked, spec.minimum), spec.step)  # ≥ 0
+        return EXACT.add(spec.minimum, EXACT.multiply(whole + (1 if rest else 0), spec.step))
     if spec.valid_values:
         return next((v for v in spec.valid_values if v >= asked), asked)
     return asked
@@ -141,7 +174,7 @@ def _violates(amount: Decimal, spec: CapacitySpec) -> bool:
         if spec.maximum is not None and amount > spec.maximum:
             return True
         if spec.step is not None and spec.step > 0:
-            return (amount - spec.minimum) % spec.step != 0
+            return EXACT.remainder(EXACT.subtract(amount, spec.minimum), spec.step) != 0
         return False
     if spec.valid_values:
         return amount not in spec.valid_values
@@ -149,30 +182,25 @@ def _violates(amount: Decimal, spec: CapacitySpec) -> bool:
 
 
 def demand(requested: RequestedCapacity, driver: str, specs: tuple[CapacitySpec, ...],
-           used: Mapping[str, Decimal] | None, shared: bool) -> dict[str, Decimal] | None:
-    """What serving the request takes from the device: ``{capacity name: amount}`` (every
-    capacity for a ``shared`` device — allowMultipleAllocations —, the asked ones otherwise),
-    or None when the device cannot serve it (see the module doc). ``used``: what other
-    allocations (and this search's earlier picks) already consume of a shared device."""
+           used: Mapping[str, Decimal] | None) -> dict[str, Decimal] | None:
+    """What serving the request takes from the device: ``{capacity name: amount}`` for every
+    capacity of the device (what a share of a device that allows multiple allocations
+    records as its ``consumedCapacity``), or None when the device cannot serve it (see the
+    module doc). ``used``: what other allocations (and this search's earlier picks) already
+    consume of the device."""
     asked: dict[str, Decimal] = {}
-    for name, amount in requested:
+    for name, value in requested:
         spec = _resolve(name, driver, specs)
         if spec is None or spec.name in asked:
             return None  # a capacity the device lacks (or named twice)
-        asked[spec.name] = amount
-    if not shared:
-        for spec in specs:
-            wanted = asked.get(spec.name)
-            if wanted is not None and wanted > spec.value:
-                return None
-        return asked
+        asked[spec.name] = value
     consumed: dict[str, Decimal] = {}
     for spec in specs:
         rounded = round_up(asked.get(spec.name), spec)
         if rounded < 0 or _violates(rounded, spec):
             return None
-        already = used.get(spec.name, Decimal(0)) if used else Decimal(0)
-        if already + rounded > spec.value:
+        already = used.get(spec.name, _ZERO) if used else _ZERO
+        if EXACT.add(already, rounded) > spec.value:
             return None
         consumed[spec.name] = rounded
     return consumed

@@ -29,24 +29,39 @@ Invariants:
 - At most :data:`MAX_COMBINATIONS` combinations are considered per node (searched, or skipped
   because a claim would get more than 32 devices); past that the node gets the
   ``too-many-choices`` reason instead of an unbounded enumeration.
-- Errors met by a search (a selector failing at run time, an invalid pool) end the node's
-  evaluation, as upstream's would.
+- Before any search, every ``All`` request and alternative of the pod is checked on the
+  node as upstream checks them before its search (:func:`~.allmode.validate_on_node`): an
+  incomplete or invalid pool on the node is an error for them, and so is a claim whose
+  smallest alternatives would need more than 32 devices; a combination that would give a
+  claim more than 32 devices while a smaller one exists does not fit (upstream moves on to
+  the next alternative).
+- Errors met by a search (a selector failing at run time, an ``All`` device a constraint
+  rejects) end the node's evaluation, as upstream's would. When no combination fits and a
+  pool on the node is invalid, that is the node's error (upstream: "invalid resource pools
+  were encountered"), not "does not fit".
+- :func:`allocate` is bounded by default: its search stops after :data:`DEFAULT_STEPS`
+  steps or :data:`DEFAULT_TIMEOUT` seconds with :class:`~kdra.dra.errors.SearchExhausted`;
+  callers with a budget of their own (the binder) pass it.
 """
 
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable, Collection, Container, Iterator, Sequence
 
+from kdra.dra.allocator.allmode import validate_on_node
+from kdra.dra.allocator.busy import shares_of
 from kdra.dra.allocator.ledger import Ledger
 from kdra.dra.allocator.nodeselector import NodeInfo
 from kdra.dra.allocator.pools import DeviceId, NodePools
-from kdra.dra.allocator.prepared import PreparedClaim, PreparedRequest, prepare
+from kdra.dra.allocator.prepared import PreparedClaim, PreparedRequest, pool_unusable, prepare
 from kdra.dra.allocator.reasons import ReasonCode, Unallocatable
 from kdra.dra.allocator.results import Pick, build_result
 from kdra.dra.allocator.search import NodeSearch, busy_view
 from kdra.dra.allocator.snapshot import Snapshot
 from kdra.dra.allocator.stats import Stats
+from kdra.dra.errors import SearchExhausted
 from kdra.dra.models import (
     MAX_DEVICES_PER_CLAIM,
     MAX_SUBREQUESTS,
@@ -57,8 +72,13 @@ from kdra.dra.models import (
 MAX_COMBINATIONS = 256
 """Combinations of ``firstAvailable`` alternatives searched per node, at most."""
 
-Chosen = tuple[tuple[PreparedClaim, ...], list[list[Pick]]]
-"""The claims with their chosen alternatives, and the picks per claim."""
+DEFAULT_STEPS = 1_000_000
+"""Search steps (devices tried) :func:`allocate` spends at most unless told otherwise (the
+binder's default budget per pod, which normal pods never come near)."""
+
+DEFAULT_TIMEOUT = 10.0
+"""Seconds :func:`allocate` searches at most unless told otherwise (upstream's scheduler
+filter timeout, DRASchedulerFilterTimeout)."""
 
 
 def preference(claims: Sequence[PreparedClaim]) -> int:
@@ -74,7 +94,7 @@ def _free_matching(pools: NodePools, request: PreparedRequest, busy: Container[D
     matching = free = 0
     unsure = False
     for item in pools.matching(request.selectors, request.key, stats, request.tolerations):
-        if item.failure is not None or item.pool.duplicate is not None:
+        if item.failure is not None:
             unsure = True
             continue
         matching += 1
@@ -106,7 +126,9 @@ def combinations(claims: Sequence[PreparedClaim], pools: NodePools,
             if len(alternatives) == 1:
                 options.append(list(alternatives))
                 continue
-            kept = [a for a in alternatives if viable(a, pools, busy, stats)]
+            # An All alternative under a constraint may raise when searched: keep it.
+            kept = [a for a in alternatives if (a.all_devices and claim.constraints)
+                    or viable(a, pools, busy, stats)]
             if not kept:
                 return  # no alternative of this request fits the node
             options.append(kept)
@@ -164,6 +186,8 @@ class ChoiceSearch:
         if self.finished:
             return True
         if self._order is None:
+            validate_on_node(self.claims, self.pools, self.busy, shares_of(self.busy),
+                             self.stats)
             self._order = (iter((self.claims,)) if not any(c.prioritized for c in self.claims)
                            else combinations(self.claims, self.pools, self.busy, self.stats,
                                              self._skipped))
@@ -173,6 +197,9 @@ class ChoiceSearch:
             if search is None:
                 resolved = next(self._order, None)
                 if resolved is None:
+                    invalid = self.pools.invalid
+                    if invalid is not None:
+                        raise pool_unusable(invalid)
                     self.finished = True
                     return True
                 self._count()
@@ -213,16 +240,6 @@ class ChoiceSearch:
         self._considered += 1
 
 
-def search_choices(claims: Sequence[PreparedClaim], pools: NodePools,
-                   busy: Container[DeviceId], stats: Stats, *,
-                   scoring: bool = True) -> Chosen | None:
-    """The first combination that fits the node, with its picks; None if none does (an
-    unbounded :class:`ChoiceSearch`). Raises Unallocatable."""
-    search = ChoiceSearch(claims, pools, busy, stats, scoring=scoring)
-    picks = search.run()
-    return None if picks is None else (search.claims, picks)
-
-
 def allocate(
     claims: Sequence[ResourceClaim],
     snapshot: Snapshot,
@@ -230,18 +247,34 @@ def allocate(
     in_flight: Collection[DeviceId] = (),
     *,
     scoring: bool = True,
+    steps: int | None = DEFAULT_STEPS,
+    timeout: float | None = DEFAULT_TIMEOUT,
 ) -> list[AllocationResult] | None:
     """Allocate ``claims`` (all unallocated) on ``node``: results, None, or AllocationError.
     ``scoring=False``: candidates in upstream's walk order (first-fit) instead of
-    :mod:`.fragmentation`'s."""
+    :mod:`.fragmentation`'s. The search stops after ``steps`` steps (devices tried) or
+    ``timeout`` seconds (None: no limit) and raises
+    :class:`~kdra.dra.errors.SearchExhausted`."""
+    deadline = None if timeout is None else time.monotonic() + timeout
     try:
         prepared = prepare(claims, snapshot)
-        chosen = search_choices(prepared, snapshot.node_pools(node),
-                                busy_view(snapshot, in_flight), snapshot.stats,
-                                scoring=scoring)
+        search = ChoiceSearch(prepared, snapshot.node_pools(node),
+                              busy_view(snapshot, in_flight), snapshot.stats, scoring=scoring)
+        while not search.advance(None if steps is None
+                                 else min(_SLICE, max(0, steps - search.steps))):
+            if (steps is not None and search.steps >= steps) or (
+                    deadline is not None and time.monotonic() >= deadline):
+                raise SearchExhausted(
+                    f"no allocation of claims {', '.join(c.key for c in claims)} on node "
+                    f"{node.name} found within {search.steps} search steps"
+                    + ("" if deadline is None else f" and {timeout:g} s"))
     except Unallocatable as problem:
         raise problem.to_error() from problem.__cause__
-    if chosen is None:
+    if search.result is None:
         return None
-    resolved, picks = chosen
-    return [build_result(claim, picked) for claim, picked in zip(resolved, picks, strict=True)]
+    return [build_result(claim, picked, node.name)
+            for claim, picked in zip(search.claims, search.result, strict=True)]
+
+
+_SLICE = 10_000
+"""Steps between two looks at the clock in :func:`allocate`."""

@@ -143,7 +143,7 @@ class Placement:
         """One AllocationResult per claim, in the order of the claims given."""
         if self._results is None:
             self._results = tuple(
-                build_result(claim, chosen)
+                build_result(claim, chosen, self.node)
                 for claim, chosen in zip(self._prepared, self.picks, strict=True)
             )
         return self._results
@@ -290,6 +290,10 @@ class Placing:
                 processed += 1
                 pools = snapshot.node_pools(node)
                 stamp = None if in_flight else snapshot.busy_stamp(node.name)
+                if pools.unusable:  # counts do not know upstream's pool errors: search
+                    self._current = (node, pools, stamp, ChoiceSearch(
+                        prepared, pools, busy, stats, scoring=self.scoring))
+                    continue
                 if sole is not None:
                     _, free, unsure = count_request(pools, sole, busy, stats, stamp)
                     if not unsure and free >= sole.count:

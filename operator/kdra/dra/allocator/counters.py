@@ -4,17 +4,22 @@
 A device's ``consumesCounters`` draws from counter sets its pool publishes (in slices of
 their own, same pool and generation). A device can be allocated only if, for every counter
 it consumes, what is already used plus its own amount stays within the set's total. "Used"
-counts every device that is held: allocated claims', assumed (in-flight) allocations', and
-the devices this search has picked so far. A device that allows multiple allocations
+counts every device of the pool that is held — allocated claims', assumed (in-flight)
+allocations', and the devices this search has picked so far —, wherever its slice is: a
+pool's counter set may be shared by devices in slices for several nodes, and the devices
+of the other nodes' slices (``Pool.counted``) draw on it too (upstream counts every
+allocated device of the pool). A device that allows multiple allocations
 consumes its counters once, however many shares it has (kdra's reading: the counters model
 the hardware the device occupies, which its shares do not multiply).
 
 Invariants:
-- :meth:`CounterLedger.take` and :meth:`CounterLedger.give` are exact inverses (Decimal
-  arithmetic), so a search that backtracks leaves the ledger as it found it.
+- :meth:`CounterLedger.take` and :meth:`CounterLedger.give` are exact inverses (bounded
+  amounts in :data:`~.capacity.EXACT`), so a search that backtracks leaves the ledger as it
+  found it; a counter whose use drops to zero is dropped, also when devices consume zero of
+  it (giving back never looks up what is not there).
 - :meth:`CounterLedger.fits` is true exactly when :meth:`take` would keep every counter it
   touches within its total; counters the pool does not define never reach here (such a
-  device is ``Pool.broken`` and never a candidate).
+  pool is invalid: its devices are never candidates).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from decimal import Decimal
 
+from kdra.dra.allocator.capacity import EXACT
 from kdra.dra.allocator.pools import DeviceEntry, DeviceId, NodePools
 
 __all__ = ["CounterLedger", "SetKey", "describe_amount"]
@@ -53,8 +59,8 @@ class CounterLedger:
                 self.totals[(pool.driver, pool.name, name)] = counters
             if not pool.counter_sets:
                 continue
-            for entry in pool.entries:
-                if entry.consumes and held(entry.id):
+            for entry in pool.counted:
+                if held(entry.id):
                     self.take(entry)
 
     def _uses(self, entry: DeviceEntry) -> Iterator[tuple[SetKey, str, Decimal]]:
@@ -66,23 +72,26 @@ class CounterLedger:
         """Whether taking ``entry`` keeps every counter it consumes within its total."""
         for key, counter, amount in self._uses(entry):
             total = self.totals.get(key, {}).get(counter)
-            if total is None or self.used.get(key, {}).get(counter, _ZERO) + amount > total:
+            if total is None or EXACT.add(self.used.get(key, {}).get(counter, _ZERO),
+                                          amount) > total:
                 return False
         return True
 
     def take(self, entry: DeviceEntry) -> None:
         for key, counter, amount in self._uses(entry):
             used = self.used.setdefault(key, {})
-            used[counter] = used.get(counter, _ZERO) + amount
+            used[counter] = EXACT.add(used.get(counter, _ZERO), amount)
 
     def give(self, entry: DeviceEntry) -> None:
         for key, counter, amount in self._uses(entry):
-            used = self.used[key]
-            left = used[counter] - amount
+            used = self.used.setdefault(key, {})
+            left = EXACT.subtract(used.get(counter, _ZERO), amount)
             if left:
                 used[counter] = left
             else:
-                del used[counter]
+                used.pop(counter, None)
+            if not used:
+                del self.used[key]
 
     def shortfall(self, entry: DeviceEntry) -> str | None:
         """Why ``entry`` does not fit: ``gpu-3: memory-slices 7/8 used, asked 4`` (the set's
@@ -94,7 +103,7 @@ class CounterLedger:
             used = self.used.get(key, {}).get(counter, _ZERO)
             if total is None:
                 parts.append(f"{counter} not defined")
-            elif used + amount > total:
+            elif EXACT.add(used, amount) > total:
                 parts.append(f"{counter} {describe_amount(used)}/{describe_amount(total)} "
                              f"used, asked {describe_amount(amount)}")
             else:

@@ -211,11 +211,10 @@ def raw_counts(
 
 
 def _raw_count(items: tuple[MatchItem, ...], busy: Container[DeviceId]) -> tuple[int, ...]:
-    """(matching, free, failing, failing and free, in an invalid pool, free and special)."""
+    """(matching, free, failing, failing and free, in an invalid pool — none: such pools
+    offer no device —, free and special)."""
     matching = free = failing = failing_free = invalid = special = 0
     for item in items:
-        if item.pool.duplicate is not None:
-            invalid += 1
         in_use = item.entry.id in busy
         if item.failure is not None:
             failing += 1
@@ -333,10 +332,9 @@ def _find_rejecting(request: PreparedRequest, pools: NodePools) -> str:
                            request.selectors, request.tolerations, pools.taints)
     if tainted:
         parts.append(tainted)
-    broken = pools.broken()
-    if broken:
-        parts.append(f"{len(broken)} device(s) not usable: {broken[0][0].id.device} "
-                     f"{broken[0][1]}")
+    if pools.unusable:
+        more = f" (and {len(pools.unusable) - 1} more)" if len(pools.unusable) > 1 else ""
+        parts.append(pools.unusable[0].describe() + more)
     unsupported = pools.unsupported()
     if unsupported:
         features = sorted({f for entry in unsupported for f in entry.unsupported})

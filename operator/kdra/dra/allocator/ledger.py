@@ -13,8 +13,9 @@ Invariants:
 - A device that allows multiple allocations takes its counters with its first share (held
   anywhere) and gives them back with its last; its consumed capacity is the sum over every
   share, never above the capacity's value.
-- Capacity requests filter every device (it must have the capacity, and enough of it), but
-  only shares of a ``shared`` device record consumed capacity.
+- Capacity requests filter every device (it must have the capacity, and enough of it, after
+  what shares already hold of it), but only shares of a ``shared`` device record consumed
+  capacity.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Container, Mapping
 from decimal import Decimal
 
-from kdra.dra.allocator.capacity import RequestedCapacity, demand, fmt
+from kdra.dra.allocator.capacity import EXACT, RequestedCapacity, demand, fmt
 from kdra.dra.allocator.counters import CounterLedger
 from kdra.dra.allocator.pools import DeviceEntry, DeviceId, NodePools
 
@@ -43,12 +44,12 @@ class SharedUse:
     def add(self, count: int, consumed: Mapping[str, Decimal]) -> None:
         self.count += count
         for name, amount in consumed.items():
-            self.consumed[name] = self.consumed.get(name, _ZERO) + amount
+            self.consumed[name] = EXACT.add(self.consumed.get(name, _ZERO), amount)
 
     def remove(self, count: int, consumed: Mapping[str, Decimal]) -> None:
         self.count -= count
         for name, amount in consumed.items():
-            left = self.consumed.get(name, _ZERO) - amount
+            left = EXACT.subtract(self.consumed.get(name, _ZERO), amount)
             if left:
                 self.consumed[name] = left
             else:
@@ -86,7 +87,7 @@ class Ledger:
         """Capacity of a shared device consumed by every share (snapshot's and search's)."""
         used = dict(self.shares.get(device, _NONE).consumed)
         for name, amount in self.mine.get(device, _NONE).consumed.items():
-            used[name] = used.get(name, _ZERO) + amount
+            used[name] = EXACT.add(used.get(name, _ZERO), amount)
         return used
 
     def admit(self, entry: DeviceEntry, capacity: RequestedCapacity) -> dict[str, Decimal] | None:
@@ -96,8 +97,8 @@ class Ledger:
         shared = entry.shared
         consumed: dict[str, Decimal] = {}
         if capacity or shared:
-            used = self.used_capacity(device) if shared else None
-            wanted = demand(capacity, device.driver, entry.capacities, used, shared)
+            wanted = demand(capacity, device.driver, entry.capacities,
+                            self.used_capacity(device))
             if wanted is None:
                 return None
             consumed = wanted
@@ -127,8 +128,7 @@ class Ledger:
         """Whether :meth:`admit` would take ``entry`` now (without taking it)."""
         device = entry.id
         if (capacity or entry.shared) and demand(
-                capacity, device.driver, entry.capacities,
-                self.used_capacity(device) if entry.shared else None, entry.shared) is None:
+                capacity, device.driver, entry.capacities, self.used_capacity(device)) is None:
             return False
         if entry.consumes and (not entry.shared or not self.holders(device)):
             return self.counters.fits(entry)
@@ -140,9 +140,9 @@ class Ledger:
         asked 20Gi``; None when it can."""
         device = entry.id
         if capacity or entry.shared:
-            used = self.used_capacity(device) if entry.shared else None
-            if demand(capacity, device.driver, entry.capacities, used, entry.shared) is None:
-                return self._capacity_text(entry, capacity, used or {})
+            used = self.used_capacity(device)
+            if demand(capacity, device.driver, entry.capacities, used) is None:
+                return self._capacity_text(entry, capacity, used)
         if entry.consumes and (not entry.shared or not self.holders(device)):
             return self.counters.shortfall(entry)
         return None

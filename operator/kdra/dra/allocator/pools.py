@@ -4,36 +4,38 @@
   results per expression: a slice object never changes (models are frozen, and a device is
   immutable within a pool generation), and a new version of the slice gets new entries, so a
   memoised result can never be stale. A device that uses a feature kdra does not implement
-  yet (counters, binding conditions, ... — ``Device.unsupported``) is never matched:
-  :attr:`DeviceEntry.unsupported` names the features, for explanations. A device with an
-  acting taint (its slice's or a DeviceTaintRule's) is matched only for requests that
-  tolerate it (:mod:`~kdra.dra.allocator.tainting`).
-- :func:`gather_pools` groups the slices a node can see into pools (upstream's GatherPools):
-  per (driver, pool name) only the slices of the highest ``generation`` count; a pool is
-  *incomplete* when that generation has fewer (or more) slices than ``resourceSliceCount``;
-  *invalid* when a device name repeats inside it.
+  yet (node-allocatable mappings, list-typed attributes — ``Device.unsupported``) is never
+  matched: :attr:`DeviceEntry.unsupported` names the features, for explanations. A device
+  with an acting taint (its slice's or a DeviceTaintRule's) is matched only for requests
+  that tolerate it (:mod:`~kdra.dra.allocator.tainting`). A device of a slice with
+  ``perDeviceNodeSelection`` says itself which nodes reach it (:meth:`DeviceEntry.reaches`).
+- :class:`Pool` is one pool as one node sees it, built by :mod:`.gather` (upstream's
+  GatherPools): its newest generation, whether it is *incomplete* or *invalid* (then none of
+  its devices is offered), its counter sets, and the devices of its slices for other nodes
+  that draw on them (:attr:`Pool.counted`).
 - :class:`NodePools` is the result for one node, in a stable walk order: pools by (driver,
-  name), slices by name, devices as listed. It caches, per selector set, the devices that match
-  (:meth:`NodePools.matching`); the cache dies with the object, which the snapshot replaces
-  whenever the node's slices change.
+  name) — pools with binding conditions last, as upstream —, slices by name, devices as
+  listed. It caches, per selector set, the devices that match (:meth:`NodePools.matching`);
+  the cache dies with the object, which the snapshot replaces whenever the node's slices
+  change.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import NamedTuple
 
-from kdra.dra.allocator.capacity import CapacitySpec, device_capacities
+from kdra.dra.allocator.capacity import CapacitySpec, amount, device_capacities
 from kdra.dra.allocator.nodeselector import NodeInfo, selector_matches
 from kdra.dra.allocator.stats import Stats
 from kdra.dra.allocator.tainting import DeviceTaints
 from kdra.dra.cel import CelDevice, make_device
 from kdra.dra.cel import DeviceSelector as CompiledSelector
 from kdra.dra.errors import CelRuntimeError, InvalidObject
-from kdra.dra.models import DeviceTaint, DeviceToleration, ResourceSlice
-from kdra.dra.quantity import InvalidQuantity, parse_quantity
+from kdra.dra.models import DeviceTaint, DeviceToleration, NodeSelector, ResourceSlice
+from kdra.dra.quantity import InvalidQuantity
 
 Consumption = tuple[tuple[str, str, Decimal], ...]
 """What a device consumes from its pool's shared counters: ``(counter set, counter,
@@ -50,6 +52,10 @@ AttributeValue = tuple[str, int | bool | str]
 SelectorFailure = CelRuntimeError | InvalidObject
 """Why a selector could not be evaluated on a device (a runtime error, or device data CEL
 cannot represent, such as an invalid version)."""
+
+NodeScope = tuple[str | None, NodeSelector | None, bool]
+"""A device's own node selection (``perDeviceNodeSelection``): nodeName, nodeSelector,
+allNodes."""
 
 
 class DeviceId(NamedTuple):
@@ -76,8 +82,8 @@ class Selector:
 class DeviceEntry:
     """One device of one slice object, with its CEL view and selector memo."""
 
-    __slots__ = ("_cel", "_memo", "attributes", "capacities", "consumes", "id", "index",
-                 "shared", "slice", "special", "taints", "unsupported")
+    __slots__ = ("_cel", "_memo", "attributes", "binding", "capacities", "consumes", "id",
+                 "index", "scope", "shared", "slice", "special", "taints", "unsupported")
 
     def __init__(self, slice_: ResourceSlice, index: int) -> None:
         device = slice_.spec.devices[index]
@@ -95,30 +101,46 @@ class DeviceEntry:
         self.capacities: tuple[CapacitySpec, ...] = ()
         """Its capacities with their request policies, parsed (:mod:`.capacity`)."""
         self.shared = bool(device.allow_multiple_allocations)
+        """allowMultipleAllocations: several results may hold it, each a share."""
         try:
             self.consumes = tuple(
-                (use.counter_set, name, parse_quantity(counter.value).value)
+                (use.counter_set, name, amount(counter.value))
                 for use in device.consumes_counters for name, counter in use.counters.items())
         except InvalidQuantity:
-            unsupported.append("a counter amount that is not a valid quantity")
+            unsupported.append("a counter amount that is not a valid quantity (or beyond 2^63)")
         try:
             self.capacities = device_capacities(device)
         except InvalidQuantity:  # selectors fail on it (CEL cannot represent it), as upstream
             if self.shared:
-                unsupported.append("a capacity that is not a valid quantity")
-        """allowMultipleAllocations: several results may hold it, each a share."""
+                unsupported.append("a capacity that is not a valid quantity (or beyond 2^63)")
         self.special = self.shared or bool(self.consumes)
         """Its allocation needs the ledger (counters, shares): counting free devices alone
         does not decide whether it can be taken."""
-        if slice_.spec.per_device_node_selection and "per-device node selection" not in \
-                unsupported:
-            unsupported.append("per-device node selection")
         self.unsupported: tuple[str, ...] = tuple(unsupported)
         """Features of the device kdra does not implement yet; non-empty: never allocated."""
         self.taints: tuple[DeviceTaint, ...] = device.taints
         """The slice's taints on the device (rules' taints: :class:`NodePools`)."""
+        self.scope: NodeScope | None = (
+            (device.node_name, device.node_selector, bool(device.all_nodes))
+            if slice_.spec.per_device_node_selection else None)
+        """The device's own node selection (None: its slice's applies)."""
+        self.binding = bool(device.binding_conditions)
+        """It has binding conditions (its pool is walked after those without)."""
         self._cel: CelDevice | None = None
         self._memo: dict[str, bool | SelectorFailure] = {}
+
+    def reaches(self, node: NodeInfo) -> bool:
+        """Whether ``node`` can use the device, by its own node selection (a device without
+        one is reached wherever its slice is)."""
+        scope = self.scope
+        if scope is None:
+            return True
+        node_name, selector, all_nodes = scope
+        if node_name:
+            return node_name == node.name
+        if all_nodes:
+            return True
+        return selector is not None and selector_matches(selector, node)
 
     def __repr__(self) -> str:
         return f"DeviceEntry({self.id})"
@@ -139,7 +161,8 @@ class DeviceEntry:
         if self._cel is None:
             device = self.slice.spec.devices[self.index]
             capacity = {name: value.value for name, value in device.capacity.items()}
-            self._cel = make_device(self.id.driver, self.attributes, capacity)
+            self._cel = make_device(self.id.driver, self.attributes, capacity,
+                                    allow_multiple_allocations=self.shared)
         return self._cel
 
     def evaluate(self, selector: Selector, stats: Stats) -> bool:
@@ -186,35 +209,67 @@ class SliceEntry:
     def name(self) -> str:
         return self.slice.metadata.name
 
+    @property
+    def counters_only(self) -> bool:
+        """It publishes counter sets (``sharedCounters``), no devices."""
+        return bool(self.slice.spec.shared_counters)
+
+    def reaches(self, node: NodeInfo) -> bool:
+        """Whether ``node`` can use some device of the slice (its scope, or with
+        ``perDeviceNodeSelection`` some device's own)."""
+        spec = self.slice.spec
+        if spec.node_name:
+            return spec.node_name == node.name
+        if spec.all_nodes:
+            return True
+        if spec.per_device_node_selection:
+            return any(entry.reaches(node) for entry in self.entries)
+        return spec.node_selector is not None and selector_matches(spec.node_selector, node)
+
 
 @dataclass(frozen=True, slots=True)
 class Pool:
-    """One pool as seen from one node (newest generation only)."""
+    """One pool as seen from one node (newest generation only; see :mod:`.gather`)."""
 
     driver: str
     name: str
     generation: int
     slices: tuple[SliceEntry, ...]
+    """The pool's slices of that generation the node sees (device slices that reach it and
+    the pool's counter-set slices), by name."""
     entries: tuple[DeviceEntry, ...]
-    incomplete: bool
-    duplicate: str | None
-    """The first repeated device name, when the pool is invalid."""
+    """The devices the node may be allocated, in walk order; empty when the pool is
+    incomplete or invalid."""
+    incomplete: bool = False
+    """Its newest generation has fewer (or more) slices than ``resourceSliceCount``, also
+    counting its slices for other nodes."""
+    invalid: str | None = None
+    """Why the pool is invalid (a device name repeats, a counter set is published twice, a
+    device consumes a counter set or counter the pool does not define), or None."""
     counter_sets: Mapping[str, Mapping[str, Decimal]] = field(default_factory=dict)
-    """The pool's ``sharedCounters`` (from every slice of its newest generation): set →
-    counter → total. A set published twice keeps its first definition (slices by name)."""
-    broken: Mapping[str, str] = field(default_factory=dict)
-    """Device name → why it cannot be allocated in this pool (it consumes a counter set or
-    counter the pool does not publish)."""
+    """The pool's ``sharedCounters``: set → counter → total."""
+    counted: tuple[DeviceEntry, ...] = ()
+    """Every device of the pool's generation that consumes counters, in the node's slices
+    and in the pool's slices for other nodes: the ledger counts those held."""
     consumers: Mapping[str, tuple[DeviceEntry, ...]] = field(default_factory=dict)
     """Counter set → the pool's allocatable devices that consume from it."""
+    binding: bool = False
+    """A device of the node's slices has binding conditions."""
 
     @property
     def id(self) -> str:
         return f"{self.driver}/{self.name}"
 
     @property
-    def invalid(self) -> bool:
-        return self.duplicate is not None
+    def unusable(self) -> bool:
+        """Incomplete or invalid: none of its devices is offered."""
+        return self.incomplete or self.invalid is not None
+
+    def describe(self) -> str:
+        """Why the pool is unusable (for messages): ``resource pool d/p is invalid: ...``."""
+        if self.incomplete:
+            return f"resource pool {self.id} is incomplete (being updated)"
+        return f"resource pool {self.id} is invalid: {self.invalid}"
 
 
 class MatchItem(NamedTuple):
@@ -234,7 +289,8 @@ class NodePools:
     stored with them.
     """
 
-    __slots__ = ("_matching", "counts", "node", "notes", "pools", "special", "taints")
+    __slots__ = ("_matching", "counts", "node", "notes", "pools", "special", "taints",
+                 "unusable")
 
     def __init__(self, node: NodeInfo, pools: tuple[Pool, ...],
                  taints: DeviceTaints | None = None) -> None:
@@ -247,8 +303,16 @@ class NodePools:
         self.special = any(entry.special for pool in pools for entry in pool.entries)
         """Some device consumes counters or allows multiple allocations (the search then
         keeps a :class:`~.ledger.Ledger`)."""
+        self.unusable = tuple(pool for pool in pools if pool.unusable)
+        """The incomplete and invalid pools (an ``All`` request fails on them; an invalid
+        one is the error when nothing fits)."""
         self.notes: dict[tuple[str, ...], str] = {}
         """Per selector set: which selectors turned this node's devices away (for reasons)."""
+
+    @property
+    def invalid(self) -> Pool | None:
+        """The first invalid pool (upstream: "invalid resource pools were encountered")."""
+        return next((pool for pool in self.unusable if pool.invalid is not None), None)
 
     def matching(
         self, selectors: tuple[Selector, ...], key: tuple[str, ...], stats: Stats,
@@ -269,8 +333,8 @@ class NodePools:
         items: list[MatchItem] = []
         for pool in self.pools:
             for entry in pool.entries:
-                if entry.unsupported or entry.id.device in pool.broken:
-                    continue  # never allocated (see DeviceEntry.unsupported, Pool.broken)
+                if entry.unsupported:
+                    continue  # never allocated (see DeviceEntry.unsupported)
                 failure = None
                 matched = True
                 for selector in selectors:
@@ -289,114 +353,6 @@ class NodePools:
         self._matching[key] = result
         return result
 
-
     def unsupported(self) -> list[DeviceEntry]:
         """The node's devices that use features kdra does not implement yet."""
         return [entry for pool in self.pools for entry in pool.entries if entry.unsupported]
-
-    def broken(self) -> list[tuple[DeviceEntry, str]]:
-        """The node's devices whose counters their pool does not publish, with why."""
-        return [(entry, pool.broken[entry.id.device]) for pool in self.pools
-                for entry in pool.entries if entry.id.device in pool.broken]
-
-
-
-def slice_targets(slice_: ResourceSlice, node: NodeInfo) -> bool:
-    """Whether ``node`` can reach the devices of ``slice_`` (nodeName, allNodes, nodeSelector;
-    a slice with per-device node selection counts as reaching every node: its devices are
-    never allocated, but the node's explanations mention them)."""
-    spec = slice_.spec
-    if spec.node_name:
-        return spec.node_name == node.name
-    if spec.all_nodes or spec.per_device_node_selection:
-        return True
-    return spec.node_selector is not None and selector_matches(spec.node_selector, node)
-
-
-def gather_pools(slices: Iterable[SliceEntry]) -> tuple[Pool, ...]:
-    """Group slices (already filtered to one node) into pools, newest generation only."""
-    newest: dict[tuple[str, str], list[SliceEntry]] = {}
-    for entry in slices:
-        spec = entry.slice.spec
-        key = (spec.driver, spec.pool.name)
-        current = newest.get(key)
-        if current is None:
-            newest[key] = [entry]
-            continue
-        generation = current[0].slice.spec.pool.generation
-        if spec.pool.generation > generation:
-            newest[key] = [entry]
-        elif spec.pool.generation == generation:
-            current.append(entry)
-    pools = []
-    for (driver, name), members in sorted(newest.items()):
-        members.sort(key=lambda e: e.name)
-        pool_spec = members[0].slice.spec.pool
-        entries = tuple(d for member in members for d in member.entries)
-        counter_sets = _counter_sets(members)
-        pools.append(
-            Pool(
-                driver=driver,
-                name=name,
-                generation=pool_spec.generation,
-                slices=tuple(members),
-                entries=entries,
-                incomplete=len(members) != pool_spec.resource_slice_count,
-                duplicate=_first_duplicate(entries),
-                counter_sets=counter_sets,
-                broken=(broken := _broken(entries, counter_sets, name)),
-                consumers=_by_set(entries, broken),
-            )
-        )
-    return tuple(pools)
-
-
-def _counter_sets(members: list[SliceEntry]) -> dict[str, dict[str, Decimal]]:
-    sets: dict[str, dict[str, Decimal]] = {}
-    for member in members:
-        for counter_set in member.slice.spec.shared_counters:
-            if counter_set.name in sets:
-                continue
-            try:
-                sets[counter_set.name] = {name: parse_quantity(c.value).value
-                                          for name, c in counter_set.counters.items()}
-            except InvalidQuantity:
-                continue  # its devices are then broken: the set is as good as missing
-    return sets
-
-
-def _by_set(entries: tuple[DeviceEntry, ...],
-            broken: Mapping[str, str]) -> dict[str, tuple[DeviceEntry, ...]]:
-    groups: dict[str, list[DeviceEntry]] = {}
-    for entry in entries:
-        if entry.unsupported or entry.id.device in broken:
-            continue
-        for set_name in dict.fromkeys(c[0] for c in entry.consumes):
-            groups.setdefault(set_name, []).append(entry)
-    return {name: tuple(group) for name, group in groups.items()}
-
-
-def _broken(entries: tuple[DeviceEntry, ...], sets: Mapping[str, Mapping[str, Decimal]],
-            pool: str) -> dict[str, str]:
-    broken: dict[str, str] = {}
-    for entry in entries:
-        for set_name, counter, _ in entry.consumes:
-            counters = sets.get(set_name)
-            if counters is None:
-                broken[entry.id.device] = (f"consumes counter set {set_name}, which pool "
-                                           f"{pool} does not publish (sharedCounters)")
-                break
-            if counter not in counters:
-                broken[entry.id.device] = (f"consumes counter {counter} of set {set_name}, "
-                                           f"which pool {pool} does not define")
-                break
-    return broken
-
-
-def _first_duplicate(entries: tuple[DeviceEntry, ...]) -> str | None:
-    seen: set[str] = set()
-    for entry in entries:
-        if entry.id.device in seen:
-            return entry.id.device
-        seen.add(entry.id.device)
-    return None

@@ -26,8 +26,10 @@ from dataclasses import dataclass
 from kdra.dra.allocator.capacity import RequestedCapacity, parse_requests
 from kdra.dra.allocator.pools import (
     DeviceEntry,
+    DeviceId,
     MatchItem,
     NodePools,
+    Pool,
     Selector,
     SelectorFailure,
 )
@@ -257,13 +259,26 @@ def too_many_devices(claim: ResourceClaim, count: int) -> Unallocatable:
 # --------------------------------------------------------------------------- errors in the walk
 
 
-def pool_invalid(item: MatchItem, request: PreparedRequest) -> Unallocatable:
+def pool_unusable(pool: Pool, request: PreparedRequest | None = None) -> Unallocatable:
+    """An incomplete or invalid pool: an ``All`` request fails on it (``request``), and an
+    invalid pool is the node's error when nothing fits (upstream: "invalid resource pools
+    were encountered")."""
+    if request is None:
+        return Unallocatable(
+            ReasonCode.POOL_INVALID,
+            f"invalid resource pools were encountered ({pool.invalid})",
+            f"invalid resource pools were encountered: {pool.describe()}",
+        )
+    code, state = ((ReasonCode.POOL_INCOMPLETE, "is being updated") if pool.incomplete
+                   else (ReasonCode.POOL_INVALID, "is invalid"))
     return Unallocatable(
-        ReasonCode.POOL_INVALID,
-        f'a resource pool with devices for request "{request.name}" of claim '
-        f'"{request.claim_name}" is invalid (duplicate device names)',
-        f"resource pool {item.pool.id} is invalid: device name {item.pool.duplicate} appears "
-        f"more than once ({request.describe()})",
+        code,
+        f'request "{request.name}" of claim "{request.claim_name}" asks for all devices, but a '
+        f"resource pool {state}",
+        f"claim {request.claim_key}, request {request.name} asks for all devices, but "
+        + (f"resource pool {pool.id} is incomplete (being updated: its newest generation "
+           f"{pool.generation} does not have all its slices yet)" if pool.incomplete
+           else pool.describe()),
     )
 
 
@@ -288,23 +303,13 @@ def selector_failed(
 
 def check_all_request(items: tuple[MatchItem, ...], request: PreparedRequest,
                       pools: NodePools, stats: Stats) -> None:
-    """Raise why an ``All`` request cannot take every matching device of the node: one lies in
-    an incomplete or invalid pool, fails a selector at run time, or (matching otherwise)
-    uses a feature kdra does not support yet."""
+    """Raise why an ``All`` request cannot take every matching device of the node: a pool the
+    node sees is incomplete or invalid (upstream checks every pool, matching or not), a
+    matching device fails a selector at run time, or (matching otherwise) uses a feature kdra
+    does not support yet."""
+    if pools.unusable:
+        raise pool_unusable(pools.unusable[0], request)
     for item in items:
-        pool = item.pool
-        if pool.incomplete:
-            raise Unallocatable(
-                ReasonCode.POOL_INCOMPLETE,
-                f'request "{request.name}" of claim "{request.claim_name}" asks for all '
-                "devices, but a resource pool is being updated",
-                f"claim {request.claim_key}, request {request.name} asks for all devices, "
-                f"but resource pool {pool.id} is incomplete (generation {pool.generation}: "
-                f"{len(pool.slices)} of "
-                f"{pool.slices[0].slice.spec.pool.resource_slice_count} slices)",
-            )
-        if pool.duplicate is not None:
-            raise pool_invalid(item, request)
         if item.failure is not None:
             raise selector_failed(item.entry, item.failure, request)
     for entry in pools.unsupported():
@@ -317,6 +322,29 @@ def check_all_request(items: tuple[MatchItem, ...], request: PreparedRequest,
                 f"but matching device {entry.id} uses {', '.join(entry.unsupported)}, "
                 "which kdra does not support yet",
             )
+
+
+def with_tainted(items: tuple[MatchItem, ...], request: PreparedRequest, pools: NodePools,
+                 stats: Stats) -> tuple[tuple[MatchItem, ...], frozenset[DeviceId]]:
+    """An ``All`` request's matching devices including those whose taints it does not
+    tolerate (upstream counts them among "all" and then cannot take them), in walk order,
+    and the ids of the latter."""
+    if not pools.taints.rules and not any(
+            entry.taints for pool in pools.pools for entry in pool.entries):
+        return items, frozenset()
+    every = pools.matching(request.selectors, (*request.key, _ALL_DEVICES), stats,
+                           _TOLERATE_ALL)
+    if len(every) == len(items):
+        return items, frozenset()
+    tolerated = {item.entry.id for item in items}
+    return every, frozenset(item.entry.id for item in every if item.entry.id not in tolerated)
+
+
+_ALL_DEVICES = "\x00all-taints"
+"""Key element of the matching list that ignores taints (never a CEL expression)."""
+
+_TOLERATE_ALL = (DeviceToleration(operator="Exists"),)
+"""Tolerates every taint (an empty key with ``Exists``)."""
 
 
 def _matches_quietly(entry: DeviceEntry, request: PreparedRequest, stats: Stats) -> bool:

@@ -9,14 +9,18 @@
 - ``devices.config``: first the DeviceClass configs (``FromClass``) — each class's entries
   once, in the order its requests appear, with ``requests`` naming every request of the claim
   that uses the class (the chosen alternative's name); then each claim config (``FromClaim``)
-  once, keeping its ``requests`` — except one that names only alternatives that were not
-  chosen. An entry whose ``requests`` names every request of the claim is written with
-  ``requests`` empty ("all"), like upstream; ``<request>/<subrequest>`` names stay as they
-  are.
-- ``nodeSelector``: if any picked device's slice has ``nodeName``, one term ``matchFields
-  metadata.name In [nodeName]``; otherwise the union (without repeats) of the requirements of
-  the picked slices' single ``nodeSelector`` terms, as one term; ``allNodes`` slices add
-  nothing; nothing at all → ``None`` (usable on every node).
+  once, keeping its ``requests`` verbatim (empty: every request) — except one that names
+  only alternatives that were not chosen. (Upstream appends a claim config once per request
+  it names; kdra writes it once: docs/api-versions.md, "Where kdra differs".)
+- ``nodeSelector`` (upstream's createNodeSelector): a picked device's node selection is its
+  slice's, or with ``perDeviceNodeSelection`` the device's own. If any picked device has a
+  ``nodeName``, or ``bindsToNode``, one term ``matchFields metadata.name In [<the node
+  allocated for>]``; otherwise the union (without repeats) of the requirements of the
+  picked devices' single ``nodeSelector`` terms, as one term; ``allNodes`` adds nothing;
+  nothing at all → ``None`` (usable on every node).
+- A result copies its device's ``bindingConditions`` and ``bindingFailureConditions`` (the
+  binder waits for them before binding the pod); a share's ``consumedCapacity`` is left
+  unset when the device has no capacity, as upstream.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from kdra.dra.allocator.nodeselector import node_name_selector
 from kdra.dra.allocator.pools import DeviceEntry
 from kdra.dra.models import (
     AllocationResult,
+    Device,
     DeviceAllocationConfiguration,
     DeviceAllocationResult,
     DeviceRequestAllocationResult,
@@ -65,13 +70,14 @@ def share_id(claim: PreparedClaim, position: int, pick: Pick) -> str:
 
 
 def _consumed(pick: Pick) -> dict[str, str] | None:
-    if not pick.entry.shared or pick.consumed is None:
+    if not pick.entry.shared or not pick.consumed:
         return None
     formats = {spec.name: spec.format for spec in pick.entry.capacities}
     return {name: fmt(amount, formats[name]) for name, amount in sorted(pick.consumed.items())}
 
 
-def build_result(claim: PreparedClaim, picks: Sequence[Pick]) -> AllocationResult:
+def build_result(claim: PreparedClaim, picks: Sequence[Pick], node: str) -> AllocationResult:
+    """The claim's AllocationResult from its picks on ``node`` (the node allocated for)."""
     results = tuple(
         DeviceRequestAllocationResult(
             request=pick.request.name,
@@ -80,6 +86,8 @@ def build_result(claim: PreparedClaim, picks: Sequence[Pick]) -> AllocationResul
             device=pick.entry.id.device,
             admin_access=True if pick.request.admin_access else None,
             tolerations=pick.request.tolerations,
+            binding_conditions=(device := _device(pick)).binding_conditions,
+            binding_failure_conditions=device.binding_failure_conditions,
             share_id=share_id(claim, position, pick) if pick.entry.shared and not
             pick.request.admin_access else None,
             consumed_capacity=_consumed(pick),
@@ -88,8 +96,12 @@ def build_result(claim: PreparedClaim, picks: Sequence[Pick]) -> AllocationResul
     )
     return AllocationResult(
         devices=DeviceAllocationResult(results=results, config=_configs(claim)),
-        node_selector=_node_selector(picks),
+        node_selector=_node_selector(picks, node),
     )
+
+
+def _device(pick: Pick) -> Device:
+    return pick.entry.slice.spec.devices[pick.entry.index]
 
 
 def _configs(claim: PreparedClaim) -> tuple[DeviceAllocationConfiguration, ...]:
@@ -111,30 +123,25 @@ def _configs(claim: PreparedClaim) -> tuple[DeviceAllocationConfiguration, ...]:
         if claim_config.requests and chosen.isdisjoint(claim_config.requests):
             continue  # only for alternatives that were not chosen
         entries.append(("FromClaim", list(claim_config.requests), claim_config.opaque))
-    # "Every request" is written as no requests at all: the chosen names for class entries,
-    # the requests' own names for claim entries (which name ``<request>/<sub>`` verbatim).
-    chosen_names = {request.name for request in claim.requests}
-    own_names = {request.parent for request in claim.requests}
     return tuple(
-        DeviceAllocationConfiguration(
-            source=source,
-            requests=() if set(requests) == (chosen_names if source == "FromClass"
-                                             else own_names) else tuple(requests),
-            opaque=opaque,
-        )
+        DeviceAllocationConfiguration(source=source, requests=tuple(requests), opaque=opaque)
         for source, requests, opaque in entries
     )
 
 
-def _node_selector(picks: Sequence[Pick]) -> NodeSelector | None:
+def _node_selector(picks: Sequence[Pick], node: str) -> NodeSelector | None:
     fields: list[NodeSelectorRequirement] = []
     expressions: list[NodeSelectorRequirement] = []
     for pick in picks:
         spec = pick.entry.slice.spec
-        if spec.node_name:
-            return node_name_selector(spec.node_name)
-        if spec.node_selector is not None:
-            term = spec.node_selector.node_selector_terms[0]
+        device = _device(pick)
+        node_name, selector = ((device.node_name, device.node_selector)
+                               if spec.per_device_node_selection
+                               else (spec.node_name, spec.node_selector))
+        if node_name or device.binds_to_node:
+            return node_name_selector(node)
+        if selector is not None and selector.node_selector_terms:
+            term = selector.node_selector_terms[0]
             _merge(term.match_fields, fields)
             _merge(term.match_expressions, expressions)
     if not fields and not expressions:

@@ -19,13 +19,16 @@ The search, in upstream's order (first complete solution wins; scoring is the bi
 1. :func:`~.prepared.prepare` (node-independent): every request (every ``firstAvailable``
    alternative) needs its DeviceClass; selectors are compiled (class selectors first, then
    the request's); ExactCount needs ``count`` devices (default 1); more than 32 devices for
-   one claim is an error; a claim using fields kdra does not act on yet (capacity requests)
-   is refused with that reason instead of being allocated as if they were absent. A device
-   with a taint the request does not tolerate is not among its matching devices.
-2. Per node, each request gets its list of matching devices in walk order (pools by driver
-   and name, slices by name, devices as listed), memoised per device and expression. An
-   ``All`` request takes every matching device of the gathered pools; it is an error if one
-   of them lies in an incomplete or invalid pool; zero matching devices = does not fit.
+   one claim is an error. A device with a taint the request does not tolerate is not among
+   its matching devices.
+2. Per node (:mod:`.gather`), each request gets its list of matching devices in walk order
+   (pools by driver and name, pools with binding conditions last, slices by name, devices as
+   listed), memoised per device and expression; incomplete and invalid pools offer none.
+   An ``All`` request takes every matching device of the node (:mod:`.allmode`): an
+   incomplete or invalid pool on the node is an error; a device whose capacity cannot serve
+   the request's capacity requests is left out; zero devices = does not fit; a claim that
+   would get more than 32 devices is an error, unless another ``firstAvailable``
+   alternative needs fewer (then this combination does not fit).
 3. One slot per device: claims in order → requests in order → devices. A slot takes the next
    matching device that is not in use (adminAccess may take in-use devices, not one already
    picked for the same claim) and not picked by this allocation, and that satisfies the
@@ -33,8 +36,10 @@ The search, in upstream's order (first complete solution wins; scoring is the bi
    before it; ``distinctAttribute``, a value none of them has); the search descends, and on
    failure undoes the pick and tries the next device. Devices that use features kdra does
    not implement yet are never candidates; an ``All`` request that would need one fails.
+   An ``All`` device the claim's constraints reject is an error.
 
-Differences from a literal transcription, none changing the first solution found:
+Differences from a literal transcription, none changing the outcome (results, "does not
+fit", or the error upstream reports first):
 - slots of one request take devices in increasing walk order (any solution reordered within a
   request is still a solution, so the lexicographically first one is increasing);
 - a request stops early when its remaining candidates are fewer than its remaining slots, or
@@ -42,16 +47,20 @@ Differences from a literal transcription, none changing the first solution found
   than the request still needs — only when none of the request's candidates could raise an
   error (upstream would walk on and fail the same way, just slower: without this an
   unsatisfiable constraint over 128 devices takes ~10^5 steps);
-- upstream's early stop for ``All`` (its allocator's ``errStop``, 1.31): when a device an
-  ``All`` request (without adminAccess) needs is in use outside this allocation, the node
-  does not fit and nothing is searched. No choice of the other slots can free that device,
-  so the backtracking upstream does since 1.32 can only fail, after trying every
-  combination of the slots before it (16 single-device claims ahead of such a request took
-  1.1 M steps). A device taken by *this* allocation's earlier picks is still backtracked
-  over, as upstream does.
+- an early stop for ``All`` (the ``errStop`` of upstream's 1.31 allocator): when a device an
+  ``All`` request (without adminAccess) needs is held outside this allocation or carries a
+  taint the request does not tolerate, the node does not fit and nothing is searched — only
+  when no slot of the search could raise an error (no candidate whose selector fails, no
+  ``All`` request under a constraint): no choice of the other slots can free that device, so
+  the backtracking upstream does can only fail, after trying every combination of the slots
+  before it (16 single-device claims ahead of such a request took 1.1 M steps). Where a slot
+  could raise, the walk runs as upstream's does, bounded by the caller's budget. A device
+  taken by *this* allocation's earlier picks is backtracked over, as upstream does.
 
-Errors met during the walk (a selector failing at run time, an invalid pool holding a matching
-device) are raised only when the walk reaches them, as upstream's lazy evaluation would.
+Errors met during the walk (a selector failing at run time, an ``All`` device a constraint
+rejects) are raised only when the walk reaches them, as upstream's lazy evaluation would; an
+invalid pool on the node is the error when no combination fits
+(:class:`~.choices.ChoiceSearch`).
 
 The walk keeps its own stack (a position per slot) instead of recursing, so it can stop after
 a number of steps and resume later (:meth:`NodeSearch.advance`): the binder steps a long search
@@ -71,6 +80,7 @@ from bisect import bisect_left
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from kdra.dra.allocator.allmode import all_devices, fewest_devices
 from kdra.dra.allocator.busy import InUse, busy_view, shares_of
 from kdra.dra.allocator.constraints import (
     ConstraintState,
@@ -90,8 +100,6 @@ from kdra.dra.allocator.pools import (
 from kdra.dra.allocator.prepared import (
     PreparedClaim,
     PreparedRequest,
-    check_all_request,
-    pool_invalid,
     selector_failed,
     too_many_devices,
 )
@@ -123,6 +131,9 @@ class _Slot:
     supply: tuple[_Supply | None, ...] | None = None
     """Per applying constraint, where devices for its value can come from (prunable,
     non-admin ExactCount slots only; None for a distinctAttribute constraint)."""
+    raises: bool = False
+    """Reaching the slot may raise an error: a candidate's selector failed at run time, or
+    (``All``) the claim's constraints may reject its device."""
     frame: _Frame = field(init=False)
     """What the walk reads at every visit, in one tuple."""
 
@@ -192,6 +203,8 @@ class NodeSearch:
         """Counters and shares (:mod:`.ledger`), when the node has devices that need it."""
         self.picked: dict[DeviceId, list[int]] = {}
         self.picks: list[list[Pick]] = [[] for _ in claims]
+        self.refused: frozenset[DeviceId] = frozenset()
+        """Devices ``All`` requests need but may not take (an untolerated taint)."""
         self.slots: list[_Slot] = []
         self.steps = 0
         """Devices tried so far (also added to ``stats.search_steps``)."""
@@ -233,6 +246,7 @@ class NodeSearch:
         """Lay out the slots (validating All requests, counting devices per claim)."""
         if self.pools.special or any(r.capacity for c in self.claims for r in c.requests):
             self.ledger = Ledger(self.pools, self.busy, self.shares)
+        blocked = oversize = False
         for index, claim in enumerate(self.claims):
             states = [ConstraintState(c) for c in claim.constraints]
             total = claim.exact_devices
@@ -241,26 +255,32 @@ class NodeSearch:
                 items = self.pools.matching(request.selectors, request.key, self.stats,
                                             request.tolerations)
                 if request.all_devices:
-                    check_all_request(items, request, self.pools, self.stats)
+                    items, refused, stuck = all_devices(items, request, self.pools, self.busy,
+                                                        self.shares, self.stats)
+                    self.refused |= refused
                     total += len(items)
-                    if not request.admin_access and any(
-                            item.entry.id in self.busy for item in items):
-                        self._blocked = True  # in use elsewhere: never all of them
+                    blocked = blocked or stuck
                 applies = tuple(
                     k for k, c in enumerate(claim.constraints) if c.applies(request)
                 )
                 if self.ledger is not None and self.scoring and not request.all_devices:
                     items = order_candidates(items, self.ledger, request.capacity)
                 prunable = request.all_devices or all(
-                    item.failure is None and item.pool.duplicate is None
-                    and not item.entry.shared for item in items  # shared: may repeat
+                    item.failure is None and not item.entry.shared  # shared: may repeat
+                    for item in items
                 )
                 eligible = prunable and not request.all_devices and not request.admin_access
                 plans.append(_RequestPlan(request, items, applies, prunable, eligible, {}))
             if total > MAX_DEVICES_PER_CLAIM:
-                raise too_many_devices(claim.claim, total)
+                least = fewest_devices(claim, self.pools, self.busy, self.shares, self.stats)
+                if least > MAX_DEVICES_PER_CLAIM:
+                    raise too_many_devices(claim.claim, least)
+                oversize = True  # other alternatives need fewer: this combination does not fit
             for position, plan in enumerate(plans):
                 self._lay_out(index, plan, plans[position + 1:], states)
+        # Stopping early hides nothing only where no slot could raise an error (see the
+        # module doc); otherwise the walk runs and meets what upstream would.
+        self._blocked = oversize or (blocked and not any(slot.raises for slot in self.slots))
 
     def _lay_out(
         self,
@@ -277,7 +297,7 @@ class NodeSearch:
             for position, item in enumerate(items):
                 self.slots.append(
                     _Slot(claim, request, (item,), applying, len(items) - position,
-                          position + 1 < len(items), True, True)
+                          position + 1 < len(items), True, True, raises=bool(applying))
                 )
             return
         supply = None
@@ -297,10 +317,12 @@ class NodeSearch:
                           for o in sharing),
                 ))
             supply = tuple(supplies)
+        # Only a candidate whose selector failed can raise; a prunable request has none.
+        raises = not plan.prunable and any(item.failure is not None for item in items)
         for k in range(request.count):
             self.slots.append(
                 _Slot(claim, request, items, applying, request.count - k,
-                      k + 1 < request.count, plan.prunable, False, supply)
+                      k + 1 < request.count, plan.prunable, False, supply, raises)
             )
 
     def _values(
@@ -387,7 +409,8 @@ class NodeSearch:
                         device = entry.id
                         holders = picked.get(device)
                         taken = bool((holders and claim in holders) if admin else (
-                            (holders and not entry.shared) or device in busy))
+                            (holders and not entry.shared) or device in busy)
+                            ) or device in self.refused
                     if taken:
                         level -= 1
                         back = True
@@ -423,9 +446,7 @@ class NodeSearch:
                 chosen = None
                 consumed = None
                 for index in range(start, end):
-                    entry, pool, failure = items[index]
-                    if pool.duplicate is not None:
-                        raise pool_invalid(items[index], request)
+                    entry, _, failure = items[index]
                     device = entry.id
                     holders = picked.get(device)
                     if admin:

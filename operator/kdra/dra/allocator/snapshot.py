@@ -7,8 +7,11 @@ with :meth:`Snapshot.assume` until the API write is seen (:meth:`Snapshot.forget
 
 Invariants (kept by every method; each mutation bumps :attr:`Snapshot.version`):
 
-- every slice is stored once in ``_slices`` and in exactly one scope index: ``_by_node[node]``
-  (``nodeName``), ``_all_nodes`` (``allNodes``) or ``_selected`` (``nodeSelector``);
+- every slice is stored once in ``_slices``, once in ``_by_pool`` (its pool, whatever node it
+  is for: :mod:`.gather` reads a pool's other slices from there), and — unless it publishes
+  only counter sets, which belong to their pool wherever they are — in exactly one scope
+  index: ``_by_node[node]`` (``nodeName``), ``_all_nodes`` (``allNodes``), ``_per_device``
+  (``perDeviceNodeSelection``) or ``_selected`` (``nodeSelector``);
 - ``_in_use[d]`` is the number of claims in ``_held`` plus assumed allocations in ``_assumed``
   whose device set contains ``d``; devices with no holder are absent (never zero);
   admin-access results never count; results with a ``shareID`` (a share of a device that
@@ -18,9 +21,10 @@ Invariants (kept by every method; each mutation bumps :attr:`Snapshot.version`):
 - :attr:`Snapshot.releases` grows whenever a holder lets go of a device or a share, so a
   caller can tell that something was freed (a share freed keeps ``_in_use`` as it was);
 - a cached :class:`~kdra.dra.allocator.pools.NodePools` for node N is returned only if
-  nothing N can see changed since it was built: a change to a ``nodeName`` slice stamps its
-  node, a change to an ``allNodes``/``nodeSelector`` slice stamps every node (global stamp),
-  and when ``nodeSelector`` slices exist the node's labels are part of the cache key;
+  nothing N can see changed since it was built: a change to a slice of pool P stamps every
+  node with a ``nodeName`` slice of P (a pool on one node stamps just that node), and the
+  global stamp when P has slices of another scope; when ``nodeSelector`` or
+  ``perDeviceNodeSelection`` slices exist the node's labels are part of the cache key;
 - a slice replaced by one with an equal ``spec`` keeps its device entries, so its selector
   memo survives resourceVersion-only updates;
 - :meth:`Snapshot.busy_stamp` of a node changes whenever a device of a pool the node may see
@@ -37,13 +41,21 @@ import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from decimal import Decimal
 
+from kdra.dra.allocator.capacity import EXACT, amount
+from kdra.dra.allocator.gather import PoolKey, gather_pools
 from kdra.dra.allocator.ledger import SharedUse
 from kdra.dra.allocator.nodeselector import NodeInfo, selector_matches
-from kdra.dra.allocator.pools import DeviceId, NodePools, SliceEntry, gather_pools
+from kdra.dra.allocator.pools import DeviceId, NodePools, SliceEntry
 from kdra.dra.allocator.stats import Stats
 from kdra.dra.allocator.tainting import DeviceTaints
-from kdra.dra.models import AllocationResult, DeviceClass, ResourceClaim, ResourceSlice
-from kdra.dra.quantity import InvalidQuantity, parse_quantity
+from kdra.dra.models import (
+    AllocationResult,
+    DeviceClass,
+    ResourceClaim,
+    ResourceSlice,
+    ResourceSliceSpec,
+)
+from kdra.dra.quantity import InvalidQuantity
 from kdra.dra.taint_rules import TaintRule
 
 Shares = Mapping[DeviceId, tuple[int, Mapping[str, Decimal]]]
@@ -70,8 +82,8 @@ def devices_in_use(
 def shares_in_use(claim: ResourceClaim, allocation: AllocationResult | None = None) -> Shares:
     """The shares ``allocation`` (default: the claim's own) holds: results with a
     ``shareID``, per device, with their ``consumedCapacity`` summed. An amount that is not
-    a quantity counts as zero (kdra writes these; it never reads what it did not write as
-    more than nothing)."""
+    a quantity (or beyond 2^63) counts as zero (kdra writes these; it never reads what it did
+    not write as more than nothing)."""
     allocation = allocation if allocation is not None else claim.status.allocation
     if allocation is None:
         return {}
@@ -83,10 +95,10 @@ def shares_in_use(claim: ResourceClaim, allocation: AllocationResult | None = No
         count, consumed = shares.get(device, (0, {}))
         for name, text in (result.consumed_capacity or {}).items():
             try:
-                amount = parse_quantity(text).value
+                value = amount(text)
             except InvalidQuantity:
                 continue
-            consumed[name] = consumed.get(name, Decimal(0)) + max(amount, Decimal(0))
+            consumed[name] = EXACT.add(consumed.get(name, Decimal(0)), max(value, Decimal(0)))
         shares[device] = (count + 1, consumed)
     return shares
 
@@ -102,6 +114,8 @@ class Snapshot:
         self._by_node: dict[str, dict[str, SliceEntry]] = {}
         self._all_nodes: dict[str, SliceEntry] = {}
         self._selected: dict[str, SliceEntry] = {}
+        self._per_device: dict[str, SliceEntry] = {}
+        self._by_pool: dict[PoolKey, dict[str, SliceEntry]] = {}
         self._node_stamp: dict[str, int] = {}
         self._global_stamp = 0
         self._node_cache: dict[str, tuple[int, int, dict[str, str] | None, NodePools]] = {}
@@ -150,15 +164,25 @@ class Snapshot:
         self._slices[name] = entry
         spec = slice_.spec
         pool = (spec.driver, spec.pool.name)
+        self._by_pool.setdefault(pool, {})[name] = entry
         if spec.node_name:
-            self._by_node.setdefault(spec.node_name, {})[name] = entry
             on_nodes = self._pool_nodes.setdefault(pool, {})
             on_nodes[spec.node_name] = on_nodes.get(spec.node_name, 0) + 1
         else:
-            visible_everywhere = spec.all_nodes or spec.per_device_node_selection
-            (self._all_nodes if visible_everywhere else self._selected)[name] = entry
             self._global_pools[pool] = self._global_pools.get(pool, 0) + 1
-        self._stamp(slice_)
+        if not entry.counters_only:
+            self._scope(spec)[name] = entry
+        self._stamp(pool)
+
+    def _scope(self, spec: ResourceSliceSpec) -> dict[str, SliceEntry]:
+        """The scope index of a device slice (see the module doc)."""
+        if spec.node_name:
+            return self._by_node.setdefault(spec.node_name, {})
+        if spec.all_nodes:
+            return self._all_nodes
+        if spec.per_device_node_selection:
+            return self._per_device
+        return self._selected
 
     def remove_slice(self, name: str) -> None:
         entry = self._slices.pop(name, None)
@@ -175,11 +199,17 @@ class Snapshot:
     def _unindex(self, entry: SliceEntry) -> None:
         spec = entry.slice.spec
         pool = (spec.driver, spec.pool.name)
-        if spec.node_name:
-            on_node = self._by_node.get(spec.node_name, {})
-            on_node.pop(entry.name, None)
-            if not on_node:
+        self._stamp(pool)  # before the pool's counts drop: every node that saw it
+        in_pool = self._by_pool[pool]
+        del in_pool[entry.name]
+        if not in_pool:
+            del self._by_pool[pool]
+        if not entry.counters_only:
+            scope = self._scope(spec)
+            scope.pop(entry.name, None)
+            if spec.node_name and not scope:
                 self._by_node.pop(spec.node_name, None)
+        if spec.node_name:
             on_nodes = self._pool_nodes[pool]
             on_nodes[spec.node_name] -= 1
             if not on_nodes[spec.node_name]:
@@ -187,19 +217,22 @@ class Snapshot:
             if not on_nodes:
                 del self._pool_nodes[pool]
         else:
-            self._all_nodes.pop(entry.name, None)
-            self._selected.pop(entry.name, None)
             self._global_pools[pool] -= 1
             if not self._global_pools[pool]:
                 del self._global_pools[pool]
-        self._stamp(entry.slice)
 
-    def _stamp(self, slice_: ResourceSlice) -> None:
+    def _stamp(self, pool: PoolKey) -> None:
+        """A slice of ``pool`` changed: every node that may see the pool rebuilds its pools."""
         self.version += 1
-        if slice_.spec.node_name:
-            self._node_stamp[slice_.spec.node_name] = next(self._clock)
-        else:
-            self._global_stamp = next(self._clock)
+        stamp = next(self._clock)
+        for node_name in self._pool_nodes.get(pool, ()):
+            self._node_stamp[node_name] = stamp
+        if pool in self._global_pools:
+            self._global_stamp = stamp
+
+    def pool_slices(self, pool: PoolKey) -> Iterable[SliceEntry]:
+        """Every slice of ``pool``, whatever node it is for."""
+        return self._by_pool.get(pool, {}).values()
 
     # ------------------------------------------------------------------ classes
 
@@ -348,9 +381,10 @@ class Snapshot:
             for entry in self._selected.values()
             if selector_matches(entry.slice.spec.node_selector, node)
         )
-        pools = NodePools(node, gather_pools(visible),
+        visible.extend(entry for entry in self._per_device.values() if entry.reaches(node))
+        pools = NodePools(node, gather_pools(node, visible, self.pool_slices),
                           DeviceTaints(tuple(self._rules.values())))
-        labels = dict(node.labels) if self._selected else None
+        labels = dict(node.labels) if self._selected or self._per_device else None
         self._node_cache[node.name] = (stamp, self._global_stamp, labels, pools)
         return pools
 

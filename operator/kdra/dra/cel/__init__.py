@@ -12,9 +12,10 @@ The environment: what upstream gives a selector in Kubernetes 1.36, which is Kub
 base CEL environment (``k8s.io/apiserver/pkg/cel/environment``, ``MustBaseEnvSet``) plus
 the ``device`` variable and ``cel.bind`` (see ``_decls``):
 
-* ``device``: ``driver`` (string), ``attributes`` (domain -> name -> value of the unknown
-  type: int | bool | string | semver, checked at run time) and ``capacity`` (domain -> name
-  -> quantity);
+* ``device``: ``driver`` (string), ``allowMultipleAllocations`` (bool, false when the
+  device does not set it), ``attributes`` (domain -> name -> value of the unknown type: int
+  | bool | string | semver, checked at run time) and ``capacity`` (domain -> name ->
+  quantity) — the fields of upstream's ``kubernetes.DRADevice`` as of 1.36;
 * standard CEL: operators (ordering across int, uint and double; ``in``; ``?:``),
   ``size``, ``int``/``uint``/``double``/``string``/``bool``/``bytes``/``dyn``/``type`` and
   the type names as values, ``contains``/``startsWith``/``endsWith``/``matches`` (RE2), the

@@ -36,7 +36,8 @@ __all__ = ["DEVICE_FIELD_TYPES", "Checked", "check", "operator_name", "proven_bo
 
 ATTRIBUTES: Final = t.map_of(t.STRING, t.map_of(t.STRING, t.ANY))
 CAPACITY: Final = t.map_of(t.STRING, t.map_of(t.STRING, t.QUANTITY))
-DEVICE_FIELD_TYPES: Final = {"driver": t.STRING, "attributes": ATTRIBUTES, "capacity": CAPACITY}
+DEVICE_FIELD_TYPES: Final = {"driver": t.STRING, "allowMultipleAllocations": t.BOOL,
+                             "attributes": ATTRIBUTES, "capacity": CAPACITY}
 _OPERATORS: Final = {
     "+": "_+_", "-": "_-_", "*": "_*_", "/": "_/_", "%": "_%_", "==": "_==_", "!=": "_!=_",
     "<": "_<_", "<=": "_<=_", ">": "_>_", ">=": "_>=_", "in": "@in",

@@ -5,7 +5,8 @@ what cel-go's parser and the name-resolution part of its checker do:
 
 * the only variable is ``device`` (plus the variables that macros and ``cel.bind``
   introduce, with lexical scoping); ``device`` has exactly the fields ``driver``,
-  ``attributes`` and ``capacity``; type names (``int``, ``string``, ...) are values;
+  ``allowMultipleAllocations``, ``attributes`` and ``capacity``; type names (``int``,
+  ``string``, ...) are values;
 * a call names a declared function (``_decls.FUNCTIONS``): ``strings.quote(s)``,
   ``sets.contains(a, b)``, ``lists.range(n)``, ``optional.of(x)`` and ``format.named(n)``
   are qualified global names, as in cel-go; which overload applies is ``_check``'s job;
@@ -57,7 +58,8 @@ MACROS: Final[dict[str, tuple[int, ...]]] = {
 }
 DEVICE: Final = "device"
 DEVICE_SLOT: Final = "v_device"
-DEVICE_FIELDS: Final = frozenset(("driver", "attributes", "capacity"))
+DEVICE_FIELDS: Final = frozenset(("driver", "allowMultipleAllocations", "attributes",
+                                  "capacity"))
 _ACCUMULATORS: Final = frozenset(("__result__", "@result"))
 
 # Rules that only wrap their single child.
@@ -224,9 +226,10 @@ class _Lowering:
     # -- members -------------------------------------------------------------------
 
     def _check_device_field(self, name: Any, field: str) -> None:
-        """``device`` has exactly three fields; anything else is a compile error."""
+        """``device`` has exactly four fields; anything else is a compile error."""
         if field not in DEVICE_FIELDS:
-            self.fail(name, f"undefined field '{field}' (device has driver, attributes, capacity)")
+            self.fail(name, f"undefined field '{field}' (device has driver, "
+                      "allowMultipleAllocations, attributes, capacity)")
 
     def lower_member_dot(self, tree: Tree, pos: a.Pos, kids: list[Any]) -> a.Node:
         operand_tree, name = kids

@@ -165,16 +165,20 @@ MAP_TYPES: Final = frozenset((dict, FrozenMap, DomainMap))
 
 
 class CelDevice:
-    """What a selector sees as ``device``: ``driver``, ``attributes``, ``capacity``."""
+    """What a selector sees as ``device``: ``driver``, ``allowMultipleAllocations``,
+    ``attributes``, ``capacity`` (the generated code reads them by these names)."""
 
-    __slots__ = ("attributes", "capacity", "driver")
+    __slots__ = ("allowMultipleAllocations", "attributes", "capacity", "driver")
 
     driver: str
+    allowMultipleAllocations: bool  # the CEL field's name
     attributes: DomainMap
     capacity: DomainMap
 
-    def __init__(self, driver: str, attributes: DomainMap, capacity: DomainMap) -> None:
+    def __init__(self, driver: str, attributes: DomainMap, capacity: DomainMap,
+                 allow_multiple_allocations: bool = False) -> None:
         object.__setattr__(self, "driver", driver)
+        object.__setattr__(self, "allowMultipleAllocations", allow_multiple_allocations)
         object.__setattr__(self, "attributes", attributes)
         object.__setattr__(self, "capacity", capacity)
 
@@ -183,8 +187,9 @@ class CelDevice:
 
     def __repr__(self) -> str:
         return (
-            f"CelDevice(driver={self.driver!r}, attributes={dict(self.attributes)!r}, "
-            f"capacity={dict(self.capacity)!r})"
+            f"CelDevice(driver={self.driver!r}, "
+            f"allowMultipleAllocations={self.allowMultipleAllocations!r}, "
+            f"attributes={dict(self.attributes)!r}, capacity={dict(self.capacity)!r})"
         )
 
 
@@ -246,8 +251,12 @@ def make_device(
     driver: str,
     attributes: Mapping[str, tuple[str, int | bool | str]],
     capacity: Mapping[str, str | Quantity],
+    *,
+    allow_multiple_allocations: bool = False,
 ) -> CelDevice:
     """Build the immutable CEL view of one device; do it once and cache it per device.
+    ``allow_multiple_allocations`` is the device's ``allowMultipleAllocations`` (unset:
+    false, as upstream).
 
     Bare names (no ``/``) are filed under the driver's domain, ``domain/name`` under that
     domain. Attribute kinds are ``int``, ``bool``, ``string`` and ``version``; capacities are
@@ -260,7 +269,8 @@ def make_device(
     }
     capacity_values = {name: _quantity_value(name, raw) for name, raw in capacity.items()}
     return CelDevice(
-        str(driver), _by_domain(driver, attribute_values), _by_domain(driver, capacity_values)
+        str(driver), _by_domain(driver, attribute_values), _by_domain(driver, capacity_values),
+        bool(allow_multiple_allocations),
     )
 
 

@@ -3,16 +3,20 @@
 
 Devices are flat: ``{name, attributes, capacity: {name: {value, requestPolicy}}, ...}``, plus
 counters (``consumesCounters``; the slice's ``sharedCounters``) and multiple allocations,
-which the allocator acts on (issue 26), and the fields of features kdra does not act on yet
-(per-device node selection, binding conditions, node-allocatable mappings, list-typed
-attributes). They are parsed and kept, and :meth:`Device.unsupported` names them: the
-allocator never selects such a device until kdra implements the feature, and says why.
+per-device node selection (``perDeviceNodeSelection``; a device's ``nodeName`` /
+``nodeSelector`` / ``allNodes``) and binding conditions (``bindingConditions``,
+``bindingFailureConditions``, ``bindsToNode``), which the allocator and the binder act on
+(issues 26, 39), and the fields of features kdra does not act on yet (node-allocatable
+mappings, list-typed attributes). Those are parsed and kept, and :meth:`Device.unsupported`
+names them: the allocator never selects such a device until kdra implements the feature,
+and says why.
 
 Invariants:
 - Parsing enforces upstream's one-of and size rules (exactly one attribute value, exactly
-  one node scope, ``devices`` xor ``sharedCounters``, ≤ 128 devices per slice — 64 when a
-  device uses taints, counters or list attributes — ≤ 32 attributes and capacities and
-  ≤ 48 attribute values per device).
+  one node scope — for the slice, and with ``perDeviceNodeSelection`` for each device, none
+  without it —, node selectors of exactly one term, ``devices`` xor ``sharedCounters``,
+  ≤ 128 devices per slice — 64 when a device uses taints, counters or list attributes —
+  ≤ 32 attributes and capacities and ≤ 48 attribute values per device).
 - :meth:`DeviceAttribute.scalar` is ``(kind, value)`` only for the four scalar kinds;
   list-typed attributes have none (CEL and matchAttribute see scalars only).
 """
@@ -187,10 +191,6 @@ class Device(_Model):
         """The features this device uses that kdra does not implement yet (empty: none).
         Such a device is never allocated: kdra cannot honour what the driver declared."""
         found = []
-        if self.node_name is not None or self.node_selector is not None or self.all_nodes:
-            found.append("per-device node selection")
-        if self.binds_to_node or self.binding_conditions or self.binding_failure_conditions:
-            found.append("binding conditions")
         if self.node_allocatable_resource_mappings:
             found.append("nodeAllocatableResourceMappings")
         if any(a.scalar() is None for a in self.attributes.values()):
@@ -228,6 +228,23 @@ class ResourceSliceSpec(_Model):
             )
         if self.node_selector is not None and len(self.node_selector.node_selector_terms) != 1:
             raise ValueError("nodeSelector must have exactly one term")
+        for device in self.devices:
+            scopes = [name for name, on in (("nodeName", bool(device.node_name)),
+                                            ("nodeSelector", device.node_selector is not None),
+                                            ("allNodes", bool(device.all_nodes))) if on]
+            if self.per_device_node_selection and len(scopes) != 1:
+                raise ValueError(
+                    f"device {device.name}: with perDeviceNodeSelection exactly one of "
+                    f"nodeName, nodeSelector, allNodes must be set (got "
+                    f"{', '.join(scopes) or 'none'})")
+            if not self.per_device_node_selection and (
+                    scopes or device.node_name is not None or device.all_nodes is not None):
+                raise ValueError(f"device {device.name}: nodeName, nodeSelector and allNodes "
+                                 "may be set only with perDeviceNodeSelection")
+            if device.node_selector is not None and len(
+                    device.node_selector.node_selector_terms) != 1:
+                raise ValueError(f"device {device.name}: nodeSelector must have exactly one "
+                                 "term")
         if self.devices and self.shared_counters:
             raise ValueError("only one of devices and sharedCounters may be set")
         if (len(self.devices) > MAX_DEVICES_PER_SLICE_ADVANCED

@@ -21,6 +21,10 @@ class BinderSettings:
     prepare_timeout: float = 120.0
     """Seconds to wait for the node agent to report allocated devices Ready before the
     allocation is undone and the pod retried elsewhere."""
+    binding_timeout: float = 600.0
+    """Seconds to wait, from the allocation, for devices with binding conditions to report
+    them all True (upstream's bindingTimeout, 600 s) before the allocation is undone and the
+    pod retried elsewhere."""
     exclude_after_failure: float = 300.0
     """Seconds a node stays out of a pod's candidates after preparing on it failed."""
     flush_interval: float = 30.0

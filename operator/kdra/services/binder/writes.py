@@ -18,8 +18,11 @@ Invariants:
 - Rolling back is best effort: a reservation it cannot undo is built upon by the pod's next
   attempt (or released by the claim controller once the pod is gone), so a failed roll-back
   never leaves the pod out of the queue.
-- The pod is bound only after every device is Ready (:mod:`kdra.services.binder.prepare`);
-  its per-container devices annotations travel in the Binding itself.
+- The pod is bound only after every device lets it bind — its binding conditions True, or
+  for a device without any kdra's ``Ready`` (:mod:`kdra.services.binder.prepare`); its
+  per-container devices annotations travel in the Binding itself. An allocation whose devices
+  have binding conditions carries ``allocationTimestamp`` (as upstream's), and the pod gets a
+  ``BindingConditionsPending`` event while they are awaited.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import time
 from collections.abc import Sequence
 
 from kdra import metrics
+from kdra.domain.binding_conditions import has_binding_conditions
 from kdra.domain.podclaims import (
     FINALIZER,
     PodClaim,
@@ -40,6 +44,7 @@ from kdra.domain.podclaims import (
 )
 from kdra.domain.scheduling import container_devices
 from kdra.dra.models import AllocationResult, ResourceClaim, dump
+from kdra.dra.timestamps import api_time
 from kdra.kube.client import KubeClient
 from kdra.kube.errors import ApiError, Conflict, NotFound
 from kdra.kube.events import EventRecorder
@@ -150,7 +155,12 @@ class Writes:
         status = dict(body.get("status") or {})
         body = {**body, "status": status}
         if result is not None:
-            set_allocation(status, dump(result))
+            allocation = dump(result)
+            if any(r.binding_conditions for r in result.devices.results):
+                # As upstream: the binding timeout counts from here (kdra.services.binder.
+                # prepare), also across a restart of the binder.
+                allocation["allocationTimestamp"] = api_time()
+            set_allocation(status, allocation)
         status["reservedFor"] = [*(status.get("reservedFor") or []), pod_ref(pod)]
         drop_stray_device_statuses(status)  # else the CRD refuses the write
         updated = await self.client.replace_status(CLAIMS, body)
@@ -238,6 +248,10 @@ class Writes:
         pods = self.pods
         namespace = pod["metadata"]["namespace"]
         try:
+            if any(has_binding_conditions(self.claims.get((namespace, name)) or {})
+                   for _, name in attempt.claims):
+                await self.events.normal(pod, "BindingConditionsPending", "waiting for binding "
+                                         f"conditions for device on node {node}")
             failure = await self.prepare.wait(namespace, attempt)
             if failure is not None:
                 await self.roll_back(attempt, every_claim=True)
