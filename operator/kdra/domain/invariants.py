@@ -153,7 +153,9 @@ def check(
     found += _pod_claims(pods, claims, nodes)
     found += _stale_reservations(pods, claims)
     found += _orphan_slices(slices, nodes)
-    found += [Violation("foreign-pool", why) for why in map(foreign_pool, slices) if why]
+    node_names = {_meta(n).get("name") for n in nodes}
+    found += [Violation("foreign-pool", why) for why in
+              (foreign_pool(s, node_names.__contains__) for s in slices) if why]
     found += _unallocated_device_statuses(claims)
     found += [Violation(rule, message) for rule, message in forged_outputs(pods, claims, slices)]
     if now is not None:

@@ -80,9 +80,11 @@ class Session:
         ignores (:mod:`kdra.domain.pool_ownership`), each named in a note."""
         if slices is None:
             return None
+        nodes = {str((n.get("metadata") or {}).get("name"))
+                 for n in self.optional(NODES, meaning="no slice is judged by its pool") or []}
         kept = []
         for obj in slices:
-            why = foreign_pool(obj)
+            why = foreign_pool(obj, nodes.__contains__)
             if why is None:
                 kept.append(obj)
             else:

@@ -81,7 +81,8 @@ class Operator:
         self.slice_gc = SliceGC(client, namespace=settings.namespace,
                                 grace=settings.slice_gc_grace)
         self.taint_eviction = TaintEvictionController(client, self.events, claims=self.claims,
-                                                      pods=self.pods)
+                                                      pods=self.pods,
+                                                      nodes=self.binder.cluster.nodes)
         self.quota_status = QuotaStatusWriter(client, self.binder.quotas)
         self.informers: list[Informer] = []  # kdra.handlers.operator starts them (watch())
 

@@ -96,9 +96,12 @@ class Deletion:
 
 def decide(slices: Iterable[JSON], *, node_exists: Callable[[str], bool],
            lease_state: Callable[[str, str], LeaseState],
-           describe_lease: Callable[[str, str], str] = lambda d, n: "") -> list[Deletion]:
+           describe_lease: Callable[[str, str], str] = lambda d, n: "",
+           is_node: Callable[[str], bool] | None = None) -> list[Deletion]:
     """The slices of one pool to delete, and why (pure: the caller supplies node existence
-    and agent liveness)."""
+    and agent liveness). ``node_exists``: whether a slice's node may still exist;
+    ``is_node``: whether a pool's name is a known node's (default ``node_exists``)."""
+    named_after_node = is_node or node_exists
     deletions: list[Deletion] = []
     remaining: list[JSON] = []
     protected = False
@@ -114,7 +117,7 @@ def decide(slices: Iterable[JSON], *, node_exists: Callable[[str], bool],
                                       f"the agent of node {node} for {driver} is gone: "
                                       f"{describe_lease(driver, node or '')}"))
             continue
-        if not speaks_for_pool(obj):
+        if not speaks_for_pool(obj, named_after_node):
             continue  # another node's pool: neither protects it nor supersedes its slices
         protected = protected or state in ("live", "grace")
         remaining.append(obj)
@@ -245,6 +248,9 @@ class SliceGC:
         return (f"Lease {self.namespace}/{seen.name} expired "
                 f"{self.clock() - seen.expires_at:.1f}s ago (grace {self.grace:g}s)")
 
+    def _known_node(self, name: str) -> bool:
+        return self.nodes.get(("", name)) is not None
+
     async def _sync_pool(self, key: PoolKey) -> None:
         slices = self.slices.index("pool", "/".join(key))
         if not slices:
@@ -258,8 +264,10 @@ class SliceGC:
                 self.nodes.upsert(await self.client.get(NODES, node))
             except NotFound:
                 gone.add(node)
+        known = self._known_node
         deletions = decide(slices, node_exists=lambda n: n not in gone,
-                           lease_state=self.lease_state, describe_lease=self._describe_lease)
+                           lease_state=self.lease_state, describe_lease=self._describe_lease,
+                           is_node=known)
         expired = {(d.slice["spec"]["driver"], d.slice["spec"]["nodeName"])
                    for d in deletions if d.reason == "lease-expired"}
         if expired:  # the Lease watch may lag behind a returning agent's slices: ask
@@ -267,7 +275,7 @@ class SliceGC:
                 await self._refresh_lease(driver, node)
             deletions = decide(slices, node_exists=lambda n: n not in gone,
                                lease_state=self.lease_state,
-                               describe_lease=self._describe_lease)
+                               describe_lease=self._describe_lease, is_node=known)
         for deletion in deletions:
             await self._delete(deletion)
 

@@ -70,11 +70,12 @@ MIN_INTERVAL = 0.5
 
 class TaintEvictionController:
     def __init__(self, client: KubeClient, events: EventRecorder, *, claims: Store,
-                 pods: Store) -> None:
+                 pods: Store, nodes: Store | None = None) -> None:
         self.client = client
         self.events = events
         self.claims = claims
         self.pods = pods
+        self.nodes = nodes  # the binder's node cache: which pools are named after a node
         self._slices: dict[str, JSON] = {}
         self._rules: dict[str, TaintRule] = {}
         self._rule_objects: dict[str, JSON] = {}
@@ -98,11 +99,14 @@ class TaintEvictionController:
 
     def on_slice(self, event_type: str | None, obj: JSON) -> None:
         name = str((obj.get("metadata") or {}).get("name"))
-        if event_type == "DELETED" or not speaks_for_pool(obj):
+        if event_type == "DELETED" or not speaks_for_pool(obj, self._is_node):
             self._slices.pop(name, None)  # a slice of node A in pool B taints nothing of B
         else:
             self._slices[name] = obj
         self._changed()
+
+    def _is_node(self, name: str) -> bool:
+        return self.nodes is not None and self.nodes.get(("", name)) is not None
 
     def on_rule(self, event_type: str | None, obj: JSON) -> None:
         name = str((obj.get("metadata") or {}).get("name"))

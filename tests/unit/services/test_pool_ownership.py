@@ -19,6 +19,18 @@ from kdra.services.store import Store
 from kdra.services.taint_eviction import TaintEvictionController
 
 GPU = "gpu.kdra.dev"
+NODES = ("node-a", "node-b")
+
+
+def is_node(name: str) -> bool:
+    return name in NODES
+
+
+def node_store() -> Store:
+    nodes = Store("Node")
+    for name in NODES:
+        nodes.upsert({"metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": "1"}})
+    return nodes
 
 
 def slice_(name: str, node: str | None, pool: str, *, generation: int = 0, version: str = "1",
@@ -42,24 +54,28 @@ def slice_(name: str, node: str | None, pool: str, *, generation: int = 0, versi
     (slice_("a", "node-a", "node-a"), True),
     (slice_("a", "node-a", "node-b"), False),
     (slice_("net", None, "fabric"), True),  # not node-local: an administrator's pool
-    ({"spec": {"nodeName": "node-a", "pool": "node-a"}}, False),  # malformed: no pool name
+    # A pool named after no node may span nodes, as upstream's (issue 39).
+    (slice_("s", "node-a", "shared"), True),
+    ({"spec": {"nodeName": "node-a", "pool": "node-a"}}, True),  # malformed: no pool name
     ({"spec": {"nodeName": 7, "pool": {"name": "x"}}}, True),  # no usable node name
     ({}, True),
 ])
 def test_a_node_local_slice_speaks_only_for_its_nodes_pool(obj: dict[str, Any],
                                                            speaks: bool) -> None:
-    assert speaks_for_pool(obj) is speaks
-    assert (foreign_pool(obj) is None) is speaks
+    assert speaks_for_pool(obj, is_node) is speaks
+    assert (foreign_pool(obj, is_node) is None) is speaks
 
 
 def test_the_reason_names_the_slice_its_node_and_the_pool() -> None:
-    assert foreign_pool(slice_("forged", "node-a", "node-b")) == (
+    assert foreign_pool(slice_("forged", "node-a", "node-b"), is_node) == (
         "slice forged of node node-a publishes pool 'node-b': a node speaks only for the pool "
         "named after it ('node-a')")
 
 
 def test_the_binder_ignores_another_nodes_pool_until_the_slice_speaks_for_its_own() -> None:
     view = ClusterView(Store("ResourceClaim"))
+    for node in node_store():
+        view.on_node(None, node)
     view.on_slice(None, slice_("real", "node-b", "node-b"))
     forged = slice_("forged", "node-a", "node-b", generation=2_000_000_000, memory="1000Ti")
     view.on_slice("ADDED", forged)
@@ -80,7 +96,8 @@ def test_the_binder_ignores_another_nodes_pool_until_the_slice_speaks_for_its_ow
 
 def test_taint_eviction_sees_only_taints_of_the_nodes_own_pool() -> None:
     controller = TaintEvictionController(
-        None, None, claims=Store("ResourceClaim"), pods=Store("Pod"))  # type: ignore[arg-type]
+        None, None, claims=Store("ResourceClaim"), pods=Store("Pod"),  # type: ignore[arg-type]
+        nodes=node_store())
     controller.prime(slices=[slice_("real", "node-b", "node-b"),
                              slice_("forged", "node-a", "node-b", generation=9, taint=True)],
                      rules=[])
@@ -125,7 +142,13 @@ def test_kdra_check_names_a_foreign_slice_and_stray_device_statuses() -> None:
 def test_kubectl_kdra_free_and_why_see_what_the_scheduler_sees() -> None:
     from kdra.handlers.plugin import Session
 
-    session = Session(None)  # type: ignore[arg-type]  # own_pools reads nothing
+    class Nodes:
+        """The one read own_pools makes: the nodes."""
+
+        def list(self, kind: Any, namespace: str | None = None) -> list[dict[str, Any]]:
+            return [{"metadata": {"name": name}} for name in NODES]
+
+    session = Session(Nodes())  # type: ignore[arg-type]
     real, forged = slice_("real", "node-b", "node-b"), slice_("forged", "node-a", "node-b")
     assert session.own_pools([real, forged]) == [real]
     assert session.notes == ["ignored slice forged of node node-a publishes pool 'node-b': a "

@@ -73,12 +73,21 @@ class ClusterView:
     # ------------------------------------------------------------------ events in
 
     def on_node(self, event_type: str | None, node: JSON) -> None:
+        new = event_type != "DELETED" and self.nodes.get(key_of(node)) is None
         self.nodes.apply(event_type, node)
         self._views = None
+        if new:  # a pool named after it may no longer be spoken for by another node
+            name = key_of(node)[1]
+            for slice_ in [s for s in self.slices if (s.get("spec") or {}).get(
+                    "pool", {}).get("name") == name]:
+                self.on_slice("MODIFIED", slice_)
+
+    def _is_node(self, name: str) -> bool:
+        return self.nodes.get(("", name)) is not None
 
     def on_slice(self, event_type: str | None, slice_: JSON) -> None:
         name = slice_["metadata"]["name"]
-        foreign = None if event_type == "DELETED" else foreign_pool(slice_)
+        foreign = None if event_type == "DELETED" else foreign_pool(slice_, self._is_node)
         if foreign is not None:  # as if absent, but a later version may speak for its pool
             if name not in self._foreign:
                 log.warning("ignoring ResourceSlice: %s", foreign)
