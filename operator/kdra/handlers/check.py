@@ -6,6 +6,9 @@ loop, no caches): LIST pods, ResourceClaims, ResourceSlices, Nodes and the agent
 page by page, as plain dicts. The node-local part reads CDI spec files (``kdra.dev-*.json``)
 and checkpoints (``checkpoint-<node>.json``) from the directories given.
 
+Violations name objects by what the cluster says (names, values), so every line printed
+goes through :func:`kdra.domain.printable.printable` (JSON escapes by its own rules).
+
 Exit code: 0 when every invariant holds, 1 when any is violated, 2 when the cluster could not
 be read or held objects that cannot be decoded (the check cannot vouch for them; the
 violations found among the rest are printed all the same).
@@ -23,6 +26,7 @@ from typing import Any
 from kdra import GROUP, VERSION
 from kdra.domain.cdi import CDI_FILE_PREFIX, NODE_ANNOTATION
 from kdra.domain.invariants import NodeLocal, Violation, check
+from kdra.domain.printable import MAX_LINE, printable
 from kdra.handlers.readers import UnreadableList, api_client, list_all
 
 JSON = dict[str, Any]
@@ -106,7 +110,8 @@ def run_check(*, kubeconfig: str | None, cdi_dirs: list[str], state_dirs: list[s
     try:
         api = api_client(kubeconfig, context)
     except Exception as exc:  # any kubeconfig / in-cluster configuration problem
-        print(f"kdra check: no cluster configuration: {exc}", file=sys.stderr)
+        print(f"kdra check: no cluster configuration: {printable(exc, MAX_LINE)}",
+              file=sys.stderr)
         return 2
     local = None
     if cdi_dirs or state_dirs:
@@ -116,14 +121,16 @@ def run_check(*, kubeconfig: str | None, cdi_dirs: list[str], state_dirs: list[s
         found = violations(api, local=local, namespace=namespace, lease_grace=lease_grace,
                            unreadable=unreadable)
     except kubernetes.client.exceptions.ApiException as exc:
-        print(f"kdra check: the API server answered {exc.status} {exc.reason}",
+        print(f"kdra check: the API server answered {exc.status} "
+              f"{printable(exc.reason, MAX_LINE)}",
               file=sys.stderr)
         return 2
     except (UnreadableList, OSError, ValueError, urllib3.exceptions.HTTPError) as exc:
-        print(f"kdra check: cannot read the cluster: {exc}", file=sys.stderr)
+        print(f"kdra check: cannot read the cluster: {printable(exc, MAX_LINE)}",
+              file=sys.stderr)
         return 2
     except Exception as exc:  # bad data nobody foresaw: still "could not check", not 1
-        print(f"kdra check: checking failed ({type(exc).__name__}: {str(exc)[:300]})",
+        print(f"kdra check: checking failed ({type(exc).__name__}: {printable(exc, 300)})",
               file=sys.stderr)
         return 2
     finally:
@@ -132,11 +139,12 @@ def run_check(*, kubeconfig: str | None, cdi_dirs: list[str], state_dirs: list[s
         print(json.dumps([{"rule": v.rule, "message": v.message} for v in found], indent=2))
     else:
         for violation in found:
-            print(violation)
+            print(printable(violation, MAX_LINE))
         checked = "cluster" + (f" and {len(local.nodes)} node(s) on disk" if local else "")
         print(f"{len(found)} violation(s) in the {checked}", file=sys.stderr)
     for what in unreadable:
-        print(f"kdra check: cannot decode {what}; not checked", file=sys.stderr)
+        print(f"kdra check: cannot decode {printable(what, MAX_LINE)}; not checked",
+              file=sys.stderr)
     if unreadable:
         return 2
     return 1 if found else 0

@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kdra import GROUP, metrics
+from kdra.domain.printable import MAX_LINE, printable
 from kdra.domain.quota import (
     Charge,
     Denial,
@@ -252,11 +253,11 @@ class QuotaStatusWriter:
             quota = book.quotas.get(namespace, {}).get(name)
             if quota is None:
                 metrics.forget_quota(namespace, name)  # it limits nothing now
+                why = printable(book.invalid.get((namespace, name), ""), MAX_LINE)
                 status: dict[str, Any] = {"used": [], "usedSummary": "", "hardSummary": "",
                                           "conditions": [{
                                               "type": "Exceeded", "status": "Unknown",
-                                              "reason": "InvalidSpec",
-                                              "message": book.invalid.get((namespace, name), ""),
+                                              "reason": "InvalidSpec", "message": why,
                                           }]}
             else:
                 status = quota_status(quota, used, claims=book.ledger.claims(namespace),
