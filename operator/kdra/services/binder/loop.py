@@ -108,7 +108,7 @@ class Binder:
         self._loop_task: asyncio.Task[None] | None = None
         self._flush_task: asyncio.Task[None] | None = None
         self.preemption = Preemption(client, events, claims=claims, snapshot=self.snapshot,
-                                     settings=self.settings.preemption)
+                                     settings=self.settings.preemption, quotas=self.quotas)
         self.searches = Searches(  # long allocation searches
             self.settings.search,
             on_error=lambda key: self.pods.retry_later(key, self.pods.backoff(key)))
@@ -397,6 +397,7 @@ class Binder:
             if denial is not None:
                 if self.pods.wait_for_releases(key):  # as a pod that fits nowhere (below)
                     return "releasing"
+                self.preemption.refused(key)  # devices freed for it go to others
                 await self.reporter.unschedulable(pod, denial.message, reason=QUOTA_REASON)
                 return "over-quota"
         if choice is None and attempt.unallocated and self.pods.wait_for_releases(key):
