@@ -274,6 +274,46 @@ def test_the_binder_does_not_use_another_pods_generated_claim() -> None:
     assert ("ns", "thief") not in binder.binding
 
 
+def test_the_binder_refuses_another_pods_generated_claim_named_directly() -> None:
+    """Issue 36, point 7: ``resourceClaimName`` naming the claim generated for another pod
+    got it reserved and bound. Now: refused (InvalidPod), naming the claim and its pod."""
+    client = Recorded()
+    claims = claim_store()
+    claims.upsert(VICTIM)
+    binder = Binder(client, EventRecorder(client), claims=claims,  # type: ignore[arg-type]
+                    settings=BinderSettings(flush_interval=3600))
+    name = VICTIM["metadata"]["name"]
+    thief = pod("thief", "uid-thief", {CLAIMS_ANNOTATION: json.dumps(
+        [{"name": "gpu", "resourceClaimName": name}])})
+    assert schedule(binder, thief) == "invalid"
+    (condition,) = client.conditions
+    assert condition["reason"] == "InvalidPod"
+    owner = VICTIM["metadata"]["ownerReferences"][0]["name"]
+    assert f"claim {name!r} (entry 'gpu') was generated for pod {owner!r} and serves only " \
+        "that pod" in condition["message"]
+    assert ("ns", "thief") not in binder.binding
+
+
+@pytest.mark.parametrize(("container", "env"), [
+    ("initContainers", [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]),
+    ("ephemeralContainers", [{"name": "KDRA_DEVICES", "value": "gpu.kdra.dev/node-1/gpu-0"}]),
+])
+def test_the_binder_refuses_device_variables_set_by_the_user(
+        container: str, env: list[dict[str, Any]]) -> None:
+    """Issue 36, point 7, stored without the webhook: a claimless kdra-scheduler pod whose
+    init (or ephemeral) container sets the variables is not bound."""
+    client = Recorded()
+    binder = Binder(client, EventRecorder(client), claims=claim_store(),  # type: ignore[arg-type]
+                    settings=BinderSettings(flush_interval=3600))
+    obj = pod("p", "uid-p", {})
+    obj["spec"][container] = [{"name": "sneaky", "image": "busybox", "env": env}]
+    assert schedule(binder, obj) == "invalid"
+    (condition,) = client.conditions
+    assert condition["reason"] == "InvalidPod"
+    assert condition["message"].startswith(f"spec.{container}[0].env[0]: {env[0]['name']} is "
+                                           "set by kdra only")
+
+
 def test_an_api_error_is_retried_with_one_log_line_not_a_traceback(
         caplog: pytest.LogCaptureFixture) -> None:
     """Attack 6's 403 target was retried forever, each time with a traceback."""

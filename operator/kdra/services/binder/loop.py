@@ -38,11 +38,13 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 from kdra import metrics
+from kdra.domain.admission_env import device_env_errors
 from kdra.domain.podclaims import (
     CLAIM_STATUSES_ANNOTATION,
     SCHEDULER_NAME,
     PodClaim,
     claim_statuses,
+    generated_for,
     kdra_owned,
     owned_by,
     pod_claims,
@@ -265,6 +267,13 @@ class Binder:
                 "when it binds the pod; delete the pod and create it without it",
                 reason="InvalidPod")
             return "invalid"
+        env = device_env_errors(pod)
+        if env:  # stored without the webhook (an outage, an object from before the rule)
+            more = f" (and {len(env) - 1} more)" if len(env) > 1 else ""
+            await self.reporter.unschedulable(
+                pod, f"{env[0]}{more}; delete the pod and create it without it",
+                reason="InvalidPod")
+            return "invalid"
         try:
             entries = pod_claims(pod)
         except InvalidObject:
@@ -291,6 +300,14 @@ class Binder:
                     pod, f"claim {name!r} recorded for entry {entry.name!r} belongs to another "
                     "pod; waiting for the pod's own claim")
                 return "unschedulable"
+            generated = generated_for(raw)
+            if generated is not None and generated.get("uid") != uid:
+                # Named directly (resourceClaimName): the same rule, and no waiting helps.
+                await self.reporter.unschedulable(
+                    pod, f"claim {name!r} (entry {entry.name!r}) was generated for pod "
+                    f"{shorten(generated.get('name'), 100)!r} and serves only that pod; "
+                    "delete this pod and give it a claim of its own", reason="InvalidPod")
+                return "invalid"
             owner = self.pods.in_flight.get((namespace, name))
             if owner is not None and owner != key:
                 # Another pod's allocation of this (shared) claim is being written: wait for
