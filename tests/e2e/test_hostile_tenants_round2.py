@@ -18,10 +18,7 @@ import subprocess
 import sys
 import time
 import unicodedata
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from kdra.domain.podclaims import CLAIM_STATUSES_ANNOTATION
 from kdra.domain.webhooks import MUTATING_CONFIG
@@ -36,33 +33,21 @@ from tests.e2e.hostile_helpers import (
     USER_ROLES,
     Hostile,
     hostile,
+    logs_on_failure,
     pod_body,
     template_body,
     unique,
 )
 from tests.e2e.procs import wait_for
 
-__all__ = ["hostile"]  # the module fixture
+__all__ = ["hostile", "logs_on_failure"]  # the module fixture, the logs of a failure
 
 TEMPLATE = [{"name": "gpu", "resourceClaimTemplateName": "gpu"}]
 VALIDATE_PODS = "validate-pods.resource.kdra.dev"
 
 
-@pytest.fixture(autouse=True)
-def _logs_on_failure(request: pytest.FixtureRequest) -> Iterator[None]:
-    yield
-    rep = getattr(request.node, "rep_call", None)
-    harness = request.node.funcargs.get("hostile") if hasattr(request.node, "funcargs") else None
-    if rep is not None and rep.failed and isinstance(harness, Hostile):
-        for proc in (harness.operator, harness.agent):
-            if proc is not None:
-                print(f"===== {proc.args[0]} log =====\n{proc.tail(150)}")
-
-
 def delete_pods(hostile: Hostile, *names: str, namespace: str | None = None) -> None:
-    if names:
-        hostile.plane.kubectl("delete", "pod", *names, "-n", namespace or hostile.namespace,
-                              "--grace-period=0", "--force", "--ignore-not-found")
+    hostile.delete_pods(*names, namespace=namespace)
 
 
 def claims_owned_by(hostile: Hostile, uid: str) -> list[dict[str, Any]]:
