@@ -24,6 +24,11 @@ Invariants:
 - The snapshot follows the newest version of each claim the binder has seen (a write
   response, its own or the claim controller's, may be newer than a watch event that arrives
   after it): a stale event never shows a device free that a newer version holds.
+- A pod that carries what only kdra writes (device annotations), sets the device variables
+  in a container (:func:`kdra.domain.admission_env.device_env_errors`), or names a claim
+  generated for another pod is refused (``PodScheduled=False``, reason ``InvalidPod``,
+  naming the field or the claim) and never bound: the webhooks deny these, this holds for
+  pods stored without them.
 - An attempt that fails unexpectedly (an API error, the API server unreachable, a bug)
   never stops the loop: the pod is retried after its backoff.
 """
