@@ -231,7 +231,12 @@ class ClaimController:
                     current = await self._still_there(pod)
                     if current is None:
                         return
-                    pod, live = current, True
+                    if current["metadata"].get("resourceVersion") != \
+                            pod["metadata"].get("resourceVersion"):
+                        # Newer than this sync's view (another replica may have recorded
+                        # its claim): start over from it, never write over it.
+                        raise Retry("pod changed; reconciling its newer version")
+                    live = True
                 claim = await self._create_claim(pod, entry)
             if claim is None:
                 pending = True

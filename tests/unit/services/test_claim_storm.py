@@ -192,3 +192,20 @@ def test_the_first_list_delivers_deletions_of_what_was_primed() -> None:
         (event, obj["metadata"]["name"])), known=[gone, kept])
     informer.relist([kept])
     assert seen == [(None, "q"), ("DELETED", "p")]
+
+
+def test_a_pod_newer_at_the_api_server_is_synced_again_not_written_over() -> None:
+    """Two operator replicas: the other one recorded its claim on the pod after this one's
+    cache saw it. The live check finds a newer pod: no claim is created from the stale view
+    and no name is written over (tests/e2e/test_chaos.py, two operators at once)."""
+    cached = pod()
+    newer = pod()
+    newer["metadata"] = {**newer["metadata"], "resourceVersion": "9", "annotations": {
+        **newer["metadata"]["annotations"],
+        "resource.kdra.dev/claim-statuses": json.dumps({"gpu": "theirs"})}}
+    api = Api([newer])
+    ctrl = controller(api, [cached])
+    with pytest.raises(Retry):
+        asyncio.run(ctrl.sync_pod(cached))
+    assert api.created == []
+    assert ctrl.pods.get((NS, "p")) == newer  # the next sync starts from it
