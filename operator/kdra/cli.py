@@ -100,12 +100,14 @@ def _describe(args: argparse.Namespace) -> int:
 
     from kdra import GROUP, VERSION
     from kdra.domain.describe import describe, render
+    from kdra.domain.printable import MAX_LINE, printable
     from kdra.handlers.readers import api_client, list_all
 
     try:
         api = api_client(args.kubeconfig)
     except Exception as exc:  # any kubeconfig / in-cluster configuration problem
-        print(f"kdra describe: no cluster configuration: {exc}", file=sys.stderr)
+        print(f"kdra describe: no cluster configuration: {printable(exc, MAX_LINE)}",
+              file=sys.stderr)
         return 1
     custom = kubernetes.client.CustomObjectsApi(api)
     try:
@@ -118,7 +120,7 @@ def _describe(args: argparse.Namespace) -> int:
                                "resourceclaims")
     except kubernetes.client.exceptions.ApiException as exc:
         print(f"kdra describe: the API server answered {exc.status} {exc.reason}: "
-              f"{(exc.body or '').strip()[:500]}", file=sys.stderr)
+              f"{printable((exc.body or '').strip(), 500)}", file=sys.stderr)
         return 1
     finally:
         api.close()

@@ -275,6 +275,12 @@ class Hostile:
         print(f"\n[denied] {message[:600]}")
         return message
 
+    def delete_pods(self, *names: str, namespace: str | None = None) -> None:
+        """Force-delete pods (of the attack namespace unless told otherwise)."""
+        if names:
+            self.plane.kubectl("delete", "pod", *names, "-n", namespace or self.namespace,
+                               "--grace-period=0", "--force", "--ignore-not-found")
+
     def pod(self, name: str, namespace: str | None = None) -> dict[str, Any]:
         return dict(get_json(self.plane, "pod", name, "-n", namespace or self.namespace))
 
@@ -367,6 +373,19 @@ class WebhookOff:
                           {"op": "replace", "path": "/webhooks",
                            "value": self.saved["webhooks"]}]))
         time.sleep(2)
+
+
+@pytest.fixture(autouse=True)
+def logs_on_failure(request: pytest.FixtureRequest) -> Iterator[None]:
+    """In a module that imports it: a failed test's report ends with the operator's and the
+    agent's logs."""
+    yield
+    rep = getattr(request.node, "rep_call", None)
+    harness = request.node.funcargs.get("hostile") if hasattr(request.node, "funcargs") else None
+    if rep is not None and rep.failed and isinstance(harness, Hostile):
+        for proc in (harness.operator, harness.agent):
+            if proc is not None:
+                print(f"===== {proc.args[0]} log =====\n{proc.tail(150)}")
 
 
 @pytest.fixture(scope="module")

@@ -32,9 +32,10 @@ KUSTOMIZATIONS = ("base", "base/crds", "overlays/kind", "overlays/nvidia", "over
                   "overlays/node/examples", "overlays/servicemonitor", "webhooks",
                   "examples/gpu", "examples/extended", "examples/seed",
                   "examples/seed-static-slice", "examples/v1", "examples/quota",
-                  "examples/partitions", "examples/sharing", "simulation")
+                  "examples/partitions", "examples/sharing", "examples/priority",
+                  "simulation")
 DRY_RUN = ("base", "overlays/kind", "overlays/nvidia", "overlays/node", "examples/gpu",
-           "examples/extended", "examples/quota")
+           "examples/extended", "examples/quota", "examples/priority")
 
 
 def find(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:

@@ -13,13 +13,16 @@ kdra's own objects are in :mod:`kdra.domain.admission_objects`:
   ``resource.kdra.dev/admin-access: "true"``; capacity requests must be non-negative
   quantities. Pods with the
   ``resource.kdra.dev/claims`` annotation must have a well-formed annotation whose
-  ``containers`` name containers of the pod, and their consuming containers
-  may not set ``KDRA_DEVICES`` / ``NVIDIA_VISIBLE_DEVICES`` themselves (kdra sets them from
-  the allocation; a user's value would claim devices the pod was not given). On UPDATE, the
-  annotation may not change once the pod's claims are resolved (claim-statuses recorded, or
-  bound). kdra-owned annotations (``claim-statuses``, ``devices.resource.kdra.dev/*``,
-  ``gpus.resource.kdra.dev/*``) may be created, changed or removed by kdra's own identities
-  only (``trusted``: the operator's username, from the request's ``userInfo``).
+  ``containers`` name containers of the pod; in pods with the annotation or
+  ``schedulerName: kdra-scheduler``, no container — regular, init or ephemeral — may set
+  ``KDRA_DEVICES`` / ``NVIDIA_VISIBLE_DEVICES`` other than as kdra does (kdra sets them from
+  the allocation; a user's value would claim devices the pod was not given;
+  :mod:`kdra.domain.admission_env`, which also warns about ``envFrom`` sources that could).
+  On UPDATE, the annotation may not change once the pod's claims are resolved
+  (claim-statuses recorded, or bound). kdra-owned annotations (``claim-statuses``,
+  ``devices.resource.kdra.dev/*``, ``gpus.resource.kdra.dev/*``) may be created, changed or
+  removed by kdra's own identities only (``trusted``: the operator's username, from the
+  request's ``userInfo``).
 * **mutating** (:func:`mutate_pod`): extended resources a DeviceClass serves become the
   pod's ``extended-resources`` claim entry (:mod:`kdra.domain.extended`); then a pod with
   claims gets ``schedulerName: kdra-scheduler``
@@ -64,6 +67,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from kdra import GROUP
+from kdra.domain.admission_env import (
+    consuming_containers,
+    device_env_errors,
+    device_env_warnings,
+    injected_env,
+)
 from kdra.domain.admission_objects import (
     ADMIN_ACCESS_LABEL,
     MAX_OPAQUE_PARAMETERS_BYTES,
@@ -85,10 +94,6 @@ from kdra.domain.extended import convert_pod, extended_names
 from kdra.domain.podclaims import (
     CLAIM_STATUSES_ANNOTATION,
     CLAIMS_ANNOTATION,
-    DEVICE_ENVS,
-    DEVICES_ANNOTATION_PREFIX,
-    DEVICES_ENV,
-    GPU_UUIDS_ANNOTATION_PREFIX,
     GPU_UUIDS_ENV,
     SCHEDULER_NAME,
     PodClaim,
@@ -238,7 +243,9 @@ def validate(request: Mapping[str, Any],
     if group == "" and name == "Pod":
         user = (request.get("userInfo") or {}).get("username")
         errors = pod_errors(obj, old, kdra_writer=isinstance(user, str) and user in trusted)
-        return AdmissionResponse(uid, _capped(errors), **target)
+        return AdmissionResponse(uid, _capped(errors),
+                                 warnings=tuple(device_env_warnings(obj, old)[:MAX_REPORTED]),
+                                 **target)
     if group != GROUP:
         return AdmissionResponse(uid)
     if name == "ResourceClaim" and request.get("subResource") == "status":
@@ -279,7 +286,9 @@ def mutate_pod(request: Mapping[str, Any], *,
                gpu_claims: Collection[str] | None = None,
                extended_classes: Mapping[str, str] | None = None,
                extended_error: str | None = None,
-               extended_gpu_classes: Collection[str] | None = None) -> AdmissionResponse:
+               extended_gpu_classes: Collection[str] | None = None,
+               foreign_claims: Mapping[str, tuple[str, str]] | None = None,
+               ) -> AdmissionResponse:
     """The mutating webhook for pods: extended resources, schedulerName and the device env
     vars, on CREATE.
 
@@ -289,9 +298,11 @@ def mutate_pod(request: Mapping[str, Any], *,
     its ``extended-resources`` entry first (:func:`kdra.domain.extended.convert_pod`).
     ``extended_error``: why the classes could not be read (the pod asks for extended
     resources, so it is denied, to be retried); ``extended_gpu_classes``: the classes that
-    may select a GPU (None: any), for the generated entry's ``NVIDIA_VISIBLE_DEVICES``. A pod
-    whose annotation does not parse is let through unchanged: the validating webhook rejects
-    it with the precise reason.
+    may select a GPU (None: any), for the generated entry's ``NVIDIA_VISIBLE_DEVICES``.
+    ``foreign_claims``: entry name → (claim, pod) for entries naming (``resourceClaimName``) a
+    claim generated for another pod, which serves only that pod (upstream's IsForPod): the
+    pod is denied. A pod whose annotation does not parse is let through unchanged: the
+    validating webhook rejects it with the precise reason.
     """
     uid = str(request.get("uid", ""))
     pod = request.get("object")
@@ -315,6 +326,15 @@ def mutate_pod(request: Mapping[str, Any], *,
         claims = pod_claims(pod)
     except InvalidObject:
         return AdmissionResponse(uid, patch=converted.patch)
+    stolen = [FieldError(f"{_ANNOTATION_FIELD}[{i}].resourceClaimName",
+                         f"claim {claim_name!r} was generated for pod {owner!r} and serves "
+                         "only that pod; name a claim of this pod's own, or a "
+                         "resourceClaimTemplateName")
+              for i, entry in enumerate(claims)
+              for claim_name, owner in [(foreign_claims or {}).get(entry.name, ("", ""))]
+              if claim_name and entry.resource_claim_name == claim_name]
+    if stolen:
+        return AdmissionResponse(uid, _capped(stolen), kind="Pod", name=name)
     patch = (*converted.patch, *pod_patch(pod, claims, gpu_claims=gpu_claims))
     return AdmissionResponse(uid, patch=patch, warnings=tuple(pod_warnings(pod, claims)))
 
@@ -329,8 +349,7 @@ def pod_errors(pod: Mapping[str, Any], old: Mapping[str, Any] | None = None, *,
     ``kdra_writer``: the request is kdra's own, which may write kdra-owned keys."""
     errors = [] if kdra_writer else _owned_key_errors(pod, old)
     errors += _claims_annotation_errors(pod, old)
-    if old is None:
-        errors += _env_errors(pod)
+    errors += device_env_errors(pod, old)
     return errors
 
 
@@ -391,58 +410,6 @@ def _claims_annotation_errors(pod: Mapping[str, Any],
 def _listing(names: list[str], limit: int = 8) -> str:
     shown = ", ".join(shorten(n, 63) for n in names[:limit]) or "none"
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
-
-
-def _env_errors(pod: Mapping[str, Any]) -> list[FieldError]:
-    """Consuming containers may not set the env vars kdra sets from the allocation."""
-    try:
-        claims = pod_claims(pod)
-    except InvalidObject:
-        return []  # reported by _claims_annotation_errors
-    consumers = consuming_containers(pod, claims)
-    spec = pod.get("spec") or {}
-    errors: list[FieldError] = []
-    for key in ("initContainers", "containers"):
-        for i, container in enumerate(spec.get(key) or ()):
-            if not isinstance(container, Mapping) or container.get("name") not in consumers:
-                continue
-            ours = {e["name"]: e for e in injected_env(str(container["name"]))}
-            for j, env in enumerate(container.get("env") or ()):
-                name = env.get("name") if isinstance(env, Mapping) else None
-                if name in DEVICE_ENVS and not _same_env(env, ours[name]):
-                    errors.append(FieldError(
-                        f"spec.{key}[{i}].env[{j}]",
-                        f"{name} is set by kdra in containers that use the pod's claims (to "
-                        "the devices allocated to them); remove it"))
-    return errors
-
-
-def _same_env(env: Mapping[str, Any], ours: Mapping[str, Any]) -> bool:
-    """``env`` is the entry kdra injects (the API server may have filled in defaults)."""
-    ref = ((env.get("valueFrom") or {}).get("fieldRef") or {}) if "value" not in env else {}
-    return bool(ref.get("fieldPath") == ours["valueFrom"]["fieldRef"]["fieldPath"]
-                and ref.get("apiVersion", "v1") == "v1")
-
-
-def consuming_containers(pod: Mapping[str, Any], claims: Sequence[PodClaim]) -> frozenset[str]:
-    """Names of the containers that see a claim's devices: each entry's ``containers``, or
-    every (regular) container when an entry has none. Init containers only when listed."""
-    everyone = _names(pod, "containers")
-    names: set[str] = set()
-    for claim in claims:
-        names.update(claim.containers if claim.containers is not None else everyone)
-    return frozenset(names)
-
-
-def injected_env(container: str) -> tuple[dict[str, Any], ...]:
-    """The env vars a consuming container gets: downward-API reads of the allocation
-    summaries the binder writes on the pod (empty strings until it has)."""
-    return tuple(
-        {"name": env, "valueFrom": {"fieldRef": {
-            "apiVersion": "v1", "fieldPath": f"metadata.annotations['{prefix}{container}']"}}}
-        for env, prefix in ((DEVICES_ENV, DEVICES_ANNOTATION_PREFIX),
-                            (GPU_UUIDS_ENV, GPU_UUIDS_ANNOTATION_PREFIX))
-    )
 
 
 def pod_patch(pod: Mapping[str, Any],

@@ -23,6 +23,9 @@ Rules:
   gpu.kdra.dev/unhealthy=XID-48:NoSchedule)``; informational taints are not shown. A pool's
   FREE counts devices nobody holds *and* no acting taint keeps from new claims.
 - Malformed or partial objects never make describing fail: a missing field reads as empty.
+- :func:`render` holds no control sequences from the cluster: every cell (a device's
+  ``productName``, a claim's name) is shown through :func:`kdra.domain.printable.printable`
+  by :func:`~kdra.domain.tables.table`; the other lines are kdra's own.
 """
 
 from __future__ import annotations

@@ -8,17 +8,20 @@ broken; a violation means a webhook was bypassed (down, removed, or an old objec
 may see devices it was not given. The rules (``rule`` of each violation):
 
 ``foreign-claim``
-    A pod's claim-statuses records, for a template entry, a claim another pod owns; or a
-    generated claim is reserved for a pod that does not own it (upstream's IsForPod).
+    A pod's claim-statuses records, for a template entry, a claim another pod owns; a pod
+    names (``resourceClaimName``) a claim generated for another pod; or a generated claim is
+    reserved for a pod that does not own it (upstream's IsForPod).
 ``forged-devices``
     A pod's ``devices.resource.kdra.dev/<container>`` annotation names a device, or its
     ``gpus.resource.kdra.dev/<container>`` annotation the UUID of a published GPU, that none
     of its claims (allocated and reserved for it) holds.
 ``forged-env``
-    A container that uses the pod's claims sets ``KDRA_DEVICES`` / ``NVIDIA_VISIBLE_DEVICES``
-    other than through kdra's downward-API entry; or any bound pod's container sets them to
-    published devices its claims do not hold (``NVIDIA_VISIBLE_DEVICES=all`` on a node where
-    kdra publishes GPUs included).
+    A container that uses the pod's claims gets ``KDRA_DEVICES`` / ``NVIDIA_VISIBLE_DEVICES``
+    other than through kdra's downward-API entry; or any bound pod's container (regular, init,
+    ephemeral) gets them set to published devices its claims do not hold
+    (``NVIDIA_VISIBLE_DEVICES=all`` on a node where kdra publishes GPUs included) — from its
+    ``env``, or from a ConfigMap or Secret through ``envFrom`` or ``valueFrom`` (``sources``:
+    the data of those the caller could read; an unreadable one is not judged).
 
 Invariants: pure, total (a malformed piece is skipped), messages cut short.
 """
@@ -35,9 +38,9 @@ from kdra.domain.podclaims import (
     GPU_DRIVER,
     GPU_UUIDS_ANNOTATION_PREFIX,
     GPU_UUIDS_ENV,
-    POD_CLAIM_NAME_ANNOTATION,
     PodClaim,
     claim_statuses,
+    generated_for,
     owned_by,
     pod_claims,
 )
@@ -76,15 +79,6 @@ def _reserved_uids(claim: JSON) -> set[str]:
             if isinstance(r, Mapping)}
 
 
-def _owner(claim: JSON) -> Mapping[str, Any] | None:
-    meta = _map(claim.get("metadata"))
-    if POD_CLAIM_NAME_ANNOTATION not in _map(meta.get("annotations")):
-        return None
-    return next((ref for ref in meta.get("ownerReferences") or ()
-                 if isinstance(ref, Mapping) and ref.get("controller")
-                 and ref.get("kind") == "Pod"), None)
-
-
 class _Published:
     """What the slices publish: each device's UUID, and the nodes with kdra GPUs."""
 
@@ -108,15 +102,40 @@ class _Published:
                     self.uuids[uuid["string"]] = key
 
 
+Sources = Mapping[tuple[str, str, str], Mapping[str, str]]
+"""(namespace, ``ConfigMap`` | ``Secret``, name) → its data (a Secret's decoded)."""
+
+
+def env_sources(pod: JSON) -> set[tuple[str, str, str]]:
+    """The ConfigMaps and Secrets whose keys can reach the pod's containers' environment
+    (``envFrom``, and ``valueFrom`` of the device variables): what to read for ``sources``."""
+    namespace = str(_map(pod.get("metadata")).get("namespace"))
+    found: set[tuple[str, str, str]] = set()
+    for container in _containers(pod):
+        for source in container.get("envFrom") or ():
+            for key, kind in (("configMapRef", "ConfigMap"), ("secretRef", "Secret")):
+                name = _map(_map(source).get(key)).get("name")
+                if isinstance(name, str):
+                    found.add((namespace, kind, name))
+        for env in container.get("env") or ():
+            if isinstance(env, Mapping) and env.get("name") in DEVICE_ENVS:
+                for key, kind in (("configMapKeyRef", "ConfigMap"), ("secretKeyRef", "Secret")):
+                    name = _map(_map(env.get("valueFrom")).get(key)).get("name")
+                    if isinstance(name, str):
+                        found.add((namespace, kind, name))
+    return found
+
+
 def forged_outputs(pods: Sequence[JSON], claims: Sequence[JSON],
-                   slices: Sequence[JSON]) -> list[tuple[str, str]]:
+                   slices: Sequence[JSON], sources: Sources | None = None,
+                   ) -> list[tuple[str, str]]:
     """(rule, message) for every forged output found."""
     by_key = {(_map(c.get("metadata")).get("namespace"), _map(c.get("metadata")).get("name")): c
               for c in claims}
     published = _Published(slices)
     found: list[tuple[str, str]] = []
     for claim in claims:
-        owner = _owner(claim)
+        owner = generated_for(claim)
         if owner is None:
             continue
         for uid in sorted(_reserved_uids(claim) - {str(owner.get("uid"))}):
@@ -124,7 +143,7 @@ def forged_outputs(pods: Sequence[JSON], claims: Sequence[JSON],
                           f"{owner.get('name')} is reserved for another pod (uid {uid})"))
     for pod in pods:
         if not _finished(pod):
-            found += _pod_outputs(pod, by_key, published)
+            found += _pod_outputs(pod, by_key, published, sources or {})
     return found
 
 
@@ -145,13 +164,19 @@ def _held(pod: JSON, entries: Sequence[PodClaim],
             found.append(("foreign-claim", f"pod {_name(pod)} records claim {namespace}/{name} "
                           f"for entry {entry.name!r}, which another pod owns"))
             continue
+        owner = generated_for(claim)
+        if owner is not None and str(owner.get("uid")) != uid:
+            found.append(("foreign-claim", f"pod {_name(pod)} names claim {namespace}/{name} "
+                          f"(entry {entry.name!r}), which was generated for pod "
+                          f"{owner.get('name')}"))
+            continue
         if uid in _reserved_uids(claim):
             held.update(_results(claim))
     return held, found
 
 
 def _pod_outputs(pod: JSON, by_key: Mapping[tuple[Any, Any], JSON],
-                 published: _Published) -> list[tuple[str, str]]:
+                 published: _Published, sources: Sources) -> list[tuple[str, str]]:
     try:
         entries: Sequence[PodClaim] = pod_claims(pod)
     except InvalidObject:
@@ -173,33 +198,69 @@ def _pod_outputs(pod: JSON, by_key: Mapping[tuple[Any, Any], JSON],
         if bad:
             found.append(("forged-devices", f"{who}: annotation {shorten(key, 100)} names "
                           f"{shorten(', '.join(bad), 200)}, which its claims do not hold"))
-    found += _env(pod, entries, held, held_uuids, published)
+    found += _env(pod, entries, held, held_uuids, published, sources)
     return found
 
 
+def _containers(pod: JSON) -> list[Mapping[str, Any]]:
+    spec = _map(pod.get("spec"))
+    return [c for kind in ("initContainers", "containers", "ephemeralContainers")
+            for c in spec.get(kind) or () if isinstance(c, Mapping)]
+
+
+def _effective(container: Mapping[str, Any], namespace: str,
+               sources: Sources) -> list[tuple[Mapping[str, Any], str]]:
+    """The container's device-variable entries as the kubelet resolves them, each with where
+    it comes from: ``env`` wins over ``envFrom`` (a later source over an earlier one); a
+    value read from a ConfigMap or Secret is given as a literal ``value``."""
+    chosen: dict[str, tuple[Mapping[str, Any], str]] = {}
+    for source in container.get("envFrom") or ():
+        source = _map(source)
+        prefix = source.get("prefix") or ""
+        for key, kind in (("configMapRef", "ConfigMap"), ("secretRef", "Secret")):
+            name = _map(source.get(key)).get("name")
+            data = sources.get((namespace, kind, str(name))) if isinstance(name, str) else None
+            for item, value in (data or {}).items():
+                variable = f"{prefix}{item}"
+                if variable in DEVICE_ENVS:
+                    chosen[variable] = ({"name": variable, "value": str(value)},
+                                        f"{kind} {namespace}/{name} (envFrom)")
+    for env in container.get("env") or ():
+        if not isinstance(env, Mapping) or env.get("name") not in DEVICE_ENVS:
+            continue
+        where, resolved = "env", env
+        for key, kind in (("configMapKeyRef", "ConfigMap"), ("secretKeyRef", "Secret")):
+            ref = _map(_map(env.get("valueFrom")).get(key))
+            data = sources.get((namespace, kind, str(ref.get("name"))))
+            if ref and data is not None and ref.get("key") in data:
+                where = f"{kind} {namespace}/{ref.get('name')} (valueFrom)"
+                resolved = {"name": env["name"], "value": str(data[ref["key"]]),
+                            "valueFrom": env["valueFrom"]}
+        chosen[str(env["name"])] = (resolved, where)
+    return list(chosen.values())
+
+
 def _env(pod: JSON, entries: Sequence[PodClaim], held: set[DeviceKey], held_uuids: set[str],
-         published: _Published) -> list[tuple[str, str]]:
+         published: _Published, sources: Sources) -> list[tuple[str, str]]:
     spec = _map(pod.get("spec"))
     node = spec.get("nodeName")
+    namespace = str(_map(pod.get("metadata")).get("namespace"))
     regular = [str(c.get("name")) for c in spec.get("containers") or ()
                if isinstance(c, Mapping)]
     consumers: set[str] = set()
     for entry in entries:
         consumers.update(entry.containers if entry.containers is not None else regular)
+    ephemeral = {id(c) for c in spec.get("ephemeralContainers") or ()}
     found: list[tuple[str, str]] = []
-    for kind in ("initContainers", "containers"):
-        for container in spec.get(kind) or ():
-            if not isinstance(container, Mapping):
-                continue
-            name = str(container.get("name"))
-            for env in container.get("env") or ():
-                if not isinstance(env, Mapping) or env.get("name") not in DEVICE_ENVS:
-                    continue
-                problem = _env_problem(env, name, name in consumers, node, held, held_uuids,
-                                       published)
-                if problem:
-                    found.append(("forged-env", f"pod {_name(pod)} container {name}: "
-                                  f"{env.get('name')} {problem}"))
+    for container in _containers(pod):
+        name = str(container.get("name"))
+        consumer = name in consumers and id(container) not in ephemeral
+        for env, where in _effective(container, namespace, sources):
+            problem = _env_problem(env, name, consumer, node, held, held_uuids, published)
+            if problem:
+                source = "" if where == "env" else f" from {where}"
+                found.append(("forged-env", f"pod {_name(pod)} container {name}: "
+                              f"{env.get('name')}{source} {problem}"))
     return found
 
 

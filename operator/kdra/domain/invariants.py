@@ -68,7 +68,7 @@ from pydantic import ValidationError
 from kdra.domain.binding_conditions import unready_devices
 from kdra.domain.cdi import CLAIM_UID_ANNOTATION, NODE_ANNOTATION, cdi_file_name
 from kdra.domain.forged import RULES as FORGED_RULES
-from kdra.domain.forged import forged_outputs
+from kdra.domain.forged import Sources, forged_outputs
 from kdra.domain.invariants_shared import RULES as SHARED_RULES
 from kdra.domain.invariants_shared import shared_device_violations
 from kdra.domain.nodeprep import our_results, wants_prepared
@@ -143,8 +143,11 @@ def check(
     local: NodeLocal | None = None,
     now: dt.datetime | None = None,
     lease_grace: float = 40.0,
+    env_sources: Sources | None = None,
 ) -> list[Violation]:
-    """Every violated invariant of the given cluster state (empty: all hold)."""
+    """Every violated invariant of the given cluster state (empty: all hold).
+    ``env_sources``: the ConfigMaps' and Secrets' data the pods' environment reads
+    (:func:`kdra.domain.forged.env_sources` says which), for ``forged-env``."""
     pods, claims, slices, nodes = list(pods), list(claims), list(slices), list(nodes)
     found: list[Violation] = []
     found += _double_allocations(claims)
@@ -157,7 +160,8 @@ def check(
     found += [Violation("foreign-pool", why) for why in
               (foreign_pool(s, node_names.__contains__) for s in slices) if why]
     found += _unallocated_device_statuses(claims)
-    found += [Violation(rule, message) for rule, message in forged_outputs(pods, claims, slices)]
+    found += [Violation(rule, message)
+              for rule, message in forged_outputs(pods, claims, slices, env_sources)]
     if now is not None:
         found += _stale_slices(slices, list(leases), now, lease_grace)
     if local is not None:

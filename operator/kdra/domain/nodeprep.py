@@ -31,6 +31,7 @@ from typing import Any
 from kdra.domain.cdi import cdi_device_id
 from kdra.domain.checkpoint import Checkpoint, ClaimRef, PreparedDevice
 from kdra.domain.inventory_devices import InventoryDevice
+from kdra.domain.printable import MAX_LINE, printable
 from kdra.domain.shares import share_data
 from kdra.dra.timestamps import transition_time
 
@@ -191,7 +192,8 @@ def device_statuses(outcomes: Sequence[DeviceOutcome], *, now: str,
                           outcome.share_id)) or {}
         since = transition_time(old.get("conditions"), READY, status, now)
         condition: JSON = {"type": READY, "status": status, "reason": outcome.reason,
-                           "message": outcome.message[:4096], "lastTransitionTime": since}
+                           "message": printable(outcome.message, MAX_LINE),
+                           "lastTransitionTime": since}
         if generation is not None:
             condition["observedGeneration"] = generation
         conditions = [condition]
@@ -200,7 +202,7 @@ def device_statuses(outcomes: Sequence[DeviceOutcome], *, now: str,
             status = "True" if healthy else "False"
             since = transition_time(old.get("conditions"), HEALTHY, status, now)
             health: JSON = {"type": HEALTHY, "status": status, "reason": reason,
-                            "message": message[:4096], "lastTransitionTime": since}
+                            "message": printable(message, MAX_LINE), "lastTransitionTime": since}
             if generation is not None:
                 health["observedGeneration"] = generation
             conditions.append(health)

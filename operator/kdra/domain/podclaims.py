@@ -356,6 +356,21 @@ def protected_by_kdra(claim: Mapping[str, Any]) -> bool:
     return FINALIZER in (claim.get("metadata", {}).get("finalizers") or ())
 
 
+def generated_for(claim: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The pod a claim was generated for — its controller owner reference of kind Pod when it
+    carries the pod-claim-name annotation — or None: the claim is not a generated one. A
+    generated claim serves only that pod (upstream's IsForPod), however a pod names it."""
+    meta = claim.get("metadata") if isinstance(claim, Mapping) else None
+    if not isinstance(meta, Mapping):
+        return None
+    annotations = meta.get("annotations")
+    if not isinstance(annotations, Mapping) or POD_CLAIM_NAME_ANNOTATION not in annotations:
+        return None
+    return next((ref for ref in meta.get("ownerReferences") or ()
+                 if isinstance(ref, Mapping) and ref.get("controller")
+                 and ref.get("kind") == "Pod"), None)
+
+
 def owned_by(claim: Mapping[str, Any], pod_uid: str) -> bool:
     """Whether ``claim`` is controller-owned by the pod with ``pod_uid``."""
     return any(

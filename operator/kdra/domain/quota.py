@@ -248,6 +248,10 @@ class Ledger:
     def used(self, namespace: str) -> Mapping[str, Usage]:
         return self._used.get(namespace, {})
 
+    def charge(self, key: str) -> Charge:
+        """What the claim ``key`` counts for now (assumed, else observed; empty: nothing)."""
+        return self._counting(key)
+
     def in_flight(self, namespace: str) -> int:
         prefix = namespace + "/"
         return sum(1 for key in self._assumed if key.startswith(prefix))
@@ -397,10 +401,16 @@ def least_devices(claim: ResourceClaim) -> dict[str, int]:
     return least
 
 
+def least_charge(claim: ResourceClaim) -> dict[str, Usage]:
+    """The least any allocation of the claim is charged: :func:`least_devices` as a charge
+    (device counts; capacity and counters depend on the devices chosen, so none)."""
+    return {name: Usage(n) for name, n in least_devices(claim).items()}
+
+
 def early_denials(claim: ResourceClaim, quotas: Iterable[DeviceQuota]) -> list[Denial]:
     """The quota limits a claim exceeds on its own, whatever else the namespace holds (the
     admission webhook refuses such a claim: it could never be allocated)."""
-    asked = {name: Usage(n) for name, n in least_devices(claim).items()}
+    asked = least_charge(claim)
     denials = []
     for quota in sorted(quotas, key=lambda q: q.name):
         for limit in quota.limits:
@@ -479,6 +489,7 @@ __all__ = [
     "claim_charge",
     "device_facts",
     "early_denials",
+    "least_charge",
     "least_devices",
     "parse_quota",
     "quota_status",

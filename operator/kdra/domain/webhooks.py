@@ -22,11 +22,14 @@ Failure policy — the trade-off, written down once:
   webhook too, which leaves them unchanged, and are refused while no replica serves it — a
   ReplicaSet retries — the price of never letting a pod that asks for kdra's
   ``gpu.kdra.dev/gpu`` reach the default scheduler, where it would wait forever);
-  ``validate-pods`` gets the creations of pods with the claims annotation and the updates that
-  change it; ``protect-pods`` gets the creations and updates that write kdra-owned keys
-  (claim-statuses, ``devices.`` / ``gpus.resource.kdra.dev/*``) by anyone but kdra's own
-  identities (the ``trusted`` usernames: the operator's ServiceAccount), so kdra's own writes
-  (the claim controller's claim-statuses) never wait for a webhook, and users' are denied.
+  ``validate-pods`` gets the creations of pods with the claims annotation or
+  ``schedulerName: kdra-scheduler`` (kdra binds those to its GPU nodes, claims or not: their
+  device variables are checked), the ephemeral containers added to such pods, and the
+  updates that change the annotation; ``protect-pods`` gets the creations and updates that
+  write kdra-owned keys (claim-statuses, ``devices.`` / ``gpus.resource.kdra.dev/*``) by
+  anyone but kdra's own identities (the ``trusted`` usernames: the operator's
+  ServiceAccount), so kdra's own writes (the claim controller's claim-statuses) never wait
+  for a webhook, and users' are denied.
 * For DeviceClasses, an update that leaves ``spec`` unchanged (labels, finalizers) is not sent
   either, so metadata edits keep working during an outage.
 
@@ -53,6 +56,7 @@ from kdra.domain.podclaims import (
     CLAIMS_ANNOTATION,
     DEVICES_ANNOTATION_PREFIX,
     GPU_UUIDS_ANNOTATION_PREFIX,
+    SCHEDULER_NAME,
 )
 
 __all__ = [
@@ -60,6 +64,7 @@ __all__ = [
     "CRD_NAMES",
     "EXTENDED_RESOURCES_CONDITION",
     "HEALTHZ_PATH",
+    "KDRA_POD_CONDITION",
     "LABELS",
     "MUTATE_PODS_PATH",
     "MUTATE_POD_CONDITION",
@@ -70,6 +75,7 @@ __all__ = [
     "SERVICE_PORT",
     "TLS_SECRET",
     "VALIDATE_PATH",
+    "VALIDATE_POD_CONDITION",
     "VALIDATING_CONFIG",
     "Endpoint",
     "contains",
@@ -127,13 +133,28 @@ EXTENDED_RESOURCES_CONDITION = (
 MUTATE_POD_CONDITION = f"({POD_MATCH_CONDITION}) || ({EXTENDED_RESOURCES_CONDITION})"
 """The mutating webhook's condition: the claims annotation, or an extended resource."""
 
+_CLAIMS_UPDATED = (
+    f"{_has('object', CLAIMS_ANNOTATION)} != {_has('oldObject', CLAIMS_ANNOTATION)} || "
+    f"({_has('object', CLAIMS_ANNOTATION)} && object.metadata.annotations['{CLAIMS_ANNOTATION}']"
+    f" != oldObject.metadata.annotations['{CLAIMS_ANNOTATION}'])"
+)
 CLAIMS_CHANGED_CONDITION = (
     f"request.operation == 'CREATE' ? {_has('object', CLAIMS_ANNOTATION)} : "
-    f"({_has('object', CLAIMS_ANNOTATION)} != {_has('oldObject', CLAIMS_ANNOTATION)} || "
-    f"({_has('object', CLAIMS_ANNOTATION)} && object.metadata.annotations['{CLAIMS_ANNOTATION}']"
-    f" != oldObject.metadata.annotations['{CLAIMS_ANNOTATION}']))"
+    f"({_CLAIMS_UPDATED})"
 )
 """A creation with the claims annotation, or an update that adds, changes or removes it."""
+
+KDRA_POD_CONDITION = (
+    f"{_has('object', CLAIMS_ANNOTATION)} || (has(object.spec.schedulerName) && "
+    f"object.spec.schedulerName == '{SCHEDULER_NAME}')"
+)
+"""A pod kdra serves: the claims annotation, or kdra-scheduler as its scheduler."""
+VALIDATE_POD_CONDITION = (
+    "(has(request.subResource) && request.subResource == 'ephemeralcontainers') || "
+    f"request.operation == 'CREATE' ? ({KDRA_POD_CONDITION}) : ({_CLAIMS_UPDATED})"
+)
+"""``validate-pods``: a kdra pod created or given ephemeral containers, or an update that
+adds, changes or removes the claims annotation."""
 
 _OWNED = (f"(k == '{CLAIM_STATUSES_ANNOTATION}' || k.startsWith('{DEVICES_ANNOTATION_PREFIX}') "
           f"|| k.startsWith('{GPU_UUIDS_ANNOTATION_PREFIX}'))")
@@ -197,9 +218,10 @@ def service_dns_names(namespace: str, name: str = SERVICE_NAME) -> tuple[str, ..
             f"{name}.{namespace}.svc.cluster.local")
 
 
-def _pod_rules(*operations: str) -> list[dict[str, Any]]:
+def _pod_rules(*operations: str, subresources: Sequence[str] = ()) -> list[dict[str, Any]]:
     return [{"apiGroups": [""], "apiVersions": ["v1"], "operations": list(operations),
-             "resources": ["pods"], "scope": "Namespaced"}]
+             "resources": ["pods", *(f"pods/{s}" for s in subresources)],
+             "scope": "Namespaced"}]
 
 
 def _webhook(name: str, endpoint: Endpoint, path: str, ca_bundle: bytes | None,
@@ -224,8 +246,10 @@ def _webhook(name: str, endpoint: Endpoint, path: str, ca_bundle: bytes | None,
 def _pod_webhook(name: str, endpoint: Endpoint, path: str, ca_bundle: bytes | None,
                  operations: Sequence[str] = ("CREATE",),
                  conditions: Sequence[tuple[str, str]] = (
-                     ("has-claims-annotation", POD_MATCH_CONDITION),)) -> dict[str, Any]:
-    return _webhook(name, endpoint, path, ca_bundle, _pod_rules(*operations), conditions,
+                     ("has-claims-annotation", POD_MATCH_CONDITION),),
+                 subresources: Sequence[str] = ()) -> dict[str, Any]:
+    return _webhook(name, endpoint, path, ca_bundle,
+                    _pod_rules(*operations, subresources=subresources), conditions,
                     {"matchExpressions": [{"key": "kubernetes.io/metadata.name",
                                            "operator": "NotIn", "values": ["kube-system"]}]})
 
@@ -297,7 +321,8 @@ def validating_configuration(endpoint: Endpoint, ca_bundle: bytes | None,
         "webhooks": [
             _pod_webhook(VALIDATE_PODS_WEBHOOK, endpoint, VALIDATE_PATH, ca_bundle,
                          ("CREATE", "UPDATE"),
-                         (("claims-annotation-set", CLAIMS_CHANGED_CONDITION),)),
+                         (("kdra-pod-or-claims-annotation-set", VALIDATE_POD_CONDITION),),
+                         subresources=("ephemeralcontainers",)),
             _pod_webhook(PROTECT_PODS_WEBHOOK, endpoint, VALIDATE_PATH, ca_bundle,
                          ("CREATE", "UPDATE"),
                          (("not-kdra", _not_trusted(users)),

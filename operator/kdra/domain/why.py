@@ -28,6 +28,8 @@ Invariants:
 - Never raises on bad input: an unparsable annotation, claim, class or slice becomes a note
   or the explanation's ``problem``; invalid slices and classes are left out as the binder
   leaves them out.
+- Rendered text holds no control sequences: every cluster string in it passes through
+  :func:`kdra.domain.printable.printable` (table cells in :func:`~kdra.domain.tables.table`).
 - The explanation is a recomputation, not the binder's memory: it can differ from the
   condition when the cluster changed since (both are shown).
 """
@@ -46,6 +48,7 @@ from kdra.domain.podclaims import (
     claim_statuses,
     pod_claims,
 )
+from kdra.domain.printable import MAX_LINE, printable
 from kdra.domain.scheduling import (
     SEARCH_EXHAUSTED,
     NodeView,
@@ -418,12 +421,15 @@ def render_why(explanation: Explanation, *, bold: bool = False) -> str:
     def strong(text: str) -> str:
         return f"\033[1m{text}\033[0m" if bold else text
 
-    out = [strong(f"Pod {explanation.pod}: {explanation.summary}")]
+    def line(text: str) -> str:  # a line of kdra's holding cluster strings (tables: cells)
+        return printable(text, MAX_LINE)
+
+    out = [strong(line(f"Pod {explanation.pod}: {explanation.summary}"))]
     if explanation.condition:
         reason = explanation.condition_reason
         shown = f" ({reason})" if reason not in ("", "Unschedulable", explanation.condition) \
             else ""
-        out.append(f"kdra-scheduler said{shown}: {explanation.condition}")
+        out.append(line(f"kdra-scheduler said{shown}: {explanation.condition}"))
     if explanation.claims:
         rows = []
         for claim in explanation.claims:
@@ -447,20 +453,21 @@ def render_why(explanation: Explanation, *, bold: bool = False) -> str:
         out.append(strong("Nodes that cannot take it, by reason:") + "\n"
                    + table(("NODES", "WHY", "WHICH"), groups))
     if explanation.fits and explanation.verdict == "fits":
-        out.append(f"Fits now on {len(explanation.fits)} node(s): {_names(explanation.fits)} "
-                   "(kdra-scheduler binds it on its next attempt)")
+        out.append(line(f"Fits now on {len(explanation.fits)} node(s): "
+                        f"{_names(explanation.fits)} (kdra-scheduler binds it on its next "
+                        "attempt)"))
     if explanation.nearest:
         lines = [strong("Nearest fit, if devices were freed:")]
         for nearest in explanation.nearest:
             n = len(nearest.devices)
             held = "; ".join(nearest.holders) or "no claim found"
-            lines.append(f"  {nearest.node} would fit if {n} device{'s' if n != 1 else ''} "
-                         f"{'were' if n != 1 else 'was'} freed"
-                         f"{'' if nearest.minimal else ' (or fewer)'}: "
-                         f"{_by_pool(nearest.devices)} — held by {held}")
+            lines.append(line(f"  {nearest.node} would fit if {n} device"
+                              f"{'s' if n != 1 else ''} {'were' if n != 1 else 'was'} freed"
+                              f"{'' if nearest.minimal else ' (or fewer)'}: "
+                              f"{_by_pool(nearest.devices)} — held by {held}"))
         out.append("\n".join(lines))
-    out.extend(f"Hint: {hint}" for hint in explanation.hints)
-    out.extend(f"Note: {note}" for note in explanation.notes)
+    out.extend(line(f"Hint: {hint}") for hint in explanation.hints)
+    out.extend(line(f"Note: {note}") for note in explanation.notes)
     return "\n\n".join(out) + "\n"
 
 

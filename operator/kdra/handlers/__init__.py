@@ -6,6 +6,7 @@ import logging
 import os
 
 from kdra import loops, memory, metrics
+from kdra.domain.printable import PrintableFormatter
 from kdra.settings import OperatorSettings
 
 
@@ -17,8 +18,8 @@ def run_operator(settings: OperatorSettings) -> int:
 
     if settings.kubeconfig:
         os.environ["KUBECONFIG"] = settings.kubeconfig  # for kopf's own login
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, handlers=[PrintableFormatter.handler(
+        "%(asctime)s %(levelname)s %(name)s: %(message)s")])
     # One INFO line per watch event ("Handler 'pod_event' succeeded") drowns the real logs.
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     try:

@@ -26,10 +26,18 @@ Invariants:
   caches and queues belong to the event loop.
 - Watch events start flowing only after :meth:`Operator.start` has primed every cache from a
   LIST and started the workers (kopf starts its watchers after the startup handlers).
+
+``KDRA_OPERATOR_PAUSE_BEFORE_WATCHES=<seconds>`` (tests only) waits that long between the
+start-up (caches primed, controllers running) and the watches: the window in which a busy or
+blocked start-up misses changes that its first watch LIST must then make good
+(``tests/e2e/test_hostile_tenants_round2.py``, the claim-creation storm of issue 36).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,6 +58,9 @@ from kdra.services.taint_eviction import DEVICE_TAINT_RULES
 from kdra.settings import OperatorSettings
 
 WATCH_MODES = ("informers", "kopf")
+PAUSE_ENV = "KDRA_OPERATOR_PAUSE_BEFORE_WATCHES"
+
+log = logging.getLogger(__name__)
 
 Route = Callable[[Operator, str | None, JSON], None]
 """One kind's entry point: (operator, event type — None for a listed object —, object)."""
@@ -163,7 +174,13 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.queueing.idle_timeout = 30.0
     operator = await Operator.start(ours)
     memo.operator = operator
-    if ours.watch == "informers":
+    pause = os.environ.get(PAUSE_ENV)
+    if pause:
+        log.warning("pausing %ss before the watches start (%s: tests only)", pause, PAUSE_ENV)
+        await asyncio.sleep(float(pause))
+    if ours.watch != "informers":
+        operator.primed.clear()  # kopf's first listing delivers no deletions to compare
+    else:
         for watch in WATCHES:
             operator.watch(watch.resource, partial(watch.route, operator),
                            namespace=ours.namespace if watch.own_namespace else None,

@@ -18,6 +18,9 @@ Invariants:
   without (the slices for ``free``, the pod for ``why``) makes it fail (exit 1).
 - ``free`` and ``why`` see the slices kdra-scheduler sees: a node's slice in another node's
   pool is left out, with a note naming it (:mod:`kdra.domain.pool_ownership`).
+- Nothing from the cluster reaches the terminal raw: the views' text escapes control
+  sequences (:mod:`kdra.domain.printable`), and so do the notes and error lines printed here;
+  JSON and YAML escape them by their own rules.
 - Colour only when asked for or when stdout is a terminal (and ``NO_COLOR`` is unset); the
   layout is the same either way.
 - Exit codes: 0 shown, 1 could not (cluster unreachable, essential kind unreadable, pod not
@@ -35,6 +38,7 @@ from typing import Any, TextIO
 
 from kdra.domain.describe import claims_of, describe, render
 from kdra.domain.pool_ownership import foreign_pool
+from kdra.domain.printable import MAX_LINE, printable
 from kdra.domain.tables import Painter, table
 from kdra.domain.utilisation import top, utilisation
 from kdra.domain.why import explain_pod, render_why
@@ -131,7 +135,7 @@ def emit(args: argparse.Namespace, data: JSON, text: Callable[[Painter | None], 
     paint = _painter if wants_colour(args.color, sys.stdout) else None
     sys.stdout.write(text(paint))
     for note in notes:
-        print(f"warning: {note}", file=sys.stderr)
+        print(f"warning: {printable(note, MAX_LINE)}", file=sys.stderr)
 
 
 def _painter(column: str, cell: str) -> str:
@@ -265,15 +269,15 @@ def run(args: argparse.Namespace) -> int:
         reader = Reader(args.kubeconfig, args.context, as_user=args.as_user,
                         as_group=args.as_group)
     except ClusterError as exc:
-        print(f"kubectl kdra: {exc}", file=sys.stderr)
+        print(f"kubectl kdra: {printable(exc, MAX_LINE)}", file=sys.stderr)
         return 1
     session = Session(reader)
     try:
         return COMMANDS[args.command](session, args)
     except (ClusterError, Unreadable, NotFound) as exc:
         for note in session.notes:
-            print(f"warning: {note}", file=sys.stderr)
-        print(f"kubectl kdra {args.command}: {exc}", file=sys.stderr)
+            print(f"warning: {printable(note, MAX_LINE)}", file=sys.stderr)
+        print(f"kubectl kdra {args.command}: {printable(exc, MAX_LINE)}", file=sys.stderr)
         return 1
     finally:
         reader.close()

@@ -18,6 +18,7 @@ import logging
 import signal
 
 from kdra import loops
+from kdra.domain.printable import PrintableFormatter
 from kdra.kube.client import KubeClient, connect
 from kdra.services.webhook import WebhookServer
 from kdra.settings import OperatorSettings
@@ -27,8 +28,8 @@ log = logging.getLogger(__name__)
 
 def run_webhooks(settings: OperatorSettings) -> int:
     """Serve the webhooks until SIGINT/SIGTERM. Returns the process exit code."""
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, handlers=[PrintableFormatter.handler(
+        "%(asctime)s %(levelname)s %(name)s: %(message)s")])
     if not settings.webhook_port:
         log.error("kdra webhooks: webhook_port is 0; nothing to serve")
         return 2

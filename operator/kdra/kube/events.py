@@ -7,6 +7,10 @@ Invariants:
 - Memory is bounded by time, not by how many objects ever had events: an entry older than
   ``window`` can no longer be counted into, so it is dropped (oldest first, as entries are
   kept in the order they were first seen); at most ``MAX_TRACKED`` are kept in any case.
+- An Event holds no control sequences: its reason and message (which name what users and
+  agents wrote: claims, selectors, devices) pass through
+  :func:`kdra.domain.printable.printable`, the message cut to :data:`MAX_MESSAGE`
+  characters (``kubectl describe`` and ``kubectl get events`` print them to terminals).
 - Emitting never raises: an event is best effort and must not fail the reconcile that sent it.
 """
 
@@ -18,6 +22,7 @@ import time
 from collections import OrderedDict
 from typing import Any
 
+from kdra.domain.printable import printable
 from kdra.dra.timestamps import api_time
 from kdra.kube.client import KubeClient
 from kdra.kube.errors import ApiError
@@ -26,6 +31,8 @@ from kdra.kube.resources import Resource
 log = logging.getLogger(__name__)
 CORE_EVENTS = Resource("", "v1", "events", True, "Event")
 MAX_TRACKED = 10_000  # Events whose count this recorder can still raise
+MAX_MESSAGE = 1024
+MAX_REASON = 128
 
 
 class EventRecorder:
@@ -43,6 +50,7 @@ class EventRecorder:
         await self.emit(obj, "Normal", reason, message)
 
     async def emit(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        reason, message = printable(reason, MAX_REASON), printable(message, MAX_MESSAGE)
         meta = obj.get("metadata", {})
         namespace = meta.get("namespace") or "default"
         digest = hashlib.sha1(
@@ -68,7 +76,7 @@ class EventRecorder:
                     "name": meta.get("name"), "namespace": meta.get("namespace"),
                     "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion"),
                 },
-                "type": type_, "reason": reason, "message": message[:1024],
+                "type": type_, "reason": reason, "message": message,
                 "source": {"component": self._component},
                 "reportingComponent": self._component, "reportingInstance": self._component,
                 "firstTimestamp": api_time(), "lastTimestamp": api_time(), "count": 1,

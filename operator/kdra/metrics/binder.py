@@ -59,14 +59,17 @@ unschedulable_reasons = Counter(
 
 # --------------------------------------------------------------------------- preemption
 
-PREEMPTION_RESULTS = ("preempted", "waiting", "no-candidates", "never")
+PREEMPTION_RESULTS = ("preempted", "waiting", "no-candidates", "never", "over-quota",
+                      "held-back")
 
 preemption_attempts = Counter(
     "kdra_preemption_attempts_total",
     "Preemption attempts for pods that fit nowhere, by result: preempted (victims chosen on "
     "one node, the pod nominated there), waiting (already nominated; its victims are "
     "terminating), no-candidates (no node where evicting lower-priority pods would let it "
-    "fit), never (the pod's preemptionPolicy is Never).",
+    "fit), never (the pod's preemptionPolicy is Never), over-quota (its DeviceQuota would "
+    "refuse it even with the devices free), held-back (its earlier preemptions did not get it "
+    "bound: backing off, or out of rounds).",
     ["result"],
 )
 preemption_victims = Counter(

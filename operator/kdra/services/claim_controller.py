@@ -4,9 +4,10 @@ kdra's counterpart of kube-controller-manager's resourceclaim controller (UPSTRE
 
 Two level-based loops over a shared cache (:class:`~kdra.services.store.Store`):
 - ``sync_pod(ns, name)`` makes sure every template entry of a pod's claims annotation has its
-  own claim (an orphan controlled by the pod is adopted first, so a restart or a lost update
-  never creates a second one), records the names in the pod's claim-statuses annotation, and
-  adds a bound pod to ``reservedFor`` of its allocated claims if it is missing there.
+  own claim (an orphan controlled by the pod is adopted first, and a claim this controller
+  created is asked for when the cache lacks it, so a restart or a lost update never creates a
+  second one), records the names in the pod's claim-statuses annotation, and adds a bound pod
+  to ``reservedFor`` of its allocated claims if it is missing there.
 - ``sync_claim(ns, name)`` drops ``reservedFor`` entries of pods that are gone, replaced (other
   UID) or done; clears ``status.allocation`` when no reservation is left; removes kdra's
   finalizer once the claim is deallocated; deletes generated claims whose pod is done or was
@@ -19,6 +20,11 @@ Invariants:
   claim is reconciled again from fresh state.
 - A pod missing from the cache is looked up with a live GET before its reservation is dropped
   (the cache may simply not have seen a brand-new pod yet).
+- A claim is created only for a pod the API server still has (a live GET, same UID, not being
+  deleted, not done), so a cached pod that is in fact gone — its deletion missed while the
+  operator was busy — gets no claims; it is dropped from the cache (and the binder's) instead.
+  Re-creating an entry's claim again and again backs off (:mod:`kdra.services.claim_births`):
+  a claim-creation storm (issue 36: ~13 claims/s for a deleted pod) cannot start.
 - The finalizer is removed only from a claim that is not allocated and is being deleted or was
   just deallocated by this controller; the binder owns the finalizer while it allocates.
 - Bad input (malformed annotation, missing template) produces a Warning event on the pod and
@@ -56,6 +62,7 @@ from kdra.kube.client import KubeClient
 from kdra.kube.errors import ApiError, Conflict, NotFound
 from kdra.kube.events import EventRecorder
 from kdra.kube.resources import CLAIMS, PODS
+from kdra.services.claim_births import Births
 from kdra.services.store import JSON, Key, Store, is_not_newer, key_of
 from kdra.services.workqueue import Retry, WorkQueue
 
@@ -103,7 +110,8 @@ class ClaimController:
     def __init__(self, client: KubeClient, events: EventRecorder, *, pods: Store,
                  claims: Store, templates: Store, workers: int = 4,
                  pod_written: Callable[[JSON], None] | None = None,
-                 claim_written: Callable[[str, JSON], None] | None = None) -> None:
+                 claim_written: Callable[[str, JSON], None] | None = None,
+                 pod_gone: Callable[[JSON], None] | None = None) -> None:
         self.client = client
         self.events = events
         self.pods = pods
@@ -114,8 +122,12 @@ class ClaimController:
         """Called with ("MODIFIED", claim as written) after a status write or finalizer
         removal, and ("DELETED", claim) after a delete: the binder sees devices freed
         without waiting for the watch event (which follows and changes nothing)."""
+        self.pod_gone = pod_gone
+        """Called with a cached pod found gone (or replaced) at the API server, as its
+        DELETED event would have been: the binder drops it too."""
         self.claims = claims
         self.templates = templates
+        self.births = Births()
         self.pod_queue: WorkQueue[Key] = WorkQueue("claims-pods", self._sync_pod_key,
                                                    workers=workers)
         self.claim_queue: WorkQueue[Key] = WorkQueue("claims-release", self._sync_claim_key,
@@ -160,6 +172,8 @@ class ClaimController:
         key = key_of(pod)
         self.pod_queue.add(key)
         uid = pod["metadata"].get("uid", "")
+        if event_type == "DELETED" or pod_is_done(pod):
+            self.births.forget(uid)
         if event_type == "DELETED" or pod_is_done(pod) or pod.get("spec", {}).get("nodeName"):
             for claim in self.claims.index("reserved", uid) + self.claims.index("owner", uid):
                 self.claim_queue.add(key_of(claim))
@@ -173,7 +187,8 @@ class ClaimController:
         self.claim_queue.add(key_of(claim))
         namespace = claim["metadata"].get("namespace", "")
         for ref in claim["metadata"].get("ownerReferences") or ():
-            if ref.get("controller") and ref.get("kind") == "Pod":
+            if ref.get("controller") and ref.get("kind") == "Pod" \
+                    and not self.pods.was_deleted(ref.get("uid", "")):
                 self.pod_queue.add((namespace, ref["name"]))
 
     def on_template(self, event_type: str | None, template: JSON) -> None:
@@ -214,12 +229,23 @@ class ClaimController:
         # counts only if the pod owns it (_find_generated: upstream's IsForPod).
         names: dict[str, str] = {}
         pending = False
+        live = False  # the API server confirmed the pod (once per sync, before a creation)
         for entry in entries:
             if entry.resource_claim_name is not None:
                 names[entry.name] = entry.resource_claim_name
                 continue
             claim = await self._find_generated(pod, entry, recorded.get(entry.name))
             if claim is None:
+                if not live:
+                    current = await self._still_there(pod)
+                    if current is None:
+                        return
+                    if current["metadata"].get("resourceVersion") != \
+                            pod["metadata"].get("resourceVersion"):
+                        # Newer than this sync's view (another replica may have recorded
+                        # its claim): start over from it, never write over it.
+                        raise Retry("pod changed; reconciling its newer version")
+                    live = True
                 claim = await self._create_claim(pod, entry)
             if claim is None:
                 pending = True
@@ -257,10 +283,44 @@ class ClaimController:
             annotations = claim["metadata"].get("annotations") or {}
             if annotations.get(POD_CLAIM_NAME_ANNOTATION) == entry.name and owned_by(claim, uid):
                 return claim
+        created = self.births.name(uid, entry.name)
+        if created is not None and created != recorded:  # made here, not cached (any more?)
+            try:
+                claim = await self.client.get(CLAIMS, created, namespace)
+            except NotFound:
+                return None  # deleted since: the pod gets a new one (after a backoff)
+            if owned_by(claim, uid) and not claim["metadata"].get("deletionTimestamp"):
+                self.claims.upsert(claim)
+                return claim
         return None
 
+    async def _still_there(self, pod: JSON) -> JSON | None:
+        """The pod as the API server has it now, when it is still this pod (same UID), not
+        being deleted and not done; else None, and a pod that is gone or replaced is dropped
+        from the caches as its DELETED event would have dropped it."""
+        meta = pod["metadata"]
+        try:
+            current = await self.client.get(PODS, meta["name"], meta["namespace"])
+        except NotFound:
+            current = None
+        if current is None or current["metadata"].get("uid") != meta["uid"]:
+            log.info("pod %s/%s (uid %s) is gone: no claims for it", meta["namespace"],
+                     meta["name"], meta["uid"])
+            self.pods.apply("DELETED", pod)
+            self.births.forget(meta["uid"])
+            if self.pod_gone is not None:
+                self.pod_gone(pod)
+            return None
+        self.pods.upsert(current)
+        if pod_is_done(current) or current["metadata"].get("deletionTimestamp"):
+            return None
+        return current
+
     async def _create_claim(self, pod: JSON, entry: PodClaim) -> JSON | None:
-        namespace = pod["metadata"]["namespace"]
+        namespace, uid = pod["metadata"]["namespace"], pod["metadata"]["uid"]
+        wait = self.births.delay(uid, entry.name)
+        if wait > 0:  # its claim was deleted again and again: not one creation per event
+            raise Retry(f"claim of entry {entry.name!r} re-created recently", delay=wait)
         if entry.extended is not None:  # kdra.domain.extended: the pod's extended resources
             body, source = extended_claim(pod, entry), "the pod's extended resources"
         else:
@@ -289,6 +349,7 @@ class ClaimController:
             raise Retry(str(exc)) from exc
         metrics.record_claim_create(True)
         self.claims.upsert(claim)  # seen at once, before the watch event arrives
+        self.births.created(uid, entry.name, claim["metadata"]["name"])
         log.info("created claim %s/%s for pod %s entry %s", namespace,
                  claim["metadata"]["name"], pod["metadata"]["name"], entry.name)
         return claim

@@ -6,6 +6,10 @@ and a class whose selectors pin another driver can never give a GPU
 (:func:`kdra.domain.admission.class_may_select`). The pod's containers that consume only such
 claims get no ``NVIDIA_VISIBLE_DEVICES`` at all (the seed's cats used to get an empty one).
 
+On the way it notes the entries that name (``resourceClaimName``) a claim generated for
+another pod (:attr:`GpuClaimLookup.foreign`): such a claim serves only that pod (upstream's
+IsForPod), and a pod being created can never be it, so the webhook denies the pod.
+
 Invariants:
 - Fails towards the variable: a claim, template or class that cannot be read (not created
   yet, an API error, a timeout) counts as "may get GPUs". Leaving the variable out of a
@@ -23,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kdra.domain import admission
-from kdra.domain.podclaims import PodClaim, pod_claims
+from kdra.domain.podclaims import PodClaim, generated_for, pod_claims
 from kdra.dra.errors import InvalidObject
 from kdra.kube.client import KubeClient
 from kdra.kube.errors import ApiError
@@ -38,6 +42,9 @@ MAX_LOOKUPS = 16
 class GpuClaimLookup:
     def __init__(self, client: KubeClient) -> None:
         self.client = client
+        self.foreign: dict[str, tuple[str, str]] = {}
+        """Entry name → (claim, pod it was generated for), for the claims read that a pod
+        being created may not use (filled by :meth:`gpu_claims`)."""
 
     async def gpu_claims(self, body: Any) -> frozenset[str] | None:
         """Names of the claim entries of the AdmissionReview's pod that may get GPUs; None
@@ -75,6 +82,9 @@ class GpuClaimLookup:
         elif entry.resource_claim_name:
             claim = await budget.get(self.client, CLAIMS, entry.resource_claim_name, namespace)
             claim_spec = (claim or {}).get("spec")
+            owner = generated_for(claim) if claim is not None else None
+            if owner is not None:  # a pod being created owns nothing yet
+                self.foreign[entry.name] = (entry.resource_claim_name, str(owner.get("name")))
         else:
             return True
         classes = admission.claim_request_classes(claim_spec, entry.request)

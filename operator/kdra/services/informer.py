@@ -16,6 +16,11 @@ Invariants:
   initial listing — followed by ``("DELETED", last seen)`` for every object seen before that
   the list no longer holds, so the services' caches converge to the list even when deletions
   happened while the watch was down.
+- The first list is compared with what the services already hold (``known``: the objects
+  the operator primed its caches with, from its own start-up LIST): an object primed but no
+  longer listed is delivered as deleted. A slow or stalled start-up (seconds between the two
+  LISTs) thus never leaves a deleted object cached for ever — a deleted pod the claim
+  controller kept creating claims for (issue 36, the claim-creation storm).
 - A handler that raises is logged and skipped; the informer keeps running (one bad object
   never stops the operator serving the others).
 - An object the client could not decode (:class:`kdra.kube.codec.Skipped`) is neither
@@ -42,13 +47,15 @@ class Informer:
     """Watches one kind (optionally one namespace / label selector) and calls ``handler``."""
 
     def __init__(self, client: KubeClient, resource: Resource, handler: Handler, *,
-                 namespace: str | None = None, label_selector: str | None = None) -> None:
+                 namespace: str | None = None, label_selector: str | None = None,
+                 known: Iterable[JSON] = ()) -> None:
         self.client = client
         self.resource = resource
         self.handler = handler
         self.namespace = namespace
         self.label_selector = label_selector
-        self.known: dict[Key, JSON] = {}
+        self.known: dict[Key, JSON] = {key_of(obj): obj for obj in known}
+        """The objects the services hold, as last delivered (or primed: ``known``)."""
         self.synced = asyncio.Event()  # set after the first list was delivered
         self._task: asyncio.Task[None] | None = None
 

@@ -6,6 +6,8 @@ memo; nothing here is a module global.
 Invariants:
 - Caches are primed from a LIST before any controller worker starts, so "not in the cache"
   means "does not exist" (or is newer than the start-up list, which a watch event fixes).
+  What was primed is handed to each kind's informer (:attr:`Operator.primed`), whose first
+  LIST then delivers the deletions that happened in between (however long the start-up).
 - ``stop()`` stops the workers before closing the API client.
 """
 
@@ -76,6 +78,7 @@ class Operator:
             client, self.events, pods=self.pods, claims=self.claims, templates=self.templates,
             workers=settings.workers, pod_written=self._pod_written,
             claim_written=self.binder.on_claim,
+            pod_gone=lambda pod: self.binder.on_pod("DELETED", pod),
         )
         self.webhook: WebhookServer | None = None  # admission webhooks (started in start())
         self.slice_gc = SliceGC(client, namespace=settings.namespace,
@@ -85,6 +88,8 @@ class Operator:
                                                       nodes=self.binder.cluster.nodes)
         self.quota_status = QuotaStatusWriter(client, self.binder.quotas)
         self.informers: list[Informer] = []  # kdra.handlers.operator starts them (watch())
+        self.primed: dict[str, list[JSON]] = {}
+        """Resource plural → the objects of the start-up LIST (until its informer starts)."""
 
     @classmethod
     async def start(cls, settings: OperatorSettings) -> Operator:
@@ -133,26 +138,30 @@ class Operator:
                  len(self.pods), len(self.claims), len(self.templates))
 
     async def prime(self) -> None:
-        self.claims.prime(await self.client.list(CLAIMS))
-        self.templates.prime(await self.client.list(TEMPLATES))
+        claims, templates = await self.client.list(CLAIMS), await self.client.list(TEMPLATES)
+        self.claims.prime(claims)
+        self.templates.prime(templates)
         pods = await self.client.list(PODS)
         self.pods.prime(
             pod for pod in pods
             if CLAIMS_ANNOTATION in (pod["metadata"].get("annotations") or {})
         )
         nodes, slices = await self.client.list(NODES), await self.client.list(SLICES)
-        self.binder.prime(nodes=nodes, slices=slices,
-                          classes=await self.client.list(CLASSES), pods=pods)
-        self.slice_gc.prime(
-            slices=slices, nodes=nodes,
-            leases=await self.client.list(LEASES, self.settings.namespace,
-                                          label_selector=f"{AGENT_LEASE_LABEL}=true"))
+        classes = await self.client.list(CLASSES)
+        self.binder.prime(nodes=nodes, slices=slices, classes=classes, pods=pods)
+        leases = await self.client.list(LEASES, self.settings.namespace,
+                                        label_selector=f"{AGENT_LEASE_LABEL}=true")
+        self.slice_gc.prime(slices=slices, nodes=nodes, leases=leases)
+        self.primed = {CLAIMS.plural: claims, TEMPLATES.plural: templates, PODS.plural: pods,
+                       NODES.plural: nodes, SLICES.plural: slices, CLASSES.plural: classes,
+                       LEASES.plural: leases}
         try:
             rules = await self.client.list(DEVICE_TAINT_RULES)
         except NotFound:  # CRDs of an older kdra: no rules (the informer retries)
             log.warning("DeviceTaintRule CRD not installed: apply crds/devicetaintrules.yaml")
             rules = []
         self.taint_eviction.prime(slices=slices, rules=rules)
+        self.primed[DEVICE_TAINT_RULES.plural] = rules
         for rule in rules:
             self.binder.on_rule(None, rule)
         try:
@@ -162,13 +171,16 @@ class Operator:
             quotas = []
         for quota in quotas:
             self.binder.on_quota(None, quota)
+        self.primed[DEVICE_QUOTAS.plural] = quotas
 
     def watch(self, resource: Resource, handler: Handler, *, namespace: str | None = None,
               label_selector: str | None = None) -> None:
         """Start an informer feeding ``handler`` (kdra.handlers.operator's routes) with every
-        event of ``resource``; ``stop()`` stops it."""
+        event of ``resource``, its first LIST compared with what was primed; ``stop()``
+        stops it."""
         informer = Informer(self.client, resource, handler, namespace=namespace,
-                            label_selector=label_selector)
+                            label_selector=label_selector,
+                            known=self.primed.pop(resource.plural, ()))
         self.informers.append(informer)
         informer.start()
 

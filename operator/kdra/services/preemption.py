@@ -18,10 +18,22 @@ by the allocator's own search (:class:`~kdra.dra.allocator.probe.FitProbe`). The
    lower priority is searched with them in use, so only the preemptor (or a more important
    pod) can take them once the victims' claims are released.
 
+A pod preempts only when the other checks would admit it once the devices are free: its
+namespace's DeviceQuotas must not refuse even the least any allocation of its claims costs,
+counting what the victims of its own namespace free (:meth:`QuotaBook.least_denial
+<kdra.services.quota.QuotaBook.least_denial>`); a refusal of the full check after the
+victims are gone (:meth:`Preemption.refused`) ends the nomination. And the evictions per
+preemptor are bounded: a pod whose nomination ended without it being bound preempts again
+only after a backoff (:attr:`PreemptionSettings.backoff`, doubling), and at most
+:attr:`PreemptionSettings.max_rounds` times — a tenant's pod that something keeps refusing
+cannot evict other tenants' pods again and again (issue 36).
+
 Invariants:
 - A pod with ``preemptionPolicy: Never`` never preempts; a pod never preempts for a node where
   it would still not fit; only pods of lower priority that hold devices are victims (kdra
   allocates devices only: CPU, memory and pod count are not freed by preemption).
+- A pod over its quota (as above) never preempts; a pod preempts at most ``max_rounds``
+  times without being bound, each round after the previous one's backoff.
 - One nomination per pod: while its victims are terminating (or their devices being
   released) the pod waits instead of preempting again. A nomination ends when the pod is
   bound or gone, after :attr:`PreemptionSettings.hold` seconds, or when its victims are gone
@@ -41,7 +53,7 @@ import functools
 import logging
 import time
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from kdra import metrics
@@ -55,6 +67,7 @@ from kdra.domain.preemption import (
     pod_priority,
     select_victims,
 )
+from kdra.domain.quota import Denial
 from kdra.dra.allocator import DeviceId, NodeInfo, Snapshot
 from kdra.dra.allocator.probe import FitProbe, OutOfSteps
 from kdra.dra.allocator.reasons import Unallocatable
@@ -63,6 +76,7 @@ from kdra.kube.client import KubeClient
 from kdra.kube.errors import ApiError, NotFound
 from kdra.kube.events import EventRecorder
 from kdra.kube.resources import PODS, Resource
+from kdra.services.quota import QuotaBook
 from kdra.services.store import JSON, Key, Store, key_of
 
 log = logging.getLogger(__name__)
@@ -87,6 +101,12 @@ class PreemptionSettings:
     of the nodes); the best of them is taken."""
     steps: int = 1_000_000
     """Search steps all fit tests of one decision may spend together."""
+    max_rounds: int = 3
+    """Nominations one pod may make without being bound; past them it waits as if its
+    ``preemptionPolicy`` were Never (until it is created again)."""
+    backoff: float = 30.0
+    """Seconds before a pod whose nomination ended without it being bound may preempt
+    again; doubled after each such round."""
 
 
 @dataclass
@@ -97,6 +117,15 @@ class _Nomination:
     devices: frozenset[DeviceId]
     until: float
     tried: dict[str, float] = field(default_factory=dict)  # victim uid → last eviction attempt
+
+
+@dataclass
+class _Rounds:
+    """A pod's preemptions that did not (yet) get it bound."""
+
+    uid: str
+    count: int = 0
+    not_before: float = 0.0  # monotonic time before which it does not preempt again
 
 
 def _pod_of(pod: JSON) -> Pod:
@@ -132,12 +161,15 @@ class Preemption:
     binder's."""
 
     def __init__(self, client: KubeClient, events: EventRecorder, *, claims: Store,
-                 snapshot: Snapshot, settings: PreemptionSettings | None = None) -> None:
+                 snapshot: Snapshot, settings: PreemptionSettings | None = None,
+                 quotas: QuotaBook | None = None) -> None:
         self.client = client
         self.events = events
         self.claims = claims
         self.snapshot = snapshot
         self.settings = settings or PreemptionSettings()
+        self.quotas = quotas
+        self.rounds: dict[Key, _Rounds] = {}  # pods that preempted and are not bound yet
         self.pods: dict[str, Pod] = {}  # uid → bound, not finished pod
         self.on_node: dict[str, set[str]] = defaultdict(set)  # node → pod uids
         self._priorities: Counter[int] = Counter()  # priority → bound pods with it
@@ -165,8 +197,10 @@ class Preemption:
             self.pods[uid] = current = _pod_of(pod)
             self.on_node[str(node)].add(uid)
             self._priorities[current.priority] += 1
-        if (node or done) and self.nominations.pop(key_of(pod), None) is not None:
-            metrics.set_nominated_pods(len(self.nominations))
+        if node or done:
+            self.rounds.pop(key_of(pod), None)
+            if self.nominations.pop(key_of(pod), None) is not None:
+                metrics.set_nominated_pods(len(self.nominations))
 
     def reserved_against(self, key: Key, pod: JSON) -> frozenset[DeviceId]:
         """Devices held for other nominated pods at least as important as ``pod``: in use
@@ -196,6 +230,15 @@ class Preemption:
         if waiting is not None:
             metrics.record_preemption("waiting")
             return waiting
+        held_back = self._held_back(key, pod)
+        if held_back is not None:
+            metrics.record_preemption("held-back")
+            return held_back
+        denial = self._quota_denial(key[0], claims, self._lower(key[0], pod_priority(pod)))
+        if denial is not None:
+            metrics.record_preemption("over-quota")
+            return (f"not preempting: {denial.message} (evicting lower-priority pods would "
+                    "not change that)")
         started = time.perf_counter()
         choice = await self._decide(key, pod, claims, nodes)
         metrics.observe_preemption_decision(time.perf_counter() - started)
@@ -224,9 +267,13 @@ class Preemption:
         except Unallocatable:
             return None  # the binder reports the bad input
         budgets = await self._budgets()
+        # At its quota, only the pod's own namespace's pods free what it may take: others'
+        # are no victims then (their devices would go to someone else).
+        own_only = self._quota_denial(key[0], claims, ()) is not None
         options: list[NodeVictims] = []
         for node in lower:
-            pods = [self.pods[uid] for uid in sorted(self.on_node.get(node.name, ()))]
+            pods = [p for uid in sorted(self.on_node.get(node.name, ()))
+                    if (p := self.pods[uid]).namespace == key[0] or p.leaving or not own_only]
             holds = [h for h in (_hold_of(c) for p in pods
                                  for c in self.claims.index("reserved", p.uid)) if h]
             try:
@@ -241,7 +288,59 @@ class Preemption:
                 if len(options) >= self.settings.max_candidates:
                     break
             await asyncio.sleep(0)  # one node's searches at a time: watches and webhooks go on
-        return pick_node(options)
+        # The quotas, with exactly what each option's victims free (of the pod's namespace).
+        return pick_node(o for o in options
+                         if self._quota_denial(key[0], claims, o.victims) is None)
+
+    # ------------------------------------------------------------------ bounds
+
+    def _lower(self, namespace: str, priority: int) -> Iterator[Pod]:
+        """Bound pods of ``namespace`` that preemption could free: lower priority, or
+        leaving anyway."""
+        return (p for p in self.pods.values() if p.namespace == namespace
+                and (p.priority < priority or p.leaving))
+
+    def _quota_denial(self, namespace: str, claims: Sequence[ResourceClaim],
+                      leaving: Iterable[Pod]) -> Denial | None:
+        """What the namespace's quotas would refuse even with the claims of ``leaving``
+        (those no one else uses) released; None: no quota stands in the way."""
+        if self.quotas is None or not self.quotas.quotas.get(namespace):
+            return None  # the common case: no quota, nothing to count
+        uids = {pod.uid for pod in leaving}
+        freed = [f"{c['metadata'].get('namespace')}/{c['metadata'].get('name')}"
+                 for uid in uids for c in self.claims.index("reserved", uid)
+                 if (hold := _hold_of(c)) is not None and hold.consumers <= uids]
+        return self.quotas.least_denial(namespace, claims, freed)
+
+    def _held_back(self, key: Key, pod: JSON) -> str | None:
+        """Why the pod may not preempt now (its earlier nominations did not get it bound),
+        or None."""
+        rounds = self.rounds.get(key)
+        if rounds is None or rounds.uid != str(pod["metadata"].get("uid", "")):
+            return None
+        if rounds.count >= self.settings.max_rounds:
+            return (f"not preempting again: {rounds.count} preemption(s) for this pod did not "
+                    "get it bound")
+        left = rounds.not_before - time.monotonic()
+        if left > 0:
+            return (f"not preempting again for {left:.0f}s: its last preemption did not get "
+                    "it bound")
+        return None
+
+    def refused(self, key: Key) -> None:
+        """The pod's placement was refused by a check preemption cannot help with (its
+        DeviceQuota): a nomination it holds ends now — the devices it held go to others —
+        and counts as a round that did not get it bound."""
+        if self.nominations.pop(key, None) is not None:
+            metrics.set_nominated_pods(len(self.nominations))
+            self._ended(key)
+
+    def _ended(self, key: Key) -> None:
+        """The pod's nomination ended without it being bound: back off."""
+        rounds = self.rounds.get(key)
+        if rounds is not None:
+            rounds.not_before = time.monotonic() + self.settings.backoff * 2 ** max(
+                rounds.count - 1, 0)
 
     async def _budgets(self) -> list[Budget]:
         """The cluster's PodDisruptionBudgets, listed at most every :data:`BUDGETS_TTL`
@@ -268,6 +367,11 @@ class Preemption:
     # ------------------------------------------------------------------ acting
 
     async def _nominate(self, key: Key, pod: JSON, choice: NodeVictims) -> None:
+        uid = str(pod["metadata"].get("uid", ""))
+        rounds = self.rounds.get(key)
+        if rounds is None or rounds.uid != uid:
+            self.rounds[key] = rounds = _Rounds(uid)
+        rounds.count += 1
         self.nominations[key] = _Nomination(
             choice.node, pod_priority(pod), {v.uid: v for v in choice.victims}, choice.freed,
             time.monotonic() + self.settings.hold)
@@ -297,6 +401,7 @@ class Preemption:
         if nomination.until <= time.monotonic() or not (present or releasing):
             del self.nominations[key]  # expired, or everything freed and still no fit
             metrics.set_nominated_pods(len(self.nominations))
+            self._ended(key)
             return None
         await self._evict_all(key, pod, nomination)
         return (f"waiting for {len(present)} preempted pod(s) on node {nomination.node!r} to "

@@ -32,10 +32,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from kdra import GROUP, metrics
+from kdra.domain.printable import MAX_LINE, printable
 from kdra.domain.quota import (
     Charge,
     Denial,
@@ -47,6 +48,7 @@ from kdra.domain.quota import (
     check,
     claim_charge,
     device_facts,
+    least_charge,
     parse_quota,
     quota_status,
 )
@@ -237,6 +239,26 @@ class QuotaBook:
                                         first.device_class, first.resource)
         return None, first
 
+    def least_denial(self, namespace: str, claims: Sequence[ResourceClaim],
+                     freed: Iterable[str] = ()) -> Denial | None:
+        """The denial that any allocation of ``claims`` would meet even if the claims
+        ``freed`` (keys ``namespace/name``; others' namespaces change nothing) held nothing:
+        their least charge (:func:`~kdra.domain.quota.least_charge`) against what the
+        namespace holds without them. None: an allocation might be admitted (the check at
+        allocation time, :meth:`admit`, has the last word). For preemption: evicting pods
+        for a pod its quotas refuse anyway frees nothing it may take."""
+        quotas = self.quotas.get(namespace)
+        if not quotas:
+            return None
+        used: Mapping[str, Usage] = self.ledger.used(namespace)
+        for key in set(freed):
+            if key.startswith(namespace + "/"):
+                used = add_charges(used, self.ledger.charge(key), -1)
+        asked: Mapping[str, Usage] = {}
+        for claim in claims:
+            asked = add_charges(asked, least_charge(claim))
+        return check(quotas.values(), used, asked)
+
 
 async def namespace_quotas(client: KubeClient | None, body: Any) -> list[JSON]:
     """The DeviceQuotas the admission review ``body`` needs (those of the namespace of a
@@ -293,11 +315,11 @@ class QuotaStatusWriter:
             quota = book.quotas.get(namespace, {}).get(name)
             if quota is None:
                 metrics.forget_quota(namespace, name)  # it limits nothing now
+                why = printable(book.invalid.get((namespace, name), ""), MAX_LINE)
                 status: dict[str, Any] = {"used": [], "usedSummary": "", "hardSummary": "",
                                           "conditions": [{
                                               "type": "Exceeded", "status": "Unknown",
-                                              "reason": "InvalidSpec",
-                                              "message": book.invalid.get((namespace, name), ""),
+                                              "reason": "InvalidSpec", "message": why,
                                           }]}
             else:
                 status = quota_status(quota, used, claims=book.ledger.claims(namespace),

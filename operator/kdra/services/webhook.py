@@ -320,13 +320,14 @@ class WebhookServer:
                                        namespace_labels=labels)
             decide = with_quotas(decide, quotas)
         if gpu_lookup and self.client is not None:  # which claims may get GPUs (env vars),
+            lookup = GpuClaimLookup(self.client)  # (and which are other pods' own claims),
             gpu_claims, extended = await asyncio.gather(  # which classes serve extended res.
-                GpuClaimLookup(self.client).gpu_claims(body),
-                extended_classes(self.client, body))
+                lookup.gpu_claims(body), extended_classes(self.client, body))
             decide = functools.partial(admission.mutate_pod, gpu_claims=gpu_claims,
                                        extended_classes=extended.mapping,
                                        extended_error=extended.error,
-                                       extended_gpu_classes=extended.gpu_classes)
+                                       extended_gpu_classes=extended.gpu_classes,
+                                       foreign_claims=lookup.foreign)
         loop = asyncio.get_running_loop()
         try:
             answer = await loop.run_in_executor(None, admission.review, body, decide)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from kdra.domain.cdi import CLAIM_UID_ANNOTATION, NODE_ANNOTATION, cdi_file_name
+from kdra.domain.forged import env_sources
 from kdra.domain.invariants import NodeLocal, Violation, check
 from kdra.domain.partition_slices import node_slices
 from kdra.domain.podclaims import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION, FINALIZER
@@ -414,6 +415,54 @@ def test_forged_outputs_are_violations(change: str, rule: str, words: str) -> No
     found = [v for v in check(**state) if v.rule == rule]
     assert len(found) == 1, check(**state)
     assert words in found[0].message
+
+
+def test_issue36_device_variables_from_config_maps_secrets_and_ephemeral_containers() -> None:
+    """Issue 36, point 7: ``kdra check`` missed ``envFrom``. Sources are what check.py read."""
+    state = forged_state()
+    sources = {(NS, "ConfigMap", "gpus"): {"NVIDIA_VISIBLE_DEVICES": "all", "OTHER": "x"},
+               (NS, "ConfigMap", "prefixed"): {"VISIBLE_DEVICES": "all"},
+               (NS, "Secret", "s"): {"uuids": "GPU-b"}}
+    sidecar = plain_pod("envfrom", [])
+    sidecar["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": "gpus"}}]
+    prefixed = plain_pod("prefixed", [])
+    prefixed["spec"]["containers"][0]["envFrom"] = [
+        {"prefix": "NVIDIA_", "configMapRef": {"name": "prefixed"}}]
+    secret = plain_pod("secret", [{"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {
+        "secretKeyRef": {"name": "s", "key": "uuids"}}}])
+    debug = plain_pod("debug", [])
+    debug["spec"]["ephemeralContainers"] = [
+        {"name": "dbg", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]
+    overridden = plain_pod("overridden", [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}])
+    overridden["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": "gpus"}}]
+    state["pods"] += [sidecar, prefixed, secret, debug, overridden]
+    found = sorted(v.message for v in check(**state, env_sources=sources))
+    assert found == [
+        f"pod {NS}/debug container dbg: NVIDIA_VISIBLE_DEVICES is 'all' on node n1, where "
+        "kdra publishes GPUs",
+        f"pod {NS}/envfrom container c: NVIDIA_VISIBLE_DEVICES from ConfigMap {NS}/gpus "
+        "(envFrom) is 'all' on node n1, where kdra publishes GPUs",
+        f"pod {NS}/prefixed container c: NVIDIA_VISIBLE_DEVICES from ConfigMap {NS}/prefixed "
+        "(envFrom) is 'all' on node n1, where kdra publishes GPUs",
+        f"pod {NS}/secret container c: NVIDIA_VISIBLE_DEVICES from Secret {NS}/s (valueFrom) "
+        "names GPU-b, which its claims do not hold",
+    ]
+    assert check(**state) != []  # without the sources: only the literal ones
+    assert env_sources(sidecar) == {(NS, "ConfigMap", "gpus")}
+    assert env_sources(secret) == {(NS, "Secret", "s")}
+
+
+def test_issue36_a_pod_naming_another_pods_generated_claim_is_foreign() -> None:
+    state = forged_state()
+    state["claims"][0]["metadata"]["annotations"] = {"resource.kdra.dev/pod-claim-name": "gpu"}
+    state["claims"][0]["metadata"]["ownerReferences"] = [
+        {"kind": "Pod", "name": "p1", "uid": "uid-p1", "controller": True}]
+    thief = plain_pod("thief", [], {CLAIMS_ANNOTATION: json.dumps(
+        [{"name": "gpu", "resourceClaimName": "p1-gpu"}])}, node_name="")
+    state["pods"].append(thief)
+    (found,) = [v for v in check(**state) if v.rule == "foreign-claim"]
+    assert found.message == (f"pod {NS}/thief names claim {NS}/p1-gpu (entry 'gpu'), which "
+                             "was generated for pod p1")
 
 
 def test_harmless_env_is_not_forged() -> None:

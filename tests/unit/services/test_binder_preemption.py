@@ -100,6 +100,12 @@ class Recording:
     def reasons(self, reason: str) -> list[tuple[str, str]]:
         return [(obj, message) for obj, r, message in self.events if r == reason]
 
+    def messages(self, pod: str) -> list[str]:
+        """The PodScheduled messages written on ``pod``, in order."""
+        return [body["status"]["conditions"][0]["message"]
+                for name, body in self.status_patches
+                if name == pod and "conditions" in body.get("status", {})]
+
 
 def full_node(client: Recording) -> Binder:
     """worker-1: gpu-0 held by "low" (priority 0), gpu-1 by "mid" (priority 500)."""
@@ -248,7 +254,8 @@ def test_an_eviction_refused_is_reported_and_retried_later() -> None:
 def test_a_nomination_overtaken_by_a_more_important_pod_preempts_anew() -> None:
     """The freed GPU is held against pods of the same or lower priority only: a more
     important pod takes it. Once the victim's claim is released and the pod still fits
-    nowhere, its nomination ends and it preempts again (here: "mid")."""
+    nowhere, its nomination ends; after the backoff (its preemption did not get it bound)
+    it preempts again (here: "mid")."""
     client = Recording()
     binder = full_node(client)
     top = pod("top", 1000)
@@ -264,13 +271,136 @@ def test_a_nomination_overtaken_by_a_more_important_pod_preempts_anew() -> None:
         binder.claims.upsert(taken)
         binder.on_claim("ADDED", taken)
         binder.on_pod(None, pod("boss", 2000, node="worker-1"))
+        results.append(await binder._schedule((NS, "top"), top))  # backing off
+        assert client.evictions == ["low"]
+        binder.preemption.rounds[(NS, "top")].not_before = 0.0  # the backoff has passed
         results.append(await binder._schedule((NS, "top"), top))
         await binder.stop()
         return results
 
-    assert asyncio.run(scenario()) == ["unschedulable", "unschedulable"]
+    assert asyncio.run(scenario()) == ["unschedulable"] * 3
     assert client.evictions == ["low", "mid"]
     assert [obj for obj, _ in client.reasons("Preempting")] == ["top", "top"]
+    assert any("not preempting again for" in c for c in client.messages("top"))
+
+
+# --------------------------------------------------------------------------- issue 36
+
+
+def tenants(client: Recording, *, quota_devices: int, mine_priority: int = 2000) -> Binder:
+    """worker-1: gpu-0 held by tenant "a"'s pod "mine", gpu-1 by tenant "b"'s "theirs"
+    (priority 0); tenant "a" has a DeviceQuota of ``quota_devices`` GPUs."""
+    binder = Binder(client, EventRecorder(client), claims=claim_store(),  # type: ignore[arg-type]
+                    settings=BinderSettings(release_wait=0.0, wake_delay=0.001,
+                                            flush_interval=3600))
+    mine = {**pod("mine", mine_priority, node="worker-1")}
+    mine["metadata"] = {**mine["metadata"], "namespace": "a"}
+    theirs = {**pod("theirs", 0, node="worker-1")}
+    theirs["metadata"] = {**theirs["metadata"], "namespace": "b"}
+    for raw in (gpu_claim("mine-gpu", "10", namespace="a", device="gpu-0", owners=("mine",)),
+                gpu_claim("theirs-gpu", "11", namespace="b", device="gpu-1",
+                          owners=("theirs",)),
+                gpu_claim("top-gpu", "12", namespace="a")):
+        binder.claims.upsert(raw)
+    binder.prime(nodes=[NODE], slices=[SLICE], classes=[CLASS], pods=[mine, theirs])
+    binder.on_quota(None, {
+        "apiVersion": "resource.kdra.dev/v1alpha1", "kind": "DeviceQuota",
+        "metadata": {"name": "gpus", "namespace": "a", "resourceVersion": "1",
+                     "generation": 1},
+        "spec": {"limits": [{"deviceClassName": DRIVER, "devices": quota_devices}]}})
+    return binder
+
+
+def urgent() -> dict[str, Any]:
+    top = pod("top", 1000)
+    top["metadata"] = {**top["metadata"], "namespace": "a"}
+    return top
+
+
+def test_a_pod_over_its_quota_preempts_nobody() -> None:
+    """Issue 36, point 5: tenant a is at its quota (1 GPU, held by a more important pod of
+    its own); its urgent pod fits nowhere. Before: it evicted tenant b's pod, was refused by
+    the quota once the GPU was free, and did it again at every attempt. Now: nobody is
+    evicted, and the pod says why."""
+    client = Recording()
+    binder = tenants(client, quota_devices=1)
+    before = attempts("over-quota")
+
+    async def scenario() -> list[str]:
+        results = [await binder._schedule(("a", "top"), urgent()) for _ in range(3)]
+        await binder.stop()
+        return results
+
+    assert asyncio.run(scenario()) == ["unschedulable"] * 3
+    assert client.evictions == [] and client.reasons("Preempting") == []
+    message = client.messages("top")[-1]
+    assert "not preempting: DeviceQuota a/gpus: class 'gpu.kdra.dev' devices: 1 used + 1 " \
+           "asked > 1 hard" in message
+    assert attempts("over-quota") - before == 3
+
+
+def test_a_pod_may_preempt_its_own_tenants_pods_to_stay_within_its_quota() -> None:
+    """The quota counts what the victims of the pod's own namespace free: at its quota, the
+    urgent pod of tenant a evicts a's own less important pod, never b's."""
+    client = Recording()
+    binder = tenants(client, quota_devices=1, mine_priority=0)
+
+    async def scenario() -> str:
+        result = await binder._schedule(("a", "top"), urgent())
+        await binder.stop()
+        return result
+
+    assert asyncio.run(scenario()) == "unschedulable"
+    assert client.evictions == ["mine"]
+
+
+def test_evictions_per_preemptor_are_bounded() -> None:
+    """A preemptor whose nominations end without it being bound (here the freed GPU goes to
+    a more important pod each time) preempts again only after a backoff, and at most
+    ``max_rounds`` times."""
+    client = Recording()
+    binder = full_node(client)
+    top = pod("top", 1000)
+    rounds = binder.preemption.settings.max_rounds
+
+    async def scenario() -> None:
+        for n in range(rounds + 2):
+            await binder._schedule((NS, "top"), top)
+            nomination = binder.preemption.nominations.get((NS, "top"))
+            if nomination is None:
+                continue
+            for uid, victim in nomination.victims.items():  # the victims go, their GPUs are
+                binder.on_pod("DELETED", pod(victim.name, victim.priority, node="worker-1"))
+                for raw in binder.claims.index("reserved", uid):  # taken by another pod
+                    taken = claim(raw["metadata"]["name"], str(30 + n), owner=f"boss{n}",
+                                  device=raw["status"]["allocation"]["devices"]["results"][0][
+                                      "device"])
+                    binder.claims.upsert(taken)
+                    binder.on_claim("MODIFIED", taken)
+                binder.on_pod(None, pod(f"boss{n}", 0, node="worker-1"))
+            await binder._schedule((NS, "top"), top)  # its nomination ends: back off
+            binder.preemption.rounds[(NS, "top")].not_before = 0.0  # backoff over
+        await binder.stop()
+
+    asyncio.run(scenario())
+    assert len(client.reasons("Preempting")) == rounds
+    assert binder.preemption.rounds[(NS, "top")].count == rounds
+    assert f"not preempting again: {rounds} preemption(s) for this pod did not get it " \
+           "bound" in client.messages("top")[-1]
+
+
+def test_binding_forgets_the_rounds() -> None:
+    client = Recording()
+    binder = full_node(client)
+
+    async def scenario() -> None:
+        await binder._schedule((NS, "top"), pod("top", 1000))
+        await binder.stop()
+
+    asyncio.run(scenario())
+    assert binder.preemption.rounds[(NS, "top")].count == 1
+    binder.on_pod("MODIFIED", pod("top", 1000, node="worker-1"))
+    assert (NS, "top") not in binder.preemption.rounds
 
 
 def test_malformed_claim_status_holds_nothing() -> None:

@@ -45,10 +45,13 @@ class Server:
 
     def __init__(self, claims: dict[str, dict[str, Any]]) -> None:
         self.stored = claims
+        self.pods = {POD["metadata"]["name"]: POD}  # still there: it may get claims
         self.patches: list[dict[str, Any]] = []
         self.created: list[dict[str, Any]] = []
 
     async def get(self, res: Resource, name: str, namespace: str) -> dict[str, Any]:
+        if res.plural == "pods" and name in self.pods:
+            return self.pods[name]  # a claim is created only for a pod still there
         if name not in self.stored:
             raise NotFound(404, "NotFound", f"{name} not found")
         return self.stored[name]

@@ -30,6 +30,7 @@ POD = {"apiVersion": "v1", "kind": "Pod",
 
 def test_the_controller_creates_the_extended_claim_and_records_it() -> None:
     server = Server({})
+    server.pods[POD["metadata"]["name"]] = POD
     asyncio.run(controller(server, []).sync_pod(POD))
     (created,) = server.created
     assert created["metadata"]["generateName"] == "train-7d9f-extended-resources-"

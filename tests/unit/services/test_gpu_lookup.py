@@ -86,3 +86,18 @@ def test_unreadable_pods_mean_every_entry() -> None:
     bad = review([])
     bad["request"]["object"]["metadata"]["annotations"][CLAIMS_ANNOTATION] = "- {name: x"
     assert gpu_claims(bad) is None
+
+
+def test_a_claim_generated_for_another_pod_is_noted() -> None:
+    """Issue 36, point 7: the lookup reads the claims a pod names, so it notes those
+    generated for another pod (the webhook then denies the pod)."""
+    generated = {"metadata": {"name": "victim-gpu-x", "annotations": {
+        "resource.kdra.dev/pod-claim-name": "gpu"}, "ownerReferences": [
+        {"kind": "Pod", "name": "victim", "uid": "uid-victim", "controller": True}]},
+        "spec": spec("gpus")}
+    api = FakeApi({**API.objects, ("resourceclaims", "victim-gpu-x"): generated})
+    lookup = GpuClaimLookup(api)  # type: ignore[arg-type]
+    body = review([{"name": "stolen", "resourceClaimName": "victim-gpu-x"},
+                   {"name": "own", "resourceClaimName": "white-cat"}])
+    assert asyncio.run(lookup.gpu_claims(body)) == {"stolen"}
+    assert lookup.foreign == {"stolen": ("victim-gpu-x", "victim")}

@@ -18,7 +18,7 @@ from kdra.domain.podclaims import (
 )
 from kdra.kube.errors import NotFound
 from kdra.kube.events import EventRecorder
-from kdra.kube.resources import Resource
+from kdra.kube.resources import PODS, Resource
 from kdra.services.binder import Binder, BinderSettings
 from kdra.services.claim_controller import ClaimController, claim_store, pod_store
 from kdra.services.informer import Informer
@@ -120,6 +120,7 @@ class Api:
 
     def __init__(self, claims: dict[str, dict[str, Any]] | None = None) -> None:
         self.stored = claims or {}
+        self.pods: dict[str, dict[str, Any]] = {}  # the pods the API server has
         self.gets: list[str] = []
         self.patches: list[dict[str, Any]] = []
         self.statuses: list[dict[str, Any]] = []
@@ -127,6 +128,10 @@ class Api:
 
     async def get(self, res: Resource, name: str, namespace: str) -> dict[str, Any]:
         self.gets.append(res.path(namespace, name))
+        if res.plural == "pods":
+            if name not in self.pods:
+                raise NotFound(404, "NotFound", f"pod {name} not found")
+            return self.pods[name]
         if name not in self.stored:
             raise NotFound(404, "NotFound", f"{name} not found")
         return self.stored[name]
@@ -167,6 +172,7 @@ def test_a_forged_claim_status_of_another_pods_claim_is_replaced_not_used() -> N
         CLAIM_STATUSES_ANNOTATION: json.dumps({"gpu": VICTIM["metadata"]["name"],
                                                "extra": VICTIM["metadata"]["name"]})},
         node="node-1")
+    api.pods["thief"] = thief
     asyncio.run(ctrl.sync_pod(thief))
     assert api.statuses == []  # nothing added to the victim's reservedFor
     assert len(api.created) == 1  # the thief's own claim
@@ -194,8 +200,9 @@ def test_a_dotted_path_in_claim_statuses_never_becomes_a_request() -> None:
         CLAIMS_ANNOTATION: TEMPLATE_ENTRY,
         CLAIM_STATUSES_ANNOTATION: json.dumps(
             {"gpu": "../../../../api/v1/namespaces/kdra-system/secrets/kdra-webhook-tls"})})
+    api.pods["p"] = forged
     asyncio.run(ctrl.sync_pod(forged))
-    assert api.gets == []
+    assert api.gets == [PODS.path(NS, "p")]  # only the pod itself (is it still there?)
     assert len(api.created) == 1
 
 
@@ -265,6 +272,46 @@ def test_the_binder_does_not_use_another_pods_generated_claim() -> None:
     (condition,) = client.conditions
     assert "belongs to another pod" in condition["message"]
     assert ("ns", "thief") not in binder.binding
+
+
+def test_the_binder_refuses_another_pods_generated_claim_named_directly() -> None:
+    """Issue 36, point 7: ``resourceClaimName`` naming the claim generated for another pod
+    got it reserved and bound. Now: refused (InvalidPod), naming the claim and its pod."""
+    client = Recorded()
+    claims = claim_store()
+    claims.upsert(VICTIM)
+    binder = Binder(client, EventRecorder(client), claims=claims,  # type: ignore[arg-type]
+                    settings=BinderSettings(flush_interval=3600))
+    name = VICTIM["metadata"]["name"]
+    thief = pod("thief", "uid-thief", {CLAIMS_ANNOTATION: json.dumps(
+        [{"name": "gpu", "resourceClaimName": name}])})
+    assert schedule(binder, thief) == "invalid"
+    (condition,) = client.conditions
+    assert condition["reason"] == "InvalidPod"
+    owner = VICTIM["metadata"]["ownerReferences"][0]["name"]
+    assert f"claim {name!r} (entry 'gpu') was generated for pod {owner!r} and serves only " \
+        "that pod" in condition["message"]
+    assert ("ns", "thief") not in binder.binding
+
+
+@pytest.mark.parametrize(("container", "env"), [
+    ("initContainers", [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]),
+    ("ephemeralContainers", [{"name": "KDRA_DEVICES", "value": "gpu.kdra.dev/node-1/gpu-0"}]),
+])
+def test_the_binder_refuses_device_variables_set_by_the_user(
+        container: str, env: list[dict[str, Any]]) -> None:
+    """Issue 36, point 7, stored without the webhook: a claimless kdra-scheduler pod whose
+    init (or ephemeral) container sets the variables is not bound."""
+    client = Recorded()
+    binder = Binder(client, EventRecorder(client), claims=claim_store(),  # type: ignore[arg-type]
+                    settings=BinderSettings(flush_interval=3600))
+    obj = pod("p", "uid-p", {})
+    obj["spec"][container] = [{"name": "sneaky", "image": "busybox", "env": env}]
+    assert schedule(binder, obj) == "invalid"
+    (condition,) = client.conditions
+    assert condition["reason"] == "InvalidPod"
+    assert condition["message"].startswith(f"spec.{container}[0].env[0]: {env[0]['name']} is "
+                                           "set by kdra only")
 
 
 def test_an_api_error_is_retried_with_one_log_line_not_a_traceback(

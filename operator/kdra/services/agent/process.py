@@ -16,6 +16,7 @@ from pathlib import Path
 
 from kdra import loops, memory, metrics
 from kdra.domain.inventory import expand_names
+from kdra.domain.printable import PrintableFormatter
 from kdra.dra.errors import InvalidObject
 from kdra.kube.client import connect
 from kdra.services.agent.discovery import (
@@ -83,8 +84,8 @@ async def _main(settings: AgentSettings, nodes: list[str], discovery: Discovery)
 
 def run_agent(settings: AgentSettings) -> int:
     """Run the agent until SIGTERM/SIGINT. Returns the process exit code."""
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, handlers=[PrintableFormatter.handler(
+        "%(asctime)s %(levelname)s %(name)s: %(message)s")])
     try:
         runner = loops.runner(settings.event_loop)
     except ValueError as exc:

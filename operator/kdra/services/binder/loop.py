@@ -24,6 +24,11 @@ Invariants:
 - The snapshot follows the newest version of each claim the binder has seen (a write
   response, its own or the claim controller's, may be newer than a watch event that arrives
   after it): a stale event never shows a device free that a newer version holds.
+- A pod that carries what only kdra writes (device annotations), sets the device variables
+  in a container (:func:`kdra.domain.admission_env.device_env_errors`), or names a claim
+  generated for another pod is refused (``PodScheduled=False``, reason ``InvalidPod``,
+  naming the field or the claim) and never bound: the webhooks deny these, this holds for
+  pods stored without them.
 - An attempt that fails unexpectedly (an API error, the API server unreachable, a bug)
   never stops the loop: the pod is retried after its backoff.
 """
@@ -38,11 +43,13 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 from kdra import metrics
+from kdra.domain.admission_env import device_env_errors
 from kdra.domain.podclaims import (
     CLAIM_STATUSES_ANNOTATION,
     SCHEDULER_NAME,
     PodClaim,
     claim_statuses,
+    generated_for,
     kdra_owned,
     owned_by,
     pod_claims,
@@ -108,7 +115,7 @@ class Binder:
         self._loop_task: asyncio.Task[None] | None = None
         self._flush_task: asyncio.Task[None] | None = None
         self.preemption = Preemption(client, events, claims=claims, snapshot=self.snapshot,
-                                     settings=self.settings.preemption)
+                                     settings=self.settings.preemption, quotas=self.quotas)
         self.searches = Searches(  # long allocation searches
             self.settings.search,
             on_error=lambda key: self.pods.retry_later(key, self.pods.backoff(key)))
@@ -268,6 +275,13 @@ class Binder:
                 "when it binds the pod; delete the pod and create it without it",
                 reason="InvalidPod")
             return "invalid"
+        env = device_env_errors(pod)
+        if env:  # stored without the webhook (an outage, an object from before the rule)
+            more = f" (and {len(env) - 1} more)" if len(env) > 1 else ""
+            await self.reporter.unschedulable(
+                pod, f"{env[0]}{more}; delete the pod and create it without it",
+                reason="InvalidPod")
+            return "invalid"
         try:
             entries = pod_claims(pod)
         except InvalidObject:
@@ -294,6 +308,14 @@ class Binder:
                     pod, f"claim {name!r} recorded for entry {entry.name!r} belongs to another "
                     "pod; waiting for the pod's own claim")
                 return "unschedulable"
+            generated = generated_for(raw)
+            if generated is not None and generated.get("uid") != uid:
+                # Named directly (resourceClaimName): the same rule, and no waiting helps.
+                await self.reporter.unschedulable(
+                    pod, f"claim {name!r} (entry {entry.name!r}) was generated for pod "
+                    f"{shorten(generated.get('name'), 100)!r} and serves only that pod; "
+                    "delete this pod and give it a claim of its own", reason="InvalidPod")
+                return "invalid"
             owner = self.pods.in_flight.get((namespace, name))
             if owner is not None and owner != key:
                 # Another pod's allocation of this (shared) claim is being written: wait for
@@ -400,6 +422,7 @@ class Binder:
             if denial is not None:
                 if self.pods.wait_for_releases(key):  # as a pod that fits nowhere (below)
                     return "releasing"
+                self.preemption.refused(key)  # devices freed for it go to others
                 await self.reporter.unschedulable(pod, denial.message, reason=QUOTA_REASON)
                 return "over-quota"
         if choice is None and attempt.unallocated and self.pods.wait_for_releases(key):

@@ -10,6 +10,10 @@ Invariants:
 - A condition write the API server refuses as busy or restarting (429, 5xx) raises, so the
   pod is retried after a backoff and the condition written then; any other refusal is
   logged and the event still emitted.
+- The condition's message holds no control sequences (it names claims, selectors and devices
+  users wrote; ``kubectl describe pod`` prints it): it is the message through
+  :func:`kdra.domain.printable.printable`, at most :data:`MAX_CONDITION_MESSAGE` characters
+  (the Event recorder does the same to its copy).
 - The metric labels of node-filter messages are a fixed set (no label per message).
 """
 
@@ -19,6 +23,7 @@ import logging
 from collections import Counter
 
 from kdra import metrics
+from kdra.domain.printable import printable
 from kdra.domain.scheduling import explain
 from kdra.dra.allocator import ClusterOutcome
 from kdra.kube.client import KubeClient
@@ -31,6 +36,7 @@ from kdra.services.store import JSON, Store, key_of
 
 log = logging.getLogger(__name__)
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+MAX_CONDITION_MESSAGE = 4096
 
 
 class Reporter:
@@ -46,6 +52,7 @@ class Reporter:
         """Report the pod unschedulable (condition + event); ``park``: wait for a change in
         the cluster before the next attempt."""
         key = key_of(pod)
+        message = printable(message, MAX_CONDITION_MESSAGE)
         if park:
             self.pods.parked.add(key)
         log.info("pod %s/%s is unschedulable: %s", *key, message)
