@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from kdra.domain.podclaims import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION
 from tests.e2e.conftest import get_json
@@ -31,26 +28,16 @@ from tests.e2e.hostile_helpers import (
     pod_body,
     unique,
 )
+from tests.e2e.hostile_watch import logs_on_failure
 from tests.e2e.procs import wait_for
 
-__all__ = ["hostile"]  # the module fixture
+__all__ = ["hostile", "logs_on_failure"]  # the module's fixtures
 
 TEMPLATE = [{"name": "gpu", "resourceClaimTemplateName": "gpu"}]
 PROTECT = "protect-pods.resource.kdra.dev"
 VALIDATE_PODS = "validate-pods.resource.kdra.dev"
 DEVICES_MAIN = "devices.resource.kdra.dev/main"
 GPUS_MAIN = "gpus.resource.kdra.dev/main"
-
-
-@pytest.fixture(autouse=True)
-def _logs_on_failure(request: pytest.FixtureRequest) -> Iterator[None]:
-    yield
-    rep = getattr(request.node, "rep_call", None)
-    harness = request.node.funcargs.get("hostile") if hasattr(request.node, "funcargs") else None
-    if rep is not None and rep.failed and isinstance(harness, Hostile):
-        for proc in (harness.operator, harness.agent):
-            if proc is not None:
-                print(f"===== {proc.args[0]} log =====\n{proc.tail(150)}")
 
 
 def delete_pods(hostile: Hostile, *names: str) -> None:
