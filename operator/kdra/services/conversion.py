@@ -1,12 +1,13 @@
 """The CRDs' conversion webhook, served by the operator's webhook server
-(:mod:`kdra.services.webhook`): the ``/convert`` handler, and keeping the four CRDs'
+(:mod:`kdra.services.webhook`): the ``/convert`` answer, and keeping the four CRDs'
 ``spec.conversion`` pointed at the server with its CA bundle.
 
 Invariants:
 - Conversions run in a worker thread: converting a list of a thousand objects must not stall
-  the event loop. A body that is not JSON (or nests deeper than the decoder allows) is an HTTP
-  400; a ConversionReview whose objects cannot be converted gets a ``Failure`` result naming
-  the object (:func:`kdra.dra.models.conversion.review`).
+  the event loop. A body that is not JSON (or nests deeper than the decoder allows, or holds
+  too many values) is an HTTP 400 (the webhook server's intake); a ConversionReview whose
+  objects cannot be converted gets a ``Failure`` result naming the object
+  (:func:`kdra.dra.models.conversion.review`).
 - :func:`point_crds` writes a CRD only when its conversion differs from what this server
   needs (defaults the API server adds are no difference); a CRD that is missing (not installed
   yet) is skipped with a warning, the others are still kept current.
@@ -16,8 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
-import orjson
 from aiohttp import web
 
 from kdra.domain.webhooks import CRD_NAMES, Endpoint, contains, conversion_patch
@@ -27,19 +28,14 @@ from kdra.kube.client import KubeClient
 from kdra.kube.errors import NotFound
 from kdra.kube.resources import CRDS
 
-__all__ = ["convert", "point_crds"]
+__all__ = ["answer", "point_crds"]
 
 log = logging.getLogger(__name__)
 
 
-async def convert(request: web.Request) -> web.Response:
-    """``POST /convert``: answer a ConversionReview."""
-    raw = await request.read()
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return web.json_response({"error": "the body is not JSON (or is nested too deeply)"},
-                                 status=400)
+async def answer(body: Any) -> web.Response:
+    """``POST /convert``: answer a decoded ConversionReview (the webhook server reads and
+    decodes the request, :mod:`kdra.services.webhook_intake`)."""
     loop = asyncio.get_running_loop()
     try:
         answer = await loop.run_in_executor(None, conversion.review, body)
