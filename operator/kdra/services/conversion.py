@@ -4,10 +4,10 @@
 
 Invariants:
 - Conversions run in a worker thread: converting a list of a thousand objects must not stall
-  the event loop. A body that is not JSON (or nests deeper than the decoder allows, or holds
-  too many values) is an HTTP 400 (the webhook server's intake); a ConversionReview whose
-  objects cannot be converted gets a ``Failure`` result naming the object
-  (:func:`kdra.dra.models.conversion.review`).
+  the event loop. A body that is not JSON (or nests deeper than the decoder allows) is an HTTP
+  400, as is one the webhook server's intake refuses for holding too many values; a
+  ConversionReview whose objects cannot be converted gets a ``Failure`` result naming the
+  object (:func:`kdra.dra.models.conversion.review`).
 - :func:`point_crds` writes a CRD only when its conversion differs from what this server
   needs (defaults the API server adds are no difference); a CRD that is missing (not installed
   yet) is skipped with a warning, the others are still kept current.
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
+import orjson
 from aiohttp import web
 
 from kdra.domain.webhooks import CRD_NAMES, Endpoint, contains, conversion_patch
@@ -33,12 +33,22 @@ __all__ = ["answer", "point_crds"]
 log = logging.getLogger(__name__)
 
 
-async def answer(body: Any) -> web.Response:
-    """``POST /convert``: answer a decoded ConversionReview (the webhook server reads and
-    decodes the request, :mod:`kdra.services.webhook_intake`)."""
+async def answer(raw: bytes | bytearray) -> web.Response:
+    """``POST /convert``: answer a ConversionReview, given the request's body as read by the
+    webhook server (:mod:`kdra.services.webhook_intake`: size, time and value count
+    checked), decoded and converted in a worker thread."""
     loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(None, _answer, raw)
+
+
+def _answer(raw: bytes | bytearray) -> web.Response:
     try:
-        answer = await loop.run_in_executor(None, conversion.review, body)
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return web.json_response({"error": "the body is not JSON (or is nested too deeply)"},
+                                 status=400)
+    try:
+        answer = conversion.review(body)
     except InvalidObject as exc:
         return web.json_response({"error": str(exc)}, status=400)
     except RecursionError:  # nothing the API server sends is nested this deep

@@ -265,13 +265,14 @@ class WebhookServer:
         return web.Response(text="ok")
 
     async def _convert(self, request: web.Request) -> web.Response:
-        # No caller check: the API server sends no credentials to conversion webhooks.
+        # No caller check: the API server sends no credentials to conversion webhooks. The
+        # body goes to the conversion undecoded (it decodes it in a worker thread).
         try:
-            body = await self.intake.read(request, CONVERSION)
+            async with self.intake.raw(request, CONVERSION) as raw:
+                return await conversion.answer(raw)
         except Undecodable as exc:
             return web.json_response({"error": f"the body cannot be decoded: {exc.reason}"},
                                      status=400)
-        return await conversion.answer(body)
 
     async def _validate(self, request: web.Request) -> web.Response:
         return await self._review(request, admission.validate, bindings=True, objects=True)

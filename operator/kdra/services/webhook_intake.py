@@ -125,10 +125,13 @@ def _uid(raw: bytearray) -> str | None:
     return uid if isinstance(uid, str) else None
 
 
-def _decode(raw: bytearray, limits: Limits) -> Any:
+def _count(raw: bytearray, limits: Limits) -> None:
     values = raw.count(b",") + raw.count(b"{") + raw.count(b"[")
     if values > limits.values:
         raise Undecodable(f"the body holds more than {limits.values} JSON values", _uid(raw))
+
+
+def _decode(raw: bytearray, limits: Limits) -> Any:
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -167,12 +170,21 @@ class Intake:
     async def read(self, request: web.Request, limits: Limits) -> Any:
         """The decoded body. Raises ``web.HTTPException`` subclasses (as responses) when it
         is refused, :class:`Undecodable` when it is JSON that cannot be decoded whole."""
+        async with self.raw(request, limits) as raw:
+            return await asyncio.to_thread(_decode, raw, limits)
+
+    @contextlib.asynccontextmanager
+    async def raw(self, request: web.Request, limits: Limits) -> AsyncIterator[bytearray]:
+        """The body, read within ``limits`` and its JSON values counted, undecoded, for a
+        caller that decodes it itself (in a worker thread): held against the memory of all
+        requests, and a large one alone among large ones, until the block ends. Raises as
+        :meth:`read` does (:class:`Undecodable` only for too many values)."""
         try:
             async with self._reserved(request, limits) as raw:
-                if len(raw) > LARGE:
-                    async with self._large:
-                        return await asyncio.to_thread(_decode, raw, limits)
-                return await asyncio.to_thread(_decode, raw, limits)
+                large = self._large if len(raw) > LARGE else contextlib.nullcontext()
+                async with large:
+                    await asyncio.to_thread(_count, raw, limits)
+                    yield raw
         except _Refused as refused:
             log.info("refused a webhook request from %s: %s", request.remote, refused.message)
             raise _http_error(refused.status, refused.message) from None
