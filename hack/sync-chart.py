@@ -9,7 +9,8 @@ templates with values; everything else is copied from the manifests by this scri
   label), one file per CRD (crds/ has the commentary)
 - charts/kdra/files/static.yaml  ← `kubectl kustomize manifests/base` without the CRDs,
   Namespace, Deployment and DaemonSet (service accounts, RBAC, admission policies, Services,
-  PodDisruptionBudget, webhook configurations); the chart puts them in the release namespace
+  PodDisruptionBudget, NetworkPolicy, webhook configurations); the chart puts them in the
+  release namespace
 - charts/kdra/files/simulation.yaml ← `kubectl kustomize manifests/simulation` (the
   simulation agent's own account, role and admission policy; value simulation.enabled)
 - charts/kdra/files/dashboards/kdra.json ← manifests/overlays/servicemonitor/dashboards/

@@ -132,6 +132,19 @@ class OperatorSettings:
     the Secret kdra-webhook-tls in the namespace (shared by replicas) and rotates them when
     less than a third of their validity is left."""
 
+    webhook_client_ca: str | None = None
+    """PEM file of the CA that issued the API server's client certificate for webhook calls
+    (kube-apiserver's --admission-control-config-file gives the webhook admission plugins a
+    kubeconfig with it; docs/security.md). Set: /validate and /mutate-pods answer only
+    callers with a certificate it issued (and named in webhook_client_names); others get 403
+    before their body is read. Unset: anyone who reaches the port may call them (the
+    NetworkPolicy kdra-operator limits who can). /convert never asks: the API server sends
+    conversion webhooks no credentials."""
+
+    webhook_client_names: str = ""
+    """Names (comma-separated) a client certificate must carry, as its common name or a DNS
+    name, to call the admission webhooks. Empty: any certificate webhook_client_ca issued."""
+
     webhook_manage_config: bool = True
     """Create and keep up to date the MutatingWebhookConfiguration kdra-mutating and the
     ValidatingWebhookConfiguration kdra-validating, with the serving CA bundle. Where the

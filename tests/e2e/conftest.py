@@ -20,7 +20,13 @@ from typing import Any
 
 import pytest
 
-from kdra.devenv.controlplane import CONTROLLERS, ControlPlane, binaries, free_port
+from kdra.devenv.controlplane import (
+    CONTROLLERS,
+    WEBHOOK_CLIENT,
+    ControlPlane,
+    binaries,
+    free_port,
+)
 from kdra.devenv.process import sweep
 from kdra.devenv.realcluster import NAMESPACE as SYSTEM_NAMESPACE
 from kdra.domain.webhooks import MUTATING_CONFIG, TLS_SECRET, VALIDATING_CONFIG
@@ -71,7 +77,8 @@ def operator_with_webhooks(plane: ControlPlane, conversion_server: ConversionSer
     proc = KdraProcess(
         ["operator", "--health-port", "0", *extra, "--webhook-port", str(port),
          "--webhook-host", "127.0.0.1", "--webhook-url", f"https://127.0.0.1:{port}",
-         "--webhook-manage-config", "true"],
+         "--webhook-manage-config", "true", "--webhook-client-ca", str(plane.webhook_client_ca),
+         "--webhook-client-names", WEBHOOK_CLIENT],
         log, plane.kubeconfig, ready_line="kdra operator started")
     proc.start(timeout=120)
     try:

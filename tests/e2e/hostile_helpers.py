@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kdra.devenv.controlplane import ControlPlane, free_port
+from kdra.devenv.controlplane import WEBHOOK_CLIENT, ControlPlane, free_port
 from kdra.domain.podclaims import CLAIMS_ANNOTATION
 from kdra.domain.webhooks import (
     MUTATING_CONFIG,
@@ -205,7 +205,10 @@ class Hostile:
         self.operator = KdraProcess(
             ["operator", "--health-port", "0", "--webhook-port", port,
              "--webhook-host", "127.0.0.1", "--webhook-url", f"https://127.0.0.1:{port}",
-             "--webhook-manage-config", "true"],
+             "--webhook-manage-config", "true",
+             # Only the API server's webhook client certificate may call admission.
+             "--webhook-client-ca", str(self.plane.webhook_client_ca),
+             "--webhook-client-names", WEBHOOK_CLIENT],
             self.work / "operator.log", operator_config, ready_line="kdra operator started")
         self.operator.start(timeout=120)
         # The agent's token is bound to a pod on its node, as the DaemonSet's would be.

@@ -16,6 +16,11 @@ Invariants:
   on a real node).
 - The API server reaches kubelets with a client certificate of the same CA (group
   ``system:masters``) and verifies their serving certificates against that CA.
+- The API server presents a client certificate to admission webhooks (``CN``
+  :data:`WEBHOOK_CLIENT`, of a CA of its own, :attr:`ControlPlane.webhook_client_ca`, which
+  the API server does not trust: the certificate opens nothing but webhooks), as a
+  cluster's ``--admission-control-config-file`` does; kdra's webhook server takes it with
+  ``--webhook-client-ca``. Conversion webhooks get none (upstream sends none).
 - :meth:`ControlPlane.stop` ends every process it started, even after a failed start; each
   process's output goes to ``<workdir>/<name>.log`` (read by :meth:`ControlPlane.logs`).
 - Every process is started by :func:`kdra.devenv.process.spawn`: it dies with the process that
@@ -58,6 +63,8 @@ CONTROLLERS = (
     "clusterrole-aggregation-controller",
 )
 TOOLS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+WEBHOOK_CLIENT = "kube-apiserver-webhook-client"
+"""The common name of the client certificate the API server presents to admission webhooks."""
 
 
 class ControlPlaneError(RuntimeError):
@@ -152,6 +159,11 @@ class ControlPlane:
     def ca_file(self) -> Path:
         return self.workdir / "pki" / "ca.crt"
 
+    @property
+    def webhook_client_ca(self) -> Path:
+        """The CA of the client certificate the API server presents to admission webhooks."""
+        return self.workdir / "pki-webhook-clients" / "ca.crt"
+
     def kubectl(self, *args: str, input: str | None = None, check: bool = True,
                 as_user: str | None = None) -> subprocess.CompletedProcess[str]:
         """Run the built kubectl against this control plane."""
@@ -209,6 +221,7 @@ class ControlPlane:
         kubelet_client = ca.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client",
                                   organization="system:masters", client=True)
         sa_key = service_account_key(pki)
+        admission_config = self._admission_config()
         self.etcd_port = self.etcd_port or free_port()
         self.api_port = self.api_port or free_port()
         _write_kubeconfig(self.kubeconfig, self.server, ca.cert_path, admin, "admin")
@@ -246,6 +259,7 @@ class ControlPlane:
             "--kubelet-client-key", str(kubelet_client.key),
             "--kubelet-certificate-authority", str(ca.cert_path),
             "--profiling=false",
+            "--admission-control-config-file", str(admission_config),
             "--v=1",
             *self.apiserver_args,
         ])
@@ -281,6 +295,29 @@ class ControlPlane:
                 "--bind-address", "127.0.0.1", "--secure-port", str(free_port()),
                 "--v=1",
             ])
+
+    def _admission_config(self) -> Path:
+        """The admission configuration that makes the API server present a client
+        certificate (:data:`WEBHOOK_CLIENT`) to every admission webhook."""
+        clients = CertificateAuthority(self.workdir / "pki-webhook-clients",
+                                       "kdra-local-webhook-clients-ca")
+        pair = clients.issue("apiserver-webhook-client", WEBHOOK_CLIENT, client=True)
+        kubeconfig = self.workdir / "admission-webhooks.kubeconfig"
+        kubeconfig.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config",
+            "users": [{"name": "*", "user": {"client-certificate": str(pair.cert),
+                                            "client-key": str(pair.key)}}]}, indent=2))
+        kubeconfig.chmod(0o600)
+        webhook = {"apiVersion": "apiserver.config.k8s.io/v1",
+                   "kind": "WebhookAdmissionConfiguration",
+                   "kubeConfigFile": str(kubeconfig)}
+        config = self.workdir / "admission.yaml"
+        config.write_text(json.dumps({
+            "apiVersion": "apiserver.config.k8s.io/v1", "kind": "AdmissionConfiguration",
+            "plugins": [{"name": name, "configuration": webhook}
+                        for name in ("ValidatingAdmissionWebhook",
+                                     "MutatingAdmissionWebhook")]}, indent=2))
+        return config
 
     def _default_service_account_exists(self) -> bool:
         self._check_alive()

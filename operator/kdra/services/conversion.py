@@ -1,14 +1,15 @@
 """The CRDs' conversion webhook, served by the operator's webhook server
-(:mod:`kdra.services.webhook`): the ``/convert`` handler, and keeping the four CRDs'
+(:mod:`kdra.services.webhook`): the ``/convert`` answer, and keeping the four CRDs'
 ``spec.conversion`` pointed at the server with its CA bundle.
 
 Invariants:
 - Conversions run in a worker thread: converting a list of a thousand objects must not stall
-  the event loop. A body that is not a ConversionReview is an HTTP 400; one whose objects
-  cannot be converted gets a ``Failure`` result naming the object
-  (:func:`kdra.dra.models.conversion.review`); a claim's device data nested deeper than any
-  decoder allows is carried over undecoded (:mod:`kdra.domain.conversion_review`), so one
-  such claim never fails a list.
+  the event loop. The body comes as the webhook server's intake read it (size, time and value
+  count checked: :mod:`kdra.services.webhook_intake`); one that is not a ConversionReview is
+  an HTTP 400; one whose objects cannot be converted gets a ``Failure`` result naming the
+  object (:func:`kdra.dra.models.conversion.review`); a claim's device data nested deeper
+  than any decoder allows is carried over undecoded (:mod:`kdra.domain.conversion_review`),
+  so one such claim never fails a list.
 - :func:`point_crds` writes a CRD only when its conversion differs from what this server
   needs (defaults the API server adds are no difference); a CRD that is missing (not installed
   yet), or that the admission policy ``kdra-operator-crds`` does not let it point here (only
@@ -29,20 +30,21 @@ from kdra.kube.client import KubeClient
 from kdra.kube.errors import ApiError, NotFound
 from kdra.kube.resources import CRDS
 
-__all__ = ["convert", "point_crds"]
+__all__ = ["answer", "point_crds"]
 
 log = logging.getLogger(__name__)
 
 
-async def convert(request: web.Request) -> web.Response:
-    """``POST /convert``: answer a ConversionReview (:func:`kdra.domain.conversion_review.
-    answer`, in a worker thread)."""
-    raw = await request.read()
+async def answer(raw: bytes | bytearray) -> web.Response:
+    """``POST /convert``: answer a ConversionReview, given the request's body as read by the
+    webhook server (:mod:`kdra.services.webhook_intake`: size, time and value count
+    checked), decoded and converted in a worker thread
+    (:func:`kdra.domain.conversion_review.answer`)."""
     loop = asyncio.get_running_loop()
-    answer = await loop.run_in_executor(None, conversion_review.answer, raw)
-    if answer.failure is not None:
-        log.warning("conversion failed: %s", answer.failure)
-    return web.Response(body=answer.body, status=answer.status, content_type="application/json")
+    result = await loop.run_in_executor(None, conversion_review.answer, bytes(raw))
+    if result.failure is not None:
+        log.warning("conversion failed: %s", result.failure)
+    return web.Response(body=result.body, status=result.status, content_type="application/json")
 
 
 async def point_crds(client: KubeClient, endpoint: Endpoint, ca_pem: bytes,

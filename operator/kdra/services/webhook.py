@@ -10,9 +10,13 @@ The operator starts one :class:`WebhookServer` (unless ``webhook_port`` is 0). I
   against its namespace's DeviceQuotas (:mod:`kdra.domain.quota_admission`),
 * ``POST /mutate-pods`` — :func:`kdra.domain.admission.mutate_pod` (with the DeviceClasses'
   extended resource names when the pod asks for one, :mod:`kdra.services.extended_lookup`),
-* ``POST /convert`` — :func:`kdra.services.conversion.convert` (kdra's four kinds between
+* ``POST /convert`` — :func:`kdra.services.conversion.answer` (kdra's four kinds between
   ``v1`` and ``v1alpha3``),
 * ``GET /healthz`` — ``ok``,
+
+each request read by :mod:`kdra.services.webhook_intake` (the caller's client certificate
+for the admission paths when ``webhook_client_ca`` is set, the body's size, time and JSON
+value count, decoding in a worker thread),
 
 over TLS with either a supplied certificate (``webhook_cert_dir``, re-read periodically) or a
 generated one kept in the Secret ``kdra-webhook-tls`` (shared by replicas, rotated by whichever
@@ -39,6 +43,8 @@ Invariants:
   event loop (conversions too, :mod:`kdra.services.conversion`).
 - Every review gets an AdmissionReview answer, even one whose object cannot be decoded (nested
   deeper than the JSON decoder's limit): it is denied, naming why, if its uid can be read.
+- No request body is read past its path's limit, nor decoded on the event loop
+  (:mod:`kdra.services.webhook_intake`).
 """
 
 from __future__ import annotations
@@ -55,12 +61,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-import orjson
 from aiohttp import web
 
 from kdra.domain import admission
 from kdra.domain.bindings import binding_decision, is_binding, is_eviction
-from kdra.domain.jsonscan import path_value
 from kdra.domain.quota_admission import with_quotas
 from kdra.domain.webhooks import (
     CONVERT_PATH,
@@ -76,11 +80,12 @@ from kdra.dra.errors import InvalidObject
 from kdra.kube.client import KubeClient
 from kdra.kube.errors import ApiError, NotFound
 from kdra.kube.resources import NAMESPACES, PODS
+from kdra.services import conversion
 from kdra.services.certs import TlsBundle
-from kdra.services.conversion import convert
 from kdra.services.extended_lookup import extended_classes
 from kdra.services.gpu_lookup import GpuClaimLookup
 from kdra.services.quota import namespace_quotas
+from kdra.services.webhook_intake import ADMISSION, CONVERSION, Intake, Undecodable
 from kdra.services.webhook_maintenance import apply_configurations, check_service, fetch_bundle
 from kdra.settings import OperatorSettings
 
@@ -89,7 +94,7 @@ __all__ = ["CHECK_INTERVAL", "WebhookServer", "start_webhooks"]
 log = logging.getLogger(__name__)
 
 CHECK_INTERVAL = 300.0  # seconds between certificate / configuration checks
-MAX_BODY = 64 * 1024 * 1024  # a ConversionReview holds a whole LIST in the old version
+KEEPALIVE = 90.0  # seconds an idle connection stays open (the API server reuses them)
 _UNSPECIFIED = frozenset({"", "0.0.0.0", "::", "[::]"})
 
 
@@ -130,6 +135,11 @@ class WebhookServer:
         self.port = settings.webhook_port
         self._ssl = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self._ssl.minimum_version = ssl.TLSVersion.TLSv1_2
+        names = frozenset(n.strip() for n in settings.webhook_client_names.split(",")
+                          if n.strip())
+        self.intake = Intake(settings.webhook_client_ca, names)
+        """Who may call, and how much they may send (:mod:`kdra.services.webhook_intake`)."""
+        self.intake.configure(self._ssl)
         self._runner: web.AppRunner | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -152,12 +162,15 @@ class WebhookServer:
         log.info("kdra-owned pod annotations may be written by %s", ", ".join(self.trusted))
         bundle = await self._fetch_bundle()
         self._load(bundle)
-        app = web.Application(client_max_size=MAX_BODY)
+        app = web.Application(client_max_size=CONVERSION.body)
         app.router.add_post(VALIDATE_PATH, self._validate)
         app.router.add_post(MUTATE_PODS_PATH, self._mutate_pods)
-        app.router.add_post(CONVERT_PATH, convert)
+        app.router.add_post(CONVERT_PATH, self._convert)
         app.router.add_get(HEALTHZ_PATH, self._healthz)
-        self._runner = web.AppRunner(app, access_log=None)
+        # A refused body is not drained (lingering), nor decompressed (the API server does
+        # not compress, a gzip bomb would).
+        self._runner = web.AppRunner(app, access_log=None, lingering_time=0,
+                                     auto_decompress=False, keepalive_timeout=KEEPALIVE)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.settings.webhook_host, self.settings.webhook_port,
                            ssl_context=self._ssl)
@@ -169,9 +182,12 @@ class WebhookServer:
             await check_service(self.client, self.endpoint, self.settings.namespace)
             await self._apply_configurations(bundle)
         self._task = asyncio.create_task(self._maintain(), name="kdra-webhook-maintenance")
-        log.info("admission webhooks serving on %s:%d (certificate valid until %s, %s)",
+        log.info("admission webhooks serving on %s:%d (certificate valid until %s, %s; %s)",
                  self.settings.webhook_host, self.port, bundle.not_after().isoformat(),
-                 "supplied" if self.settings.webhook_cert_dir else f"Secret {TLS_SECRET}")
+                 "supplied" if self.settings.webhook_cert_dir else f"Secret {TLS_SECRET}",
+                 f"admission callers need a client certificate of {self.intake.client_ca}"
+                 if self.intake.client_ca else "admission callers are not authenticated: "
+                 "only the NetworkPolicy limits who reaches the port")
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -248,6 +264,16 @@ class WebhookServer:
     async def _healthz(self, request: web.Request) -> web.Response:
         return web.Response(text="ok")
 
+    async def _convert(self, request: web.Request) -> web.Response:
+        # No caller check: the API server sends no credentials to conversion webhooks. The
+        # body goes to the conversion undecoded (it decodes it in a worker thread).
+        try:
+            async with self.intake.raw(request, CONVERSION) as raw:
+                return await conversion.answer(raw)
+        except Undecodable as exc:
+            return web.json_response({"error": f"the body cannot be decoded: {exc.reason}"},
+                                     status=400)
+
     async def _validate(self, request: web.Request) -> web.Response:
         return await self._review(request, admission.validate, bindings=True, objects=True)
 
@@ -300,15 +326,19 @@ class WebhookServer:
         ``bindings``: a pod Binding goes to :meth:`_validate_binding` instead;
         ``objects``: ``decide`` is :func:`admission.validate`, given kdra's identities and the
         labels of the object's namespace."""
-        raw = await request.read()
+        refused = self.intake.caller_refused(request)
+        if refused is not None:
+            log.info("refused an admission request from %s: no accepted client certificate",
+                     request.remote)
+            return refused
         try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            uid = path_value(raw, ("request", "uid"))
-            if not isinstance(uid, str):
-                return web.json_response({"error": "the body is not JSON"}, status=400)
-            log.info("denied an AdmissionReview that cannot be decoded: %s", exc)
-            return web.json_response(admission.undecodable(uid, str(exc)).to_review())
+            body = await self.intake.read(request, ADMISSION)
+        except Undecodable as exc:
+            if exc.uid is None:
+                return web.json_response({"error": f"the body is not JSON that can be "
+                                                   f"decoded: {exc.reason}"}, status=400)
+            log.info("denied an AdmissionReview that cannot be decoded: %s", exc.reason)
+            return web.json_response(admission.undecodable(exc.uid, exc.reason).to_review())
         if bindings:
             review = body.get("request") if isinstance(body, Mapping) else None
             if isinstance(review, Mapping) and (is_binding(review) or is_eviction(review)):

@@ -19,18 +19,19 @@ from hypothesis import strategies as st
 
 from kdra.dra.cel import CelDevice, compile_selector, make_device
 from kdra.dra.cel._decls import FUNCTIONS, helper_name
-from kdra.dra.cel._runtime import NAMESPACE
+from kdra.dra.cel._runtime import METERED, NAMESPACE
 from kdra.dra.errors import CelCompileError, InvalidObject
 
 # Names generated code uses directly (operators, macros' plumbing), not declared functions.
 _PLUMBING = frozenset(
     (
         "CEL_ERRORS", "EMPTY_MAP", "dict_get", "over_budget", "truth", "select", "has",
-        "index", "iterate", "iterate2", "make_list", "make_map", "size_cost",
+        "index", "iterate", "iterate2", "make_list", "make_map",
         "insert_entries", "eq", "ne", "lt", "le", "gt", "ge", "in_", "add", "sub", "mul",
         "div", "mod", "neg", "not_",
     )
 )  # fmt: skip
+_METERED = frozenset(METERED)
 _OPERATORS = frozenset(
     ("_?_:_", "!_", "-_", "_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_", "_+_", "_-_", "_*_",
      "_/_", "_%_", "_[_]", "@in")
@@ -54,8 +55,13 @@ def test_every_implementation_is_declared() -> None:
         for name, overloads in FUNCTIONS.items()
         for overload in overloads
     }
-    undeclared = sorted(set(NAMESPACE) - declared - _PLUMBING)
+    undeclared = sorted(set(NAMESPACE) - declared - _PLUMBING - _METERED)
     assert undeclared == []
+
+
+def test_every_metered_twin_meters_a_helper() -> None:
+    # x_<name> is the metered twin of helper or operator <name> (_rt_meter).
+    assert sorted(n for n in _METERED if n.removeprefix("x_") not in NAMESPACE) == []
 
 
 @pytest.mark.parametrize(

@@ -287,13 +287,15 @@ def selector_failed(
 ) -> Unallocatable:
     selector, exc = failure
     if isinstance(exc, CelRuntimeError):
-        what = "CEL runtime error: " + exc.message.removesuffix(f" on device {exc.device}")
+        reason = exc.message.removesuffix(f" on device {exc.device}")
+        what = "CEL runtime error: " + reason
     else:
+        reason = str(exc)
         what = f"cannot be evaluated: {exc}"
     problem = Unallocatable(
         ReasonCode.CEL_ERROR,
-        f"selector {_short(selector.expression)} fails at run time "
-        f'(request "{request.name}" of claim "{request.claim_name}")',
+        f"selector {_short(selector.expression, 80)} fails at run time: "
+        f'{_short(reason)} (request "{request.name}" of claim "{request.claim_name}")',
         f"claim {request.claim_key}, request {request.name}: {selector.origin} on device "
         f"{entry.id}: {what} (expression: {_short(selector.expression)})",
     )

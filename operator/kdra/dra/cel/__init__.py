@@ -69,9 +69,13 @@ Semantics that mirror upstream, and why they matter to the allocator:
   a non-semver is an error. ``==`` on two quantities compares values (``quantity("1Gi") ==
   quantity("1024Mi")``); with a non-quantity it is false. ``<``/``>`` are not defined on
   either: use the comparison methods.
-* Cost: kdra charges every comprehension iteration, and every concatenation by the size of
-  what it built, against a budget of 1,000,000 at run time (stopping with
-  :class:`CelRuntimeError`), as upstream stops evaluations whose actual cost passes it.
+* Cost: a value costs its size. The estimate (``_cost``) sees the size of what calls build
+  (cel-go's strings extension version 5: ``replace``, ``split``, ``join`` ...) and of
+  ``cel.bind`` variables; at run time every comprehension step, and every call whose cost
+  depends on its values (``_rt_meter``), is charged against a budget of 1,000,000 before
+  its result is built, stopping with :class:`CelRuntimeError` ("operation cancelled: actual
+  cost limit exceeded"), as upstream stops evaluations whose actual cost passes it
+  (docs/cel.md, "Cost").
 * A device kdra does not understand (an attribute of an unknown kind, a value of the wrong
   type) never gets a CEL view: :func:`make_device` raises ``InvalidObject``, so no selector
   can select it.

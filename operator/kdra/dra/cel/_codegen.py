@@ -12,10 +12,12 @@ Invariants:
   the first error only if no operand decides (``false && error`` is false, ``true &&
   error`` is the error); ``?:`` evaluates only the chosen branch; everything else lets an
   error propagate.
-* Every comprehension iteration subtracts a fixed charge (1 + the size of its body), and
-  every ``+`` a tenth of the size of what it built (Python concatenation copies, where
-  cel-go's is lazy), from a local budget that starts at :data:`COST_LIMIT`; when it goes
-  negative the evaluation stops with ``BudgetExceeded``, which no CEL construct absorbs.
+* Every comprehension iteration subtracts a fixed charge (1 + the size of its body) from a
+  local budget that starts at :data:`COST_LIMIT`, and every metered call (``_cost``
+  decides which) goes to its twin in ``_rt_meter``, which charges the budget by the actual
+  sizes *before* building its result: ``t, budget = x_replace(budget, s, a, b)``. When the
+  budget would go negative the evaluation stops with ``BudgetExceeded``, which no CEL
+  construct absorbs.
 * Generated names cannot clash: temporaries are ``tN``/``eN``/``bN``, variables are the
   unique slots chosen by ``_parse`` (``v_device``, ``vN_name``).
 """
@@ -26,10 +28,9 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from . import _ast as a
-from ._cost import COST_LIMIT
 from ._decls import TYPE_NAMES, helper_name
 from ._parse import DEVICE_SLOT
-from ._runtime import CEL_ERRORS, NAMESPACE, PURE
+from ._runtime import CEL_ERRORS, COST_LIMIT, METERED, NAMESPACE, PURE, BudgetExceeded
 from ._values import CelType
 
 __all__ = ["TooComplex", "generate"]
@@ -59,10 +60,14 @@ def _fold(helper: str, args: tuple[a.Node, ...]) -> object:
     then happen at evaluation, as upstream reports it)."""
     if helper not in PURE or not all(isinstance(arg, a.Const) for arg in args):
         return _NOT_FOLDED
-    function: Callable[..., object] = NAMESPACE[helper]  # type: ignore[assignment]
+    values = [arg.value for arg in args]  # type: ignore[attr-defined]
+    metered = METERED.get("x_" + helper)
     try:
-        return function(*(arg.value for arg in args))  # type: ignore[attr-defined]
-    except CEL_ERRORS:
+        if metered is not None:  # within the limit an evaluation would have
+            return metered(COST_LIMIT, *values)[0]
+        function: Callable[..., object] = NAMESPACE[helper]  # type: ignore[assignment]
+        return function(*values)
+    except (*CEL_ERRORS, BudgetExceeded):
         return _NOT_FOLDED
 
 
@@ -73,8 +78,9 @@ def _type_value(name: str) -> CelType:
 
 
 class _Generator:
-    def __init__(self, bools: frozenset[int]) -> None:
+    def __init__(self, bools: frozenset[int], metered: frozenset[int]) -> None:
         self.bools = bools  # ids of the nodes proven to yield a bool: no truth() needed
+        self.metered = metered  # ids of the calls charged at run time (``_rt_meter``)
         self.lines: list[str] = []
         self.indent = 1
         self.counter = 0
@@ -121,20 +127,14 @@ class _Generator:
             folded = _fold(helper, node.args)
             if folded is not _NOT_FOLDED:
                 return self.const(folded)
-            args = ", ".join(self.expr(arg) for arg in node.args)
-            return self.assign(f"{helper}({args})")
+            return self.call(node, helper, [self.expr(arg) for arg in node.args])
         if isinstance(node, a.Unary):
             helper = "not_" if node.op == "!" else "neg"
             return self.assign(f"{helper}({self.expr(node.operand)})")
         if isinstance(node, a.Binary):
             left = self.expr(node.left)
             right = self.expr(node.right)
-            result = self.assign(f"{_BINARY[node.op]}({left}, {right})")
-            if node.op == "+":  # concatenation copies: its size counts against the budget
-                self.emit(f"budget -= size_cost({result})")
-                self.emit("if budget < 0:")
-                self.emit("    over_budget()")
-            return result
+            return self.call(node, _BINARY[node.op], [left, right])
         if isinstance(node, (a.Logic, a.Comprehension)) and self.blocks >= _SPILL_AT:
             return self.spill(node)
         if isinstance(node, a.Logic):
@@ -187,6 +187,14 @@ class _Generator:
         target = self.fresh("t")
         self.emit(f"{target} = {code}")
         return target
+
+    def call(self, node: a.Node, helper: str, args: list[str]) -> str:
+        """``helper(args)``, or its metered twin where the call is metered."""
+        if id(node) in self.metered and "x_" + helper in METERED:
+            target = self.fresh("t")
+            self.emit(f"{target}, budget = x_{helper}(budget, {', '.join(args)})")
+            return target
+        return self.assign(f"{helper}({', '.join(args)})")
 
     def index(self, node: a.Index) -> str:
         operand = self.expr(node.operand)
@@ -330,13 +338,16 @@ class _Generator:
         self.emit("    over_budget()")
 
 
-def generate(node: a.Node, bools: frozenset[int]) -> tuple[str, Callable[[Any], Any]]:
+def generate(
+    node: a.Node, bools: frozenset[int], metered: frozenset[int] = frozenset()
+) -> tuple[str, Callable[[Any], Any]]:
     """Python source for ``node`` and the compiled function ``selector(device)``; ``bools``
-    are the ids of the nodes whose static type is bool.
+    are the ids of the nodes whose static type is bool, ``metered`` those of the calls to
+    charge at run time (``_cost.analyse``).
 
     Raises :class:`TooComplex` when the code would nest too deeply for CPython.
     """
-    gen = _Generator(bools)
+    gen = _Generator(bools, metered)
     gen.emit(f"budget = {COST_LIMIT}")
     result = gen.expr(node)
     gen.emit(f"return {result}")

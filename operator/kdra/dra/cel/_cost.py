@@ -3,10 +3,11 @@
 Upstream (1.32+) rejects a selector whose *estimated* cost exceeds 1,000,000 and stops an
 evaluation whose *actual* cost passes that limit. This module reproduces the estimate:
 cel-go's ``checker/cost.go`` applied to the macro expansions cel-go's parser produces, with
-the function estimates of cel-go's extensions and of Kubernetes' ``library.CostEstimator``,
-and the sizes ``k8s.io/dynamic-resource-allocation/cel`` declares for ``device``:
-driver ≤ 63 characters, at most 32 domains of at most 32 attributes (or capacities),
-domains ≤ 63, names ≤ 32 and attribute values ≤ 64 characters.
+the function estimates of cel-go's extensions (strings version 5, lists version 3, sets) and
+of Kubernetes' ``library.CostEstimator``, and the sizes
+``k8s.io/dynamic-resource-allocation/cel`` declares for ``device``: driver ≤ 63 characters,
+at most 32 domains of at most 32 attributes (or capacities), domains ≤ 63, names ≤ 32 and
+attribute values ≤ 64 characters.
 
 Costs and sizes are (min, max) ranges; the limit applies to the max. In cel-go's units:
 
@@ -14,6 +15,12 @@ Costs and sizes are (min, max) ranges; the limit applies to the max. In cel-go's
   or function call 1 plus its arguments, a list literal 10 plus its items, a map literal 30;
 * string work costs a tenth of a unit per character (rounded up), ``"x" in list`` the list's
   size, ``"x" in map`` 1 (so ``"x" in device.attributes["d"]`` costs 4);
+* what a call builds costs its size: a character of ``replace``'s, ``lowerAscii``'s or
+  ``join``'s result 1, an element of ``split``'s 1 (``_estimates_strings``), and the result
+  of ``+`` its size (``_estimates``);
+* sizes flow: a ``cel.bind`` variable, a ``?:`` and a call's result have the size the
+  estimate found for what they hold, so ``cel.bind(s, t.replace("a", t), s.replace("a",
+  t))`` is priced by how long ``s`` may be;
 * a comprehension costs its range, plus its size times the cost of one step of its
   expansion (``l.all(x, p)`` is 3 + p per element, ``exists`` 4 + p, ``map`` 12 + f ...);
 * unknown sizes are 2^64 - 1 and every sum or product saturates there, as in cel-go: an
@@ -21,9 +28,10 @@ Costs and sizes are (min, max) ranges; the limit applies to the max. In cel-go's
 
 Invariants:
 
-* :func:`estimate` needs the checked types (``_check``) and never evaluates anything.
-* ``_codegen`` enforces the same limit at run time by charging comprehension steps and
-  concatenations.
+* :func:`analyse` needs the checked types (``_check``) and never evaluates anything.
+* ``_codegen`` enforces the same limit at run time: it charges every comprehension step,
+  and every call :func:`analyse` lists as metered is charged by what it actually does
+  (``_rt_meter``) before it builds its result.
 """
 
 from __future__ import annotations
@@ -34,14 +42,28 @@ from typing import Final
 from . import _ast as a
 from . import _types as t
 from ._check import Checked, operator_name
-from ._estimates import U64, Range, call_cost, declared_size, exact, mul_factor
+from ._estimates import U64, Range, declared_size, exact, function_cost, mul_factor
 from ._parse import DEVICE_SLOT
+from ._rt_core import COST_LIMIT
 
-__all__ = ["COST_LIMIT", "U64", "Range", "estimate"]
+__all__ = ["COST_LIMIT", "METER_ABOVE", "U64", "Analysis", "Range", "analyse", "estimate"]
 
-COST_LIMIT: Final = 1_000_000
 _UNKNOWN: Final = Range(0, U64)
 _LIST_CREATE: Final = 10
+
+METER_ABOVE: Final = 100
+"""A call whose estimated cost (its own, arguments aside) is above this is charged at run
+time by what it actually does; one at or below it is covered by its estimate alone (typical
+selectors never reach the meter: it costs a function call per operation)."""
+
+# Calls whose estimate does not bound their work: upstream estimates format by its template
+# and flatten by its receiver's length, whatever they build.
+_UNSEEN_WORK: Final = frozenset(("format", "flatten"))
+# Calls that compare the elements of lists: lists and maps among them are compared element
+# by element (also ==, !=, in, indexOf: see needs_meter).
+_SELF_COMPARING: Final = frozenset(
+    ("distinct", "sets.contains", "sets.equivalent", "sets.intersects")
+)
 _MAP_CREATE: Final = 30
 
 
@@ -74,6 +96,7 @@ class _Estimator:
         self.sizes: dict[int, Range] = {}
         self.entries: dict[int, Entry] = {}
         self.locals: dict[str, Local] = {DEVICE_SLOT: Local((DEVICE_SLOT,), None, None)}
+        self.metered: set[int] = set()
 
     # -- sizes ---------------------------------------------------------------------
 
@@ -232,12 +255,14 @@ class _Estimator:
         total = exact(0)
         if target is not None:
             total = self.cost(target)
+        for cost in arg_costs:
+            total = total + cost
         overloads = self.checked.overloads.get(id(node), ())
-        fn = Range(U64, 0)
+        own = Range(U64, 0)
         result: Range | None = None
         for overload in overloads:
-            est = call_cost(self, name, overload, target, args, arg_costs)
-            fn = fn.union(est.cost)
+            est = function_cost(self, name, overload, target, args)
+            own = own.union(est.cost)
             if est.size is not None:
                 result = est.size if result is None else result.union(est.size)
             if overload in ("index_list", "index_map", "optional_list_index_int",
@@ -252,7 +277,25 @@ class _Estimator:
                 result = self.size(node)
         if result is not None:
             self.sizes[id(node)] = result
-        return total + fn
+        operands = [target, *args] if target is not None else args
+        if self.needs_meter(name, own, operands):
+            self.metered.add(id(node))
+        return total + own
+
+    def needs_meter(self, name: str, own: Range, operands: list[a.Node]) -> bool:
+        """Whether the call is charged at run time (``_rt_meter``), not only estimated: when
+        its estimate is not small, when the estimate does not see what it builds
+        (``format``, ``flatten``), or when it compares lists or maps element by element."""
+        if own.hi > METER_ABOVE or name in _UNSEEN_WORK:
+            return True
+        if name in ("_==_", "_!=_"):  # unless a side is scalar, or a literal, which bounds it
+            return all(_may_hold_containers(self.type(n)) and not _literal(n) for n in operands)
+        if name in ("@in", "indexOf", "lastIndexOf"):  # the value sought, compared with each
+            sought = operands[0] if name == "@in" else operands[-1]
+            return _may_hold_containers(self.type(sought))
+        if name in _SELF_COMPARING:  # the elements, compared with each other
+            return any(_may_hold_containers(_element(self.type(n))) for n in operands)
+        return False
 
     def comprehension(self, node: a.Comprehension) -> Range:
         kind = node.kind
@@ -359,6 +402,44 @@ def _scalar(typ: t.Type) -> bool:
     return False
 
 
+def _may_hold_containers(typ: t.Type) -> bool:
+    """Whether a value of this static type may be, or hold, a list or a map (attribute
+    values, of type ``any``, are scalars)."""
+    if typ.kind in ("list", "map", "dyn", "param", "error"):
+        return True
+    return typ.kind == "opaque" and any(_may_hold_containers(p) for p in typ.params)
+
+
+def _element(typ: t.Type) -> t.Type:
+    return typ.params[0] if typ.kind == "list" and typ.params else typ
+
+
+def _literal(node: a.Node) -> bool:
+    """A constant, or a list or map literal of constants: its size bounds a comparison."""
+    if isinstance(node, a.Const):
+        return True
+    if isinstance(node, a.ListLit):
+        return all(_literal(item) for item in node.items)
+    if isinstance(node, a.MapLit):
+        return all(_literal(k) and _literal(v) for k, v in node.entries)
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class Analysis:
+    cost: Range
+    """The estimated (min, max) cost."""
+    metered: frozenset[int]
+    """The ids of the calls that generated code charges at run time (``_rt_meter``)."""
+
+
+def analyse(checked: Checked, node: a.Node) -> Analysis:
+    """The estimated cost of evaluating ``node``, and which calls need the meter."""
+    estimator = _Estimator(checked)
+    cost = estimator.cost(node)
+    return Analysis(cost, frozenset(estimator.metered))
+
+
 def estimate(checked: Checked, node: a.Node) -> Range:
     """The estimated (min, max) cost of evaluating ``node``."""
-    return _Estimator(checked).cost(node)
+    return analyse(checked, node).cost

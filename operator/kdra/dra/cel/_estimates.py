@@ -1,11 +1,16 @@
 """What one function call costs in cel-go's estimator, with Kubernetes' library estimates.
 
 cel-go asks, in this order, for the cost of a call: the overload estimators that an
-extension registers (lists, sets), the environment's estimator (Kubernetes'
-``library.CostEstimator``: strings, regex, lists, quantity, semver, IP/CIDR/URL, format, and
-``==`` on Kubernetes types), then its own rules for standard functions by overload
-(``in`` on a list, string comparison, ``matches``, ``contains``, ``+`` on strings); anything
-else costs 1. Every estimate includes the cost of the arguments (not the receiver's).
+extension registers (lists and sets; the strings extension's, version 5, in
+``_estimates_strings``), the environment's estimator (Kubernetes' ``library.CostEstimator``:
+regex, lists, quantity, semver, IP/CIDR/URL, format, and ``==`` on Kubernetes types), then
+its own rules for standard functions by overload (``in`` on a list, string comparison,
+``matches``, ``contains``, ``+``); anything else costs 1. Every estimate includes the cost of
+the arguments (not the receiver's).
+
+Where Python does more work than Go, kdra charges it (documented in docs/cel.md): ``+``
+also costs the size of what it builds (cel-go: a tenth per character for strings, 1 for
+lists, which Go concatenates lazily), and ``findAll`` the number of matches it returns.
 
 Invariants:
 
@@ -15,77 +20,31 @@ Invariants:
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final
 
 from . import _ast as a
 from . import _types as t
+from ._estimates_strings import strings_v5
 from ._parse import DEVICE_SLOT
+from ._ranges import U64, Est, Range, Sizes, exact, mul_factor, sat_add, sat_mul
+from ._rt_core import MATCH_COST
 
-__all__ = ["U64", "Est", "Range", "Sizes", "call_cost", "declared_size", "exact", "mul_factor"]
+__all__ = [
+    "U64",
+    "Est",
+    "Range",
+    "Sizes",
+    "declared_size",
+    "exact",
+    "function_cost",
+    "mul_factor",
+]
 
-U64: Final = 2**64 - 1
 _STRING_FACTOR: Final = 0.1  # common.StringTraversalCostFactor
 _REGEX_FACTOR: Final = 0.25  # common.RegexStringLengthCostFactor
 _LIST_CREATE: Final = 10
 _FORMAT_REGEX: Final = 128  # MaxNameFormatRegexSize
 _FORMAT_SIZE: Final = 64  # MaxFormatSize
-
-
-def _add(x: int, y: int) -> int:
-    return U64 if x + y > U64 else x + y
-
-
-def _mul(x: int, y: int) -> int:
-    return U64 if x * y > U64 else x * y
-
-
-def _factor(x: int, factor: float) -> int:
-    if x > 0 and factor > 0 and x > U64 / factor:
-        return U64
-    product = math.ceil(x * factor)
-    return U64 if product >= 2**64 else product
-
-
-@dataclass(frozen=True, slots=True)
-class Range:
-    """A (min, max) cost or size, saturating at :data:`U64`."""
-
-    lo: int
-    hi: int
-
-    def __add__(self, other: Range) -> Range:
-        return Range(_add(self.lo, other.lo), _add(self.hi, other.hi))
-
-    def union(self, other: Range) -> Range:
-        return Range(min(self.lo, other.lo), max(self.hi, other.hi))
-
-    def times(self, other: Range) -> Range:
-        return Range(_mul(self.lo, other.lo), _mul(self.hi, other.hi))
-
-
-def exact(value: int) -> Range:
-    return Range(value, value)
-
-
-def mul_factor(r: Range, factor: float) -> Range:
-    return Range(_factor(r.lo, factor), _factor(r.hi, factor))
-
-
-@dataclass(frozen=True, slots=True)
-class Est:
-    cost: Range
-    size: Range | None = None
-
-
-class Sizes(Protocol):
-    """What the estimator knows about a node (see ``_cost``)."""
-
-    def size(self, node: a.Node) -> Range | None: ...
-    def size_or_unknown(self, node: a.Node) -> Range: ...
-    def path(self, node: a.Node) -> tuple[str, ...] | None: ...
-    def type(self, node: a.Node) -> t.Type: ...
 
 
 _UNKNOWN: Final = Range(0, U64)
@@ -179,24 +138,14 @@ def _kubernetes(
     if name == "url" and len(args) == 1:
         size = est.size_or_unknown(args[0])
         return Est(mul_factor(size, _STRING_FACTOR), size)
-    if name in ("lowerAscii", "upperAscii", "substring", "trim") and target:
-        size = est.size_or_unknown(target)
-        return Est(mul_factor(size, _STRING_FACTOR), size)
-    if name == "replace" and target and len(args) >= 2:
-        return _replace(est, target, args)
-    if name == "split" and target:
-        size = est.size_or_unknown(target)
-        limit = size.hi
-        if len(args) > 1 and isinstance(args[1], a.Const) and type(args[1].value) is int:
-            limit = args[1].value % 2**64  # cel-go converts the int64 to uint64
-        return Est(mul_factor(size, 2 * _STRING_FACTOR), Range(0, limit))
-    if name == "join" and target:
-        return _join(est, target, args)
     if name in ("find", "findAll") and target and args:
         size = est.size_or_unknown(target)
         text = mul_factor(size + exact(1), _STRING_FACTOR)
         regex = mul_factor(est.size_or_unknown(args[0]), _REGEX_FACTOR)
-        return Est(text.times(regex), Range(0, size.hi))
+        result = Range(0, size.hi)
+        if name == "findAll":  # kdra: and the matches it makes, a Python object each
+            return Est(text.times(regex) + mul_factor(result, MATCH_COST), result)
+        return Est(text.times(regex), result)
     if name in ("cidr", "isIP", "isCIDR", "quantity", "isQuantity", "semver", "isSemver") and args:
         return Est(mul_factor(est.size_or_unknown(args[0]), _STRING_FACTOR))
     if name == "ip":
@@ -250,36 +199,6 @@ def _k8s_equals(est: Sizes, args: list[a.Node]) -> Est | None:
     return None
 
 
-def _replace(est: Sizes, target: a.Node, args: list[a.Node]) -> Est:
-    size = est.size_or_unknown(target)
-    old, new = est.size_or_unknown(args[0]), est.size_or_unknown(args[1])
-    if old.lo == 0:
-        count_hi, kept_hi = (size.hi + 1 if size.hi < U64 else size.hi), size.hi
-    elif new.hi <= old.lo:
-        count_hi, kept_hi = 0, size.hi
-    else:
-        count_hi, kept_hi = math.ceil(size.hi / old.lo), 0
-    if old.hi == 0:
-        count_lo, kept_lo = (size.lo + 1 if size.lo < U64 else size.lo), size.lo
-    elif old.hi <= new.lo:
-        count_lo, kept_lo = 0, size.lo
-    else:
-        count_lo, kept_lo = math.ceil(size.lo / old.hi), 0
-    result = Range(count_lo, count_hi).times(new) + Range(kept_lo, kept_hi)
-    return Est(mul_factor(size, 2 * _STRING_FACTOR), result)
-
-
-def _join(est: Sizes, target: a.Node, args: list[a.Node]) -> Est:
-    count = est.size_or_unknown(target)
-    size = exact(0)
-    if est.type(target).params:
-        size = count.times(_element_size(est, target))
-    if args:
-        separators = Range(max(count.lo - 1, 0), max(count.hi - 1, 0))
-        size = size + est.size_or_unknown(args[0]).times(separators)
-    return Est(mul_factor(size, _STRING_FACTOR), size)
-
-
 def _standard(est: Sizes, overload: str, target: a.Node | None, args: list[a.Node]) -> Est | None:
     """cel-go's own estimates for standard and strings-extension overloads."""
     if overload == "string_format" and target is not None:
@@ -287,11 +206,11 @@ def _standard(est: Sizes, overload: str, target: a.Node | None, args: list[a.Nod
     if overload in ("string_to_bytes", "bytes_to_string", "strings_quote") and len(args) == 1:
         size = est.size_or_unknown(args[0])
         if overload == "string_to_bytes":
-            result = Range(size.lo, _mul(size.hi, 4))
+            result = Range(size.lo, sat_mul(size.hi, 4))
         elif overload == "bytes_to_string":
             result = Range(size.lo // 4, size.hi)
         else:
-            result = Range(_add(size.lo, 2), _add(_mul(size.hi, 2), 2))
+            result = Range(sat_add(size.lo, 2), sat_add(sat_mul(size.hi, 2), 2))
         return Est(mul_factor(size, _STRING_FACTOR), result)
     if overload in ("starts_with_string", "ends_with_string") and len(args) == 1:
         return Est(mul_factor(est.size_or_unknown(args[0]), _STRING_FACTOR))
@@ -306,10 +225,12 @@ def _standard(est: Sizes, overload: str, target: a.Node | None, args: list[a.Nod
         part = mul_factor(est.size_or_unknown(args[0]), _STRING_FACTOR)
         return Est(text.times(part))
     if overload in ("add_string", "add_bytes", "add_list") and len(args) == 2:
+        # cel-go charges a tenth per character of a string built, 1 for a list (its lists
+        # concatenate lazily); kdra adds the result's size: Python copies both operands.
         size = est.size_or_unknown(args[0]) + est.size_or_unknown(args[1])
         if overload == "add_list":
-            return Est(exact(1), size)
-        return Est(mul_factor(size, _STRING_FACTOR), size)
+            return Est(exact(1) + size, size)
+        return Est(mul_factor(size, _STRING_FACTOR) + size, size)
     if overload in _SIZED_COMPARISONS and len(args) == 2:
         smallest = min(est.size_or_unknown(args[0]).hi, est.size_or_unknown(args[1]).hi)
         return Est(mul_factor(Range(1 if smallest > 0 else 0, smallest), _STRING_FACTOR))
@@ -322,24 +243,16 @@ _SIZED_COMPARISONS: Final = frozenset(
 )  # fmt: skip
 
 
-def call_cost(
-    est: Sizes,
-    name: str,
-    overload: str,
-    target: a.Node | None,
-    args: list[a.Node],
-    arg_costs: list[Range],
+def function_cost(
+    est: Sizes, name: str, overload: str, target: a.Node | None, args: list[a.Node]
 ) -> Est:
-    """cel-go's functionCost for one overload of a call: the call's cost plus its
-    arguments' (``arg_costs``), and the size of its result when known."""
-    args_total = exact(0)
-    for cost in arg_costs:
-        args_total = args_total + cost
+    """cel-go's functionCost for one overload of a call, without its arguments' costs: what
+    the call itself costs, and the size of its result when known."""
     found = (
         _ext_lists(est, overload, target, args)
+        or (target is not None
+            and strings_v5(est, overload, target, args, _element_size(est, target)))
         or _kubernetes(est, name, overload, target, args)
         or _standard(est, overload, target, args)
     )
-    if found is None:
-        return Est(exact(1) + args_total)
-    return Est(found.cost + args_total, found.size)
+    return found if found is not None else Est(exact(1))

@@ -15,6 +15,8 @@ Invariants:
 * Errors are upstream's ("min called on empty list", "cannot slice(3, 1), start index must
   be less than or equal to end index", "list elements must have the same type").
 * Nothing mutates its arguments: every result is a new list or map.
+* ``flatten`` visits at most :data:`COST_LIMIT` elements (:func:`flatten_within` takes a
+  smaller limit from the meter), however often its argument holds the same list.
 """
 
 from __future__ import annotations
@@ -23,10 +25,19 @@ import functools
 import itertools
 from typing import Any, Final
 
-from ._rt_core import EvalError, check_int, check_uint, equal, lt, no_overload
+from ._rt_core import (
+    COST_LIMIT,
+    BudgetExceeded,
+    EvalError,
+    check_int,
+    check_uint,
+    equal,
+    lt,
+    no_overload,
+)
 from ._values import MAP_TYPES, NONE, Optional, Uint, type_name
 
-__all__ = ["FUNCTIONS"]
+__all__ = ["FUNCTIONS", "flatten_within"]
 
 _COMPARABLE: Final = frozenset((int, Uint, float, bool, str, bytes))
 _NUMBERS: Final = frozenset((int, Uint, float))
@@ -102,23 +113,39 @@ def m_slice(items: Any, start: Any, end: Any) -> list[Any]:
     return values[start:end]
 
 
-def _flatten(values: list[Any], depth: int) -> list[Any]:
-    out: list[Any] = []
-    for value in values:
-        if type(value) is list and depth > 0:
-            out.extend(_flatten(value, depth - 1))
-        else:
-            out.append(value)
-    return out
-
-
-def m_flatten(items: Any, depth: Any = 1) -> list[Any]:
+def flatten_within(items: Any, depth: Any, limit: int) -> tuple[list[Any], int]:
+    """``items.flatten(depth)`` and the elements visited (at every level) to build it;
+    refused with :class:`BudgetExceeded` once more than ``limit`` would be visited (a list
+    that holds the same list many times, nested, flattens to far more than it holds).
+    Flattens a level at a time: ``flatten(d)`` is ``flatten(1)`` done ``d`` times."""
     values = _list("flatten", items)
     if type(depth) is not int:
         raise no_overload("flatten", items, depth)
     if depth < 0:
         raise EvalError("level must be non-negative")
-    return _flatten(values, depth)
+    visited = len(values)
+    if visited > limit:
+        raise BudgetExceeded
+    level = values
+    for _ in range(depth):
+        if not any(type(value) is list for value in level):
+            break
+        size = sum(len(value) if type(value) is list else 1 for value in level)
+        visited += size
+        if visited > limit:
+            raise BudgetExceeded
+        flat: list[Any] = []
+        for value in level:
+            if type(value) is list:
+                flat.extend(value)
+            else:
+                flat.append(value)
+        level = flat
+    return list(level) if level is values else level, visited
+
+
+def m_flatten(items: Any, depth: Any = 1) -> list[Any]:
+    return flatten_within(items, depth, COST_LIMIT)[0]
 
 
 def _sorted(values: list[Any], keys: list[Any]) -> list[Any]:
@@ -154,6 +181,8 @@ def m_sortByAssociatedKeys(items: Any, keys: Any) -> list[Any]:
 def g_lists_range(count: Any) -> list[int]:
     if type(count) is not int:
         raise no_overload("lists.range", count)
+    if count > COST_LIMIT:
+        raise BudgetExceeded
     return list(range(count))
 
 

@@ -10,6 +10,11 @@ Invariants:
 * Errors are cel-go's: "index 1 out of range" when arguments run out, "could not parse
   formatting clause: unrecognized formatting clause \\"q\\"", "error during formatting:
   decimal clause can only be used on integers, was given string".
+* The result is built within a limit (:func:`format_within`; :data:`COST_LIMIT` characters
+  for :func:`m_format`): a clause never renders more than what is left, so a list repeated
+  through shared references cannot make a huge text before being refused
+  (:class:`BudgetExceeded`). Precision is at most 100 digits (cel-go's limit since version
+  5 of the extension): ``%.1000000f`` is an error, not a megabyte.
 * ``%f`` prints as version 2 of the library does in its en-US locale: thousands grouped
   with commas ("1,234.500000"), infinities as the infinity sign; ``%e`` prints the locale's
   notation (mantissa, a multiplication sign, 10 with a superscript exponent; the precision
@@ -22,19 +27,56 @@ import math
 from typing import Any, Final
 
 from ._lib_strings import go_quote
-from ._rt_core import EvalError, no_overload
+from ._rt_core import COST_LIMIT, BudgetExceeded, EvalError, no_overload
 from ._rt_std import g_string
 from ._values import MAP_TYPES, CelType, Uint, type_name
 
-__all__ = ["FUNCTIONS"]
+__all__ = ["FUNCTIONS", "format_within"]
 
 _DEFAULT_PRECISION: Final = 6
+_MAX_PRECISION: Final = 100  # cel-go's strings extension, version 5
+_QUOTE_CHUNK: Final = 4096
 _SUPERSCRIPTS: Final = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
 _SPECIAL_DOUBLES: Final = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
 class _FormatError(Exception):
     pass
+
+
+class _Out:
+    """The text being built, refused (:class:`BudgetExceeded`) once it would pass ``limit``
+    characters: a clause never renders more than what is left (lists and maps are written
+    element by element, long strings quoted in chunks)."""
+
+    __slots__ = ("limit", "parts", "size")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.parts: list[str] = []
+        self.size = 0
+
+    def room(self, count: int) -> None:
+        """Refuse now if ``count`` more characters would not fit."""
+        if self.size + count > self.limit:
+            raise BudgetExceeded
+
+    def add(self, text: str) -> None:
+        self.room(len(text))
+        self.size += len(text)
+        self.parts.append(text)
+
+    def grow(self, count: int) -> None:
+        """Count ``count`` characters that :meth:`take`'s caller adds itself."""
+        self.room(count)
+        self.size += count
+
+    def take(self, mark: int) -> str:
+        """The text added since ``mark`` (a length of :attr:`parts`), removed from the
+        parts but still counted in :attr:`size`."""
+        text = "".join(self.parts[mark:])
+        del self.parts[mark:]
+        return text
 
 
 def _kind(value: Any) -> str:
@@ -44,52 +86,82 @@ def _kind(value: Any) -> str:
     return type_name(value)
 
 
-def _string_clause(value: Any) -> str:
+def _string_clause(value: Any, out: _Out) -> None:
+    """``%s``: lists and maps in CEL syntax (map entries sorted by their key's text)."""
     kind = type(value)
     if kind is list:
-        return "[" + ", ".join(_quoted(item, _element_clause(item)) for item in value) + "]"
-    if kind in MAP_TYPES:
-        pairs = []
-        for key, item in value.items():
-            if type(key) not in (str, bool, int, Uint):
-                raise _FormatError(f"no formatting function for map key of type {_kind(key)}")
-            key_text = _quoted(key, _string_clause(key) if type(key) in (str, bool) else str(key))
-            pairs.append((key_text, _quoted(item, _element_clause(item))))
-        pairs.sort(key=lambda pair: pair[0])
-        return "{" + ", ".join(f"{k}:{v}" for k, v in pairs) + "}"
-    if value is None:
-        return "null"
-    if kind is CelType:
-        return str(value.name)
-    if kind in (int, Uint, float, bool, str, bytes):
-        return g_string(value)
-    raise _FormatError(
-        "string clause can only be used on strings, bools, bytes, ints, doubles, maps, lists, "
-        f"types, durations, and timestamps, was given {_kind(value)}"
-    )
+        out.add("[")
+        for i, item in enumerate(value):
+            if i:
+                out.add(", ")
+            _element_clause(item, out)
+        out.add("]")
+    elif kind in MAP_TYPES:
+        _map_clause(value, out)
+    elif value is None:
+        out.add("null")
+    elif kind is CelType:
+        out.add(str(value.name))
+    elif kind in (int, Uint, float, bool, str, bytes):
+        if kind is bytes:
+            out.room(len(value) // 4)  # decoding: at least a character per 4 bytes
+        out.add(g_string(value))
+    else:
+        raise _FormatError(
+            "string clause can only be used on strings, bools, bytes, ints, doubles, maps, "
+            f"lists, types, durations, and timestamps, was given {_kind(value)}"
+        )
 
 
-def _element_clause(value: Any) -> str:
-    """How list and map elements print (cel-go's clauseForType)."""
-    kind = type(value)
-    if kind is float:
-        return f"{value:.{_DEFAULT_PRECISION}f}"
-    if kind is CelType:
-        return f"type({value.name})"
-    if kind in (int, Uint):
-        return str(int(value))
-    return _string_clause(value)
+def _map_clause(value: Any, out: _Out) -> None:
+    pairs = []
+    for key, item in value.items():
+        if type(key) not in (str, bool, int, Uint):
+            raise _FormatError(f"no formatting function for map key of type {_kind(key)}")
+        mark = len(out.parts)
+        if type(key) is str:
+            _quoted(key, out)
+        elif type(key) is bool:
+            out.add(g_string(key))
+        else:
+            out.add(str(key))
+        key_text = out.take(mark)
+        _element_clause(item, out)
+        pairs.append((key_text, out.take(mark)))
+    pairs.sort(key=lambda pair: pair[0])
+    out.grow(2 + len(pairs) + 2 * max(len(pairs) - 1, 0))  # braces, colons, separators
+    out.parts.append("{" + ", ".join(f"{k}:{v}" for k, v in pairs) + "}")
 
 
-def _quoted(value: Any, text: str) -> str:
+def _element_clause(value: Any, out: _Out) -> None:
+    """How list and map elements print (cel-go's clauseForType): strings and bytes quoted,
+    doubles with the default precision (quoted when not finite), types as ``type(...)``."""
     kind = type(value)
     if kind is str:
-        return go_quote(text)
-    if kind is bytes:
-        return "b" + go_quote(text)
-    if kind is float and not math.isfinite(value):
-        return go_quote(text)
-    return text
+        _quoted(value, out)
+    elif kind is bytes:
+        out.room(len(value) // 4 + 3)
+        out.add("b")
+        _quoted(g_string(value), out)
+    elif kind is float:
+        text = f"{value:.{_DEFAULT_PRECISION}f}"
+        out.add(text if math.isfinite(value) else go_quote(text))
+    elif kind is CelType:
+        out.add(f"type({value.name})")
+    elif kind in (int, Uint):
+        out.add(str(int(value)))
+    else:
+        _string_clause(value, out)
+
+
+def _quoted(text: str, out: _Out) -> None:
+    """Go's ``%q`` of ``text``, quoted a chunk at a time (escapes make it up to 10 times
+    longer than ``text``; no chunk's quoting can overshoot the limit by more than that)."""
+    out.room(len(text) + 2)
+    out.add('"')
+    for start in range(0, len(text), _QUOTE_CHUNK):
+        out.add(go_quote(text[start : start + _QUOTE_CHUNK])[1:-1])
+    out.add('"')
 
 
 def _integer(value: Any, what: str) -> int:
@@ -127,14 +199,18 @@ def _scientific(value: Any) -> str:
     return f"{mantissa}\u202f\u00d7\u202f10{(sign + digits).translate(_SUPERSCRIPTS)}"
 
 
-def _radix(value: Any, clause: str) -> str:
+def _radix(value: Any, clause: str, out: _Out) -> None:
     kind = type(value)
     if clause == "b" and kind is bool:
-        return "1" if value else "0"
+        out.add("1" if value else "0")
+        return
     if clause in "xX" and kind in (str, bytes):
+        out.room(2 * len(value))  # at least two hex digits per character or byte
         data = value.encode("utf-8") if kind is str else value
+        out.room(2 * len(data))
         text: str = data.hex()
-        return text.upper() if clause == "X" else text
+        out.add(text.upper() if clause == "X" else text)
+        return
     if kind not in (int, Uint):
         what = {
             "b": "only integers and bools can be formatted as binary",
@@ -143,73 +219,91 @@ def _radix(value: Any, clause: str) -> str:
         raise _FormatError(f"{what}, was given {_kind(value)}")
     number = int(value)
     spec = {"b": "b", "o": "o", "x": "x", "X": "X"}[clause]
-    return ("-" if number < 0 else "") + format(abs(number), spec)
+    out.add(("-" if number < 0 else "") + format(abs(number), spec))
 
 
-def _clause(text: str, value: Any) -> tuple[int, str]:
-    """Format one clause (``text`` starts after the ``%``); returns (characters read, result)."""
-    i = 0
-    precision: int | None = None
-    if text[:1] == ".":
-        i = 1
-        while i < len(text) and text[i].isascii() and text[i].isdigit():
-            i += 1
-        if i >= len(text):
-            raise EvalError(
-                "could not parse formatting clause: error while parsing precision: "
-                "could not find end of precision specifier"
-            )
-        precision = int(text[1:i]) if i > 1 else None
-        if precision is None:
-            raise EvalError(
-                "could not parse formatting clause: error while parsing precision: error while "
-                'converting precision to integer: strconv.Atoi: parsing "": invalid syntax'
-            )
-    verb = text[i]
+def _precision(template: str, start: int) -> tuple[int, int | None]:
+    """The precision of the clause at ``start`` (after the ``%``), if any, and where the
+    verb is."""
+    if template[start : start + 1] != ".":
+        return start, None
+    i = start + 1
+    while i < len(template) and template[i].isascii() and template[i].isdigit():
+        i += 1
+    if i >= len(template):
+        raise EvalError(
+            "could not parse formatting clause: error while parsing precision: "
+            "could not find end of precision specifier"
+        )
+    if i == start + 1:
+        raise EvalError(
+            "could not parse formatting clause: error while parsing precision: error while "
+            'converting precision to integer: strconv.Atoi: parsing "": invalid syntax'
+        )
+    digits = template[start + 1 : i]
+    if len(digits) > 3 or int(digits) > _MAX_PRECISION:
+        raise EvalError(
+            "could not parse formatting clause: error while parsing precision: precision "
+            f"{digits.lstrip('0') or '0'} exceeds maximum allowed precision {_MAX_PRECISION}"
+        )
+    return i, int(digits)
+
+
+def _clause(template: str, start: int, value: Any, out: _Out) -> int:
+    """Format the clause at ``start`` (after the ``%``) into ``out``; returns where the
+    template goes on."""
+    i, precision = _precision(template, start)
+    verb = template[i]
     try:
         if verb == "s":
-            result = _string_clause(value)
+            _string_clause(value, out)
         elif verb == "d":
-            result = str(_integer(value, "decimal clause"))
+            out.add(str(_integer(value, "decimal clause")))
         elif verb == "f":
-            result = _fixed(value, precision)
+            out.add(_fixed(value, precision))
         elif verb == "e":
-            result = _scientific(value)
+            out.add(_scientific(value))
         elif verb in "bxXo":
-            result = _radix(value, verb)
+            _radix(value, verb, out)
         else:
             raise EvalError(
                 f'could not parse formatting clause: unrecognized formatting clause "{verb}"'
             )
     except _FormatError as exc:
         raise EvalError(f"error during formatting: {exc}") from None
-    return i + 1, result
+    return i + 1
 
 
-def m_format(template: Any, args: Any) -> str:
+def format_within(template: Any, args: Any, limit: int) -> str:
+    """``template.format(args)``, refused with :class:`BudgetExceeded` before the result
+    would pass ``limit`` characters."""
     if type(template) is not str or type(args) is not list:
         raise no_overload("format", template, args)
-    out: list[str] = []
+    out = _Out(limit)
     i = used = 0
     while i < len(template):
-        char = template[i]
-        if char != "%":
-            out.append(char)
-            i += 1
-            continue
+        percent = template.find("%", i)
+        if percent < 0:
+            out.add(template[i:])
+            break
+        if percent > i:
+            out.add(template[i:percent])
+        i = percent
         if template[i + 1 : i + 2] == "%":
-            out.append("%")
+            out.add("%")
             i += 2
             continue
         if used >= len(args):
             raise EvalError(f"index {used} out of range")
         if i + 1 >= len(template):
             raise EvalError("unexpected end of string")
-        read, text = _clause(template[i + 1 :], args[used])
-        out.append(text)
-        i += 1 + read
+        i = _clause(template, i + 1, args[used], out)
         used += 1
-    return "".join(out)
+    return "".join(out.parts)
+
+
+def m_format(template: Any, args: Any) -> str:
+    return format_within(template, args, COST_LIMIT)
 
 
 FUNCTIONS: Final[dict[str, object]] = {"m_format": m_format}

@@ -11,7 +11,9 @@ Invariants:
   them propagate to :meth:`DeviceSelector.matches`, which reports a
   :class:`~kdra.dra.errors.CelRuntimeError`.
 * :class:`BudgetExceeded` is deliberately *not* in :data:`CEL_ERRORS`: running out of
-  budget stops the evaluation even inside ``x || true``.
+  budget stops the evaluation even inside ``x || true``. Helpers that build values whose
+  size depends on their arguments raise it before building past :data:`COST_LIMIT`
+  characters or elements, even when no meter is involved.
 * Types are strict, as in CEL: no implicit conversions, ``1 + 1.0`` and ``"a" < 1`` are
   errors (the type checker rejects most of them before; attribute values, whose type is
   only known at run time, are checked here), int arithmetic is checked against int64
@@ -22,6 +24,10 @@ Invariants:
   semver is an error (upstream's ``Semver.Equal``), a quantity compared with a non-quantity
   is false (upstream's ``Quantity.Equal``). ``in`` on a list asks each *element*, like
   cel-go.
+* Map keys are looked up by hash, never by scanning (a scan per lookup made a loop over a
+  large map quadratic). The price: Python's ``True == 1`` holds for keys too, so a map
+  cannot hold both ``true`` and ``1`` (a literal with both is a repeated key) and looking
+  one up finds the other, where CEL keeps them apart.
 """
 
 from __future__ import annotations
@@ -51,6 +57,8 @@ from ._values import (
 
 __all__ = [
     "CEL_ERRORS",
+    "COST_LIMIT",
+    "MATCH_COST",
     "OPERATORS",
     "BudgetExceeded",
     "EvalError",
@@ -61,6 +69,13 @@ __all__ = [
     "no_overload",
     "truth",
 ]
+
+
+COST_LIMIT: Final = 1_000_000
+"""Upstream's limit on a selector's cost, estimated (``_cost``) and actual (``_rt_meter``)."""
+MATCH_COST: Final = 10
+"""What each match ``findAll`` returns costs, estimated and actual (kdra's: a Python object
+made in a loop, about a microsecond; upstream does not charge matches)."""
 
 
 class EvalError(Exception):
@@ -185,14 +200,11 @@ def index(obj: Any, key: Any) -> object:
 
 def _map_lookup(mapping: dict[Any, Any], key: Any) -> object:
     kind = type(key)
-    if kind is str:
+    if kind is str or kind in _NUMBERS or kind is bool:
+        # A hash lookup: Python's numeric equality is CEL's across int, uint and double.
         found = dict.get(mapping, key, _MISSING)
         if found is not _MISSING:
             return found
-    elif kind in _NUMBERS or kind is bool:
-        for candidate, value in mapping.items():
-            if equal(candidate, key):
-                return value
     else:
         raise no_overload("_[_]", mapping, key)
     raise EvalError(f"no such key: {key!r}")
@@ -216,20 +228,12 @@ def iterate2(source: Any) -> Iterable[tuple[Any, Any]]:
     raise EvalError(f"no such overload: cannot iterate over {type_name(source)}")
 
 
-def size_cost(value: Any) -> int:
-    """What building ``value`` by concatenation costs: a tenth of its size, rounded up."""
-    kind = type(value)
-    if kind is list or kind is str or kind is bytes:
-        return -(-len(value) // 10)
-    return 0
-
-
 def insert_entries(target: dict[Any, Any], entries: Any) -> None:
     """transformMapEntry's step: add ``entries`` (a map) to the result being built."""
     if type(entries) not in MAP_TYPES:
         raise no_overload("cel.@mapInsert", target, entries)
     for key, value in entries.items():
-        if any(equal(key, existing) for existing in target):
+        if key in target:
             raise EvalError(f"insert failed: key {key!r} already exists")
         target[key] = value
 
@@ -243,7 +247,7 @@ def make_map(entries: list[tuple[Any, Any]]) -> dict[Any, Any]:
     for key, value in entries:
         if type(key) not in _KEYS:
             raise EvalError(f"unsupported map key type: {type_name(key)}")
-        if any(equal(key, existing) for existing in result):
+        if key in result:
             raise EvalError(f"repeated key in map literal: {key!r}")
         result[key] = value
     return result
@@ -334,11 +338,8 @@ def in_(item: Any, container: Any) -> bool:
         if error is not None:
             raise error
         return False
-    if kind in MAP_TYPES:
-        if type(item) is str:
-            return item in container
-        if type(item) in _NUMBERS or type(item) is bool:
-            return any(equal(item, key) for key in container)
+    if kind in MAP_TYPES and (type(item) in _KEYS or type(item) is float):
+        return item in container
     raise no_overload("@in", item, container)
 
 
@@ -438,7 +439,6 @@ OPERATORS: Final[dict[str, object]] = {
     "iterate": iterate,
     "iterate2": iterate2,
     "make_list": make_list,
-    "size_cost": size_cost,
     "insert_entries": insert_entries,
     "make_map": make_map,
     "eq": eq,

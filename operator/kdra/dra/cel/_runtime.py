@@ -13,6 +13,9 @@ Invariants:
   (``_decls.helper_name``); each name is defined by exactly one module.
 * Every helper is pure (its result depends only on its arguments), so calls with constant
   arguments may be evaluated once, when compiling (:data:`PURE`).
+* A helper whose work grows with its arguments has a metered twin ``x_<name>``
+  (``_rt_meter``), which takes the evaluation's budget and returns what is left; generated
+  code calls the twin where the estimate cannot vouch for the call (``_cost``).
 """
 
 from __future__ import annotations
@@ -29,9 +32,19 @@ from . import (
     _lib_url,
     _rt_std,
 )
-from ._rt_core import CEL_ERRORS, OPERATORS, BudgetExceeded, EvalError, describe
+from ._rt_core import CEL_ERRORS, COST_LIMIT, OPERATORS, BudgetExceeded, EvalError, describe
+from ._rt_meter import METERED
 
-__all__ = ["CEL_ERRORS", "NAMESPACE", "PURE", "BudgetExceeded", "EvalError", "describe"]
+__all__ = [
+    "CEL_ERRORS",
+    "COST_LIMIT",
+    "METERED",
+    "NAMESPACE",
+    "PURE",
+    "BudgetExceeded",
+    "EvalError",
+    "describe",
+]
 
 
 def _merge(*tables: dict[str, object]) -> dict[str, object]:
@@ -59,4 +72,4 @@ _FUNCTIONS: Final = _merge(
 # stay run-time errors, as upstream reports them).
 PURE: Final = frozenset(_FUNCTIONS)
 
-NAMESPACE: Final[dict[str, object]] = _merge(OPERATORS, _FUNCTIONS)
+NAMESPACE: Final[dict[str, object]] = _merge(OPERATORS, _FUNCTIONS, dict(METERED))

@@ -60,7 +60,8 @@ class DeviceSelector:
         except BudgetExceeded:
             raise CelRuntimeError(
                 self.expression,
-                f"evaluation exceeded its cost budget of {_cost.COST_LIMIT}",
+                "operation cancelled: actual cost limit exceeded (the evaluation would "
+                f"cost more than {_cost.COST_LIMIT})",
                 device=device_ref,
             ) from None
         except RecursionError as exc:
@@ -91,13 +92,16 @@ def _compile(expression: str) -> DeviceSelector | _Failure:
     try:
         tree = _parse.parse(expression)
         checked = _check.check(expression, tree)
-        cost = _cost.estimate(checked, tree).hi
+        analysis = _cost.analyse(checked, tree)
+        cost = analysis.cost.hi
         if cost > _cost.COST_LIMIT:
             return _Failure(
                 f"estimated cost {cost} exceeds the limit of {_cost.COST_LIMIT}; "
-                "reduce nested iteration or the size of lists"
+                "reduce nested iteration or the size of the lists and strings it builds"
             )
-        source, function = _codegen.generate(tree, _check.proven_bools(tree, checked))
+        source, function = _codegen.generate(
+            tree, _check.proven_bools(tree, checked), analysis.metered
+        )
     except CelCompileError as exc:
         return _Failure(exc.message)
     except (_codegen.TooComplex, RecursionError):
