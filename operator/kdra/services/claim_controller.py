@@ -20,9 +20,14 @@ Invariants:
   claim is reconciled again from fresh state.
 - A pod missing from the cache is looked up with a live GET before its reservation is dropped
   (the cache may simply not have seen a brand-new pod yet).
-- A claim is created only for a pod the API server still has (a live GET, same UID, not being
-  deleted, not done), so a cached pod that is in fact gone — its deletion missed while the
-  operator was busy — gets no claims; it is dropped from the cache (and the binder's) instead.
+- A claim is created only for a pod the API server still has, so a cached pod that is in fact
+  gone — its deletion missed while the operator was busy — gets no claims; it is dropped from
+  the cache (and the binder's) instead. The cache is taken as the API server's word once the
+  pod informer's first LIST was compared with what the start-up primed (:attr:`pods_synced`:
+  a deletion missed meanwhile is then delivered) and for an entry's first claim; otherwise —
+  before that, with ``--watch=kopf`` (whose first listing delivers no deletions), and before
+  re-creating an entry's claim — a live GET checks the pod (same UID, not being deleted, not
+  done). Every pod's first claim thus costs no extra request (issue 42).
   Re-creating an entry's claim again and again backs off (:mod:`kdra.services.claim_births`):
   a claim-creation storm (issue 36: ~13 claims/s for a deleted pod) cannot start.
 - The finalizer is removed only from a claim that is not allocated and is being deleted or was
@@ -122,6 +127,9 @@ class ClaimController:
         """Called with ("MODIFIED", claim as written) after a status write or finalizer
         removal, and ("DELETED", claim) after a delete: the binder sees devices freed
         without waiting for the watch event (which follows and changes nothing)."""
+        self.pods_synced: Callable[[], bool] = lambda: False
+        """Whether the pod cache speaks for the API server (its informer's first LIST was
+        compared with the primed pods); set by the operator's composition."""
         self.pod_gone = pod_gone
         """Called with a cached pod found gone (or replaced) at the API server, as its
         DELETED event would have been: the binder drops it too."""
@@ -229,14 +237,17 @@ class ClaimController:
         # counts only if the pod owns it (_find_generated: upstream's IsForPod).
         names: dict[str, str] = {}
         pending = False
-        live = False  # the API server confirmed the pod (once per sync, before a creation)
+        # The API server confirmed the pod (once per sync, before a creation), or the cache
+        # speaks for it (see the module doc).
+        live = False
         for entry in entries:
             if entry.resource_claim_name is not None:
                 names[entry.name] = entry.resource_claim_name
                 continue
             claim = await self._find_generated(pod, entry, recorded.get(entry.name))
             if claim is None:
-                if not live:
+                if not live and (not self.pods_synced()
+                                 or self.births.name(pod["metadata"]["uid"], entry.name)):
                     current = await self._still_there(pod)
                     if current is None:
                         return

@@ -182,6 +182,8 @@ class Operator:
                             label_selector=label_selector,
                             known=self.primed.pop(resource.plural, ()))
         self.informers.append(informer)
+        if resource == PODS:
+            self.claim_controller.pods_synced = informer.synced.is_set
         informer.start()
 
     def _pod_written(self, pod: JSON) -> None:

@@ -4,18 +4,21 @@ bench/hotpath.py profiles the same workload).
 
 The workload is scheduler_perf's SchedulingWithResourceClaimTemplate in miniature: ``nodes``
 nodes with 10 devices each of one driver (one pool per node, named after it), one DeviceClass
-``device.driver == ...``, one claim per pod asking for 1 device of that class, and ``pods``
-pods, each naming its own claim. Everything runs through kdra's own code from the watch
-events on: :class:`~kdra.services.binder.Binder` (its loop, snapshot, allocator, quota book,
-preemption hooks, writes and prepare wait). The API server's side is a recorder, as in the
-binder's other unit tests: it answers each write with the body it was sent and a new
-resourceVersion, and counts it by (verb, resource). The node agent's side is one line: a
-claim written with an allocation comes back as a watch event with every device ``Ready``
-(what the agent writes after preparing). A bound pod comes back as a watch event with its
-``nodeName``.
+``device.driver == ...``, one ResourceClaimTemplate asking for 1 device of that class, and
+``pods`` pods, each with one template entry. Everything runs through kdra's own code from the
+watch events on, routed as the operator routes them (kdra.handlers.operator): the
+:class:`~kdra.services.claim_controller.ClaimController` (the pod's claim from the template,
+the claim-statuses record) and :class:`~kdra.services.binder.Binder` (its loop, snapshot,
+allocator, quota book, preemption hooks, writes and prepare wait). The API server's side is a
+recorder, as in the binder's other unit tests: it answers each request with the object as the
+server would (a generated name, a new resourceVersion, a merge patch applied), counts it by
+(verb, resource), and plays the watch event every write causes (the echo of a controller's
+own write included). The node agent's side is one line: a claim written with an allocation
+comes back as a watch event with every device ``Ready`` (what the agent writes after
+preparing). A bound pod comes back as a watch event with its ``nodeName``.
 
-What is counted (:class:`Counts`), per pod: API writes by verb and resource, allocator
-placements (``Placing`` objects: one per scheduling attempt that searches), allocator
+What is counted (:class:`Counts`), per pod: API requests by verb and resource (reads too),
+allocator placements (``Placing`` objects: one per scheduling attempt that searches), allocator
 search passes (``Placing.advance`` calls), CEL evaluations (device selector runs, after the
 allocator's memo), claim parses (``parse_claim``) and quota charge computations
 (``claim_charge``). These are counts, not times: they do not depend on the machine.
@@ -26,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import itertools
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -36,16 +40,20 @@ import kdra.domain.quota
 import kdra.dra.allocator.cluster
 import kdra.dra.cel._selector
 import kdra.dra.models
+import kdra.kube.resources
 import kdra.services.binder.cluster
 import kdra.services.quota
-from kdra.domain.podclaims import CLAIMS_ANNOTATION, FINALIZER, SCHEDULER_NAME
+from kdra.domain.podclaims import CLAIMS_ANNOTATION, SCHEDULER_NAME
+from kdra.kube.errors import NotFound
 from kdra.kube.events import EventRecorder
 from kdra.kube.resources import Resource
 from kdra.services.binder import Binder, BinderSettings
-from kdra.services.claim_controller import claim_store
+from kdra.services.claim_controller import ClaimController, claim_store, pod_store
+from kdra.services.store import Store, key_of
 
 DRIVER = "test-driver.kdra.dev"
 CLASS = "test-class"
+TEMPLATE = "test-claim-template"
 DEVICES_PER_NODE = 10
 NAMESPACE = "bench"
 
@@ -76,13 +84,12 @@ def class_object() -> JSON:
             "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}}
 
 
-def claim_object(index: int) -> JSON:
-    return {"apiVersion": "resource.kdra.dev/v1", "kind": "ResourceClaim",
-            "metadata": {"name": f"claim-{index}", "namespace": NAMESPACE,
-                         "uid": f"uid-claim-{index}", "resourceVersion": str(100 + index),
-                         "finalizers": [FINALIZER]},
-            "spec": {"devices": {"requests": [
-                {"name": "req-0", "exactly": {"deviceClassName": CLASS}}]}}}
+def template_object() -> JSON:
+    return {"apiVersion": "resource.kdra.dev/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": TEMPLATE, "namespace": NAMESPACE, "uid": "uid-template",
+                         "resourceVersion": "1"},
+            "spec": {"spec": {"devices": {"requests": [
+                {"name": "req-0", "exactly": {"deviceClassName": CLASS}}]}}}}
 
 
 def pod_object(index: int) -> JSON:
@@ -90,7 +97,7 @@ def pod_object(index: int) -> JSON:
             "metadata": {"name": f"pod-{index}", "namespace": NAMESPACE,
                          "uid": f"uid-pod-{index}", "resourceVersion": str(100_000 + index),
                          "annotations": {CLAIMS_ANNOTATION: (
-                             f'[{{"name": "dev", "resourceClaimName": "claim-{index}"}}]')}},
+                             f'[{{"name": "dev", "resourceClaimTemplateName": "{TEMPLATE}"}}]')}},
             "spec": {"schedulerName": SCHEDULER_NAME,
                      "containers": [{"name": "c", "image": "busybox"}]},
             "status": {"phase": "Pending"}}
@@ -102,7 +109,7 @@ class Counts:
 
     pods: int = 0
     bound: int = 0
-    writes: Counter[str] = field(default_factory=Counter)  # "verb resource" → count
+    requests: Counter[str] = field(default_factory=Counter)  # "verb resource" → count
     placements: int = 0
     search_passes: int = 0
     cel_evaluations: int = 0
@@ -111,8 +118,12 @@ class Counts:
 
     def per_pod(self) -> dict[str, float]:
         n = max(self.bound, 1)
-        return {"api writes": sum(self.writes.values()) / n,
-                **{f"  {k}": v / n for k, v in sorted(self.writes.items())},
+        writes = {k: v for k, v in self.requests.items() if not k.startswith("GET ")}
+        reads = {k: v for k, v in self.requests.items() if k.startswith("GET ")}
+        return {"api writes": sum(writes.values()) / n,
+                **{f"  {k}": v / n for k, v in sorted(writes.items())},
+                "api reads": sum(reads.values()) / n,
+                **{f"  {k}": v / n for k, v in sorted(reads.items())},
                 "allocator placements": self.placements / n,
                 "allocator search passes": self.search_passes / n,
                 "CEL evaluations": self.cel_evaluations / n,
@@ -121,45 +132,72 @@ class Counts:
 
 
 class Recorder:
-    """The API server's side of the binder's writes: answers each with the body sent and a
-    new resourceVersion, counts it, and (through ``on_write``) plays the watch events the
-    write would cause."""
+    """The API server's side (see the module doc): the pods and claims it holds, the
+    answers to the controllers' requests, and the watch events the writes cause (``events``,
+    played in order by :func:`run`)."""
 
     def __init__(self, counts: Counts) -> None:
         self.counts = counts
-        self.version = 1_000_000
-        self.on_write: Callable[[str, JSON], None] = lambda verb, body: None
+        self.version = itertools.count(1_000_000)
+        self.objects: dict[tuple[str, str, str], JSON] = {}  # (plural, ns, name) → object
+        self.events: list[tuple[str, JSON]] = []  # (plural, object) in the order written
+        self.suffix = itertools.count()
 
-    def _answer(self, verb: str, resource: Resource, body: JSON) -> JSON:
-        self.counts.writes[f"{verb} {resource.plural}"] += 1
-        self.version += 1
-        answer = copy.copy(body)
-        answer["metadata"] = {**body.get("metadata", {}), "resourceVersion": str(self.version)}
-        self.on_write(f"{verb} {resource.plural}", answer)
-        return answer
+    def _stored(self, resource: Resource, obj: JSON) -> JSON:
+        obj["metadata"]["resourceVersion"] = str(next(self.version))
+        self.objects[(resource.plural, obj["metadata"].get("namespace", ""),
+                      obj["metadata"]["name"])] = obj
+        self.events.append((resource.plural, obj))
+        return copy.deepcopy(obj)
 
-    async def replace_status(self, resource: Resource, body: JSON) -> JSON:
-        self.counts.writes[f"PUT {resource.plural}/status"] += 1
-        self.version += 1
-        answer = {**body, "metadata": {**body["metadata"], "resourceVersion": str(self.version)}}
-        self.on_write(f"PUT {resource.plural}/status", answer)
-        return answer
+    def hold(self, plural: str, obj: JSON) -> None:
+        """An object that exists before the workload starts."""
+        self.objects[(plural, obj["metadata"].get("namespace", ""), obj["metadata"]["name"])] = \
+            copy.deepcopy(obj)
 
-    async def replace(self, resource: Resource, body: JSON) -> JSON:
-        return self._answer("PUT", resource, body)
+    async def get(self, resource: Resource, name: str, namespace: str | None = None) -> JSON:
+        self.counts.requests[f"GET {resource.plural}"] += 1
+        held = self.objects.get((resource.plural, namespace or "", name))
+        if held is None:
+            raise NotFound(404, "NotFound", f"{resource.plural} {name} not found")
+        return copy.deepcopy(held)
 
     async def create(self, resource: Resource, body: JSON, namespace: str | None = None) -> JSON:
-        return self._answer("POST", resource, body)
+        self.counts.requests[f"POST {resource.plural}"] += 1
+        obj = copy.deepcopy(body)
+        meta = obj["metadata"]
+        if not meta.get("name"):
+            meta["name"] = f"{meta.get('generateName', '')}{next(self.suffix):05d}"
+        meta.setdefault("uid", f"uid-{resource.plural}-{meta['name']}")
+        if resource.plural == "events":
+            return obj
+        return self._stored(resource, obj)
 
     async def patch(self, resource: Resource, name: str, body: JSON,
                     namespace: str | None = None, **_: Any) -> JSON:
-        return self._answer("PATCH", resource, {"metadata": {"name": name}, **body})
+        self.counts.requests[f"PATCH {resource.plural}"] += 1
+        held = copy.deepcopy(self.objects[(resource.plural, namespace or "", name)])
+        patch = body.get("metadata") or {}
+        for key, value in patch.items():
+            if key == "annotations":
+                held["metadata"]["annotations"] = {**held["metadata"].get("annotations", {}),
+                                                   **value}
+            elif key != "resourceVersion":
+                held["metadata"][key] = value
+        return self._stored(resource, held)
+
+    async def replace_status(self, resource: Resource, body: JSON) -> JSON:
+        self.counts.requests[f"PUT {resource.plural}/status"] += 1
+        return self._stored(resource, copy.deepcopy(body))
 
     async def bind(self, namespace: str, name: str, uid: str, node: str,
                    annotations: dict[str, str] | None = None) -> None:
-        self.counts.writes["POST pods/binding"] += 1
-        self.on_write("POST pods/binding", {"metadata": {"namespace": namespace, "name": name,
-                                                        "uid": uid}, "node": node})
+        self.counts.requests["POST pods/binding"] += 1
+        pod = copy.deepcopy(self.objects[("pods", namespace, name)])
+        pod["spec"]["nodeName"] = node
+        pod["metadata"]["annotations"] = {**pod["metadata"].get("annotations", {}),
+                                          **(annotations or {})}
+        self._stored(Resource("", "v1", "pods", True, "Pod"), pod)
 
 
 @contextlib.contextmanager
@@ -188,66 +226,70 @@ async def run(nodes: int = 10, pods: int = 50, *, count: bool = True,
               limit: float = 60.0) -> Counts:
     """Schedule ``pods`` pods on ``nodes`` nodes (see the module doc) and return the counts."""
     counts = Counts(pods=pods)
-    recorder = Recorder(counts)
-    binder = Binder(recorder, EventRecorder(recorder),  # type: ignore[arg-type]
-                    claims=claim_store(), settings=BinderSettings(wake_delay=0.0))
+    api = Recorder(counts)
+    events = EventRecorder(api)  # type: ignore[arg-type]
+    claims = claim_store()
+    binder = Binder(api, events, claims=claims,  # type: ignore[arg-type]
+                    settings=BinderSettings(wake_delay=0.0))
+    controller = ClaimController(api, events, pods=pod_store(),  # type: ignore[arg-type]
+                                 claims=claims, templates=Store("ResourceClaimTemplate"),
+                                 workers=1, pod_written=lambda p: binder.on_pod("MODIFIED", p),
+                                 claim_written=binder.on_claim)
+    controller.pods_synced = lambda: True  # the pod informer listed, as in the operator
     done = asyncio.Event()
-    pending: list[tuple[str, JSON]] = []  # watch events the writes cause, played in order
 
-    def on_write(what: str, body: JSON) -> None:
-        if what == "PUT resourceclaims/status" and (body.get("status") or {}).get("allocation"):
-            # The agent prepares the devices and reports them Ready.
-            status = body["status"]
-            ready = copy.copy(body)
-            ready["status"] = {**status, "devices": [
-                {"driver": r["driver"], "pool": r["pool"], "device": r["device"],
-                 "conditions": [{"type": "Ready", "status": "True"}]}
-                for r in status["allocation"]["devices"]["results"]]}
-            recorder.version += 1
-            ready["metadata"] = {**ready["metadata"], "resourceVersion": str(recorder.version)}
-            pending.append(("claim", body))
-            pending.append(("claim", ready))
-        elif what == "POST pods/binding":
-            pending.append(("bound", body))
+    def deliver(plural: str, obj: JSON) -> None:
+        """A watch event, routed as kdra.handlers.operator routes it."""
+        obj = copy.deepcopy(obj)
+        if plural == "pods":
+            controller.on_pod("MODIFIED", obj)
+            binder.on_pod("MODIFIED", obj)
+            if obj["spec"].get("nodeName") and key_of(obj) not in bound:
+                bound.add(key_of(obj))
+                counts.bound += 1
+                if counts.bound == pods:
+                    done.set()
+        elif plural == "resourceclaims":
+            controller.on_claim("MODIFIED", obj)
+            binder.on_claim("MODIFIED", obj)
+            status = obj.get("status") or {}
+            if status.get("allocation") and not status.get("devices"):
+                # The node agent prepares the devices and reports them Ready.
+                ready = copy.deepcopy(obj)
+                ready["status"]["devices"] = [
+                    {"driver": r["driver"], "pool": r["pool"], "device": r["device"],
+                     "conditions": [{"type": "Ready", "status": "True"}]}
+                    for r in status["allocation"]["devices"]["results"]]
+                api._stored(kdra.kube.resources.CLAIMS, ready)
 
-    recorder.on_write = on_write
-    pods_by_name = {f"pod-{i}": pod_object(i) for i in range(pods)}
+    bound: set[tuple[str, str]] = set()
 
-    async def play() -> None:
+    async def watch() -> None:
         while True:
-            while pending:
-                kind, body = pending.pop(0)
-                if kind == "claim":
-                    binder.claims.upsert(body)
-                    binder.on_claim("MODIFIED", body)
-                else:
-                    pod = pods_by_name[body["metadata"]["name"]]
-                    recorder.version += 1
-                    bound = {**pod, "metadata": {**pod["metadata"],
-                                                 "resourceVersion": str(recorder.version)},
-                             "spec": {**pod["spec"], "nodeName": body["node"]}}
-                    binder.on_pod("MODIFIED", bound)
-                    counts.bound += 1
-                    if counts.bound == pods:
-                        done.set()
+            while api.events:
+                deliver(*api.events.pop(0))
             await asyncio.sleep(0)
 
     with counting(counts) if count else contextlib.nullcontext():
-        for i in range(pods):
-            binder.claims.upsert(claim_object(i))
+        template = template_object()
+        controller.templates.upsert(template)
         binder.prime(nodes=[node_object(f"node-{n}") for n in range(nodes)],
                      slices=[slice_object(f"node-{n}") for n in range(nodes)],
                      classes=[class_object()], pods=[])
         binder.start()
-        player = asyncio.create_task(play())
+        controller.start()
+        watcher = asyncio.create_task(watch())
         try:
-            for pod in pods_by_name.values():
-                binder.on_pod("ADDED", pod)
+            for index in range(pods):
+                pod = pod_object(index)
+                api.hold("pods", pod)
+                deliver("pods", pod)  # the harness's create, as its watch event
                 await asyncio.sleep(0)
             await asyncio.wait_for(done.wait(), limit)
         finally:
-            player.cancel()
+            watcher.cancel()
+            await controller.stop()
             await binder.stop()
             with contextlib.suppress(asyncio.CancelledError):
-                await player
+                await watcher
     return counts
