@@ -45,14 +45,14 @@ from kdra.devenv.realcluster import NAMESPACE, RealCluster
 DRIVER = "bench.kdra.dev"
 SLOTS = 64
 OBJECTS = f"""
-apiVersion: resource.kdra.dev/v1alpha3
+apiVersion: resource.kdra.dev/v1
 kind: DeviceClass
 metadata: {{name: {DRIVER}}}
 spec:
   selectors:
   - cel: {{expression: 'device.driver == "{DRIVER}"'}}
 ---
-apiVersion: resource.kdra.dev/v1alpha3
+apiVersion: resource.kdra.dev/v1
 kind: ResourceClaimTemplate
 metadata: {{name: one-slot, namespace: default}}
 spec:
@@ -60,7 +60,8 @@ spec:
     devices:
       requests:
       - name: slot
-        deviceClassName: {DRIVER}
+        exactly:
+          deviceClassName: {DRIVER}
 """
 
 

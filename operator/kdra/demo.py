@@ -1,8 +1,8 @@
 """``kdra demo``: the seed article's example, and GPUs, on a local control plane of real binaries.
 
 Starts etcd + kube-apiserver + kube-controller-manager on loopback, installs kdra's CRDs, runs
-``kdra operator`` (claim controller, binder, webhooks — conversion included: the seed's objects
-are v1alpha3, the GPU objects v1 — slice GC) and two ``kdra agent``
+``kdra operator`` (claim controller, binder, webhooks — conversion included, for clients that
+write v1alpha3 once it is served; the examples are v1 — slice GC) and two ``kdra agent``
 processes — one simulating three GPU nodes with two GPU models, one serving the seed's cats on
 ``worker-1`` — applies the seed's cats example plus a few GPU pods, waits until the pods are
 bound, and prints ``pod → node → devices``. With ``interactive`` it keeps everything running

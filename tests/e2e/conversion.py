@@ -1,8 +1,9 @@
 """The end-to-end session's conversion webhook: a real ``kdra webhooks`` process that converts
 kdra's objects between ``v1`` (storage) and ``v1alpha3`` for the whole test session.
 
-Why: the CRDs store v1 and convert through a webhook, and many tests (and the seed's
-examples) write v1alpha3 while no operator runs — an operator is a per-test process, and the
+Why: the CRDs store v1 and convert through a webhook, and many tests write v1alpha3 (which the
+session serves, as manifests/components/v1alpha3 does on request) while no operator runs — an
+operator is a per-test process, and the
 webhook configurations it would manage would outlive it. So the session starts one webhook
 server before the first test, with a certificate the fixture issues, and points the CRDs'
 ``spec.conversion`` at it; tests that run their own webhook-serving operator, or apply the
@@ -63,5 +64,7 @@ class ConversionServer:
             if doc.get("kind") == "CustomResourceDefinition" and \
                     doc["metadata"]["name"] in CRD_NAMES:
                 doc["spec"]["conversion"] = conversion(Endpoint(url=self.url), self.ca_pem)
+                for version in doc["spec"]["versions"]:  # the session serves v1alpha3 too
+                    version["served"] = True  # (manifests/components/v1alpha3)
         plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
                       input=yaml.safe_dump_all(docs))

@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from kdra.devenv.controlplane import ControlPlane
+from kdra.domain.webhooks import CRD_NAMES
 from tests.e2e.conftest import ROOT
 from tests.e2e.manifests_helpers import MANIFESTS, SERVICEMONITOR_CRD, build, installed
 
@@ -48,6 +49,26 @@ def find(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
 @pytest.mark.parametrize("directory", KUSTOMIZATIONS)
 def test_kustomization_builds(control_plane: ControlPlane, directory: str) -> None:
     assert build(control_plane, directory)
+
+
+def test_the_v1alpha3_component_serves_the_seeds_version(control_plane: ControlPlane,
+                                                        tmp_path: Path) -> None:
+    """crds/ serve v1 alone (a served version costs a conversion webhook call per write,
+    docs/api-versions.md); manifests/components/v1alpha3 serves v1alpha3 too, for the four
+    kinds that have it."""
+    served = {(d["metadata"]["name"], v["name"]): v["served"]
+              for d in build(control_plane, "base/crds") for v in d["spec"]["versions"]}
+    assert not any(ok for (_, version), ok in served.items() if version == "v1alpha3")
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({  # kustomize: relative paths
+        "resources": [os.path.relpath(MANIFESTS / "base/crds", tmp_path)],
+        "components": [os.path.relpath(MANIFESTS / "components/v1alpha3", tmp_path)]}))
+    out = control_plane.kubectl("kustomize", "--load-restrictor", "LoadRestrictionsNone",
+                                str(tmp_path)).stdout
+    with_component = {(d["metadata"]["name"], v["name"]): v["served"]
+                      for d in yaml.safe_load_all(out) if d for v in d["spec"]["versions"]}
+    assert {name for (name, version), ok in with_component.items()
+            if version == "v1alpha3" and ok} == set(CRD_NAMES)
+    assert all(ok for (_, version), ok in with_component.items() if version == "v1")
 
 
 @pytest.mark.parametrize("directory", DRY_RUN)

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from kdra.devenv.controlplane import ControlPlane, binaries
+from kdra.dra.models.conversion import to_v1alpha3
 from tests.e2e.conftest import CRDS, ROOT, get_json
 from tests.e2e.conversion import ConversionServer
 
@@ -35,7 +36,8 @@ def old_crds() -> str:
         if "conversion" not in crd["spec"]:
             continue  # a kind that never had a v1alpha3 (DeviceTaintRule, issue 25)
         old = copy.deepcopy(crd)
-        old["spec"]["versions"] = [{**v, "storage": True} for v in crd["spec"]["versions"]
+        old["spec"]["versions"] = [{**v, "served": True, "storage": True}
+                                   for v in crd["spec"]["versions"]
                                    if v["name"] == "v1alpha3"]
         del old["spec"]["conversion"]
         docs.append(old)
@@ -64,7 +66,9 @@ def test_objects_stored_as_v1alpha3_survive_the_upgrade(plane: ControlPlane,
                   *[f"{p}.{GROUP}" for p in PLURALS])
     for path in (SEED / "deviceclass.yaml", SEED / "resourceclaim.yaml",
                  SEED / "resourceclaimtemplate.yaml", SEED_SLICE / "resourceslice.yaml"):
-        plane.kubectl("create", "-f", str(path))
+        # The seed's objects (written in v1) as a client of the old CRDs wrote them.
+        old = [to_v1alpha3(doc) for doc in yaml.safe_load_all(path.read_text()) if doc]
+        plane.kubectl("create", "-f", "-", input=yaml.safe_dump_all(old))
 
     # The upgrade: the new CRDs (v1 stored, v1alpha3 served) and the webhook that converts.
     webhook = ConversionServer(tmp_path, plane.kubeconfig).start()

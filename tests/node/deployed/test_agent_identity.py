@@ -28,14 +28,15 @@ AGENT = f"system:serviceaccount:{NAMESPACE}:kdra-agent"
 TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 OTHER = "other-node"
 POD = """
-apiVersion: resource.kdra.dev/v1alpha3
+apiVersion: resource.kdra.dev/v1
 kind: ResourceClaim
 metadata: {name: identity-gpu, namespace: default}
 spec:
   devices:
     requests:
     - name: gpu
-      deviceClassName: gpu.kdra.dev
+      exactly:
+        deviceClassName: gpu.kdra.dev
 ---
 apiVersion: v1
 kind: Pod

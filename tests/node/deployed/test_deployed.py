@@ -41,7 +41,7 @@ EXAMPLE_PODS = {
     "all-a100-pod": ("main",),
 }
 ONE_GPU = """
-apiVersion: resource.kdra.dev/v1alpha3
+apiVersion: resource.kdra.dev/v1
 kind: ResourceClaimTemplate
 metadata: {name: one-gpu, namespace: default}
 spec:
@@ -49,7 +49,8 @@ spec:
     devices:
       requests:
       - name: gpu
-        deviceClassName: gpu.kdra.dev
+        exactly:
+          deviceClassName: gpu.kdra.dev
 """
 PRINT_DEVICES = ("env | grep -E '^(KDRA_|NVIDIA_VISIBLE_DEVICES=)' | sort; "
                  "ls -d /dev/kdra/* 2>/dev/null; exec sleep 3600")
@@ -151,7 +152,7 @@ def test_deleted_pods_free_their_devices(cluster: RealCluster, gpu_class: None) 
 
 def _all_h100_pod() -> str:
     return f"""
-apiVersion: resource.kdra.dev/v1alpha3
+apiVersion: resource.kdra.dev/v1
 kind: ResourceClaimTemplate
 metadata: {{name: all-h100, namespace: default}}
 spec:
@@ -159,10 +160,11 @@ spec:
     devices:
       requests:
       - name: gpus
-        deviceClassName: gpu.kdra.dev
-        allocationMode: All
-        selectors:
-        - cel: {{expression: 'device.attributes["gpu.kdra.dev"].productName.contains("H100")'}}
+        exactly:
+          deviceClassName: gpu.kdra.dev
+          allocationMode: All
+          selectors:
+          - cel: {{expression: 'device.attributes["gpu.kdra.dev"].productName.contains("H100")'}}
 ---
 apiVersion: v1
 kind: Pod

@@ -20,7 +20,7 @@ from tests.node.deployed.devices import Device, device_facts, logs
 
 PODS = 24  # twice the node's 11 healthy GPUs: they take turns
 TEMPLATE = """
-apiVersion: resource.kdra.dev/v1alpha3
+apiVersion: resource.kdra.dev/v1
 kind: ResourceClaimTemplate
 metadata: {name: burst-gpu, namespace: default}
 spec:
@@ -28,7 +28,8 @@ spec:
     devices:
       requests:
       - name: gpu
-        deviceClassName: gpu.kdra.dev
+        exactly:
+          deviceClassName: gpu.kdra.dev
 """
 PRINT_AND_HOLD = ("env | grep -E '^(KDRA_|NVIDIA_VISIBLE_DEVICES=)' | sort; "
                   "ls -d /dev/kdra/* 2>/dev/null; sleep 3")

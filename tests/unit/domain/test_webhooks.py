@@ -143,8 +143,10 @@ def test_the_crds_convert_through_the_operators_webhook() -> None:
             continue
         names.add(crd["metadata"]["name"])
         assert crd["spec"]["conversion"] == conversion(Endpoint(), None), path.name
+        # v1alpha3 is served on request only (manifests/components/v1alpha3): a served version
+        # costs a conversion webhook call per write (docs/api-versions.md, issue 42).
         assert [(v["name"], v["served"], v["storage"]) for v in crd["spec"]["versions"]] == [
-            ("v1", True, True), ("v1alpha3", True, False)], path.name
+            ("v1", True, True), ("v1alpha3", False, False)], path.name
     assert names == set(CRD_NAMES)
     patch = conversion_patch(Endpoint(url="https://127.0.0.1:9443"), b"PEM")
     assert patch["spec"]["conversion"]["webhook"]["clientConfig"] == {
