@@ -23,7 +23,7 @@ node-binaries:
 ## demo: local control plane + CRDs + the seed's example, printed (Ctrl-C stops)
 ## NODE=real: on a real kubelet node of this machine (root); the pods run and print their devices
 demo: $(STAMP) binaries
-	$(VENV)/bin/kdra demo $(if $(NODE),--node $(NODE)) $(DEMO_FLAGS)
+	$(PY) -m kdra_devenv demo $(if $(NODE),--node $(NODE)) $(DEMO_FLAGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check operator tests bench hack

@@ -31,6 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from kdra_devenv.controlplane import ControlPlane, binaries
 from tests.e2e.hostile_helpers import (
     API,
     CLAIMS,
@@ -40,8 +41,6 @@ from tests.e2e.hostile_helpers import (
     pod_body,
     unique,
 )
-
-from kdra.devenv.controlplane import ControlPlane, binaries
 
 CLAIMS_ANNOTATION = "resource.kdra.dev/claims"
 STATUSES = "resource.kdra.dev/claim-statuses"

@@ -2,13 +2,13 @@
 
 Layers, imported only downwards (checked by import-linter, see pyproject.toml)::
 
-    kdra.cli                 command line: `kdra operator`, `kdra agent`, `kdra demo`, ...
-    kdra.handlers            kopf decorators, thin: unpack, call a service, return
+    kdra.main                 command line: `kdra operator`, `kdra agent`, `python -m kdra_devenv demo`, ...
+    kdra.operator.handlers            kopf decorators, thin: unpack, call a service, return
     kdra.services            scheduling loop, binder, claim controller, slice GC, agent loops
     kdra.kube                the only package that talks to the API server
     kdra.domain              pure: API models, CEL, allocator, naming, release rules
 
-``kdra.devenv`` (a local control plane of real binaries for tests and the demo) stands
+``kdra_devenv`` (a local control plane of real binaries for tests and the demo) stands
 beside the layers and imports none of them.
 """
 

@@ -35,10 +35,10 @@ from typing import Any
 
 import pytest
 import yaml
+from kdra_devenv.controlplane import WEBHOOK_CLIENT, ControlPlane, free_port
 
-from kdra.devenv.controlplane import WEBHOOK_CLIENT, ControlPlane, free_port
-from kdra.domain.podclaims import CLAIMS_ANNOTATION
-from kdra.domain.webhooks import (
+from kdra.kube.core.podclaims import CLAIMS_ANNOTATION
+from kdra.operator.core.webhook_configs import (
     MUTATING_CONFIG,
     TLS_SECRET,
     VALIDATING_CONFIG,

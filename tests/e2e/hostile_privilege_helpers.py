@@ -36,10 +36,10 @@ from typing import Any
 
 import pytest
 import yaml
+from kdra_devenv.controlplane import ControlPlane, free_port
 
-from kdra.devenv.controlplane import ControlPlane, free_port
-from kdra.domain.podclaims import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION
-from kdra.domain.webhooks import (
+from kdra.kube.core.podclaims import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION
+from kdra.operator.core.webhook_configs import (
     CRD_NAMES,
     Endpoint,
     conversion_patch,

@@ -8,9 +8,9 @@ import time
 from typing import Any
 
 import yaml
+from kdra_devenv.controlplane import ControlPlane
 
-from kdra.devenv.controlplane import ControlPlane
-from kdra.domain.podclaims import (
+from kdra.kube.core.podclaims import (
     CLAIM_STATUSES_ANNOTATION,
     CLAIMS_ANNOTATION,
     FINALIZER,

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 import yaml
+from kdra_devenv.controlplane import ControlPlane
 
-from kdra.devenv.controlplane import ControlPlane
-from kdra.domain.podclaims import (
+from kdra.kube.core.podclaims import (
     CLAIM_STATUSES_ANNOTATION,
     CLAIMS_ANNOTATION,
     DEVICES_ANNOTATION_PREFIX,

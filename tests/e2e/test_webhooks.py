@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 import yaml
+from kdra_devenv.controlplane import ControlPlane
 
-from kdra.devenv.controlplane import ControlPlane
-from kdra.domain.podclaims import CLAIMS_ANNOTATION
-from kdra.domain.webhooks import (
+from kdra.kube.core.podclaims import CLAIMS_ANNOTATION
+from kdra.operator.core.webhook_configs import (
     MUTATE_POD_CONDITION,
     MUTATING_CONFIG,
     TLS_SECRET,

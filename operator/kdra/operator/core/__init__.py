@@ -1,0 +1,1 @@
+"""kdra.operator.core."""
