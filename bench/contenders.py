@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kdra_devenv.controlplane import ControlPlane, free_port
-from kdra_devenv.process import spawn
 
 from kapi import JSON, Api, group_pids
+from kdra_devenv.controlplane import ControlPlane, free_port
+from kdra_devenv.process import spawn
 from objects import (
     CLASS,
     DEVICES_PER_NODE,

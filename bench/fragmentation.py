@@ -40,6 +40,9 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the slices' builder
 
 from tests.unit.partition_slices import node_slices
 

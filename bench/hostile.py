@@ -31,7 +31,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kdra_devenv.controlplane import ControlPlane, binaries
 from tests.e2e.hostile_helpers import (
     API,
     CLAIMS,
@@ -41,6 +40,8 @@ from tests.e2e.hostile_helpers import (
     pod_body,
     unique,
 )
+
+from kdra_devenv.controlplane import ControlPlane, binaries
 
 CLAIMS_ANNOTATION = "resource.kdra.dev/claims"
 STATUSES = "resource.kdra.dev/claim-statuses"

@@ -27,11 +27,11 @@ from pathlib import Path
 
 import aiohttp
 import yaml
-from kdra_devenv.controlplane import ControlPlane
-from kdra_devenv.process import spawn
 
 from contenders import Contender, Proc
 from kapi import JSON, Api, cpu_seconds, rss_mib
+from kdra_devenv.controlplane import ControlPlane
+from kdra_devenv.process import spawn
 
 
 class Usage:

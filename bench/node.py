@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes
+
 from kdra_devenv.imagebuild import _cache as image_cache
 from kdra_devenv.node import NODE_NAME
 from kdra_devenv.realcluster import NAMESPACE, RealCluster

@@ -34,9 +34,6 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kdra_devenv.containerd import SANDBOX_IMAGE, Containerd, missing_prerequisites
-from kdra_devenv.images import busybox_files, oci_archive, static_pause
-
 from kdra.agent.cdi import CdiDir
 from kdra.agent.checkpoint import CheckpointFile
 from kdra.agent.core.inventory import parse_inventory
@@ -44,6 +41,8 @@ from kdra.agent.core.nodeprep import our_results
 from kdra.agent.exposure import ExposurePolicy
 from kdra.agent.nri.plugin import NriPlugin
 from kdra.agent.prepare import Preparer
+from kdra_devenv.containerd import SANDBOX_IMAGE, Containerd, missing_prerequisites
+from kdra_devenv.images import busybox_files, oci_archive, static_pause
 
 NODE = "bench-node"
 GPU = "gpu.kdra.dev"

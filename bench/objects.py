@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import yaml
-from kdra_devenv.controlplane import ControlPlane
 
 from kapi import JSON, Api, bounded
+from kdra_devenv.controlplane import ControlPlane
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = "test-driver.cdi.k8s.io"

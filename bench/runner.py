@@ -13,10 +13,9 @@ import shutil
 import time
 from pathlib import Path
 
-from kdra_devenv.controlplane import CONTROLLERS, ControlPlane, binaries
-
 from contenders import QPS, Contender, Upstream
 from kapi import Api
+from kdra_devenv.controlplane import CONTROLLERS, ControlPlane, binaries
 from measurement import (
     AUDIT_LOG,
     Profiler,

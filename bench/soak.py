@@ -39,12 +39,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kdra.checks import read_local, violations
-
 import memtrace
 import workloads
 from contenders import Kdra, Proc
 from kapi import Api, cpu_seconds, group_pids, rss_mib
+from kdra.checks import read_local, violations
 from kdra.kube.readers import api_client
 from measurement import Profiler
 from objects import DEVICES_PER_NODE, ROOT, node_name

@@ -39,9 +39,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kdra_devenv.controlplane import ControlPlane, binaries, repo_root
-
 from kapi import JSON, MERGE, Api, bounded, cpu_seconds
+from kdra_devenv.controlplane import ControlPlane, binaries, repo_root
 from objects import CLASS, DRIVER, native_allocation
 
 NAMESPACE = "default"

@@ -5,7 +5,8 @@ pods on it (the NRI plugin's integration test, and the real kubelet node built o
 starts containerd with everything under ``workdir``: root, state, gRPC and ttrpc sockets, the
 runc state (``Root``), NRI plugin directories, the ``/opt/containerd`` plugin path, logs. The
 NRI socket, CDI spec directories, sandbox image and CNI directories are the caller's. The
-fixes from shared/NODE.md are built in: ``restrict_oom_score_adj`` (the VM withholds
+fixes this machine needs (docs/architecture.md, "What a real node needs") are built in:
+``restrict_oom_score_adj`` (the VM withholds
 CAP_SYS_RESOURCE) and runc with cgroupfs. :meth:`Containerd.crictl` and
 :meth:`Containerd.ctr` run the clients against it; :meth:`Containerd.import_image` loads an
 OCI archive (see :mod:`kdra_devenv.images`).

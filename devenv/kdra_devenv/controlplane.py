@@ -1,8 +1,8 @@
 """A real Kubernetes control plane on loopback: etcd, kube-apiserver, kube-controller-manager.
 
-Used by the end-to-end tests, ``python -m kdra_devenv demo`` and the benchmarks. The binaries are the real ones,
-built from Go modules by ``hack/build-control-plane.sh`` and cached outside the repository
-(see :func:`binaries`). Nothing here is mocked.
+Used by the end-to-end tests, ``python -m kdra_devenv demo`` and the benchmarks. The binaries are
+the real ones, built from Go modules by ``hack/build-control-plane.sh`` and cached outside the
+repository (see :func:`binaries`). Nothing here is mocked.
 
 Invariants:
 - Every process listens on 127.0.0.1 only, on ports picked free at start-up.
@@ -24,8 +24,8 @@ Invariants:
 - :meth:`ControlPlane.stop` ends every process it started, even after a failed start; each
   process's output goes to ``<workdir>/<name>.log`` (read by :meth:`ControlPlane.logs`).
 - Every process is started by :func:`kdra_devenv.process.spawn`: it dies with the process that
-  started it, however that one ends (``python -m kdra_devenv controlplane`` stops them in order on SIGINT,
-  SIGTERM and SIGHUP; a SIGKILL leaves the kernel to do it).
+  started it, however that one ends (``python -m kdra_devenv controlplane`` stops them in order on
+  SIGINT, SIGTERM and SIGHUP; a SIGKILL leaves the kernel to do it).
 """
 
 from __future__ import annotations

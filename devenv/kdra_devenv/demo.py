@@ -1,4 +1,5 @@
-"""``python -m kdra_devenv demo``: the seed article's example, and GPUs, on a local control plane of real binaries.
+"""``python -m kdra_devenv demo``: the seed article's example, and GPUs, on a local control plane of
+real binaries.
 
 Starts etcd + kube-apiserver + kube-controller-manager on loopback, installs kdra's CRDs, runs
 ``kdra operator`` (claim controller, binder, webhooks — conversion included: the seed's objects

@@ -1,5 +1,5 @@
-"""``python -m kdra_devenv demo --node real`` (``make demo NODE=real``): the seed's cats and the GPU examples on a
-real kubelet node of this machine, printing what each container sees of its devices.
+"""``python -m kdra_devenv demo --node real`` (``make demo NODE=real``): the seed's cats and the GPU
+examples on a real kubelet node of this machine, printing what each container sees of its devices.
 
 Builds (or reuses) kdra's image from the Dockerfile, starts a control plane and the node
 (:class:`kdra_devenv.realcluster.RealCluster`: containerd 2.x with NRI and CDI, runc, CNI,

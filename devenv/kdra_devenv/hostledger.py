@@ -11,8 +11,8 @@ sysctls, and files last. It runs at ``down``, after a failed start, and - becaus
 outlives its writer - at the next start after the writer was SIGKILLed.
 
 One node runs on a host at a time: :meth:`HostLedger.lock` takes an exclusive ``flock`` for the
-node's lifetime; another process that wants the host (``python -m kdra_devenv node down``, a new ``up``) asks
-the holder to stop (SIGTERM) and waits, or undoes a dead holder's ledger.
+node's lifetime; another process that wants the host (``python -m kdra_devenv node down``, a new
+``up``) asks the holder to stop (SIGTERM) and waits, or undoes a dead holder's ledger.
 
 Invariants:
 - An entry is on disk before its change is attempted; undoing an entry whose change never

@@ -18,10 +18,10 @@ What it sets up, each change recorded first in the host ledger (:mod:`kdra_deven
   requires kdra's plugin for every container not annotated :data:`TOLERATE_ANNOTATION`
   (docs/architecture.md: fail closed);
 - kubelet: client certificate ``system:node:kdra-node`` and a serving certificate from the
-  control plane's CA, x509 + webhook authorization, cgroupfs, the fixes of shared/NODE.md
-  (``oomScoreAdj: 0``, ``failCgroupV1: false``), no iptables chains of its own, every
-  directory of its own under the runtime directory except ``/var/log/containers`` (links
-  into it, removed at the end).
+  control plane's CA, x509 + webhook authorization, cgroupfs, the fixes this machine needs
+  (``oomScoreAdj: 0``, ``failCgroupV1: false``; docs/architecture.md, "What a real node
+  needs"), no iptables chains of its own, every directory of its own under the runtime
+  directory except ``/var/log/containers`` (links into it, removed at the end).
 
 Logs and certificates go to the caller's work directory; containerd's and kubelet's state
 (sockets among it) to a short runtime directory beside the ledger (``~/.cache/kdra/node/rt``),
@@ -33,8 +33,8 @@ addresses (``--enable-aggregator-routing``), kubelets reached at their InternalI
 
 Invariants:
 - One node per host, named ``kdra-node``: the ledger's lock is held from :meth:`Node.start`
-  to :meth:`Node.stop`; a start while another node runs fails (``python -m kdra_devenv node down`` stops it);
-  a previous holder's changes are undone first, also when it was SIGKILLed.
+  to :meth:`Node.stop`; a start while another node runs fails (``python -m kdra_devenv node down``
+  stops it); a previous holder's changes are undone first, also when it was SIGKILLed.
 - :meth:`Node.stop` (also after a failed start) leaves the host as it was found: kubelet, then
   every pod and containerd, then the ledger's undo (processes, cgroups, mounts, network,
   sysctls, files in the watched directories).
@@ -399,7 +399,8 @@ class Node:
 
     def stop(self) -> list[str]:
         """Stop everything and undo every host change; returns what could not be undone
-        (also printed: the ledger keeps it for the next start or ``python -m kdra_devenv node down``)."""
+        (also printed: the ledger keeps it for the next start or
+        ``python -m kdra_devenv node down``)."""
         if self.kubelet is not None:
             terminate(self.kubelet, grace=10)
             self.kubelet = None

@@ -1,4 +1,5 @@
-"""``python -m kdra_devenv node up`` and ``python -m kdra_devenv node down``: the real node of this machine, from a shell.
+"""``python -m kdra_devenv node up`` and ``python -m kdra_devenv node down``: the real node of this
+machine, from a shell.
 
 ``up`` starts a control plane and the node (:class:`kdra_devenv.realcluster.RealCluster`),
 deploys kdra with its manifests unless ``--no-deploy``, applies the examples with

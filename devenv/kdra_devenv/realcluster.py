@@ -10,7 +10,8 @@ leader election, agent DaemonSet, RBAC, policies, webhooks) and waits until the 
 agent pods are Ready and the agent's ResourceSlices are published. The examples
 (``manifests/overlays/node/examples``) are applied on request.
 
-Used by ``python -m kdra_devenv node up``, ``python -m kdra_devenv demo --node real``, ``tests/node`` and ``bench/node.py``.
+Used by ``python -m kdra_devenv node up``, ``python -m kdra_devenv demo --node real``,
+``tests/node`` and ``bench/node.py``.
 
 Invariants:
 - Set-up steps are timed (:attr:`RealCluster.timings`, seconds), so the cold and cached

@@ -1,7 +1,17 @@
-"""The ``kdra`` command: one entry point, one subcommand per job.
+"""The ``kdra`` command: one entry point, one subcommand per program.
+
+    kdra operator | webhooks     the operator (kdra.operator), or its webhook server alone
+    kdra agent [health mark]     the node agent (kdra.agent)
+    kdra describe | check        the command-line tools (kdra.cli; check: kdra.checks)
 
 Each subcommand's module is imported only when it runs, so ``kdra --help`` stays fast and a
-missing optional piece (e.g. NVML on a machine without GPUs) never breaks the others.
+missing optional piece (e.g. NVML on a machine without GPUs) never breaks the others. The
+dev-only commands (``demo``, ``controlplane``, ``node``) are ``python -m kdra_devenv``'s: the
+product never imports the development environment.
+
+Invariants: the only module (with :mod:`kdra.checks`) that imports more than one program,
+and each only inside the function of its subcommand (the settings modules, which add the
+flags, aside).
 """
 
 from __future__ import annotations
@@ -37,99 +47,15 @@ def _agent(args: argparse.Namespace) -> int:
 
 
 def _health_mark(args: argparse.Namespace) -> int:
-    """Write a health mark for a running agent to pick up at its next poll."""
-    import json
-    import os
-    from pathlib import Path
+    from kdra.agent.health import mark_command
 
-    from kdra.agent.core.health import Health
-    from kdra.agent.health import ANY_NODE, Mark, MarksError, default_reason, write_mark
-    from kdra.dra.taints import label_value
-
-    try:
-        health = Health.parse(args.health)
-    except ValueError as exc:
-        print(f"kdra agent health mark: {exc}", file=sys.stderr)
-        return 2
-    state_dir = args.state_dir or os.environ.get("KDRA_STATE_DIR") or "/var/lib/kdra"
-    path = Path(args.marks_file or os.environ.get("KDRA_HEALTH_MARKS")
-                or Path(state_dir) / "health-marks.json")
-    node = args.node or os.environ.get("NODE_NAME") or ANY_NODE
-    mark = Mark(node, args.driver, args.device, health,
-                label_value(args.reason, default_reason(health)) if args.reason
-                else default_reason(health))
-    try:
-        marks = write_mark(path, mark)
-    except (MarksError, OSError) as exc:
-        print(f"kdra agent health mark: cannot update {path}: {exc}", file=sys.stderr)
-        return 1
-    print(json.dumps({"file": str(path), "marks": [m.to_json() for m in marks]}, indent=1))
-    return 0
-
-
-def _demo(args: argparse.Namespace) -> int:
-    if args.node == "real":
-        from kdra_devenv.demo_node import run_node_demo
-
-        return run_node_demo(interactive=not args.no_wait, workdir=args.dir)
-    from kdra_devenv.demo import run_demo
-
-    return run_demo(interactive=not args.no_wait, workdir=args.dir)
-
-
-def _controlplane(args: argparse.Namespace) -> int:
-    from kdra_devenv import controlplane
-
-    return controlplane.main(["--dir", str(args.dir)] if args.dir else [])
-
-
-def _node(args: argparse.Namespace) -> int:
-    from kdra_devenv.nodecmd import node_down, node_up
-
-    if args.action == "down":
-        return node_down()
-    return node_up(workdir=args.dir, deploy=not args.no_deploy, examples=args.examples)
+    return mark_command(args)
 
 
 def _describe(args: argparse.Namespace) -> int:
-    """Read slices and claims with the official (synchronous) client; the view is built by
-    kdra.cli.core.describe."""
-    import json
+    from kdra.cli.describe import run_describe
 
-    import kubernetes
-
-    from kdra import GROUP, VERSION
-    from kdra.cli.core.describe import describe, render
-    from kdra.kube.core.printable import MAX_LINE, printable
-    from kdra.kube.readers import api_client, list_all
-
-    try:
-        api = api_client(args.kubeconfig)
-    except Exception as exc:  # any kubeconfig / in-cluster configuration problem
-        print(f"kdra describe: no cluster configuration: {printable(exc, MAX_LINE)}",
-              file=sys.stderr)
-        return 1
-    custom = kubernetes.client.CustomObjectsApi(api)
-    try:
-        slices = list_all(custom.list_cluster_custom_object, GROUP, VERSION, "resourceslices")
-        if args.namespace:
-            claims = list_all(custom.list_namespaced_custom_object, GROUP, VERSION,
-                               args.namespace, "resourceclaims")
-        else:
-            claims = list_all(custom.list_cluster_custom_object, GROUP, VERSION,
-                               "resourceclaims")
-    except kubernetes.client.exceptions.ApiException as exc:
-        print(f"kdra describe: the API server answered {exc.status} {exc.reason}: "
-              f"{printable((exc.body or '').strip(), 500)}", file=sys.stderr)
-        return 1
-    finally:
-        api.close()
-    view = describe(slices, claims, node=args.node, driver=args.driver)
-    if args.output == "json":
-        print(json.dumps(view.to_json(), indent=2))
-    else:
-        sys.stdout.write(render(view, devices=not args.summary))
-    return 0
+    return run_describe(args)
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -155,10 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run kdra's operator. Every flag also reads KDRA_<FLAG> from the "
         "environment (e.g. KDRA_METRICS_PORT).",
     )
-    from kdra.agent.settings import AgentSettings
-    from kdra.operator.settings import add_arguments
+    from kdra.agent import settings as agent_settings
+    from kdra.operator import settings as operator_settings
 
-    add_arguments(op)
+    operator_settings.add_arguments(op)
     op.set_defaults(func=_operator)
 
     hooks = sub.add_parser(
@@ -169,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--namespace, --kubeconfig and --event-loop matter. Every flag also reads "
         "KDRA_<FLAG> from the environment.",
     )
-    add_arguments(hooks)
+    operator_settings.add_arguments(hooks)
     hooks.set_defaults(func=_webhooks)
 
     agent = sub.add_parser(
@@ -180,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
         "prepare claims allocated to the node (CDI specs, checkpoint, status.devices). Every "
         "flag also reads KDRA_<FLAG> from the environment.",
     )
-    add_arguments(agent, AgentSettings)
+    agent_settings.add_arguments(agent)
     agent.set_defaults(func=_agent)
     agent_sub = agent.add_subparsers(dest="agent_command", metavar="ADMIN", required=False)
     health = agent_sub.add_parser(
@@ -205,22 +131,6 @@ def build_parser() -> argparse.ArgumentParser:
                       help="the marks file (default $KDRA_HEALTH_MARKS, "
                       "<state-dir>/health-marks.json)")
     mark.set_defaults(func=_health_mark)
-
-    demo = sub.add_parser(
-        "demo",
-        help="run a local control plane with kdra's CRDs and the seed's example objects",
-        description="Start etcd + kube-apiserver on loopback (real binaries, built on first "
-        "use), install the CRDs, apply manifests/examples/seed and print what the API holds.",
-    )
-    demo.add_argument("--no-wait", action="store_true",
-                      help="print the objects and stop (default: keep running until Ctrl-C)")
-    demo.add_argument("--dir", default=None, help="work directory (default: a temp dir)")
-    demo.add_argument("--node", choices=("simulated", "real"), default="simulated",
-                      help="simulated (default): agents simulate the nodes, nothing runs; "
-                      "real: a kubelet node of this machine (root), kdra deployed as pods from "
-                      "the Dockerfile's image, and the example pods run and print the devices "
-                      "they see")
-    demo.set_defaults(func=_demo)
 
     desc = sub.add_parser(
         "describe",
@@ -274,29 +184,6 @@ def build_parser() -> argparse.ArgumentParser:
                      help="text (default) or json")
     chk.set_defaults(func=_check)
 
-    cp = sub.add_parser(
-        "controlplane",
-        help="run only the local control plane (etcd, kube-apiserver, controller-manager)",
-    )
-    cp.add_argument("--dir", default=None, help="work directory (default: a temp dir)")
-    cp.set_defaults(func=_controlplane)
-
-    node = sub.add_parser(
-        "node",
-        help="run kdra on a real kubelet node of this machine (root): up, or down",
-        description="up: start a local control plane and a real node (containerd 2.x with "
-        "NRI and CDI, runc, CNI, kubelet), build kdra's image from the Dockerfile, deploy "
-        "kdra with its manifests (operator and agent as pods) and run until Ctrl-C, which "
-        "undoes every host change. down: stop a running node from another shell, or undo "
-        "what a killed one left behind.",
-    )
-    node.add_argument("action", choices=("up", "down"))
-    node.add_argument("--dir", default=None, help="work directory (default: a temp dir)")
-    node.add_argument("--no-deploy", action="store_true",
-                      help="only the node: do not build the image or apply kdra's manifests")
-    node.add_argument("--examples", action="store_true",
-                      help="also apply the GPU examples and the seed's cats")
-    node.set_defaults(func=_node)
     return parser
 
 

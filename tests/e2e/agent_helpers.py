@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kdra_devenv.controlplane import ControlPlane
 
 from kdra.kube.core.agent_leases import lease_pools
+from kdra_devenv.controlplane import ControlPlane
 from tests.e2e.conftest import get_json
 from tests.e2e.procs import KdraProcess
 

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from kdra.operator.core.webhook_configs import MUTATING_CONFIG, TLS_SECRET, VALIDATING_CONFIG
 from kdra_devenv.controlplane import (
     CONTROLLERS,
     WEBHOOK_CLIENT,
@@ -28,8 +30,6 @@ from kdra_devenv.controlplane import (
 )
 from kdra_devenv.process import sweep
 from kdra_devenv.realcluster import NAMESPACE as SYSTEM_NAMESPACE
-
-from kdra.operator.core.webhook_configs import MUTATING_CONFIG, TLS_SECRET, VALIDATING_CONFIG
 from tests.e2e.conversion import ConversionServer
 from tests.e2e.procs import KdraProcess, wait_for
 

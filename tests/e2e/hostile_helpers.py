@@ -35,7 +35,6 @@ from typing import Any
 
 import pytest
 import yaml
-from kdra_devenv.controlplane import WEBHOOK_CLIENT, ControlPlane, free_port
 
 from kdra.kube.core.podclaims import CLAIMS_ANNOTATION
 from kdra.operator.core.webhook_configs import (
@@ -46,6 +45,7 @@ from kdra.operator.core.webhook_configs import (
     mutating_configuration,
     validating_configuration,
 )
+from kdra_devenv.controlplane import WEBHOOK_CLIENT, ControlPlane, free_port
 from tests.e2e.conftest import ROOT, get_json
 from tests.e2e.conversion import ConversionServer
 from tests.e2e.procs import KdraProcess, wait_for

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 import yaml
-from kdra_devenv.controlplane import ControlPlane, free_port
 
 from kdra.kube.core.podclaims import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION
+from kdra_devenv.controlplane import ControlPlane, free_port
 from tests.e2e import agent_helpers
 from tests.e2e.agent_helpers import SYSTEM_NAMESPACE, AgentFactory
 from tests.e2e.conftest import ROOT, get_json

@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kdra.checks import NodeLocal, Violation, check, read_cluster, read_local
-from kdra_devenv.controlplane import ControlPlane
 
+from kdra.checks import NodeLocal, Violation, check, read_cluster, read_local
 from kdra.kube.core.podclaims import CLAIM_STATUSES_ANNOTATION
+from kdra_devenv.controlplane import ControlPlane
 from tests.e2e import agent_helpers
 from tests.e2e.agent_helpers import SYSTEM_NAMESPACE, Agent, AgentFactory
 from tests.e2e.procs import KdraProcess, wait_for

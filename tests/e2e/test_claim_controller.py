@@ -8,7 +8,6 @@ import time
 from typing import Any
 
 import yaml
-from kdra_devenv.controlplane import ControlPlane
 
 from kdra.kube.core.podclaims import (
     CLAIM_STATUSES_ANNOTATION,
@@ -17,6 +16,7 @@ from kdra.kube.core.podclaims import (
     POD_CLAIM_NAME_ANNOTATION,
     generate_name_prefix,
 )
+from kdra_devenv.controlplane import ControlPlane
 from tests.e2e.conftest import get_json
 from tests.e2e.procs import KdraProcess, wait_for
 

@@ -1,5 +1,5 @@
-"""`python -m kdra_devenv demo` (the README's first command) runs to its table, then waits; SIGTERM stops it
-and everything it started (as Ctrl-C does)."""
+"""`make demo` (the README's first command: `python -m kdra_devenv demo`) runs to its table,
+then waits; SIGTERM stops it and everything it started (as Ctrl-C does)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from kdra_devenv.process import spawn
 
 READY = "Ctrl-C stops everything."

@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 import yaml
-from kdra_devenv.controlplane import ControlPlane
 
 from kdra.kube.core.podclaims import (
     CLAIM_STATUSES_ANNOTATION,
@@ -29,6 +28,7 @@ from kdra.kube.core.podclaims import (
     DEVICES_ANNOTATION_PREFIX,
     GPU_UUIDS_ANNOTATION_PREFIX,
 )
+from kdra_devenv.controlplane import ControlPlane
 from tests.e2e import agent_helpers
 from tests.e2e.agent_helpers import CLAIMS, AgentFactory, unique
 from tests.e2e.conftest import ROOT, get_json, operator_with_webhooks

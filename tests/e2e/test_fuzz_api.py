@@ -20,10 +20,10 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kdra_devenv.controlplane import ControlPlane, free_port
 
 from kdra.kube.core.podclaims import CLAIMS_ANNOTATION
 from kdra.operator.core.webhook_configs import MUTATING_CONFIG, VALIDATING_CONFIG
+from kdra_devenv.controlplane import ControlPlane, free_port
 from tests.e2e import agent_helpers
 from tests.e2e.agent_helpers import SYSTEM_NAMESPACE, AgentFactory
 from tests.e2e.conftest import get_json

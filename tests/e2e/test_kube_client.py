@@ -16,11 +16,11 @@ import time
 import uuid
 
 import pytest
-from kdra_devenv.controlplane import ControlPlane
 
 from kdra.kube.client import WatchEvent, connect
 from kdra.kube.core.backoff import backoff_ceiling
 from kdra.kube.resources import NAMESPACES
+from kdra_devenv.controlplane import ControlPlane
 from tests.e2e.procs import wait_for
 
 RETRY = re.compile(r"watch of namespaces failed \(.*; (\d+) in a row\); retrying in ([\d.]+)s")

@@ -1,6 +1,6 @@
 """Nothing outlives its parent: the control plane and kdra's processes end with whoever started
-them, however it ends (SIGKILL included), and a background ``python -m kdra_devenv controlplane`` stops cleanly
-on SIGINT (even when the shell started it with SIGINT ignored), SIGTERM and SIGHUP.
+them, however it ends (SIGKILL included), and a background ``python -m kdra_devenv controlplane``
+stops cleanly on SIGINT (even when the shell started it with SIGINT ignored), SIGTERM and SIGHUP.
 
 Real binaries, real processes; PIDs are read from /proc.
 """
@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-from kdra_devenv.process import children, is_running
 
+from kdra_devenv.process import children, is_running
 from tests.e2e.conftest import ROOT
 
 # What the e2e fixtures do (tests/e2e/conftest.py, tests/e2e/procs.py): a control plane and a

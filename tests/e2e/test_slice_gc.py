@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kdra_devenv.controlplane import ControlPlane
 
+from kdra_devenv.controlplane import ControlPlane
 from tests.e2e import agent_helpers
 from tests.e2e.agent_helpers import (
     EXAMPLES,

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 import yaml
-from kdra_devenv.controlplane import ControlPlane, binaries
 
+from kdra_devenv.controlplane import ControlPlane, binaries
 from tests.e2e.conftest import CRDS, ROOT, get_json
 from tests.e2e.conversion import ConversionServer
 

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 import yaml
-from kdra_devenv.controlplane import ControlPlane
 
 from kdra.kube.core.podclaims import CLAIMS_ANNOTATION
 from kdra.operator.core.webhook_configs import (
@@ -24,6 +23,7 @@ from kdra.operator.core.webhook_configs import (
     TLS_SECRET,
     VALIDATING_CONFIG,
 )
+from kdra_devenv.controlplane import ControlPlane
 from tests.e2e.conftest import ROOT, get_json, operator_with_webhooks
 from tests.e2e.conversion import ConversionServer
 from tests.e2e.procs import KdraProcess, wait_for

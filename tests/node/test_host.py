@@ -5,8 +5,9 @@ CNI and the agent write to, and processes (tests.node.hoststate):
 - after the deployed cluster of tests/node/deployed stopped (this file runs after that
   package, whose fixture is torn down first);
 - after a start that failed half-way (kubelet started, never Ready);
-- after ``python -m kdra_devenv node up`` was SIGKILLed with a pod running: something is left then (the test
-  checks that it looks), and ``python -m kdra_devenv node down`` removes all of it.
+- after ``python -m kdra_devenv node up`` was SIGKILLed with a pod running: something is left
+  then (the test checks that it looks), and ``python -m kdra_devenv node down`` removes all of
+  it.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ import time
 from pathlib import Path
 
 import pytest
+
 from kdra_devenv.controlplane import binaries
 from kdra_devenv.node import TOLERATE_ANNOTATION, Node, NodeError, control_plane
 from kdra_devenv.process import spawn, terminate
-
 from tests.node.conftest import require_node
 from tests.node.hoststate import differences, snapshot
 
@@ -85,7 +86,7 @@ def test_node_down_cleans_up_after_a_killed_node(host_before: dict[str, str],
     left = differences(host_before, snapshot())
     assert {"ip addr", "ip link", "mounts", "cgroups"} <= set(left), sorted(left)
 
-    down = subprocess.run([sys.executable, "-m", "kdra_devenv", "node", "down"], capture_output=True,
-                          text=True, timeout=300)
+    down = subprocess.run([sys.executable, "-m", "kdra_devenv", "node", "down"],
+                          capture_output=True, text=True, timeout=300)
     assert down.returncode == 0, down.stdout + down.stderr
     _assert_as_found(host_before)

@@ -22,8 +22,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from kdra_devenv.containerd import SANDBOX_IMAGE, Containerd, missing_prerequisites
-from kdra_devenv.images import BUSYBOX, busybox_files, oci_archive, static_pause
 
 from kdra.agent.cdi import CdiDir
 from kdra.agent.checkpoint import CheckpointFile
@@ -32,6 +30,8 @@ from kdra.agent.core.nodeprep import our_results
 from kdra.agent.exposure import ExposurePolicy
 from kdra.agent.nri.plugin import NriPlugin
 from kdra.agent.prepare import Preparer
+from kdra_devenv.containerd import SANDBOX_IMAGE, Containerd, missing_prerequisites
+from kdra_devenv.images import BUSYBOX, busybox_files, oci_archive, static_pause
 
 pytestmark = pytest.mark.node
 

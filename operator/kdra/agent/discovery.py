@@ -1,7 +1,7 @@
 """Device discovery backends of the node agent: NVML for real GPUs, a fake inventory file.
 
-Both return a :class:`~kdra.agent.core.inventory_devices.Inventory` with the same device shape (names
-``gpu-<index>``, NVIDIA's attribute names, capacity ``memory``), so nothing downstream knows
+Both return a :class:`~kdra.agent.core.inventory_devices.Inventory` with the same device shape
+(names ``gpu-<index>``, NVIDIA's attribute names, capacity ``memory``), so nothing downstream knows
 which backend ran. A GPU in MIG mode is published as its existing MIG devices
 (:mod:`kdra.agent.nvml_mig`), shaped like the fake inventory's partitions.
 

@@ -30,9 +30,12 @@ Invariants:
 
 from __future__ import annotations
 
+import argparse
 import fcntl
 import json
 import logging
+import os
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,6 +211,33 @@ def observe_all(sources: Iterable[HealthSource], node: str,
     return worst(*seen)
 
 
+
+
+def mark_command(args: argparse.Namespace) -> int:
+    """``kdra agent health mark``: write a health mark for a running agent to pick up at its
+    next poll (``device``, ``health``, ``node``, ``driver``, ``reason``, ``state_dir``,
+    ``marks_file``). Exit code 0, 1 when the file cannot be updated, 2 on a bad health."""
+    try:
+        health = Health.parse(args.health)
+    except ValueError as exc:
+        print(f"kdra agent health mark: {exc}", file=sys.stderr)
+        return 2
+    state_dir = args.state_dir or os.environ.get("KDRA_STATE_DIR") or "/var/lib/kdra"
+    path = Path(args.marks_file or os.environ.get("KDRA_HEALTH_MARKS")
+                or Path(state_dir) / "health-marks.json")
+    node = args.node or os.environ.get("NODE_NAME") or ANY_NODE
+    mark = Mark(node, args.driver, args.device, health,
+                label_value(args.reason, default_reason(health)) if args.reason
+                else default_reason(health))
+    try:
+        marks = write_mark(path, mark)
+    except (MarksError, OSError) as exc:
+        print(f"kdra agent health mark: cannot update {path}: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps({"file": str(path), "marks": [m.to_json() for m in marks]}, indent=1))
+    return 0
+
+
 __all__ = [
     "ANY_NODE",
     "DeviceKey",
@@ -216,6 +246,7 @@ __all__ = [
     "Mark",
     "MarksError",
     "MarksFile",
+    "mark_command",
     "observe_all",
     "parse_marks",
     "worst",

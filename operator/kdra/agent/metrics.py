@@ -1,7 +1,9 @@
 """The node agent's metrics (``kdra agent``): prepares, devices and their health, slices, NRI.
 
-Served by `kdra agent` (one process per node, or one for many simulated nodes); the values
-cover every node the process serves.
+Served by `kdra agent` (one process per node, or one for many simulated nodes) with the
+watch metrics every process shares (:mod:`kdra.kube.metrics`, whose :func:`serve` and
+``REGISTRY`` are re-exported here); the values cover every node the process serves. The
+operator's metrics are not the agent's: it neither imports nor serves them.
 
 Invariants:
 - Label values come from the fixed sets declared here (an unknown NRI result counts as
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from kdra.kube.metrics import REGISTRY, serve
 from kdra.kube.metrics.watches import init_watch_series
 
 DEVICE_HEALTH = ("healthy", "unhealthy")
@@ -140,3 +143,19 @@ def set_agent_devices(healthy: int, unhealthy: int) -> None:
 
 def set_prepared_claims(count: int) -> None:
     agent_prepared_claims.set(count)
+
+
+__all__ = [
+    "REGISTRY",
+    "init_agent_series",
+    "observe_nri_adjustment",
+    "observe_prepare",
+    "record_agent_slice_deletion",
+    "record_health_transition",
+    "record_slice_publish",
+    "record_unprepare_error",
+    "serve",
+    "set_agent_devices",
+    "set_nri_connected",
+    "set_prepared_claims",
+]

@@ -13,8 +13,8 @@ instance's placement (``nvmlDeviceGetGpuInstanceId`` → ``nvmlDeviceGetGpuInsta
 ``nvmlGpuInstanceGetInfo().placement``: first memory slice and how many). The profile is the
 layout's profile with those compute and memory slices.
 
-Not run on MIG hardware: tested with a fake NVML module (tests/unit/services/
-test_discovery_nvml.py). NVML calls and field names follow nvidia-ml-py 12.x.
+Not run on MIG hardware: tested with a fake NVML module
+(tests/unit/agent/test_discovery_nvml.py). NVML calls and field names follow nvidia-ml-py 12.x.
 
 Invariants:
 - MIG mode off, or not supported (NVMLError from ``nvmlDeviceGetMigMode``): None — the GPU

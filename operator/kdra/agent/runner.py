@@ -3,12 +3,12 @@
 One :class:`AgentRunner` a process (started by :mod:`kdra.agent.process`); what it
 does for each node is a :class:`kdra.agent.node.NodeAgent`.
 
-Start-up, per node (kubelet's order, UPSTREAM.md §6): discover devices (a malformed inventory
-stops the agent with a message naming the line and field) → create the Node if asked
-(simulation) → load the checkpoint and delete orphaned CDI files → acquire the heartbeat
-Leases (before any slice appears, so the slice GC sees the agent alive first) → delete the
-node's stale slices of its drivers → publish. Then one claim watch for the
-whole process feeds a work queue keyed by (node, namespace, name); the inventory is polled
+Start-up, per node (kubelet's order: kubernetes/kubernetes ``pkg/kubelet/cm/dra/manager.go``):
+discover devices (a malformed inventory stops the agent with a message naming the line and
+field) → create the Node if asked (simulation) → load the checkpoint and delete orphaned CDI
+files → acquire the heartbeat Leases (before any slice appears, so the slice GC sees the agent
+alive first) → delete the node's stale slices of its drivers → publish. Then one claim watch for
+the whole process feeds a work queue keyed by (node, namespace, name); the inventory is polled
 (and re-read at once on SIGHUP); published slices are re-checked every resync period.
 SIGTERM/SIGINT stop the loops and release the Leases (the slices stay: the operator's slice
 GC removes them only if the agent does not come back within its grace period).

@@ -1,13 +1,14 @@
-"""``kdra check``: read the cluster (and optionally a node agent's directories) and report
-every broken invariant (:mod:`kdra.cli.core.invariants`).
+"""``kdra check`` (and ``kubectl kdra check``): read the cluster and report every broken
+invariant (:mod:`kdra.cli.core.invariants`).
 
 A one-shot command, so it uses the official ``kubernetes`` client synchronously (no event
-loop, no caches): LIST pods, ResourceClaims, ResourceSlices, Nodes and the agents' Leases,
-page by page, as plain dicts; then GET the ConfigMaps and Secrets that pods on kdra's nodes
-read their environment from (``envFrom``: a source that sets ``NVIDIA_VISIBLE_DEVICES`` is a
-``forged-env`` violation), at most :data:`MAX_ENV_SOURCES`. The node-local part reads CDI
-spec files (``kdra.dev-*.json``) and checkpoints (``checkpoint-<node>.json``) from the
-directories given.
+loop, no caches; :mod:`kdra.kube.readers`): LIST pods, ResourceClaims, ResourceSlices, Nodes
+and the agents' Leases, page by page, as plain dicts; then GET the ConfigMaps and Secrets that
+pods on kdra's nodes read their environment from (``envFrom``: a source that sets
+``NVIDIA_VISIBLE_DEVICES`` is a ``forged-env`` violation), at most :data:`MAX_ENV_SOURCES`. A
+node agent's directories (CDI spec files, checkpoints) are the agent's to read and check:
+``kdra check --cdi-dir/--state-dir`` brings their rules in as a :class:`LocalCheck`
+(:mod:`kdra.checks`).
 
 Violations name objects by what the cluster says (names, values), so every line printed
 goes through :func:`kdra.kube.core.printable.printable` (JSON escapes by its own rules).
@@ -24,79 +25,46 @@ import datetime as dt
 import json
 import sys
 from collections.abc import Iterable
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-from kdra import GROUP, VERSION
-from kdra.agent.core.cdi import CDI_FILE_PREFIX, NODE_ANNOTATION
-from kdra.checks import NodeLocal
 from kdra.cli.core.forged import Sources, env_sources
-from kdra.cli.core.invariants import Violation, check
+from kdra.cli.core.invariants import NodeRules, Violation, check
+from kdra.kube import readers
+from kdra.kube.core.agent_leases import AGENT_LEASE_LABEL
 from kdra.kube.core.printable import MAX_LINE, printable
-from kdra.kube.readers import UnreadableList, api_client, list_all
 
 JSON = dict[str, Any]
-CHECKPOINT_PREFIX = "checkpoint-"
 MAX_ENV_SOURCES = 500
 """ConfigMaps and Secrets read for the device variables they may give pods (one GET each)."""
+
+
+@dataclass(frozen=True)
+class LocalCheck:
+    """The node-local part of a check: the nodes whose disks it covers, and its rules."""
+
+    nodes: frozenset[str]
+    rules: NodeRules
 
 
 def read_cluster(api: Any, namespace: str = "kdra-system",
                  unreadable: list[str] | None = None) -> dict[str, list[JSON]]:
     """Pods, claims, slices, nodes and agent Leases, as :func:`check` takes them. Objects
     that cannot be decoded are left out and described in ``unreadable`` (kind first)."""
-    import kubernetes
-
-    from kdra.kube.core.agent_leases import AGENT_LEASE_LABEL
-
-    core = kubernetes.client.CoreV1Api(api)
-    custom = kubernetes.client.CustomObjectsApi(api)
-    coordination = kubernetes.client.CoordinationV1Api(api)
     bad: dict[str, list[str]] = {}
-
-    def read(kind: str, call: Any, *args: str, **kwargs: Any) -> list[JSON]:
-        return list_all(call, *args, unreadable=bad.setdefault(kind, []), **kwargs)
-
     state = {
-        "pods": read("Pod", core.list_pod_for_all_namespaces),
-        "claims": read("ResourceClaim", custom.list_cluster_custom_object, GROUP, VERSION,
-                       "resourceclaims"),
-        "slices": read("ResourceSlice", custom.list_cluster_custom_object, GROUP, VERSION,
-                       "resourceslices"),
-        "nodes": read("Node", core.list_node),
-        "leases": read("Lease", coordination.list_namespaced_lease, namespace,
-                       label_selector=f"{AGENT_LEASE_LABEL}=true"),
+        "pods": readers.list_pods(api, unreadable=bad.setdefault("Pod", [])),
+        "claims": readers.list_kdra(api, "resourceclaims",
+                                    unreadable=bad.setdefault("ResourceClaim", [])),
+        "slices": readers.list_kdra(api, "resourceslices",
+                                    unreadable=bad.setdefault("ResourceSlice", [])),
+        "nodes": readers.list_nodes(api, unreadable=bad.setdefault("Node", [])),
+        "leases": readers.list_leases(api, namespace, label_selector=f"{AGENT_LEASE_LABEL}=true",
+                                      unreadable=bad.setdefault("Lease", [])),
     }
     if unreadable is not None:
         unreadable.extend(f"{kind} {what}" for kind, items in bad.items() for what in items)
     return state
-
-
-def read_local(cdi_dirs: Iterable[Path], state_dirs: Iterable[Path],
-               nodes: Iterable[str] = ()) -> NodeLocal:
-    """CDI specs and checkpoints found in the directories. The nodes checked are ``nodes``
-    plus every node with a checkpoint file or a CDI spec there."""
-    specs: dict[str, JSON] = {}
-    for directory in cdi_dirs:
-        for path in sorted(Path(directory).glob(f"{CDI_FILE_PREFIX}*.json")):
-            try:
-                data = json.loads(path.read_bytes())
-            except (OSError, ValueError):
-                data = {"annotations": {}}
-            specs[path.name] = data if isinstance(data, dict) else {"annotations": {}}
-    checkpoints: dict[str, dict[str, JSON]] = {}
-    for directory in state_dirs:
-        for path in sorted(Path(directory).glob(f"{CHECKPOINT_PREFIX}*.json")):
-            node = path.name.removeprefix(CHECKPOINT_PREFIX).removesuffix(".json")
-            try:
-                data = json.loads(path.read_bytes())
-            except (OSError, ValueError):
-                data = {}
-            claims = data.get("claims") if isinstance(data, dict) else None
-            checkpoints[node] = dict(claims) if isinstance(claims, dict) else {}
-    named = {str((spec.get("annotations") or {}).get(NODE_ANNOTATION))
-             for spec in specs.values() if (spec.get("annotations") or {}).get(NODE_ANNOTATION)}
-    return NodeLocal(frozenset({*nodes, *checkpoints, *named}), specs, checkpoints)
 
 
 def read_env_sources(api: Any, pods: Iterable[JSON], slices: Iterable[JSON],
@@ -105,22 +73,17 @@ def read_env_sources(api: Any, pods: Iterable[JSON], slices: Iterable[JSON],
     to a node kdra's slices name (``envFrom``, ``valueFrom``: :func:`env_sources`), at most
     :data:`MAX_ENV_SOURCES` of them. One that does not exist is skipped (the container could
     not start with it); one that cannot be read is said in ``notes``."""
-    import kubernetes
-
     nodes = {str((s.get("spec") or {}).get("nodeName")) for s in slices}
     wanted: set[tuple[str, str, str]] = set()
     for pod in pods:
         if (pod.get("spec") or {}).get("nodeName") in nodes and \
                 (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
             wanted |= env_sources(pod)
-    core = kubernetes.client.CoreV1Api(api)
     sources: dict[tuple[str, str, str], dict[str, str]] = {}
     for namespace, kind, name in sorted(wanted)[:MAX_ENV_SOURCES]:
-        read: Any = core.read_namespaced_config_map if kind == "ConfigMap" \
-            else core.read_namespaced_secret
         try:
-            obj = json.loads(read(name, namespace, _preload_content=False).data)
-        except kubernetes.client.exceptions.ApiException as exc:
+            obj = readers.read_config(api, kind, namespace, name)
+        except readers.ApiException as exc:
             if exc.status != 404 and notes is not None:
                 notes.append(f"cannot read {kind} {namespace}/{name} ({exc.status} "
                              f"{exc.reason}): the environment it gives pods is not checked")
@@ -136,7 +99,7 @@ def read_env_sources(api: Any, pods: Iterable[JSON], slices: Iterable[JSON],
     return sources
 
 
-def violations(api: Any, *, local: NodeLocal | None = None, namespace: str = "kdra-system",
+def violations(api: Any, *, node_rules: NodeRules | None = None, namespace: str = "kdra-system",
                lease_grace: float | None = None, unreadable: list[str] | None = None,
                notes: list[str] | None = None) -> list[Violation]:
     """Read the cluster through ``api`` and check it (see :func:`read_cluster` for
@@ -144,36 +107,29 @@ def violations(api: Any, *, local: NodeLocal | None = None, namespace: str = "kd
     state = read_cluster(api, namespace, unreadable)
     now = dt.datetime.now(dt.UTC) if lease_grace is not None else None
     sources = read_env_sources(api, state["pods"], state["slices"], notes)
-    return check(**state, local=local, now=now, lease_grace=lease_grace or 0.0,
+    return check(**state, node_rules=node_rules, now=now, lease_grace=lease_grace or 0.0,
                  env_sources=sources)
 
 
-def run_check(*, kubeconfig: str | None, cdi_dirs: list[str], state_dirs: list[str],
-              nodes: list[str], namespace: str, lease_grace: float | None,
-              output: str, context: str | None = None) -> int:
-    import kubernetes
-    import urllib3
-
+def run_check(*, kubeconfig: str | None, namespace: str, lease_grace: float | None,
+              output: str, context: str | None = None, local: LocalCheck | None = None) -> int:
     try:
-        api = api_client(kubeconfig, context)
+        api = readers.api_client(kubeconfig, context)
     except Exception as exc:  # any kubeconfig / in-cluster configuration problem
         print(f"kdra check: no cluster configuration: {printable(exc, MAX_LINE)}",
               file=sys.stderr)
         return 2
-    local = None
-    if cdi_dirs or state_dirs:
-        local = read_local([Path(d) for d in cdi_dirs], [Path(d) for d in state_dirs], nodes)
     unreadable: list[str] = []
     notes: list[str] = []
     try:
-        found = violations(api, local=local, namespace=namespace, lease_grace=lease_grace,
-                           unreadable=unreadable, notes=notes)
-    except kubernetes.client.exceptions.ApiException as exc:
+        found = violations(api, node_rules=local.rules if local else None, namespace=namespace,
+                           lease_grace=lease_grace, unreadable=unreadable, notes=notes)
+    except readers.ApiException as exc:
         print(f"kdra check: the API server answered {exc.status} "
               f"{printable(exc.reason, MAX_LINE)}",
               file=sys.stderr)
         return 2
-    except (UnreadableList, OSError, ValueError, urllib3.exceptions.HTTPError) as exc:
+    except (readers.UnreadableList, OSError, ValueError, readers.TransportError) as exc:
         print(f"kdra check: cannot read the cluster: {printable(exc, MAX_LINE)}",
               file=sys.stderr)
         return 2

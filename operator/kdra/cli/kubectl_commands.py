@@ -1,8 +1,8 @@
 """The commands of ``kubectl kdra``: read the cluster as the user, build a view, print it.
 
 Each command reads what it needs with :class:`kdra.kube.reader.Reader` (the user's
-kubeconfig and RBAC), hands plain dicts to a pure view in ``kdra.domain`` and prints a table
-(default), JSON or YAML:
+kubeconfig and RBAC), hands plain dicts to a pure view (``kdra.cli.core``, ``kdra.dra.usage``)
+and prints a table (default), JSON or YAML:
 
 - ``free`` — :func:`kdra.dra.usage.utilisation.utilisation`: per class, node and pool;
 - ``describe`` — :func:`kdra.cli.core.describe.describe`: per device, and each claim;
@@ -262,7 +262,7 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "check":
         from kdra.cli.check import run_check
 
-        return run_check(kubeconfig=args.kubeconfig, cdi_dirs=[], state_dirs=[], nodes=[],
+        return run_check(kubeconfig=args.kubeconfig,
                          namespace=args.system_namespace, lease_grace=args.lease_grace,
                          output="json" if args.output == "json" else "text",
                          context=args.context)

@@ -23,10 +23,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kdra.agent.core.nodeprep import READY
-
-__all__ = ["DeviceKey", "explicit", "has_binding_conditions", "pending", "readiness",
+__all__ = ["READY", "DeviceKey", "explicit", "has_binding_conditions", "pending", "readiness",
            "unready_devices"]
+
+READY = "Ready"
+"""kdra's implicit binding condition: the condition kdra's node agent reports ``True`` on a
+device it prepared (``status.devices[].conditions``), ``False`` when preparing it failed."""
 
 DeviceKey = tuple[str, str, str]
 """(driver, pool, device)."""

@@ -1,4 +1,6 @@
-"""Pure scheduling rules of kdra's binder: node filters, scores, and what a pod is told.
+"""Pure scheduling rules of kdra's binder: node filters, scores, what a pod is told, and the
+budget of an allocation search — shared by the binder (:mod:`kdra.operator.scheduler`) and
+``kubectl kdra why`` (:mod:`kdra.cli.core.why`), which evaluates a pod as the binder would.
 
 Mirrors kube-scheduler's default filters for the parts kdra must honour itself (it binds pods
 directly): ``NodeUnschedulable``, ``TaintToleration`` (NoSchedule / NoExecute), ``NodeAffinity``
@@ -26,12 +28,6 @@ from kdra.dra.allocator import NodeInfo, Placement, selector_matches
 from kdra.dra.errors import InvalidObject
 from kdra.dra.models import NodeSelector, ResourceClaim
 from kdra.dra.quantity import InvalidQuantity, parse_quantity
-from kdra.kube.core.podclaims import (
-    DEVICES_ANNOTATION_PREFIX,
-    GPU_DRIVER,
-    GPU_UUIDS_ANNOTATION_PREFIX,
-    PodClaim,
-)
 
 JSON = Mapping[str, Any]
 POLICIES = ("binpack", "spread", "first-fit")
@@ -334,35 +330,20 @@ def explain(messages: Counter[str], total: int, available: int = 0) -> str:
     return head + ": " + ", ".join(f"{n} {message}" for message, n in groups)
 
 
-# --------------------------------------------------------------------------- pod annotations
+# --------------------------------------------------------------------------- search budget
 
 
-def container_devices(
-    pod: JSON,
-    pod_claims: Sequence[PodClaim],
-    results: Mapping[str, Sequence[tuple[str, str, str, str]]],
-    uuids: Mapping[tuple[str, str, str], str],
-) -> dict[str, str]:
-    """The per-container allocation annotations the injected env vars read.
+@dataclass(frozen=True)
+class SearchBudget:
+    steps: int = 1_000_000
+    """Search steps (devices tried) one pod's attempt may spend."""
+    timeout: float = 10.0
+    """Seconds one pod's attempt may search (wall clock, slices of other work included)."""
+    slice: int = 1_000
+    """Steps between two yields to the event loop (about 3 ms)."""
 
-    ``results[pod_claim_name]`` lists ``(request, driver, pool, device)`` of that claim's
-    allocation; ``uuids`` maps GPU devices to their ``uuid`` attribute. A pod claim applies
-    to the containers it lists (default: all regular containers) and, with ``request`` set,
-    only that request's devices. Returns annotation key → value.
-    """
-    spec = pod.get("spec", {})
-    regular = [c["name"] for c in spec.get("containers") or []]
-    every = regular + [c["name"] for c in spec.get("initContainers") or []]
-    devices: dict[str, list[str]] = {}
-    gpus: dict[str, list[str]] = {}
-    for claim in pod_claims:
-        targets = [c for c in (claim.containers or regular) if c in every]
-        for request, driver, pool, device in results.get(claim.name, ()):
-            for container in (c for c in targets if claim.shows(c, request)):
-                devices.setdefault(container, []).append(f"{driver}/{pool}/{device}")
-                uuid = uuids.get((driver, pool, device))
-                if driver == GPU_DRIVER and uuid:
-                    gpus.setdefault(container, []).append(uuid)
-    annotations = {DEVICES_ANNOTATION_PREFIX + c: ",".join(v) for c, v in devices.items()}
-    annotations.update({GPU_UUIDS_ANNOTATION_PREFIX + c: ",".join(v) for c, v in gpus.items()})
-    return annotations
+    def node_steps(self, nodes: int) -> int:
+        """Steps one node's search may spend when ``nodes`` are candidates: the pod's budget
+        shared by up to eight of them, so that one pathological node does not hide the
+        others (a single candidate gets all of it)."""
+        return max(1, self.steps // max(1, min(8, nodes)))

@@ -9,7 +9,9 @@ This module sends the requests, pages the lists and runs the watches; where each
 in and out (and the skip of undecodable objects) is :mod:`kdra.kube.codec`.
 
 Invariants:
-- This package is the only one that talks to the API server (import-linter enforces it).
+- This package is the only one that talks to the API server: import-linter keeps aiohttp,
+  kubernetes, kubernetes_asyncio and pykube out of every other (pyproject.toml, "Only kdra.kube
+  talks to the API server"; kopf, in the operator's handlers, aside).
 - A failed call raises :class:`ApiError` or one of its subclasses — :class:`NotFound`,
   :class:`Conflict` (409: a resourceVersion precondition failed, or the object exists),
   :class:`Invalid` (422: the server's validation rejected the object; ``message`` names the

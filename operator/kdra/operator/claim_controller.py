@@ -1,6 +1,7 @@
 """The claim controller: per-pod claims from templates, reservation clean-up, deallocation.
 
-kdra's counterpart of kube-controller-manager's resourceclaim controller (UPSTREAM.md §5).
+kdra's counterpart of kube-controller-manager's resourceclaim controller (kubernetes/kubernetes
+``pkg/controller/resourceclaim/controller.go``).
 
 Two level-based loops over a shared cache (:class:`~kdra.kube.store.Store`):
 - ``sync_pod(ns, name)`` makes sure every template entry of a pod's claims annotation has its

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
 from kdra_devenv.controlplane import repo_root
 from kdra_devenv.realcluster import RealCluster
-
 from tests.node.conftest import require_node
 
 

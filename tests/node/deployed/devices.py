@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
-from kdra_devenv.node import CDI_DIR
-from kdra_devenv.realcluster import RealCluster
 
 from kdra.agent.core.cdi import cdi_device_name, env_name
+from kdra_devenv.node import CDI_DIR
+from kdra_devenv.realcluster import RealCluster
 
 GPU = "gpu.kdra.dev"
 JSON = dict[str, Any]

@@ -14,9 +14,9 @@ import time
 from typing import Any
 
 import yaml
+
 from kdra_devenv.controlplane import repo_root
 from kdra_devenv.realcluster import RealCluster
-
 from tests.node.deployed.devices import (
     GPU,
     as_sets,

@@ -21,7 +21,6 @@ from typing import Any
 
 from kdra_devenv.node import NODE_NAME
 from kdra_devenv.realcluster import NAMESPACE, RealCluster
-
 from tests.node.deployed.devices import GPU, Device, container_devices, device_facts, logs
 
 UNHEALTHY = "gpu.kdra.dev/unhealthy"

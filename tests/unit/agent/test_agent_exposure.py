@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kdra.agent.settings import AgentSettings
 
 from kdra.agent.core.checkpoint import ClaimEntry, ClaimRef
 from kdra.agent.core.exposure import Adjustment, Refusal
@@ -18,6 +17,7 @@ from kdra.agent.discovery import FakeDiscovery
 from kdra.agent.exposure import make_nri_plugin
 from kdra.agent.nri.messages import Container, PodSandbox
 from kdra.agent.runner import AgentRunner
+from kdra.agent.settings import AgentSettings
 
 NODE = "node-1"
 GPU = "gpu.kdra.dev"

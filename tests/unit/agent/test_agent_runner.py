@@ -5,11 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kdra.agent.settings import AgentSettings
-
 from kdra.agent.core.inventory import parse_inventory
 from kdra.agent.discovery import FakeDiscovery
 from kdra.agent.runner import AgentRunner
+from kdra.agent.settings import AgentSettings
 
 NODE = "node-1"
 GPU = "gpu.kdra.dev"

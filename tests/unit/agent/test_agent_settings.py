@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from kdra.agent.settings import AgentSettings, agent_from_args
 
+from kdra.agent.settings import AgentSettings, agent_from_args
 from kdra.main import build_parser
 from kdra.operator.settings import from_args
 

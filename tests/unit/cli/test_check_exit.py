@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kdra.checks import run_check
-from kdra_devenv.controlplane import free_port
 
+from kdra.checks import run_check
 from kdra.kube.readers import list_all
+from kdra_devenv.controlplane import free_port
 
 DEEP = b"[" * 1100 + b"]" * 1100
 

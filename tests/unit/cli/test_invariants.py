@@ -8,9 +8,9 @@ import json
 from typing import Any
 
 import pytest
-from kdra.checks import NodeLocal, Violation, check
 
 from kdra.agent.core.cdi import CLAIM_UID_ANNOTATION, NODE_ANNOTATION, cdi_file_name
+from kdra.checks import NodeLocal, Violation, check
 from kdra.cli.core.forged import env_sources
 from kdra.kube.core.podclaims import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION, FINALIZER
 from tests.unit.partition_slices import node_slices

@@ -9,6 +9,7 @@ import socket
 from pathlib import Path
 
 import pytest
+
 from kdra_devenv import hostledger
 from kdra_devenv.hostledger import HostLedger, LedgerError, mounts_under
 from kdra_devenv.imagebuild import _matches, context_files

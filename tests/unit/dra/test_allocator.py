@@ -1,4 +1,5 @@
-"""The structured allocator on one node: one table, one case per rule (UPSTREAM.md §3).
+"""The structured allocator on one node: one table, one case per rule (upstream
+``k8s.io/dynamic-resource-allocation/structured``).
 
 Each case lists the cluster (slices, classes, allocated claims, in-flight devices), the pod's
 unallocated claims, and what ``allocate`` must do: the devices per claim (``"request:device"``,

@@ -6,7 +6,6 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from kdra.operator.core.pod_devices import container_devices
 
 from kdra.dra.allocator import Placement
 from kdra.dra.scheduling import (
@@ -23,6 +22,7 @@ from kdra.dra.scheduling import (
     tolerates,
 )
 from kdra.kube.core.podclaims import PodClaim
+from kdra.operator.core.pod_devices import container_devices
 
 
 def pod(**spec: Any) -> dict[str, Any]:

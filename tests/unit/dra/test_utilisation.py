@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kdra.dra.usage.claims import claims_of
-
 from kdra.dra.allocator import Snapshot
 from kdra.dra.models import parse_class, parse_slice
+from kdra.dra.usage.claims import claims_of
 from kdra.dra.usage.utilisation import namespace_usage, pool_totals, top, utilisation
 from tests.unit.builders import device
 from tests.unit.cli.test_describe import CATS, GPU, gpus, raw_claim, raw_slice

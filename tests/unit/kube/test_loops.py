@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 import uvloop
-from kdra.agent.settings import AgentSettings, agent_from_args
 
 from kdra.agent.process import run_agent
+from kdra.agent.settings import AgentSettings, agent_from_args
 from kdra.kube import loops
 from kdra.main import build_parser
 from kdra.operator.handlers import run_operator

@@ -1,5 +1,5 @@
-"""Admission decisions for kdra's own objects (kdra.operator.core.admission), table-driven, without a
-cluster: ResourceClaims, ResourceClaimTemplates and DeviceClasses, the review wire form and its
+"""Admission decisions for kdra's own objects (kdra.operator.core.admission), table-driven, without
+a cluster: ResourceClaims, ResourceClaimTemplates and DeviceClasses, the review wire form and its
 dispatch, the v1 specifics and hostile claim input. Pods: test_admission_pods.py."""
 
 from __future__ import annotations

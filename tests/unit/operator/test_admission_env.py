@@ -1,6 +1,7 @@
 """Issue 36, point 7: only kdra sets KDRA_DEVICES / NVIDIA_VISIBLE_DEVICES in the pods it
 serves — in every container (regular, init, ephemeral), with or without claims — and a pod may
-not name another pod's generated claim (kdra.operator.core.admission_env, kdra.operator.core.admission)."""
+not name another pod's generated claim (kdra.operator.core.admission_env,
+kdra.operator.core.admission)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The binder's preemption (kdra.operator.scheduler.preemption) without a cluster: a recording client
-stands in for the API server, the binder and its snapshot are real.
+"""The binder's preemption (kdra.operator.scheduler.preemption) without a cluster: a recording
+client stands in for the API server, the binder and its snapshot are real.
 
 One node with two GPUs, held by bound pods of priority 0 and 500. A pod of priority 1000
 that needs one GPU evicts exactly the priority-0 pod, is nominated to the node, and the freed

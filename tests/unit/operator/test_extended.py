@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 import yaml
-from kdra.operator.core.pod_devices import container_devices
 
 from kdra.agent.core.checkpoint import PreparedDevice
 from kdra.agent.core.exposure import Adjustment, PodInfo, PreparedClaim, decide
@@ -37,6 +36,7 @@ from kdra.operator.core.extended import (
     extended_claim,
     extended_names,
 )
+from kdra.operator.core.pod_devices import container_devices
 
 GPU = "gpu.kdra.dev/gpu"
 MAPPING = {GPU: "gpu.kdra.dev", "example.com/nic": "nic.example.com",

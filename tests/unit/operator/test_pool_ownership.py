@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kdra.checks import check
 
+from kdra.checks import check
 from kdra.kube.core.pool_ownership import foreign_pool, speaks_for_pool
 from kdra.kube.store import Store
 from kdra.operator.scheduler.cluster import ClusterView

@@ -367,7 +367,8 @@ def test_where_only_the_ca_bundle_may_change_only_it_is_kept_current(caplog: Any
 
 
 def test_the_operators_bindings_are_checked_against_the_pod(tmp_path: Path) -> None:
-    """validate-bindings: the server reads the pod a Binding is for (kdra.operator.core.bindings)."""
+    """validate-bindings: the server reads the pod a Binding is for
+    (kdra.operator.core.bindings)."""
     bundle = certs.generate(["127.0.0.1"], dt.datetime.now(dt.UTC))
     for name, data in (("tls.crt", bundle.cert_pem), ("tls.key", bundle.key_pem),
                        ("ca.crt", bundle.ca_pem)):

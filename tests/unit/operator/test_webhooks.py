@@ -1,4 +1,5 @@
-"""The webhook configurations (kdra.operator.core.webhook_configs) and their static copies in manifests/."""
+"""The webhook configurations (kdra.operator.core.webhook_configs) and their static copies in
+manifests/."""
 
 from __future__ import annotations
 

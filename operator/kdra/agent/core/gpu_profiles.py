@@ -26,7 +26,7 @@ from types import MappingProxyType
 from kdra.dra.semver import is_valid_version
 
 GPU_DRIVER = "gpu.kdra.dev"
-"""Driver name of kdra's GPUs (DESIGN.md names table)."""
+"""Driver name of kdra's GPUs (docs/user-guide.md)."""
 
 GPU_DEVICE_TYPE = "gpu"
 

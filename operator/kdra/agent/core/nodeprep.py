@@ -2,15 +2,17 @@
 them, and the ``status.devices[]`` entries the node agent reports.
 
 kubelet calls a DRA driver's NodePrepareResources for a claim reserved for a pod on its node;
-kdra's agent does the same job from the claim itself (UPSTREAM.md §6). This module decides:
+kdra's agent does the same job from the claim itself (kubelet's side: kubernetes/kubernetes
+``pkg/kubelet/cm/dra/manager.go``). This module decides:
 
 - :func:`our_results`: the allocation results a node agent serves (its drivers, pool = node);
   :func:`wants_prepared`: whether the claim should be prepared there now (allocated to the
   pool and ``reservedFor`` non-empty, not being deleted).
 - :func:`prepared_devices`: what the checkpoint records of the prepared results.
-- The CDI spec of a claim is :mod:`kdra.agent.core.cdi`'s (:func:`~kdra.agent.core.cdi.build_cdi_spec`),
-  the checkpoint :mod:`kdra.agent.core.checkpoint`'s (the agent's durable record of the claims it
-  prepared, with a checksum).
+- The CDI spec of a claim is :mod:`kdra.agent.core.cdi`'s
+  (:func:`~kdra.agent.core.cdi.build_cdi_spec`), the checkpoint
+  :mod:`kdra.agent.core.checkpoint`'s (the agent's durable record of the claims it prepared,
+  with a checksum).
 - :func:`device_statuses` / :func:`merge_device_statuses`: the ``status.devices[]`` entries
   (condition ``Ready``) and how they replace the agent's own entries while keeping every entry
   another driver or node wrote.
@@ -32,10 +34,10 @@ from kdra.agent.core.cdi import cdi_device_id
 from kdra.agent.core.checkpoint import Checkpoint, ClaimRef, PreparedDevice
 from kdra.agent.core.inventory_devices import InventoryDevice
 from kdra.agent.core.shares import share_data
+from kdra.dra.binding_conditions import READY
 from kdra.dra.timestamps import transition_time
 from kdra.kube.core.printable import MAX_LINE, printable
 
-READY = "Ready"
 HEALTHY = "Healthy"
 """The device's applied health (issue 25), beside Ready in ``status.devices[].conditions``."""
 

@@ -6,8 +6,8 @@
   taints included. Every device is published; an unhealthy one carries the agent's
   ``gpu.kdra.dev/unhealthy`` taint (set by the agent's health loop, kdra.agent.core.health), so
   claims that do not tolerate it never get it.
-- :func:`bounded_name` / :func:`slice_name`: names built from a node and a driver, always
-  valid and deterministic (also the agent's heartbeat Leases', :mod:`kdra.kube.core.agent_leases`).
+- :func:`slice_name`: a slice's name, built from its node and driver, always valid and
+  deterministic (:func:`kdra.kube.core.names.bounded_name`, as the agent's heartbeat Leases').
 
 Invariants:
 - Pure: planning reads no files and no clocks; the same devices give the same slices and
@@ -18,7 +18,6 @@ Invariants:
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,24 +25,7 @@ from typing import Any
 from kdra import API_VERSION
 from kdra.agent.core.inventory_devices import InventoryDevice
 from kdra.agent.core.pool_layout import layout
-
-MAX_SLICE_NAME = 253
-
-
-def dashed(driver: str) -> str:
-    """``gpu.kdra.dev`` → ``gpu-kdra-dev`` (for names built from a driver)."""
-    return driver.replace(".", "-")
-
-
-def bounded_name(base: str, suffix: str = "", limit: int = MAX_SLICE_NAME) -> str:
-    """``base + suffix`` when it fits ``limit``, else ``base`` cut short plus a hash of the
-    whole, so distinct long inputs keep distinct, valid names."""
-    name = base + suffix
-    if len(name) <= limit:
-        return name
-    digest = hashlib.sha256(name.encode()).hexdigest()[:10]
-    room = limit - len(suffix) - len(digest) - 1
-    return f"{base[:room].rstrip('-.')}-{digest}{suffix}"
+from kdra.kube.core.names import bounded_name, dashed
 
 
 def slice_name(node: str, driver: str, index: int) -> str:

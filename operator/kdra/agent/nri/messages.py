@@ -8,6 +8,8 @@ those documented APIs (field numbers and types), and builds their descriptors at
 The wire format carries field numbers only, so the runtime's full messages decode into these
 partial ones; fields kdra does not declare are kept as unknown fields and otherwise ignored.
 
+Only the plugin's side is here: what kdra encodes and the runtime's messages it decodes (the
+runtime's side, which only tests play, is ``tests/unit/agent/nri_runtime_messages.py``).
 Everything else in kdra sees plain frozen dataclasses: this module is the only one that
 touches protobuf objects (they are dynamically typed), so the rest stays checked by mypy.
 
@@ -40,23 +42,16 @@ __all__ = [
     "Response",
     "Synchronize",
     "decode_configure",
-    "decode_configure_response",
     "decode_create_container",
-    "decode_create_container_response",
-    "decode_register_plugin",
     "decode_request",
     "decode_response",
     "decode_synchronize",
-    "decode_synchronize_response",
-    "encode_configure",
     "encode_configure_response",
-    "encode_create_container",
     "encode_create_container_response",
     "encode_empty",
     "encode_register_plugin",
     "encode_request",
     "encode_response",
-    "encode_synchronize",
     "encode_synchronize_response",
 ]
 
@@ -294,20 +289,6 @@ def _container(message: Any) -> Container:
                      tuple(message.env))
 
 
-def _fill_pod(target: Any, pod: PodSandbox) -> None:
-    target.id, target.name, target.uid, target.namespace = (pod.id, pod.name, pod.uid,
-                                                            pod.namespace)
-    target.labels.update(pod.labels)
-    target.annotations.update(pod.annotations)
-
-
-def _fill_container(target: Any, container: Container) -> None:
-    target.id, target.pod_sandbox_id, target.name = (container.id, container.pod_sandbox_id,
-                                                     container.name)
-    target.state = container.state
-    target.env.extend(container.env)
-
-
 def encode_empty() -> bytes:
     return _encode(_Empty())
 
@@ -315,20 +296,6 @@ def encode_empty() -> bytes:
 def encode_register_plugin(name: str, index: str, nri_version: str = "") -> bytes:
     return _encode(_RegisterPluginRequest(plugin_name=name, plugin_idx=index,
                                           NRI_version=nri_version))
-
-
-def decode_register_plugin(data: bytes) -> tuple[str, str]:
-    """(plugin name, index): what the runtime's side reads (tests play the runtime)."""
-    message = _parse(_RegisterPluginRequest, data, "RegisterPluginRequest")
-    return message.plugin_name, message.plugin_idx
-
-
-def encode_configure(request: Configure) -> bytes:
-    return _encode(_ConfigureRequest(
-        config=request.config, runtime_name=request.runtime_name,
-        runtime_version=request.runtime_version,
-        registration_timeout=request.registration_timeout_ms,
-        request_timeout=request.request_timeout_ms))
 
 
 def decode_configure(data: bytes) -> Configure:
@@ -341,20 +308,6 @@ def encode_configure_response(events: int) -> bytes:
     return _encode(_ConfigureResponse(events=events))
 
 
-def decode_configure_response(data: bytes) -> int:
-    """The subscribed event mask."""
-    return int(_parse(_ConfigureResponse, data, "ConfigureResponse").events)
-
-
-def encode_synchronize(request: Synchronize) -> bytes:
-    message = _SynchronizeRequest(more=request.more)
-    for pod in request.pods:
-        _fill_pod(message.pods.add(), pod)
-    for container in request.containers:
-        _fill_container(message.containers.add(), container)
-    return _encode(message)
-
-
 def decode_synchronize(data: bytes) -> Synchronize:
     m = _parse(_SynchronizeRequest, data, "SynchronizeRequest")
     return Synchronize(tuple(_pod(p) for p in m.pods),
@@ -363,17 +316,6 @@ def decode_synchronize(data: bytes) -> Synchronize:
 
 def encode_synchronize_response(more: bool) -> bytes:
     return _encode(_SynchronizeResponse(more=more))
-
-
-def decode_synchronize_response(data: bytes) -> bool:
-    return bool(_parse(_SynchronizeResponse, data, "SynchronizeResponse").more)
-
-
-def encode_create_container(request: CreateContainer) -> bytes:
-    message = _CreateContainerRequest()
-    _fill_pod(message.pod, request.pod)
-    _fill_container(message.container, request.container)
-    return _encode(message)
 
 
 def decode_create_container(data: bytes) -> CreateContainer:
@@ -391,11 +333,3 @@ def encode_create_container_response(env: Iterable[tuple[str, str]] = (),
     for name in cdi_devices:
         message.adjust.CDI_devices.add(name=name)
     return _encode(message)
-
-
-def decode_create_container_response(data: bytes) -> tuple[tuple[tuple[str, str], ...],
-                                                           tuple[str, ...]]:
-    """(env, CDI devices) of an adjustment: what the runtime's side reads."""
-    m = _parse(_CreateContainerResponse, data, "CreateContainerResponse")
-    return (tuple((kv.key, kv.value) for kv in m.adjust.env),
-            tuple(d.name for d in m.adjust.CDI_devices))

@@ -1,10 +1,12 @@
-"""Invariants of a settled kdra cluster, checked from what the API server (and a node's disk)
-holds — ``kdra check`` and the fault-injection tests run them after every scenario.
+"""Invariants of a settled kdra cluster, checked from what the API server holds — ``kdra
+check`` and the fault-injection tests run them after every scenario (with the node agents'
+disks: :mod:`kdra.checks`).
 
 :func:`check` is a pure function over lists of API objects as dicts (pods, claims, slices,
-nodes, leases) and, optionally, the node-local state of node agents (:class:`NodeLocal`: CDI
-spec files and checkpoints). It returns one :class:`Violation` per broken rule, each a short
-sentence naming the objects. The rules (``Violation.rule``):
+nodes, leases) and, optionally, the rules of the node-local state a caller brings
+(``node_rules``: :mod:`kdra.agent.core.node_check` over node agents' CDI spec files and
+checkpoints, which the CLI cannot import). It returns one :class:`Violation` per broken rule,
+each a short sentence naming the objects. The rules (``Violation.rule``):
 
 ``double-allocation``
     No device (driver/pool/device) appears in two allocation results — of two claims, or
@@ -43,9 +45,7 @@ sentence naming the objects. The rules (``Violation.rule``):
     own pods, device annotations and device env name only devices the pod's claims hold
     (:mod:`kdra.cli.core.forged`).
 ``not-prepared`` / ``stale-checkpoint`` / ``unfinished-prepare`` / ``orphan-cdi``
-    (only for nodes in :class:`NodeLocal`) Every claim allocated to the node's pool and
-    reserved has a checkpoint entry ``prepared`` and its CDI spec file(s); no checkpoint entry
-    or CDI file exists for any other claim; no entry is left ``preparing``.
+    (only with ``node_rules``) the node-local rules: :mod:`kdra.agent.core.node_check`.
 
 Invariants of this module: it never raises on malformed objects (a malformed piece is skipped
 or reported), it never talks to the API server, and the order of the result is stable
@@ -59,14 +59,12 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
-from kdra.agent.core.cdi import CLAIM_UID_ANNOTATION, NODE_ANNOTATION, cdi_file_name
-from kdra.agent.core.nodeprep import our_results, wants_prepared
 from kdra.cli.core.forged import RULES as FORGED_RULES
 from kdra.cli.core.forged import Sources, forged_outputs
 from kdra.cli.core.invariants_shared import RULES as SHARED_RULES
@@ -76,6 +74,9 @@ from kdra.dra.binding_conditions import unready_devices
 from kdra.dra.errors import InvalidObject
 from kdra.dra.models import NodeSelector
 from kdra.dra.timestamps import parse_time
+from kdra.kube.core.objects import allocation_results as _results
+from kdra.kube.core.objects import metadata as _meta
+from kdra.kube.core.objects import object_name as _name
 from kdra.kube.core.podclaims import (
     CLAIMS_ANNOTATION,
     SCHEDULER_NAME,
@@ -99,11 +100,11 @@ RULES = (
     "foreign-pool",
     "unallocated-device-status",
     "stale-slice",
-    "not-prepared",
-    "stale-checkpoint",
-    "unfinished-prepare",
-    "orphan-cdi",
 )
+"""The cluster's rules; :data:`kdra.checks.RULES` adds the node-local ones."""
+
+NodeRules = Callable[[Sequence[JSON]], Iterable[tuple[str, str]]]
+"""The node-local rules a caller brings: the claims -> (rule, message) of each violation."""
 
 
 @dataclass(frozen=True, order=True)
@@ -117,22 +118,6 @@ class Violation:
         return f"{self.rule}: {self.message}"
 
 
-@dataclass(frozen=True)
-class NodeLocal:
-    """What node agents keep on disk, for the nodes in ``nodes``.
-
-    ``cdi_specs``: CDI spec file name → parsed spec (kdra's specs carry ``kdra.dev/node`` and
-    ``kdra.dev/claim-uid`` annotations; files of nodes outside ``nodes`` are ignored).
-    ``checkpoints``: node → the checkpoint's ``claims`` mapping (claim UID → entry with
-    ``namespace``, ``name``, ``state``, ``devices``, ``cdiFiles``); a node without a checkpoint
-    file has prepared nothing.
-    """
-
-    nodes: frozenset[str]
-    cdi_specs: Mapping[str, JSON] = field(default_factory=dict)
-    checkpoints: Mapping[str, Mapping[str, JSON]] = field(default_factory=dict)
-
-
 def check(
     *,
     pods: Iterable[JSON] = (),
@@ -140,7 +125,7 @@ def check(
     slices: Iterable[JSON] = (),
     nodes: Iterable[JSON] = (),
     leases: Iterable[JSON] = (),
-    local: NodeLocal | None = None,
+    node_rules: NodeRules | None = None,
     now: dt.datetime | None = None,
     lease_grace: float = 40.0,
     env_sources: Sources | None = None,
@@ -164,23 +149,12 @@ def check(
               for rule, message in forged_outputs(pods, claims, slices, env_sources)]
     if now is not None:
         found += _stale_slices(slices, list(leases), now, lease_grace)
-    if local is not None:
-        found += _node_local(claims, local)
+    if node_rules is not None:
+        found += [Violation(rule, message) for rule, message in node_rules(claims)]
     return sorted(set(found))
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _meta(obj: JSON) -> JSON:
-    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-    return meta if isinstance(meta, Mapping) else {}
-
-
-def _name(obj: JSON) -> str:
-    meta = _meta(obj)
-    namespace = meta.get("namespace")
-    return f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
 
 
 def _spec(obj: JSON) -> JSON:
@@ -196,13 +170,6 @@ def _status(obj: JSON) -> JSON:
 def _allocation(claim: JSON) -> JSON | None:
     allocation = _status(claim).get("allocation")
     return allocation if isinstance(allocation, Mapping) else None
-
-
-def _results(claim: JSON) -> list[JSON]:
-    allocation = _allocation(claim) or {}
-    devices = allocation.get("devices")
-    results = devices.get("results") if isinstance(devices, Mapping) else None
-    return [r for r in results or () if isinstance(r, Mapping)]
 
 
 def _device(result: JSON) -> DeviceKey:
@@ -381,64 +348,4 @@ def _stale_slices(slices: Sequence[JSON], leases: Sequence[JSON], now: dt.dateti
         if overdue is not None and overdue > grace:
             found.append(Violation("stale-slice", f"slice {_name(slice_)} outlived the agent "
                                    f"Lease of node {key[0]} (driver {key[1]}) by {overdue:.0f}s"))
-    return found
-
-
-def _node_local(claims: Sequence[JSON], local: NodeLocal) -> list[Violation]:
-    found = []
-    by_uid = {_meta(c).get("uid"): c for c in claims}
-    wanted: dict[tuple[str, str], JSON] = {}  # (node, claim uid) → claim
-    for claim in claims:
-        pools = {(str(r.get("driver")), str(r.get("pool"))) for r in _results(claim)}
-        for driver, node in pools:
-            if node in local.nodes and wants_prepared(claim, node, [driver]):
-                wanted[(node, str(_meta(claim).get("uid")))] = claim
-    for (node, uid), claim in sorted(wanted.items(), key=lambda kv: kv[0]):
-        drivers = {str(r.get("driver")) for r in _results(claim) if r.get("pool") == node}
-        entry = (local.checkpoints.get(node) or {}).get(uid)
-        who = f"claim {_name(claim)} on node {node}"
-        if not isinstance(entry, Mapping) or entry.get("state") != "prepared":
-            state = "no checkpoint entry" if entry is None else f"entry {entry.get('state')!r}"
-            found.append(Violation("not-prepared", f"{who} is allocated and reserved but its "
-                                   f"checkpoint has {state}"))
-        expected = {cdi_file_name(driver, uid) for driver in drivers}
-        results = {r.key for r in our_results(claim, node, drivers)}
-        if isinstance(entry, Mapping):
-            recorded = {(str(d.get("driver")), str(d.get("pool")), str(d.get("device")))
-                        for d in entry.get("devices") or () if isinstance(d, Mapping)}
-            if entry.get("state") == "prepared" and recorded != results:
-                found.append(Violation("not-prepared", f"{who}: the checkpoint records "
-                                       f"devices {sorted('/'.join(d) for d in recorded)}, the "
-                                       f"allocation {sorted('/'.join(d) for d in results)}"))
-        for file in sorted(expected):
-            cdi_spec = local.cdi_specs.get(file)
-            annotations = (cdi_spec or {}).get("annotations") or {}
-            if cdi_spec is None or annotations.get(NODE_ANNOTATION) != node:
-                found.append(Violation("not-prepared", f"{who} has no CDI spec file {file}"))
-    for node in sorted(local.nodes):
-        for uid, entry in sorted((local.checkpoints.get(node) or {}).items()):
-            if not isinstance(entry, Mapping):
-                continue
-            ref = f"{entry.get('namespace')}/{entry.get('name')} (uid {uid})"
-            if (node, uid) not in wanted:
-                why = ("is gone" if by_uid.get(uid) is None
-                       else "is not allocated to the node and reserved")
-                found.append(Violation("stale-checkpoint", f"node {node}'s checkpoint holds "
-                                       f"claim {ref}, which {why}"))
-            elif entry.get("state") != "prepared":
-                found.append(Violation("unfinished-prepare", f"node {node}'s checkpoint holds "
-                                       f"claim {ref} in state {entry.get('state')!r}"))
-    for file, cdi_spec in sorted(local.cdi_specs.items()):
-        annotations = cdi_spec.get("annotations") if isinstance(cdi_spec, Mapping) else None
-        if not isinstance(annotations, Mapping):
-            continue
-        owner = str(annotations.get(NODE_ANNOTATION))
-        uid = str(annotations.get(CLAIM_UID_ANNOTATION))
-        if owner not in local.nodes:
-            continue
-        held = (local.checkpoints.get(owner) or {}).get(uid)
-        files = (held.get("cdiFiles") or ()) if isinstance(held, Mapping) else ()
-        if (owner, uid) not in wanted or file not in files:
-            found.append(Violation("orphan-cdi", f"CDI spec file {file} of node {owner} "
-                                   f"belongs to claim uid {uid}, which is not prepared there"))
     return found

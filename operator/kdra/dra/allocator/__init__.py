@@ -1,4 +1,5 @@
-"""The structured device allocator (upstream DRA "structured parameters", UPSTREAM.md §3).
+"""The structured device allocator (upstream DRA "structured parameters": kubernetes/kubernetes
+``staging/src/k8s.io/dynamic-resource-allocation/structured``).
 
 A pure library over an in-memory :class:`Snapshot` of slices, classes and devices in use:
 

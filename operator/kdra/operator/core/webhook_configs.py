@@ -1,8 +1,8 @@
 """The admission webhook configurations kdra installs, as plain objects: names, paths, rules.
 
-The operator writes these (``kdra.operator.webhooks.server``) when it manages the configurations, with
-the CA bundle of the certificate it serves; ``manifests/webhooks/`` holds the same objects for a
-hand-made install (a unit test keeps the two identical, CA bundle aside).
+The operator writes these (``kdra.operator.webhooks.server``) when it manages the configurations,
+with the CA bundle of the certificate it serves; ``manifests/webhooks/`` holds the same objects for
+a hand-made install (a unit test keeps the two identical, CA bundle aside).
 
 Failure policy — the trade-off, written down once:
 

@@ -1,4 +1,14 @@
-"""kopf handlers (thin) and the function that runs the operator with them."""
+"""kopf in the operator — the only package of kdra that imports it (import-linter):
+
+::
+
+    __init__.py  run_operator: kopf.run with the handlers registered, the metrics served
+    routes.py    the handlers: start-up and clean-up of the operator's services, and the one
+                 table of every entry point of the claim lifecycle (the kinds watched, the
+                 services each event feeds), delivered by kdra's informers or kopf's watches
+
+Invariant: handlers stay thin: unpack, call a service, return.
+"""
 
 from __future__ import annotations
 

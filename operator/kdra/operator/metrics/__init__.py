@@ -1,13 +1,14 @@
-"""Every Prometheus metric kdra exports: one module per component, recorded through helpers.
+"""The operator's Prometheus metrics: one module per component, recorded through helpers.
 
 ::
 
-    operator.py     the claim controller, the slice GC, device taints, device quotas
+    controllers.py  the claim controller, the slice GC, device taints, device quotas
     binder.py       scheduling attempts, allocator time, unschedulable reasons, preemption
-    agent.py        the node agent: prepares, devices and their health, slices, NRI
-    watches.py      undecodable objects skipped by the watches and lists (operator and agent)
     utilisation.py  the utilisation gauges, computed at scrape time by a collector
-    serving.py      the default registry (with the C allocator's gauges) and its HTTP server
+
+The watch metrics and the serving of ``/metrics`` are every process's
+(:mod:`kdra.kube.metrics`; :func:`serve` and ``REGISTRY`` are re-exported here); the node
+agent has its own (:mod:`kdra.agent.metrics`), which the operator neither imports nor serves.
 
 This package's names (``metrics.record_release``, ``metrics.Limits``...) are the helpers code
 records through; the metric objects stay in their modules.
@@ -17,36 +18,18 @@ Invariants:
   except the utilisation gauges' ``class``/``node``/``pool``/``namespace``, which name cluster
   objects and are bounded by :class:`Limits` (documented there and in docs/user-guide.md).
 - Every labelled series a dashboard relies on exists from start-up with a zero value
-  (:func:`init_series`, :func:`init_agent_series`), so rates and alerts work before the first
-  event. The utilisation gauges exist once there are devices: every (class, node, pool) then
-  has all three states.
+  (:func:`init_series`), so rates and alerts work before the first event. The utilisation
+  gauges exist once there are devices: every (class, node, pool) then has all three states.
 - Code records through the helper functions, never by touching metric objects ad hoc.
 - Nothing per watch event for utilisation: :class:`UtilisationCollector` computes it at
   scrape time (kdra.operator.utilisation).
-- Importing this package registers every metric in the default registry, once.
-- The modules import each other one way: operator → binder, watches; agent → watches.
+- Importing this package registers the operator's metrics in the default registry, once.
+- The modules import each other one way: controllers → binder, kube's watches.
 """
 
 from __future__ import annotations
 
-from prometheus_client import REGISTRY
-
-from kdra.agent.metrics import (
-    init_agent_series,
-    observe_nri_adjustment,
-    observe_prepare,
-    record_agent_slice_deletion,
-    record_health_transition,
-    record_slice_publish,
-    record_unprepare_error,
-    set_agent_devices,
-    set_nri_connected,
-    set_prepared_claims,
-)
-from kdra.kube.metrics.serving import serve
-from kdra.kube.metrics.watches import (
-    record_watch_decode_error,
-)
+from kdra.kube.metrics import REGISTRY, serve
 from kdra.operator.metrics.binder import (
     observe_allocator,
     observe_claim_allocated,
@@ -87,17 +70,12 @@ __all__ = [
     "Utilisation",
     "UtilisationCollector",
     "forget_quota",
-    "init_agent_series",
     "init_series",
     "observe_allocator",
     "observe_claim_allocated",
-    "observe_nri_adjustment",
     "observe_preemption_decision",
-    "observe_prepare",
     "observe_scheduled",
-    "record_agent_slice_deletion",
     "record_claim_create",
-    "record_health_transition",
     "record_preemption",
     "record_preemption_victim",
     "record_quota_denial",
@@ -105,19 +83,13 @@ __all__ = [
     "record_schedule_attempt",
     "record_search_exhausted",
     "record_slice_gc_deletion",
-    "record_slice_publish",
     "record_taint_eviction",
-    "record_unprepare_error",
     "record_unschedulable",
-    "record_watch_decode_error",
     "register_utilisation",
     "serve",
-    "set_agent_devices",
     "set_claim_counts",
     "set_device_taints",
     "set_nominated_pods",
-    "set_nri_connected",
     "set_pending_pods",
-    "set_prepared_claims",
     "set_quota",
 ]

@@ -359,7 +359,7 @@ class Binder:
                               node_steps=self.settings.search.node_steps(len(candidates)),
                               scoring=attempt.policy != "first-fit")
             outcome = placing.advance(self.settings.search.slice)
-            if outcome is None:  # a long search: on beside the loop (kdra.operator.scheduler.searches)
+            if outcome is None:  # a long search: on beside the loop (scheduler.searches)
                 self.searches.start(key, placing, functools.partial(
                     self._searched, key, pod, attempt, placing, window.rotates, started))
                 return "searching"
@@ -373,8 +373,8 @@ class Binder:
     async def _searched(self, key: Key, pod: JSON, attempt: Context, placing: Placing,
                         rotates: bool, started: float, outcome: ClusterOutcome, limit: Limit,
                         _: float) -> None:
-        """A long search ended (kdra.operator.scheduler.searches): decide as ``_schedule`` would have,
-        taking a placement only if it still fits the snapshot as it is now."""
+        """A long search ended (kdra.operator.scheduler.searches): decide as ``_schedule``
+        would have, taking a placement only if it still fits the snapshot as it is now."""
         seconds = time.perf_counter() - started
         metrics.observe_allocator(seconds)
         current = self.pending.get(key)
@@ -414,7 +414,7 @@ class Binder:
             # Devices or slices changed during the long search: start over from fresh state.
             self.queue.add(key, self.pending.get(key, pod))
             return "conflict"
-        if choice is not None and attempt.unallocated:  # DeviceQuotas (kdra.operator.scheduler.quota)
+        if choice is not None and attempt.unallocated:  # DeviceQuotas (scheduler.quota)
             choice, denial = self.quotas.admit(key[0], attempt.unallocated, choice, placements,
                                                lambda rest: best(rest, attempt.policy, [
                                                    n.name for n in attempt.candidates]),

@@ -1,8 +1,8 @@
 """Device quotas in the operator: the binder's quota book and the DeviceQuota status writer.
 
 :class:`QuotaBook` belongs to the binder (one scheduling loop, no locks): it keeps the
-namespaces' DeviceQuotas (from their informer) and a :class:`~kdra.operator.core.quota.Ledger` of what
-each claim holds, fed by the binder at the same points as its allocator snapshot — every claim
+namespaces' DeviceQuotas (from their informer) and a :class:`~kdra.operator.core.quota.Ledger` of
+what each claim holds, fed by the binder at the same points as its allocator snapshot — every claim
 version it sees, every allocation it assumes before writing it and forgets afterwards — so the
 check at allocation time counts in-flight allocations and counts a shared claim once.
 :meth:`QuotaBook.admit` takes the placement the binder's policy chose; if it does not fit a

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from kdra.dra.allocator import ClusterOutcome, Placing
+from kdra.dra.scheduling import SearchBudget
 from kdra.kube.store import Key
 
 log = logging.getLogger(__name__)
@@ -43,22 +44,6 @@ Limit = Literal["", "steps", "deadline"]
 
 Done = Callable[[ClusterOutcome, Limit, float], Awaitable[None]]
 """Called with the outcome, what ended the search early, and the seconds it ran."""
-
-
-@dataclass(frozen=True)
-class SearchBudget:
-    steps: int = 1_000_000
-    """Search steps (devices tried) one pod's attempt may spend."""
-    timeout: float = 10.0
-    """Seconds one pod's attempt may search (wall clock, slices of other work included)."""
-    slice: int = 1_000
-    """Steps between two yields to the event loop (about 3 ms)."""
-
-    def node_steps(self, nodes: int) -> int:
-        """Steps one node's search may spend when ``nodes`` are candidates: the pod's budget
-        shared by up to eight of them, so that one pathological node does not hide the
-        others (a single candidate gets all of it)."""
-        return max(1, self.steps // max(1, min(8, nodes)))
 
 
 @dataclass

@@ -13,7 +13,8 @@ Invariants:
 - A renewed CA does not invalidate the one it replaces: ``ca.crt`` is a *trust bundle*, the
   current CA first, followed by earlier CAs until they expire, so API servers that still hold
   the previous bundle, and replicas still serving the previous certificate, keep working.
-- Keys are EC P-256; certificates are built by :mod:`kdra.operator.webhooks.pki` (shared with kdra_devenv).
+- Keys are EC P-256; certificates are built by :mod:`kdra.operator.webhooks.pki` (shared with
+  kdra_devenv).
 """
 
 from __future__ import annotations

@@ -22,11 +22,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from aiohttp import web
-
 from kdra.kube.client import KubeClient
 from kdra.kube.errors import ApiError, NotFound
 from kdra.kube.resources import CRDS
+from kdra.kube.webhook_server import Reply
 from kdra.operator.core import conversion_review
 from kdra.operator.core.webhook_configs import CRD_NAMES, Endpoint, contains, conversion_patch
 
@@ -35,7 +34,7 @@ __all__ = ["answer", "point_crds"]
 log = logging.getLogger(__name__)
 
 
-async def answer(raw: bytes | bytearray) -> web.Response:
+async def answer(raw: bytes | bytearray) -> Reply:
     """``POST /convert``: answer a ConversionReview, given the request's body as read by the
     webhook server (:mod:`kdra.kube.webhook_intake`: size, time and value count
     checked), decoded and converted in a worker thread
@@ -44,7 +43,7 @@ async def answer(raw: bytes | bytearray) -> web.Response:
     result = await loop.run_in_executor(None, conversion_review.answer, bytes(raw))
     if result.failure is not None:
         log.warning("conversion failed: %s", result.failure)
-    return web.Response(body=result.body, status=result.status, content_type="application/json")
+    return Reply(data=result.body, status=result.status)
 
 
 async def point_crds(client: KubeClient, endpoint: Endpoint, ca_pem: bytes,

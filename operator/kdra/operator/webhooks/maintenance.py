@@ -1,16 +1,17 @@
 """The webhook server's upkeep: its TLS certificate and the webhook configurations.
 
-:class:`kdra.operator.webhooks.server.WebhookServer` runs these at start-up and every check interval:
+:class:`~kdra.operator.webhooks.server.WebhookServer` runs these at start-up and every check
+interval:
 
 * :func:`fetch_bundle` — the serving certificate: read from ``webhook_cert_dir`` (a supplied
   one; a warning when it does not cover the name the API server calls), or the generated one
   kept in the Secret ``kdra-webhook-tls``, created when missing and rotated when due
   (:mod:`kdra.operator.webhooks.certs`).
 * :func:`apply_configurations` — the ``kdra-mutating`` / ``kdra-validating`` configurations
-  (:mod:`kdra.operator.core.webhook_configs`) with the bundle's CA, and the four CRDs' ``spec.conversion``
-  (:mod:`kdra.operator.webhooks.conversion`); where only the CA bundle may be changed (the
-  ValidatingAdmissionPolicy ``kdra-operator-webhooks``), only it is, with a warning that the
-  rest differs from this version's.
+  (:mod:`kdra.operator.core.webhook_configs`) with the bundle's CA, and the four CRDs'
+  ``spec.conversion`` (:mod:`kdra.operator.webhooks.conversion`); where only the CA bundle may
+  be changed (the ValidatingAdmissionPolicy ``kdra-operator-webhooks``), only it is, with a
+  warning that the rest differs from this version's.
 * :func:`check_service` — a warning when the configurations name a Service that is missing.
 
 Invariants:

@@ -2,16 +2,18 @@
 
 The operator starts one :class:`WebhookServer` (unless ``webhook_port`` is 0). It serves
 
-* ``POST /validate`` — :func:`kdra.operator.core.admission.validate` (claims, templates, classes, and
-  pods whose kdra keys are written; kdra's own identities, :attr:`WebhookServer.trusted`,
-  may write kdra-owned keys; for an admin-access claim it reads the namespace's labels), and
-  :func:`kdra.operator.core.bindings.binding_decision` for the operator's own pod bindings and
-  evictions (the pod read from the API server); a ResourceClaim being created is also checked
-  against its namespace's DeviceQuotas (:mod:`kdra.operator.core.quota_admission`),
-* ``POST /mutate-pods`` — :func:`kdra.operator.core.admission.mutate_pod` (with the DeviceClasses'
-  extended resource names when the pod asks for one, :mod:`kdra.operator.webhooks.extended_lookup`),
-* ``POST /convert`` — :func:`kdra.operator.webhooks.conversion.answer` (kdra's four kinds between
-  ``v1`` and ``v1alpha3``),
+* ``POST /validate`` — :func:`kdra.operator.core.admission.validate` (claims, templates,
+  classes, and pods whose kdra keys are written; kdra's own identities,
+  :attr:`WebhookServer.trusted`, may write kdra-owned keys; for an admin-access claim it reads
+  the namespace's labels), and :func:`kdra.operator.core.bindings.binding_decision` for the
+  operator's own pod bindings and evictions (the pod read from the API server); a
+  ResourceClaim being created is also checked against its namespace's DeviceQuotas
+  (:mod:`kdra.operator.core.quota_admission`),
+* ``POST /mutate-pods`` — :func:`kdra.operator.core.admission.mutate_pod` (with the
+  DeviceClasses' extended resource names when the pod asks for one,
+  :mod:`kdra.operator.webhooks.extended_lookup`),
+* ``POST /convert`` — :func:`kdra.operator.webhooks.conversion.answer` (kdra's four kinds
+  between ``v1`` and ``v1alpha3``),
 * ``GET /healthz`` — ``ok``,
 
 each request read by :mod:`kdra.kube.webhook_intake` (the caller's client certificate
@@ -20,16 +22,15 @@ value count, decoding in a worker thread),
 
 over TLS with either a supplied certificate (``webhook_cert_dir``, re-read periodically) or a
 generated one kept in the Secret ``kdra-webhook-tls`` (shared by replicas, rotated by whichever
-replica first finds it due, see :mod:`kdra.operator.webhooks.certs`). With ``webhook_manage_config`` it
-creates and keeps the ``kdra-mutating`` / ``kdra-validating`` configurations
-(:mod:`kdra.operator.core.webhook_configs`) current, CA bundle included, and points the four CRDs'
-``spec.conversion`` at this server with the same CA bundle (:mod:`kdra.operator.webhooks.conversion`);
-where it may change only the
-configurations' CA bundle (in a cluster, the ValidatingAdmissionPolicy
-``kdra-operator-webhooks``), it keeps that current and warns that the rest differs from this
-version's (re-apply manifests/webhooks). Reading, generating and rotating the certificate and
-writing the configurations are :mod:`kdra.operator.webhooks.maintenance`'s; this module serves
-and decides when.
+replica first finds it due, see :mod:`kdra.operator.webhooks.certs`). With
+``webhook_manage_config`` it creates and keeps the ``kdra-mutating`` / ``kdra-validating``
+configurations (:mod:`kdra.operator.core.webhook_configs`) current, CA bundle included, and
+points the four CRDs' ``spec.conversion`` at this server with the same CA bundle
+(:mod:`kdra.operator.webhooks.conversion`); where it may change only the configurations' CA
+bundle (in a cluster, the ValidatingAdmissionPolicy ``kdra-operator-webhooks``), it keeps that
+current and warns that the rest differs from this version's (re-apply manifests/webhooks).
+Reading, generating and rotating the certificate and writing the configurations are
+:mod:`kdra.operator.webhooks.maintenance`'s; this module serves and decides when.
 
 Invariants:
 - The server listens before the configurations are written, so the API server never calls a
@@ -41,10 +42,11 @@ Invariants:
   :mod:`kdra.operator.core.webhook_configs` for why ordinary pods are unaffected).
 - Decisions run in a worker thread: compiling a 10 KiB CEL selector must not stall kopf's
   event loop (conversions too, :mod:`kdra.operator.webhooks.conversion`).
+- HTTP is :mod:`kdra.kube.webhook_server`'s: the handlers here take a body and return a reply.
 - Every review gets an AdmissionReview answer, even one whose object cannot be decoded (nested
   deeper than the JSON decoder's limit): it is denied, naming why, if its uid can be read.
 - No request body is read past its path's limit, nor decoded on the event loop
-  (:mod:`kdra.kube.webhook_intake`).
+  (:mod:`kdra.kube.webhook_intake`, for every path :mod:`kdra.kube.webhook_server` serves).
 """
 
 from __future__ import annotations
@@ -61,13 +63,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from aiohttp import web
-
 from kdra.dra.errors import InvalidObject
 from kdra.kube.client import KubeClient
 from kdra.kube.errors import ApiError, NotFound
 from kdra.kube.resources import NAMESPACES, PODS
 from kdra.kube.webhook_intake import ADMISSION, CONVERSION, Intake, Undecodable
+from kdra.kube.webhook_server import HttpsServer, Reply
 from kdra.operator.core import admission
 from kdra.operator.core.bindings import binding_decision, is_binding, is_eviction
 from kdra.operator.core.quota_admission import with_quotas
@@ -94,7 +95,6 @@ __all__ = ["CHECK_INTERVAL", "WebhookServer", "start_webhooks"]
 log = logging.getLogger(__name__)
 
 CHECK_INTERVAL = 300.0  # seconds between certificate / configuration checks
-KEEPALIVE = 90.0  # seconds an idle connection stays open (the API server reuses them)
 _UNSPECIFIED = frozenset({"", "0.0.0.0", "::", "[::]"})
 
 
@@ -140,7 +140,7 @@ class WebhookServer:
         self.intake = Intake(settings.webhook_client_ca, names)
         """Who may call, and how much they may send (:mod:`kdra.kube.webhook_intake`)."""
         self.intake.configure(self._ssl)
-        self._runner: web.AppRunner | None = None
+        self._http: HttpsServer | None = None
         self._task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -162,22 +162,19 @@ class WebhookServer:
         log.info("kdra-owned pod annotations may be written by %s", ", ".join(self.trusted))
         bundle = await self._fetch_bundle()
         self._load(bundle)
-        app = web.Application(client_max_size=CONVERSION.body)
-        app.router.add_post(VALIDATE_PATH, self._validate)
-        app.router.add_post(MUTATE_PODS_PATH, self._mutate_pods)
-        app.router.add_post(CONVERT_PATH, self._convert)
-        app.router.add_get(HEALTHZ_PATH, self._healthz)
-        # A refused body is not drained (lingering), nor decompressed (the API server does
-        # not compress, a gzip bomb would).
-        self._runner = web.AppRunner(app, access_log=None, lingering_time=0,
-                                     auto_decompress=False, keepalive_timeout=KEEPALIVE)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.settings.webhook_host, self.settings.webhook_port,
-                           ssl_context=self._ssl)
-        await site.start()
-        sockets = getattr(site._server, "sockets", None) or ()  # the bound port, for port 0
-        if sockets:
-            self.port = int(sockets[0].getsockname()[1])
+        http = HttpsServer(self.settings.webhook_host, self.settings.webhook_port, self._ssl,
+                           self.intake)
+        http.post_json(VALIDATE_PATH, self._validate, limits=ADMISSION,
+                       undecodable=_undecodable_review)
+        http.post_json(MUTATE_PODS_PATH, self._mutate_pods, limits=ADMISSION,
+                       undecodable=_undecodable_review)
+        # No caller check: the API server sends no credentials to conversion webhooks. The
+        # body goes to the conversion undecoded (it decodes it in a worker thread).
+        http.post_raw(CONVERT_PATH, conversion.answer, limits=CONVERSION,
+                      undecodable=_undecodable_conversion)
+        http.get(HEALTHZ_PATH, self._healthz)
+        self._http = http
+        self.port = await http.start()
         if self.settings.webhook_manage_config:
             await check_service(self.client, self.endpoint, self.settings.namespace)
             await self._apply_configurations(bundle)
@@ -195,9 +192,9 @@ class WebhookServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._http is not None:
+            await self._http.stop()
+            self._http = None
 
     async def refresh(self) -> None:
         """Re-read (and if due, rotate) the certificate; bring the configurations up to date;
@@ -261,21 +258,11 @@ class WebhookServer:
 
     # ------------------------------------------------------------------ HTTP
 
-    async def _healthz(self, request: web.Request) -> web.Response:
-        return web.Response(text="ok")
+    async def _healthz(self) -> Reply:
+        return Reply(text="ok")
 
-    async def _convert(self, request: web.Request) -> web.Response:
-        # No caller check: the API server sends no credentials to conversion webhooks. The
-        # body goes to the conversion undecoded (it decodes it in a worker thread).
-        try:
-            async with self.intake.raw(request, CONVERSION) as raw:
-                return await conversion.answer(raw)
-        except Undecodable as exc:
-            return web.json_response({"error": f"the body cannot be decoded: {exc.reason}"},
-                                     status=400)
-
-    async def _validate(self, request: web.Request) -> web.Response:
-        return await self._review(request, admission.validate, bindings=True, objects=True)
+    async def _validate(self, body: Any) -> Reply:
+        return await self._review(body, admission.validate, bindings=True, objects=True)
 
     async def _namespace_labels(self, body: Any) -> dict[str, str] | None:
         """The labels of the reviewed object's namespace when the admin-access rule needs
@@ -295,7 +282,7 @@ class WebhookServer:
             return None
         return dict((namespace.get("metadata") or {}).get("labels") or {})
 
-    async def _validate_binding(self, body: Any, review: Mapping[str, Any]) -> web.Response:
+    async def _validate_binding(self, body: Any, review: Mapping[str, Any]) -> Reply:
         """The operator's own bindings and evictions: only pods with schedulerName
         kdra-scheduler are bound, only pods that ask for claims evicted."""
         pod: dict[str, Any] | None = None
@@ -306,39 +293,25 @@ class WebhookServer:
             except NotFound:
                 pod = None
             except (ApiError, OSError) as exc:  # the API server applies the failure policy
-                return web.json_response({"error": f"reading pod {namespace}/{name}: {exc}"},
-                                         status=503)
+                return Reply({"error": f"reading pod {namespace}/{name}: {exc}"}, status=503)
         try:
             answer = admission.review(body, lambda request: binding_decision(request, pod))
         except InvalidObject as exc:
-            return web.json_response({"error": str(exc)}, status=400)
+            return Reply({"error": str(exc)}, status=400)
         if not answer["response"]["allowed"]:
             log.warning("denied %s: %s", _describe(body), answer["response"]["status"]["message"])
-        return web.json_response(answer)
+        return Reply(answer)
 
-    async def _mutate_pods(self, request: web.Request) -> web.Response:
-        return await self._review(request, admission.mutate_pod, gpu_lookup=True)
+    async def _mutate_pods(self, body: Any) -> Reply:
+        return await self._review(body, admission.mutate_pod, gpu_lookup=True)
 
-    async def _review(self, request: web.Request, decide: admission.Decide, *,
+    async def _review(self, body: Any, decide: admission.Decide, *,
                       gpu_lookup: bool = False, bindings: bool = False,
-                      objects: bool = False) -> web.Response:
+                      objects: bool = False) -> Reply:
         """``gpu_lookup``: the pod mutation learns which claims may get GPUs (env vars);
         ``bindings``: a pod Binding goes to :meth:`_validate_binding` instead;
         ``objects``: ``decide`` is :func:`admission.validate`, given kdra's identities and the
         labels of the object's namespace."""
-        refused = self.intake.caller_refused(request)
-        if refused is not None:
-            log.info("refused an admission request from %s: no accepted client certificate",
-                     request.remote)
-            return refused
-        try:
-            body = await self.intake.read(request, ADMISSION)
-        except Undecodable as exc:
-            if exc.uid is None:
-                return web.json_response({"error": f"the body is not JSON that can be "
-                                                   f"decoded: {exc.reason}"}, status=400)
-            log.info("denied an AdmissionReview that cannot be decoded: %s", exc.reason)
-            return web.json_response(admission.undecodable(exc.uid, exc.reason).to_review())
         if bindings:
             review = body.get("request") if isinstance(body, Mapping) else None
             if isinstance(review, Mapping) and (is_binding(review) or is_eviction(review)):
@@ -362,11 +335,25 @@ class WebhookServer:
         try:
             answer = await loop.run_in_executor(None, admission.review, body, decide)
         except InvalidObject as exc:
-            return web.json_response({"error": str(exc)}, status=400)
+            return Reply({"error": str(exc)}, status=400)
         response = answer["response"]
         if not response["allowed"]:
             log.info("denied %s: %s", _describe(body), response["status"]["message"])
-        return web.json_response(answer)
+        return Reply(answer)
+
+
+def _undecodable_review(exc: Undecodable) -> Reply:
+    """An AdmissionReview that cannot be decoded whole: denied, naming why, when its uid
+    could be read; else an HTTP 400 (the API server applies the failure policy)."""
+    if exc.uid is None:
+        return Reply({"error": f"the body is not JSON that can be decoded: {exc.reason}"},
+                     status=400)
+    log.info("denied an AdmissionReview that cannot be decoded: %s", exc.reason)
+    return Reply(admission.undecodable(exc.uid, exc.reason).to_review())
+
+
+def _undecodable_conversion(exc: Undecodable) -> Reply:
+    return Reply({"error": f"the body cannot be decoded: {exc.reason}"}, status=400)
 
 
 def _describe(body: Mapping[str, Any]) -> str:
