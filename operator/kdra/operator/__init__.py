@@ -10,7 +10,9 @@ Its rooms, each importing only those below it (import-linter)::
     composition.py      the composition root: one API client, the caches, the controllers
     webhooks/           admission (validate, mutate pods, bindings), conversion, their
                         HTTPS server's upkeep: certificates, configurations
-    claim_controller.py per-pod claims from templates, reservation clean-up, deallocation
+    claim_controller.py per-pod claims from templates, reservation clean-up, deallocation:
+                        the controller (events in, queues, gauges), its pod side
+                        (claim_pods.py) and its claim side (claim_release.py)
     scheduler/          the binder: queue, placement, preemption, quota, writes, prepare wait,
                         long searches
     slice_gc.py         slices nobody stands behind any more are deleted
