@@ -8,10 +8,14 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test unit e2e node lint binaries node-binaries bench chaos soak clean
 
+# devenv/ (the dev-only package kdra_devenv: control planes, real nodes, the demo) goes on the
+# venv's path through a .pth file: importable by tests, benchmarks, hack/ and `make demo`,
+# never installed into the wheel or the image.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()["purelib"], "kdra-devenv.pth").write_text(str(pathlib.Path("devenv").resolve()) + "\n")'
 	touch $(STAMP)
 
 binaries:
@@ -23,10 +27,10 @@ node-binaries:
 ## demo: local control plane + CRDs + the seed's example, printed (Ctrl-C stops)
 ## NODE=real: on a real kubelet node of this machine (root); the pods run and print their devices
 demo: $(STAMP) binaries
-	$(VENV)/bin/kdra demo $(if $(NODE),--node $(NODE)) $(DEMO_FLAGS)
+	$(PY) -m kdra_devenv demo $(if $(NODE),--node $(NODE)) $(DEMO_FLAGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check operator tests bench hack
+	$(VENV)/bin/ruff check operator devenv tests bench hack
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 

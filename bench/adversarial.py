@@ -5,7 +5,7 @@ All), which the one-device claims take first — no placement exists, and an unb
 tries every assignment of the five claims on every node before it says so. Between them, a
 stream of one-device pods, of another driver on the same nodes (were they to take GPUs, the
 hostile searches would end sooner: upstream's early stop for All sees a GPU in use). kdra's
-real :class:`~kdra.services.binder.Binder` schedules them all;
+real :class:`~kdra.operator.scheduler.Binder` schedules them all;
 its writes go to :class:`InstantApi`, an in-memory stand-in that answers at once and reports
 every allocated device Ready (as the node agent would), so what is measured is the scheduling
 loop alone. Prints figures; asserts nothing.
@@ -22,14 +22,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kdra.domain.podclaims import CLAIMS_ANNOTATION, FINALIZER
-from kdra.domain.scheduling import SEARCH_EXHAUSTED
 from kdra.dra.allocator import NodeInfo, Snapshot, place
 from kdra.dra.models import parse_claim, parse_class, parse_slice
+from kdra.dra.scheduling import SEARCH_EXHAUSTED, SearchBudget
+from kdra.kube.core.podclaims import CLAIMS_ANNOTATION, FINALIZER
 from kdra.kube.events import EventRecorder
-from kdra.services.binder import Binder, BinderSettings
-from kdra.services.claim_controller import claim_store
-from kdra.services.searches import SearchBudget
+from kdra.operator.claim_controller import claim_store
+from kdra.operator.scheduler import Binder, BinderSettings
 
 DRIVER = "gpu.kdra.dev"
 OTHER = "nic.kdra.dev"

@@ -23,7 +23,7 @@ Prints figures; asserts nothing. Timings include ``place`` and picking the node,
 
 ``--adversarial``: pods whose search would try every combination — five one-device claims
 ahead of a claim for *all* of a node's GPUs, which those claims take first — among a stream
-of one-GPU pods, scheduled by kdra's real binder (``kdra.services.binder``: its loop, its
+of one-GPU pods, scheduled by kdra's real binder (``kdra.operator.scheduler``: its loop, its
 long-search slices, its budget). The binder's writes go to an in-memory stand-in for the API
 server that answers at once and reports every allocated device Ready (as the node agent
 would), so the figures are the scheduling loop's alone: the worst hostile search (it must end
@@ -43,7 +43,6 @@ import sys
 import time
 from dataclasses import dataclass
 
-from kdra.domain.scheduling import feasible_nodes_to_find
 from kdra.dra.allocator import NodeInfo, Placement, Snapshot, place
 from kdra.dra.models import (
     DeviceClass,
@@ -53,6 +52,7 @@ from kdra.dra.models import (
     parse_class,
     parse_slice,
 )
+from kdra.dra.scheduling import feasible_nodes_to_find
 
 DRIVER = "gpu.kdra.dev"
 CLASS_SELECTOR = (

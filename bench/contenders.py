@@ -30,8 +30,8 @@ from typing import Any
 import yaml
 
 from kapi import JSON, Api, group_pids
-from kdra.devenv.controlplane import ControlPlane, free_port
-from kdra.devenv.process import spawn
+from kdra_devenv.controlplane import ControlPlane, free_port
+from kdra_devenv.process import spawn
 from objects import (
     CLASS,
     DEVICES_PER_NODE,

@@ -5,7 +5,7 @@ leaving, placed by kdra's fragmentation-aware scoring and by first-fit (upstream
                                             [--lifetime 140] [--seed 1] [--quick]
 
 The cluster: ``--nodes`` nodes with ``--gpus`` H100-80GB each, every GPU published as
-partitionable devices (``kdra.domain.gpu_partitions``: the whole GPU, 1g.10gb x7, 2g.20gb x3,
+partitionable devices (``kdra.agent.core.gpu_partitions``: the whole GPU, 1g.10gb x7, 2g.20gb x3,
 3g.40gb x2, 4g.40gb, 7g.80gb, on one counter set per GPU). The stream (seeded, the same for
 every contender): one request per step, a size drawn from the mix below, a lifetime drawn
 from an exponential distribution (mean ``--lifetime`` steps; the default offers ~90% of the
@@ -40,11 +40,15 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from kdra.domain.partition_slices import node_slices
-from kdra.domain.scheduling import best
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the slices' builder
+
+from tests.unit.partition_slices import node_slices
+
 from kdra.dra.allocator import NodeInfo, Snapshot, allocate, place
 from kdra.dra.models import ResourceClaim, parse_claim, parse_class, parse_slice
+from kdra.dra.scheduling import best
 
 DRIVER = "gpu.kdra.dev"
 MIG_CLASS = "mig.gpu.kdra.dev"

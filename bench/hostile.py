@@ -41,7 +41,7 @@ from tests.e2e.hostile_helpers import (
     unique,
 )
 
-from kdra.devenv.controlplane import ControlPlane, binaries
+from kdra_devenv.controlplane import ControlPlane, binaries
 
 CLAIMS_ANNOTATION = "resource.kdra.dev/claims"
 STATUSES = "resource.kdra.dev/claim-statuses"

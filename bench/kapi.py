@@ -1,7 +1,7 @@
 """Small helpers for bench/scale.py: a minimal async API client, pod tracking, /proc stats.
 
 The client speaks raw JSON over aiohttp with the admin kubeconfig's client certificate (the
-files :class:`kdra.devenv.controlplane.ControlPlane` writes); it retries 429/5xx/connection
+files :class:`kdra_devenv.controlplane.ControlPlane` writes); it retries 429/5xx/connection
 errors a few times and never makes decisions. Nothing here asserts.
 """
 

@@ -30,8 +30,8 @@ import yaml
 
 from contenders import Contender, Proc
 from kapi import JSON, Api, cpu_seconds, rss_mib
-from kdra.devenv.controlplane import ControlPlane
-from kdra.devenv.process import spawn
+from kdra_devenv.controlplane import ControlPlane
+from kdra_devenv.process import spawn
 
 
 class Usage:

@@ -4,7 +4,7 @@ with devices start, and how long the agent's NRI plugin takes per container.
     .venv/bin/python bench/node.py                    # root; ~3 min once the image is cached
     .venv/bin/python bench/node.py --pods 50 --rebuild-images
 
-Starts kdra.devenv.realcluster.RealCluster (control plane, kubelet node, kdra's image from the
+Starts kdra_devenv.realcluster.RealCluster (control plane, kubelet node, kdra's image from the
 Dockerfile, manifests/overlays/node applied, operator and agent as pods) and prints:
 
 - the set-up time by step (``--rebuild-images``: kdra's image and its Python base image are
@@ -38,9 +38,9 @@ from typing import Any
 
 import kubernetes
 
-from kdra.devenv.imagebuild import _cache as image_cache
-from kdra.devenv.node import NODE_NAME
-from kdra.devenv.realcluster import NAMESPACE, RealCluster
+from kdra_devenv.imagebuild import _cache as image_cache
+from kdra_devenv.node import NODE_NAME
+from kdra_devenv.realcluster import NAMESPACE, RealCluster
 
 DRIVER = "bench.kdra.dev"
 SLOTS = 64

@@ -4,7 +4,7 @@ container's creation, on a real containerd 2.2.
     .venv/bin/python bench/nri.py                 # ~1 min; root, runc, busybox-static, gcc
     .venv/bin/python bench/nri.py --containers 100 --claims 200
 
-Starts an isolated containerd (kdra.devenv.containerd) with NRI on a socket of its own, the
+Starts an isolated containerd (kdra_devenv.containerd) with NRI on a socket of its own, the
 agent's prepare code for ``--claims`` claims in its cache (two of them reserved for the
 measured pod: a GPU and a cat), its NRI plugin on an event loop of this process, and creates
 ``--containers`` containers in one pod with ``crictl create``, twice: with kdra's plugin
@@ -34,15 +34,15 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kdra.devenv.containerd import SANDBOX_IMAGE, Containerd, missing_prerequisites
-from kdra.devenv.images import busybox_files, oci_archive, static_pause
-from kdra.domain.inventory import parse_inventory
-from kdra.domain.nodeprep import our_results
-from kdra.services.agent.cdi import CdiDir
-from kdra.services.agent.checkpoint import CheckpointFile
-from kdra.services.agent.exposure import ExposurePolicy
-from kdra.services.agent.nri.plugin import NriPlugin
-from kdra.services.agent.prepare import Preparer
+from kdra.agent.cdi import CdiDir
+from kdra.agent.checkpoint import CheckpointFile
+from kdra.agent.core.inventory import parse_inventory
+from kdra.agent.core.nodeprep import our_results
+from kdra.agent.exposure import ExposurePolicy
+from kdra.agent.nri.plugin import NriPlugin
+from kdra.agent.prepare import Preparer
+from kdra_devenv.containerd import SANDBOX_IMAGE, Containerd, missing_prerequisites
+from kdra_devenv.images import busybox_files, oci_archive, static_pause
 
 NODE = "bench-node"
 GPU = "gpu.kdra.dev"

@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from kapi import JSON, Api, bounded
-from kdra.devenv.controlplane import ControlPlane
+from kdra_devenv.controlplane import ControlPlane
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = "test-driver.cdi.k8s.io"

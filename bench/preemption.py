@@ -3,7 +3,7 @@
 Every node has 8 GPUs, each held by a bound one-GPU pod of some lower priority; a pod of
 priority 1000 asking for 2 GPUs arrives. Its attempt runs the binder's whole path: the
 allocation over every node (which fails: the cluster is full), then the preemption decision
-(:class:`~kdra.services.preemption.Preemption`: candidates per node, reprieves with the
+(:class:`~kdra.operator.scheduler.preemption.Preemption`: candidates per node, reprieves with the
 allocator's fit tests, PodDisruptionBudgets, the node choice), then the writes, which go to
 :class:`InstantApi` (an in-memory stand-in answering at once). Printed per scenario:
 
@@ -30,12 +30,12 @@ import sys
 import time
 from typing import Any
 
-from kdra.domain.podclaims import CLAIMS_ANNOTATION, FINALIZER
+from kdra.kube.core.podclaims import CLAIMS_ANNOTATION, FINALIZER
 from kdra.kube.events import EventRecorder
 from kdra.kube.resources import Resource
-from kdra.services.binder import Binder, BinderSettings
-from kdra.services.claim_controller import claim_store
-from kdra.services.preemption import PreemptionSettings
+from kdra.operator.claim_controller import claim_store
+from kdra.operator.scheduler import Binder, BinderSettings
+from kdra.operator.scheduler.preemption import PreemptionSettings
 
 DRIVER = "gpu.kdra.dev"
 NS = "bench"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from contenders import QPS, Contender, Upstream
 from kapi import Api
-from kdra.devenv.controlplane import CONTROLLERS, ControlPlane, binaries
+from kdra_devenv.controlplane import CONTROLLERS, ControlPlane, binaries
 from measurement import (
     AUDIT_LOG,
     Profiler,

@@ -3,7 +3,7 @@
     make soak                                                    # 30 minutes
     .venv/bin/python bench/soak.py --duration 120 --sample 10    # smoke run, ~4 minutes
 
-A fresh control plane (kdra.devenv), kdra's CRDs, one ``kdra agent --simulate-nodes`` process
+A fresh control plane (kdra_devenv), kdra's CRDs, one ``kdra agent --simulate-nodes`` process
 serving every simulated node and one ``kdra operator`` — started as bench/scale.py starts them
 (:class:`contenders.Kdra`). Then scale.py's steady-state workload runs for ``--duration`` seconds:
 ``--pods`` pods are kept in flight, each one force-deleted once bound and replaced by a new
@@ -12,7 +12,7 @@ one (:func:`workloads.steady_workload`).
 Every ``--sample`` seconds one line: RSS (VmRSS) and CPU share of the operator and of the
 agent, the pods the operator has bound so far (its scheduling-duration histogram), and the
 operator's C heap: bytes in use and bytes free inside it (``kdra_malloc_*`` gauges,
-kdra.memory) — a leak grows the first, heap space kept for reuse the second. At the
+kdra.kube.memory) — a leak grows the first, heap space kept for reuse the second. At the
 end, a summary: pods bound and pods/s; per process RSS at the start (the first sample after
 ``--warmup`` seconds: imports, caches and pools have settled by then), at the end, the peak,
 and the growth in MiB and %; the invariant checker's verdict on the settled cluster
@@ -43,8 +43,8 @@ import memtrace
 import workloads
 from contenders import Kdra, Proc
 from kapi import Api, cpu_seconds, group_pids, rss_mib
-from kdra.handlers.check import read_local, violations
-from kdra.handlers.readers import api_client
+from kdra.checks import read_local, violations
+from kdra.kube.readers import api_client
 from measurement import Profiler
 from objects import DEVICES_PER_NODE, ROOT, node_name
 from runner import control_plane
@@ -61,7 +61,7 @@ class Sample:
     claims: int  # ResourceClaims in the workload's namespace (released ones are deleted)
     rss_mib: dict[str, float]  # VmRSS per process
     cpu_pct: dict[str, float]  # CPU share per process since the previous sample (100: a core)
-    malloc_mib: dict[str, float]  # the operator's C heap: in use, free (kdra.memory gauges)
+    malloc_mib: dict[str, float]  # the operator's C heap: in use, free (kdra.kube.memory gauges)
 
 
 def watched(kdra: Kdra) -> dict[str, int]:

@@ -1,6 +1,6 @@
 """What one Prometheus scrape of the utilisation gauges costs the operator's event loop.
 
-The operator computes ``kdra_devices`` & co. when scraped (kdra.services.utilisation), on its
+The operator computes ``kdra_devices`` & co. when scraped (kdra.operator.utilisation), on its
 event loop, from its caches: the binder's snapshot (slices, classes, selector memos) and the
 claim store. This builds those caches for a cluster of N nodes with 8 GPUs each, two
 DeviceClasses and half the GPUs allocated to one-GPU claims, and times the computation:
@@ -20,7 +20,7 @@ from typing import Any
 
 from kdra.dra.allocator import Snapshot
 from kdra.dra.models import parse_class, parse_slice
-from kdra.services.utilisation import ClaimRows, figures
+from kdra.operator.utilisation import ClaimRows, figures
 
 GPU = "gpu.kdra.dev"
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from contenders import Contender, Kdra
 from kapi import Api, PodTracker, bounded, percentile
-from kdra.domain.podclaims import CLAIM_STATUSES_ANNOTATION
+from kdra.kube.core.podclaims import CLAIM_STATUSES_ANNOTATION
 from measurement import Profiler, ServerUsage, Usage
 from objects import (
     CREATE_CONCURRENCY,

@@ -40,7 +40,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kapi import JSON, MERGE, Api, bounded, cpu_seconds
-from kdra.devenv.controlplane import ControlPlane, binaries, repo_root
+from kdra_devenv.controlplane import ControlPlane, binaries, repo_root
 from objects import CLASS, DRIVER, native_allocation
 
 NAMESPACE = "default"

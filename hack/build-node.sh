@@ -3,7 +3,7 @@
 # and ctr) and crictl, from Go modules, cached outside the repository like the control plane:
 #     ${KDRA_CACHE:-~/.cache/kdra}/bin/containerd-v<version>/
 # kubelet comes from hack/build-control-plane.sh (same Kubernetes release). runc and the CNI
-# plugins are Debian packages (kdra.devenv.node installs them when missing). A second run
+# plugins are Debian packages (kdra_devenv.node installs them when missing). A second run
 # returns at once.
 # The last line printed is the binary directory.
 set -euo pipefail

@@ -2,6 +2,6 @@
 
 import sys
 
-from kdra.cli import main
+from kdra.main import main
 
 sys.exit(main())

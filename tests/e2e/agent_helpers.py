@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from kdra.devenv.controlplane import ControlPlane
-from kdra.domain.agent_leases import lease_pools
+from kdra.kube.core.agent_leases import lease_pools
+from kdra_devenv.controlplane import ControlPlane
 from tests.e2e.conftest import get_json
 from tests.e2e.procs import KdraProcess
 

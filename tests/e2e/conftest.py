@@ -1,6 +1,6 @@
 """Fixtures for end-to-end tests: a real etcd + kube-apiserver + kube-controller-manager.
 
-The control plane is started once per test session on loopback (``kdra.devenv``), with kdra's
+The control plane is started once per test session on loopback (``kdra_devenv``), with kdra's
 CRDs installed and their conversion webhook served by a ``kdra webhooks`` process for the
 whole session (tests/e2e/conversion.py says why). When a test fails, the last lines of every
 component's log are attached to its report. Nothing here is mocked: a test that needs an API
@@ -20,16 +20,16 @@ from typing import Any
 
 import pytest
 
-from kdra.devenv.controlplane import (
+from kdra.operator.core.webhook_configs import MUTATING_CONFIG, TLS_SECRET, VALIDATING_CONFIG
+from kdra_devenv.controlplane import (
     CONTROLLERS,
     WEBHOOK_CLIENT,
     ControlPlane,
     binaries,
     free_port,
 )
-from kdra.devenv.process import sweep
-from kdra.devenv.realcluster import NAMESPACE as SYSTEM_NAMESPACE
-from kdra.domain.webhooks import MUTATING_CONFIG, TLS_SECRET, VALIDATING_CONFIG
+from kdra_devenv.process import sweep
+from kdra_devenv.realcluster import NAMESPACE as SYSTEM_NAMESPACE
 from tests.e2e.conversion import ConversionServer
 from tests.e2e.procs import KdraProcess, wait_for
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import yaml
 
-from kdra.devenv.controlplane import ControlPlane, free_port
-from kdra.devenv.pki import CertificateAuthority
-from kdra.domain.webhooks import CRD_NAMES, Endpoint, conversion
+from kdra.operator.core.webhook_configs import CRD_NAMES, Endpoint, conversion
+from kdra_devenv.controlplane import ControlPlane, free_port
+from kdra_devenv.pki import CertificateAuthority
 from tests.e2e.procs import KdraProcess
 
 CRDS = Path(__file__).resolve().parents[2] / "crds"

@@ -36,9 +36,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kdra.devenv.controlplane import WEBHOOK_CLIENT, ControlPlane, free_port
-from kdra.domain.podclaims import CLAIMS_ANNOTATION
-from kdra.domain.webhooks import (
+from kdra.kube.core.podclaims import CLAIMS_ANNOTATION
+from kdra.operator.core.webhook_configs import (
     MUTATING_CONFIG,
     TLS_SECRET,
     VALIDATING_CONFIG,
@@ -46,6 +45,7 @@ from kdra.domain.webhooks import (
     mutating_configuration,
     validating_configuration,
 )
+from kdra_devenv.controlplane import WEBHOOK_CLIENT, ControlPlane, free_port
 from tests.e2e.conftest import ROOT, get_json
 from tests.e2e.conversion import ConversionServer
 from tests.e2e.procs import KdraProcess, wait_for

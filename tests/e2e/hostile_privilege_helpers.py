@@ -37,15 +37,15 @@ from typing import Any
 import pytest
 import yaml
 
-from kdra.devenv.controlplane import ControlPlane, free_port
-from kdra.domain.podclaims import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION
-from kdra.domain.webhooks import (
+from kdra.kube.core.podclaims import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION
+from kdra.operator.core.webhook_configs import (
     CRD_NAMES,
     Endpoint,
     conversion_patch,
     mutating_configuration,
     validating_configuration,
 )
+from kdra_devenv.controlplane import ControlPlane, free_port
 from tests.e2e.conftest import ROOT, get_json
 from tests.e2e.conversion import ConversionServer
 from tests.e2e.procs import KdraProcess, wait_for

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kdra.devenv.controlplane import ControlPlane
+from kdra_devenv.controlplane import ControlPlane
 from tests.e2e.conftest import ROOT
 from tests.e2e.conversion import ConversionServer
 

@@ -9,8 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from kdra.devenv.controlplane import free_port
-from kdra.devenv.process import spawn
+from kdra_devenv.controlplane import free_port
+from kdra_devenv.process import spawn
 
 
 class KdraProcess:

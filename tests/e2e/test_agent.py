@@ -6,9 +6,9 @@ import json
 import os
 import signal
 
-from kdra.devenv.controlplane import ControlPlane
-from kdra.domain.agent_leases import lease_pools
-from kdra.domain.gpu_profiles import fake_gpu_uuid
+from kdra.agent.core.gpu_profiles import fake_gpu_uuid
+from kdra.kube.core.agent_leases import lease_pools
+from kdra_devenv.controlplane import ControlPlane
 from tests.e2e import agent_helpers
 from tests.e2e.agent_helpers import (
     CLAIMS,

@@ -29,9 +29,9 @@ from typing import Any
 import pytest
 import yaml
 
-from kdra.devenv.controlplane import ControlPlane
-from kdra.domain.podclaims import CLAIMS_ANNOTATION
 from kdra.dra.timestamps import api_time
+from kdra.kube.core.podclaims import CLAIMS_ANNOTATION
+from kdra_devenv.controlplane import ControlPlane
 from tests.e2e.agent_helpers import SYSTEM_NAMESPACE, unique
 from tests.e2e.conftest import get_json
 from tests.e2e.procs import KdraProcess, wait_for

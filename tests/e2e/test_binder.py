@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kdra.devenv.controlplane import ControlPlane, free_port
-from kdra.domain.podclaims import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION
+from kdra.kube.core.podclaims import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION
+from kdra_devenv.controlplane import ControlPlane, free_port
 from tests.e2e import agent_helpers
 from tests.e2e.agent_helpers import SYSTEM_NAMESPACE, AgentFactory
 from tests.e2e.conftest import ROOT, get_json
@@ -118,7 +118,7 @@ def cats_inventory(*cats: tuple[str, str, str]) -> str:
         for name, color, size in cats]})
 
 
-# Both machineries that can deliver the operator's watch events (kdra.handlers.operator):
+# Both machineries that can deliver the operator's watch events (kdra.operator.handlers.routes):
 # kdra's informers (the default) and kopf's event handlers (--watch=kopf, for the benchmark).
 @pytest.mark.parametrize("watch", ["informers", "kopf"])
 def test_seed_pod_with_cats_binds_where_both_cats_are(control_plane: ControlPlane,

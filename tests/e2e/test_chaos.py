@@ -5,7 +5,7 @@ run at once, or pods and claims are deleted at random. Real processes against th
 Every scenario ends the same way (:meth:`World.settle_and_release`):
 
 1. settle: every pod that can fit is bound (one GPU per pod: min(live pods, GPUs)), the rest
-   are reported unschedulable, and the invariant checker (``kdra.domain.invariants``, over the
+   are reported unschedulable, and the invariant checker (``kdra.cli.core.invariants``, over the
    namespace's pods and claims, the scenario's slices and the agent's CDI files and
    checkpoints) finds 0 violations;
 2. all pods are force-deleted (there is no kubelet) and every allocation is released: the
@@ -34,10 +34,9 @@ from typing import Any
 
 import pytest
 
-from kdra.devenv.controlplane import ControlPlane
-from kdra.domain.invariants import NodeLocal, Violation, check
-from kdra.domain.podclaims import CLAIM_STATUSES_ANNOTATION
-from kdra.handlers.check import read_cluster, read_local
+from kdra.checks import NodeLocal, Violation, check, read_cluster, read_local
+from kdra.kube.core.podclaims import CLAIM_STATUSES_ANNOTATION
+from kdra_devenv.controlplane import ControlPlane
 from tests.e2e import agent_helpers
 from tests.e2e.agent_helpers import SYSTEM_NAMESPACE, Agent, AgentFactory
 from tests.e2e.procs import KdraProcess, wait_for

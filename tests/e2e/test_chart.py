@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kdra.devenv.controlplane import ControlPlane
+from kdra_devenv.controlplane import ControlPlane
 from tests.e2e.conftest import ROOT
 from tests.e2e.manifests_helpers import SERVICEMONITOR_CRD
 
@@ -175,7 +175,7 @@ def test_a_drift_is_reported_with_a_diff() -> None:
 def test_another_namespace_is_used_throughout(helm: str) -> None:
     """Everything but the CRDs' conversion Service: crds/ is not templated (Helm's rule), so
     it names kdra-system, and the operator points it at its own namespace when it starts
-    (--webhook-manage-config; tests/unit/services/test_webhook.py)."""
+    (--webhook-manage-config; tests/unit/operator/test_webhook.py)."""
     docs = render(helm, "--set", "serviceMonitor.enabled=true", "--set", "dashboard.enabled=true",
                   "--set", "simulation.enabled=true", namespace="gpu-system")
     crds = [d for d in docs if d["kind"] == "CustomResourceDefinition"]

@@ -9,14 +9,14 @@ from typing import Any
 
 import yaml
 
-from kdra.devenv.controlplane import ControlPlane
-from kdra.domain.podclaims import (
+from kdra.kube.core.podclaims import (
     CLAIM_STATUSES_ANNOTATION,
     CLAIMS_ANNOTATION,
     FINALIZER,
     POD_CLAIM_NAME_ANNOTATION,
     generate_name_prefix,
 )
+from kdra_devenv.controlplane import ControlPlane
 from tests.e2e.conftest import get_json
 from tests.e2e.procs import KdraProcess, wait_for
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kdra.devenv.controlplane import ControlPlane
+from kdra_devenv.controlplane import ControlPlane
 from tests.e2e.conftest import ROOT, get_json
 
 INVALID = Path(__file__).parent / "invalid"

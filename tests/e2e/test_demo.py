@@ -1,5 +1,5 @@
-"""`kdra demo` (the README's first command) runs to its table, then waits; SIGTERM stops it
-and everything it started (as Ctrl-C does)."""
+"""`make demo` (the README's first command: `python -m kdra_devenv demo`) runs to its table,
+then waits; SIGTERM stops it and everything it started (as Ctrl-C does)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kdra.devenv.process import spawn
+from kdra_devenv.process import spawn
 
 READY = "Ctrl-C stops everything."
 
@@ -27,7 +27,7 @@ def processes_under(directory: Path) -> list[str]:
 def test_demo_prints_the_allocation_table_and_stops_everything_on_sigterm(
         tmp_path: Path) -> None:
     workdir = tmp_path / "demo"
-    demo = spawn([sys.executable, "-m", "kdra", "demo", "--dir", str(workdir)],
+    demo = spawn([sys.executable, "-m", "kdra_devenv", "demo", "--dir", str(workdir)],
                  run_dir=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert demo.stdout is not None
     lines: list[str] = []

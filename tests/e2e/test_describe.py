@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kdra.devenv.controlplane import ControlPlane
+from kdra_devenv.controlplane import ControlPlane
 from tests.e2e.conftest import get_json
 
 GPU = "gpu.kdra.dev"

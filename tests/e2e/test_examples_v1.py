@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from kdra.devenv.controlplane import ControlPlane
-from kdra.domain.podclaims import CLAIM_STATUSES_ANNOTATION
+from kdra.kube.core.podclaims import CLAIM_STATUSES_ANNOTATION
+from kdra_devenv.controlplane import ControlPlane
 from tests.e2e import agent_helpers, test_binder
 from tests.e2e.agent_helpers import AgentFactory, unique
 from tests.e2e.conftest import ROOT, get_json

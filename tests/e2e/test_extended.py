@@ -22,13 +22,13 @@ from typing import Any
 import pytest
 import yaml
 
-from kdra.devenv.controlplane import ControlPlane
-from kdra.domain.podclaims import (
+from kdra.kube.core.podclaims import (
     CLAIM_STATUSES_ANNOTATION,
     CLAIMS_ANNOTATION,
     DEVICES_ANNOTATION_PREFIX,
     GPU_UUIDS_ANNOTATION_PREFIX,
 )
+from kdra_devenv.controlplane import ControlPlane
 from tests.e2e import agent_helpers
 from tests.e2e.agent_helpers import CLAIMS, AgentFactory, unique
 from tests.e2e.conftest import ROOT, get_json, operator_with_webhooks

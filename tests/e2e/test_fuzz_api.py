@@ -21,16 +21,16 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kdra.devenv.controlplane import ControlPlane, free_port
-from kdra.domain.podclaims import CLAIMS_ANNOTATION
-from kdra.domain.webhooks import MUTATING_CONFIG, VALIDATING_CONFIG
+from kdra.kube.core.podclaims import CLAIMS_ANNOTATION
+from kdra.operator.core.webhook_configs import MUTATING_CONFIG, VALIDATING_CONFIG
+from kdra_devenv.controlplane import ControlPlane, free_port
 from tests.e2e import agent_helpers
 from tests.e2e.agent_helpers import SYSTEM_NAMESPACE, AgentFactory
 from tests.e2e.conftest import get_json
 from tests.e2e.conversion import ConversionServer
 from tests.e2e.procs import KdraProcess, wait_for
 from tests.e2e.test_binder import apply, gpu_class, gpu_pod, template
-from tests.unit.domain.test_fuzz import api_like, claim_dicts, scalars
+from tests.unit.dra.test_fuzz import api_like, claim_dicts, scalars
 
 agents = agent_helpers.agents
 GROUP, VERSION = "resource.kdra.dev", "v1alpha3"

@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kdra.devenv.controlplane import CONTROLLERS, ControlPlane
-from kdra.domain.podclaims import CLAIMS_ANNOTATION
+from kdra.kube.core.podclaims import CLAIMS_ANNOTATION
+from kdra_devenv.controlplane import CONTROLLERS, ControlPlane
 from tests.e2e import agent_helpers
 from tests.e2e.agent_helpers import SYSTEM_NAMESPACE, AgentFactory, slices_of, unique
 from tests.e2e.conftest import ROOT, Cluster, get_json, running_cluster

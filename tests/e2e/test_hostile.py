@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kdra.domain.podclaims import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION
+from kdra.kube.core.podclaims import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION
 from tests.e2e.conftest import get_json
 from tests.e2e.hostile_helpers import (
     API,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kdra.domain.webhooks import VALIDATE_WEBHOOK
+from kdra.operator.core.webhook_configs import VALIDATE_WEBHOOK
 from tests.e2e.hostile_helpers import API, CLAIMS, GPU_CLASS, Hostile, hostile, pod_body, unique
 from tests.e2e.hostile_watch import MIB, Memory, TenantProbe, logs_on_failure
 from tests.e2e.procs import wait_for

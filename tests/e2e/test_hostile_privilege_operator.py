@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from kdra.domain.podclaims import CLAIM_STATUSES_ANNOTATION
+from kdra.kube.core.podclaims import CLAIM_STATUSES_ANNOTATION
 from tests.e2e.conftest import get_json
 from tests.e2e.hostile_privilege_helpers import (
     OPERATOR,

@@ -20,9 +20,9 @@ import time
 import unicodedata
 from typing import Any
 
-from kdra.domain.podclaims import CLAIM_STATUSES_ANNOTATION
-from kdra.domain.webhooks import MUTATING_CONFIG
-from kdra.handlers.operator import PAUSE_ENV
+from kdra.kube.core.podclaims import CLAIM_STATUSES_ANNOTATION
+from kdra.operator.core.webhook_configs import MUTATING_CONFIG
+from kdra.operator.handlers.routes import PAUSE_ENV
 from tests.e2e.conftest import ROOT
 from tests.e2e.hostile_helpers import (
     API,
@@ -251,7 +251,7 @@ def cli(hostile: Hostile, *args: str, as_user: str | None = None
     """``kubectl kdra ...`` (the plugin, as the user when ``as_user``) or ``kdra ...``."""
     kubeconfig = str(hostile.plane.kubeconfig)
     if args[0] == "kubectl-kdra":
-        command = [sys.executable, "-m", "kdra.plugin", *args[1:], "--kubeconfig", kubeconfig]
+        command = [sys.executable, "-m", "kdra.cli.kubectl", *args[1:], "--kubeconfig", kubeconfig]
         if as_user:
             command += ["--as", as_user]
     else:

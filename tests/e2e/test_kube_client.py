@@ -1,7 +1,7 @@
 """kdra's API client against the real API server: a watch outlives a kube-apiserver outage.
 
 The watch (``KubeClient.watch``) must retry on its own while kube-apiserver is down, waiting
-longer after each failure with jitter (``kdra.domain.backoff``), and deliver what is created
+longer after each failure with jitter (``kdra.kube.core.backoff``), and deliver what is created
 once the server is back, without the caller doing anything (it lists again first when the
 server no longer has the version it watched from).
 """
@@ -17,10 +17,10 @@ import uuid
 
 import pytest
 
-from kdra.devenv.controlplane import ControlPlane
-from kdra.domain.backoff import backoff_ceiling
 from kdra.kube.client import WatchEvent, connect
+from kdra.kube.core.backoff import backoff_ceiling
 from kdra.kube.resources import NAMESPACES
+from kdra_devenv.controlplane import ControlPlane
 from tests.e2e.procs import wait_for
 
 RETRY = re.compile(r"watch of namespaces failed \(.*; (\d+) in a row\); retrying in ([\d.]+)s")

@@ -6,7 +6,7 @@ import json
 import time
 from pathlib import Path
 
-from kdra.devenv.controlplane import ControlPlane
+from kdra_devenv.controlplane import ControlPlane
 from tests.e2e.procs import KdraProcess, wait_for
 
 ARGS = ["operator", "--health-port", "0", "--leader-elect", "true",

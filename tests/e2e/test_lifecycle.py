@@ -1,6 +1,6 @@
 """Nothing outlives its parent: the control plane and kdra's processes end with whoever started
-them, however it ends (SIGKILL included), and a background ``kdra controlplane`` stops cleanly
-on SIGINT (even when the shell started it with SIGINT ignored), SIGTERM and SIGHUP.
+them, however it ends (SIGKILL included), and a background ``python -m kdra_devenv controlplane``
+stops cleanly on SIGINT (even when the shell started it with SIGINT ignored), SIGTERM and SIGHUP.
 
 Real binaries, real processes; PIDs are read from /proc.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kdra.devenv.process import children, is_running
+from kdra_devenv.process import children, is_running
 from tests.e2e.conftest import ROOT
 
 # What the e2e fixtures do (tests/e2e/conftest.py, tests/e2e/procs.py): a control plane and a
@@ -24,7 +24,7 @@ from tests.e2e.conftest import ROOT
 FIXTURE = """
 import sys, time
 from pathlib import Path
-from kdra.devenv.controlplane import ControlPlane, binaries
+from kdra_devenv.controlplane import ControlPlane, binaries
 from tests.e2e.procs import KdraProcess
 workdir = Path(sys.argv[1])
 plane = ControlPlane(workdir, binaries()).start()
@@ -85,7 +85,7 @@ def _ignore_sigint() -> None:
                          ids=["sigint", "sigterm", "sighup"])
 def test_background_controlplane_stops_everything_on_a_signal(tmp_path: Path,
                                                               signum: int) -> None:
-    run = subprocess.Popen([sys.executable, "-m", "kdra", "controlplane", "--dir",
+    run = subprocess.Popen([sys.executable, "-m", "kdra_devenv", "controlplane", "--dir",
                             str(tmp_path / "cp")], cwd=ROOT, stdout=subprocess.PIPE, text=True,
                            preexec_fn=_ignore_sigint)
     try:

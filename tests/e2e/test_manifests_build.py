@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kdra.devenv.controlplane import ControlPlane
-from kdra.domain.webhooks import CRD_NAMES
+from kdra.operator.core.webhook_configs import CRD_NAMES
+from kdra_devenv.controlplane import ControlPlane
 from tests.e2e.conftest import ROOT
 from tests.e2e.manifests_helpers import MANIFESTS, SERVICEMONITOR_CRD, build, installed
 
@@ -172,7 +172,7 @@ def test_agent_keeps_only_the_privileges_it_needs(control_plane: ControlPlane) -
 
 
 def test_kind_inventories_parse() -> None:
-    from kdra.domain.inventory import parse_inventory
+    from kdra.agent.core.inventory import parse_inventory
 
     directory = MANIFESTS / "overlays/kind/inventory"
     devices = {path.stem: parse_inventory(path.read_text(), path.stem, source=str(path)).devices
@@ -189,7 +189,7 @@ def test_kind_inventories_parse() -> None:
 
 def test_node_overlay_runs_the_local_image_with_a_fake_inventory(
         control_plane: ControlPlane) -> None:
-    from kdra.domain.inventory import parse_inventory
+    from kdra.agent.core.inventory import parse_inventory
 
     docs = build(control_plane, "overlays/node")
     for kind, name in (("Deployment", "kdra-operator"), ("DaemonSet", "kdra-agent")):

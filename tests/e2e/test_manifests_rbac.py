@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kdra.devenv.controlplane import ControlPlane
+from kdra_devenv.controlplane import ControlPlane
 from tests.e2e.manifests_helpers import MANIFESTS, build, installed
 
 __all__ = ["installed"]  # the module fixture

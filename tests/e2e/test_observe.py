@@ -1,6 +1,6 @@
-"""`kdra demo`, seen and operated as a user would: ``kubectl kdra free / why / top`` (kubectl
-running the plugin from PATH) print the expected tables; a user with little RBAC sees what
-they may and is told what they may not; a real Prometheus (Debian's ``prometheus``) scrapes
+"""`python -m kdra_devenv demo`, seen and operated as a user would: ``kubectl kdra free / why /
+top`` (kubectl running the plugin from PATH) print the expected tables; a user with little RBAC sees
+what they may and is told what they may not; a real Prometheus (Debian's ``prometheus``) scrapes
 the demo's operator and agents, and every panel query of the Grafana dashboard parses and
 returns data; the key panels are rendered to a PNG (matplotlib).
 
@@ -35,9 +35,9 @@ from typing import Any
 import pytest
 import yaml
 
-from kdra.devenv.controlplane import binaries, free_port
-from kdra.devenv.process import spawn, terminate
-from kdra.domain.podclaims import CLAIMS_ANNOTATION
+from kdra.kube.core.podclaims import CLAIMS_ANNOTATION
+from kdra_devenv.controlplane import binaries, free_port
+from kdra_devenv.process import spawn, terminate
 from tests.e2e.conftest import ROOT
 from tests.e2e.procs import wait_for
 
@@ -81,7 +81,7 @@ class Demo:
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
     run_dir = tmp_path_factory.mktemp("observe")
     workdir = run_dir / "demo"
-    process = spawn([sys.executable, "-m", "kdra", "demo", "--dir", str(workdir)],
+    process = spawn([sys.executable, "-m", "kdra_devenv", "demo", "--dir", str(workdir)],
                     run_dir=run_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert process.stdout is not None
     lines: list[str] = []
@@ -439,7 +439,7 @@ def test_key_panels_render_to_a_png(prometheus: Prometheus, loaded: Demo,
         axis.set_xlabel("seconds since Prometheus started")
         axis.legend(fontsize=7, loc="upper left")
         axis.grid(alpha=0.3)
-    figure.suptitle("kdra dashboard — key panels, from Prometheus scraping `kdra demo`")
+    figure.suptitle("kdra dashboard — key panels, from Prometheus scraping `make demo`")
     figure.tight_layout()
     png = tmp_path / "dashboard.png"
     figure.savefig(png, dpi=80)

@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kdra.devenv.controlplane import ControlPlane
-from kdra.domain.podclaims import CLAIMS_ANNOTATION
+from kdra.kube.core.podclaims import CLAIMS_ANNOTATION
+from kdra_devenv.controlplane import ControlPlane
 from tests.e2e import agent_helpers
 from tests.e2e.agent_helpers import AgentFactory, unique
 from tests.e2e.conftest import get_json

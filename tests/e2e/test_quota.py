@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any
 
-from kdra.devenv.controlplane import ControlPlane
+from kdra_devenv.controlplane import ControlPlane
 from tests.e2e import agent_helpers
 from tests.e2e.agent_helpers import AgentFactory
 from tests.e2e.conftest import get_json

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from kdra.devenv.controlplane import ControlPlane
+from kdra_devenv.controlplane import ControlPlane
 from tests.e2e import agent_helpers
 from tests.e2e.agent_helpers import (
     EXAMPLES,

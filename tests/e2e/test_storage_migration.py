@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kdra.devenv.controlplane import ControlPlane, binaries
 from kdra.dra.models.conversion import to_v1alpha3
+from kdra_devenv.controlplane import ControlPlane, binaries
 from tests.e2e.conftest import CRDS, ROOT, get_json
 from tests.e2e.conversion import ConversionServer
 

@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 import yaml
 
-from kdra.devenv.controlplane import ControlPlane
-from kdra.domain.podclaims import CLAIMS_ANNOTATION
-from kdra.domain.webhooks import (
+from kdra.kube.core.podclaims import CLAIMS_ANNOTATION
+from kdra.operator.core.webhook_configs import (
     MUTATE_POD_CONDITION,
     MUTATING_CONFIG,
     TLS_SECRET,
     VALIDATING_CONFIG,
 )
+from kdra_devenv.controlplane import ControlPlane
 from tests.e2e.conftest import ROOT, get_json, operator_with_webhooks
 from tests.e2e.conversion import ConversionServer
 from tests.e2e.procs import KdraProcess, wait_for

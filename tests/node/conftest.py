@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from kdra.devenv.containerd import missing_prerequisites
+from kdra_devenv.containerd import missing_prerequisites
 from tests.node import hoststate
 
 #: Seconds a test of the tier may take, its fixtures included: the first one builds kdra's image

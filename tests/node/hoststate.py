@@ -1,7 +1,7 @@
 """What the real node could change on this host, read as text: compare a snapshot taken before
 the node started with one taken after it stopped.
 
-Covers what kdra.devenv.node changes or could leave behind: the firewall (iptables-save and
+Covers what kdra_devenv.node changes or could leave behind: the firewall (iptables-save and
 the whole nftables ruleset), addresses and links, mounts, cgroups at the top of every
 hierarchy, the sysctls kubelet and the CNI bridge plugin set, the well-known directories
 kubelet, containerd, CNI and the agent write to, and processes marked as started by kdra's
@@ -15,8 +15,8 @@ import socket
 import subprocess
 from pathlib import Path
 
-from kdra.devenv.hostledger import cgroup_hierarchies
-from kdra.devenv.node import CHANGED_SYSCTLS, ledger
+from kdra_devenv.hostledger import cgroup_hierarchies
+from kdra_devenv.node import CHANGED_SYSCTLS, ledger
 
 WATCHED = ("/var/run/cdi", "/var/run/nri", "/run/containerd", "/var/lib/cni",
            "/var/log/containers", "/var/log/pods", "/var/lib/kdra", "/var/lib/kubelet",
@@ -86,7 +86,7 @@ def snapshot() -> dict[str, str]:
                 cmdline = (entry / "cmdline").read_bytes()
             except OSError:
                 continue
-            # kubelet, and containerd or shims of a node (kdra.devenv.node's layout: rt/);
+            # kubelet, and containerd or shims of a node (kdra_devenv.node's layout: rt/);
             # an NRI test's containerd running at the same time is not the node's.
             ours = comm == "kubelet" or (comm.startswith("containerd") and b"/rt/containerd" \
                 in cmdline)

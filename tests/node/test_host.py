@@ -5,8 +5,9 @@ CNI and the agent write to, and processes (tests.node.hoststate):
 - after the deployed cluster of tests/node/deployed stopped (this file runs after that
   package, whose fixture is torn down first);
 - after a start that failed half-way (kubelet started, never Ready);
-- after ``kdra node up`` was SIGKILLed with a pod running: something is left then (the test
-  checks that it looks), and ``kdra node down`` removes all of it.
+- after ``python -m kdra_devenv node up`` was SIGKILLed with a pod running: something is left
+  then (the test checks that it looks), and ``python -m kdra_devenv node down`` removes all of
+  it.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from kdra.devenv.controlplane import binaries
-from kdra.devenv.node import TOLERATE_ANNOTATION, Node, NodeError, control_plane
-from kdra.devenv.process import spawn, terminate
+from kdra_devenv.controlplane import binaries
+from kdra_devenv.node import TOLERATE_ANNOTATION, Node, NodeError, control_plane
+from kdra_devenv.process import spawn, terminate
 from tests.node.conftest import require_node
 from tests.node.hoststate import differences, snapshot
 
@@ -54,7 +55,7 @@ def test_the_host_is_as_found_after_a_failed_start(host_before: dict[str, str],
 def test_node_down_cleans_up_after_a_killed_node(host_before: dict[str, str],
                                                  tmp_path: Path) -> None:
     require_node()
-    up = spawn([sys.executable, "-m", "kdra", "node", "up", "--no-deploy", "--dir",
+    up = spawn([sys.executable, "-m", "kdra_devenv", "node", "up", "--no-deploy", "--dir",
                 tmp_path / "node"], run_dir=tmp_path, stdout=subprocess.PIPE,
                stderr=subprocess.STDOUT, text=True)
     try:
@@ -85,7 +86,7 @@ def test_node_down_cleans_up_after_a_killed_node(host_before: dict[str, str],
     left = differences(host_before, snapshot())
     assert {"ip addr", "ip link", "mounts", "cgroups"} <= set(left), sorted(left)
 
-    down = subprocess.run([sys.executable, "-m", "kdra", "node", "down"], capture_output=True,
-                          text=True, timeout=300)
+    down = subprocess.run([sys.executable, "-m", "kdra_devenv", "node", "down"],
+                          capture_output=True, text=True, timeout=300)
     assert down.returncode == 0, down.stdout + down.stderr
     _assert_as_found(host_before)

@@ -2,7 +2,7 @@
 CDI devices of their pod's prepared claims, user-set device env is overridden, and a
 container whose claim is not prepared fails to create with the claim named.
 
-containerd runs isolated under a temporary directory (kdra.devenv.containerd), with NRI on a
+containerd runs isolated under a temporary directory (kdra_devenv.containerd), with NRI on a
 socket of its own and CDI specs read from a temporary directory; pods use host networking
 (no CNI). The agent's state is made by its own prepare code (``Preparer``, a claim object,
 a fake inventory), and its NRI plugin runs in this process on that state: no API server.
@@ -23,15 +23,15 @@ from typing import Any, TypeVar
 
 import pytest
 
-from kdra.devenv.containerd import SANDBOX_IMAGE, Containerd, missing_prerequisites
-from kdra.devenv.images import BUSYBOX, busybox_files, oci_archive, static_pause
-from kdra.domain.inventory import parse_inventory
-from kdra.domain.nodeprep import our_results
-from kdra.services.agent.cdi import CdiDir
-from kdra.services.agent.checkpoint import CheckpointFile
-from kdra.services.agent.exposure import ExposurePolicy
-from kdra.services.agent.nri.plugin import NriPlugin
-from kdra.services.agent.prepare import Preparer
+from kdra.agent.cdi import CdiDir
+from kdra.agent.checkpoint import CheckpointFile
+from kdra.agent.core.inventory import parse_inventory
+from kdra.agent.core.nodeprep import our_results
+from kdra.agent.exposure import ExposurePolicy
+from kdra.agent.nri.plugin import NriPlugin
+from kdra.agent.prepare import Preparer
+from kdra_devenv.containerd import SANDBOX_IMAGE, Containerd, missing_prerequisites
+from kdra_devenv.images import BUSYBOX, busybox_files, oci_archive, static_pause
 
 pytestmark = pytest.mark.node
 

@@ -5,11 +5,15 @@ types): the API models (``models``: v1 and the 1.31 v1alpha3 shape, conversion b
 them), CEL selectors (``cel``: upstream's environment, type checker and cost limits),
 ``quantity`` and ``semver``, device taints (``taints``, ``taint_rules``), the one error
 hierarchy (``errors``), condition timestamps (``timestamps``) and the structured allocator
-(``allocator``). Pure: no I/O, no API clients, no clock but the allocator's search deadline
-and condition timestamps, and nothing from the rest of kdra
-(an import-linter contract in pyproject.toml) — the operator's policy (pod claims,
-scheduling rules, admission, node preparation, inventory) lives in :mod:`kdra.domain` and
-builds on this.
+(``allocator``); and the pure pieces two of kdra's programs share about devices and
+scheduling decisions: the binder's node filters, placement policy and explanations
+(``scheduling``, also ``kubectl kdra why``'s), when an allocated claim's devices let its pod
+bind (``binding_conditions``, also ``kdra check``'s) and who holds which device (``usage``,
+the operator's gauges and ``kubectl kdra free``). Pure: no I/O, no API clients, no clock but
+the allocator's search deadline and condition timestamps, and nothing from the rest of kdra
+(an import-linter contract in pyproject.toml) — the programs' own policies (admission, node
+preparation, inventory...) live in their ``core`` packages (:mod:`kdra.operator.core`,
+:mod:`kdra.agent.core`, :mod:`kdra.cli.core`) and build on this.
 
 Allocating a claim against a slice, without any cluster::
 

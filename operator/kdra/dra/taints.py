@@ -7,7 +7,7 @@ tolerations ``{key, operator, value, effect, tolerationSeconds}`` say which tain
 the allocation result keeps the tolerations, so the decision can be taken again later (for
 eviction) without the claim's spec.
 
-Decision tables (tests/unit/domain/test_taints.py holds them row by row):
+Decision tables (tests/unit/dra/test_taints.py holds them row by row):
 
 ======================  =================  ======================  ==========================
 effect                  not tolerated      tolerated, no seconds   tolerated, seconds = s

@@ -9,7 +9,9 @@ This module sends the requests, pages the lists and runs the watches; where each
 in and out (and the skip of undecodable objects) is :mod:`kdra.kube.codec`.
 
 Invariants:
-- This package is the only one that talks to the API server (import-linter enforces it).
+- This package is the only one that talks to the API server: import-linter keeps aiohttp,
+  kubernetes, kubernetes_asyncio and pykube out of every other (pyproject.toml, "Only kdra.kube
+  talks to the API server"; kopf, in the operator's handlers, aside).
 - A failed call raises :class:`ApiError` or one of its subclasses — :class:`NotFound`,
   :class:`Conflict` (409: a resourceVersion precondition failed, or the object exists),
   :class:`Invalid` (422: the server's validation rejected the object; ``message`` names the
@@ -45,8 +47,8 @@ import aiohttp
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
-from kdra import __version__, metrics
-from kdra.domain.backoff import backoff_delay
+from kdra import __version__
+from kdra.kube import metrics
 from kdra.kube.codec import (
     JSON,
     Items,
@@ -58,6 +60,7 @@ from kdra.kube.codec import (
     encode,
     strip_managed_fields,
 )
+from kdra.kube.core.backoff import backoff_delay
 from kdra.kube.errors import ApiError, Gone, Undecodable, api_error, unreachable
 from kdra.kube.resources import PODS, Resource
 
@@ -229,7 +232,7 @@ class KubeClient:
         then ``("ADDED" | "MODIFIED" | "DELETED", obj)``. Bookmarks only advance the version.
         A watch the server ends (``timeout_seconds``) resumes from the last version seen;
         connection and server errors are retried with jittered exponential backoff
-        (:func:`kdra.domain.backoff.backoff_delay`: between ``retry_delay / 2`` and
+        (:func:`kdra.kube.core.backoff.backoff_delay`: between ``retry_delay / 2`` and
         ``retry_delay`` after the first failure, doubling, at most ``max_retry_delay``);
         any event from the server resets it.
         """

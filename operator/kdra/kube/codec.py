@@ -11,14 +11,14 @@ Invariants:
   ``status.devices[].data``, which a node agent writes after every webhook, and the
   ``metadata.managedFields`` that trace it): then the object
   is delivered with that value replaced by ``{"kdra.dev/undecodable": reason}``
-  (:func:`kdra.domain.jsonscan.decode_pruned`) — its allocation and reservations still count,
+  (:func:`kdra.kube.core.jsonscan.decode_pruned`) — its allocation and reservations still count,
   so the claim is released and its devices are never handed out twice — and ``on_skip``
   still hears of it (a :class:`Skipped` whose ``pruned`` names the paths). A single object
   read (:func:`decode_answer`) is pruned the same way.
 - Every object decoded here comes back without ``metadata.managedFields``
   (:func:`strip_managed_fields`; why: :mod:`kdra.kube.client`).
 - The hot path (one call of :func:`decode_event` per watch event) decodes the event once
-  with orjson; the slower scanning of :mod:`kdra.domain.jsonscan` runs only for an event that
+  with orjson; the slower scanning of :mod:`kdra.kube.core.jsonscan` runs only for an event that
   orjson rejects.
 """
 
@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from kdra.domain.jsonscan import (
+from kdra.kube.core.jsonscan import (
     ScanError,
     decode_list,
     decode_pruned,
@@ -54,7 +54,7 @@ the managedFields that trace it field by field (kdra strips them from what it re
 @dataclass(frozen=True)
 class Skipped:
     """An object of a watch event or a list that could not be decoded, as far as it is
-    known (what :mod:`kdra.domain.jsonscan` found of its metadata)."""
+    known (what :mod:`kdra.kube.core.jsonscan` found of its metadata)."""
 
     kind: str
     namespace: str

@@ -9,7 +9,7 @@ Invariants:
   kept in the order they were first seen); at most ``MAX_TRACKED`` are kept in any case.
 - An Event holds no control sequences: its reason and message (which name what users and
   agents wrote: claims, selectors, devices) pass through
-  :func:`kdra.domain.printable.printable`, the message cut to :data:`MAX_MESSAGE`
+  :func:`kdra.kube.core.printable.printable`, the message cut to :data:`MAX_MESSAGE`
   characters (``kubectl describe`` and ``kubectl get events`` print them to terminals).
 - Emitting never raises: an event is best effort and must not fail the reconcile that sent it.
 """
@@ -22,9 +22,9 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from kdra.domain.printable import printable
 from kdra.dra.timestamps import api_time
 from kdra.kube.client import KubeClient
+from kdra.kube.core.printable import printable
 from kdra.kube.errors import ApiError
 from kdra.kube.resources import Resource
 

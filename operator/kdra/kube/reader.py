@@ -4,7 +4,7 @@ A kubectl plugin runs as the user, once, and reads a few lists: pykube-ng fits t
 kubeconfig loading with contexts, the usual credentials (client certificates, tokens, exec
 plugins of ``client.authentication.k8s.io/v1alpha1``/``v1beta1``, OIDC) and plain
 ``requests`` calls — without an event loop or generated API classes. Items come back as
-plain dicts (the API's JSON), which the pure views in ``kdra.domain`` take.
+plain dicts (the API's JSON), which the CLI's pure views (``kdra.cli.core``) take.
 
 Invariants:
 - Read-only: only GETs (LIST and GET), paginated 500 items a page.

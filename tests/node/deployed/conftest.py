@@ -1,6 +1,6 @@
 """kdra deployed as a user would on the real node, once for the tests of this package.
 
-The cluster (:class:`kdra.devenv.realcluster.RealCluster`) builds kdra's image from the
+The cluster (:class:`kdra_devenv.realcluster.RealCluster`) builds kdra's image from the
 Dockerfile (cached by its inputs), starts a control plane and the node, applies the CRDs, the
 node overlay and waits for the operator's and agent's pods and the agent's slices. Its set-up
 times are printed (cold: nothing cached; cached: image and binaries there). When a test fails,
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from kdra.devenv.controlplane import repo_root
-from kdra.devenv.realcluster import RealCluster
+from kdra_devenv.controlplane import repo_root
+from kdra_devenv.realcluster import RealCluster
 from tests.node.conftest import require_node
 
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import yaml
 
-from kdra.devenv.node import CDI_DIR
-from kdra.devenv.realcluster import RealCluster
-from kdra.domain.cdi import cdi_device_name, env_name
+from kdra.agent.core.cdi import cdi_device_name, env_name
+from kdra_devenv.node import CDI_DIR
+from kdra_devenv.realcluster import RealCluster
 
 GPU = "gpu.kdra.dev"
 JSON = dict[str, Any]

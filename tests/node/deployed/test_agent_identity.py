@@ -20,8 +20,8 @@ from typing import Any
 
 import yaml
 
-from kdra.devenv.node import NODE_NAME
-from kdra.devenv.realcluster import NAMESPACE, RealCluster
+from kdra_devenv.node import NODE_NAME
+from kdra_devenv.realcluster import NAMESPACE, RealCluster
 from tests.node.deployed.devices import GPU, wait_running
 
 AGENT = f"system:serviceaccount:{NAMESPACE}:kdra-agent"

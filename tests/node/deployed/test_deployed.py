@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from kdra.devenv.images import busybox_files, oci_archive
-from kdra.devenv.node import CDI_DIR, NODE_NAME
-from kdra.devenv.realcluster import NAMESPACE, RealCluster, busybox_applets
-from kdra.domain.cdi import env_name
+from kdra.agent.core.cdi import env_name
+from kdra_devenv.images import busybox_files, oci_archive
+from kdra_devenv.node import CDI_DIR, NODE_NAME
+from kdra_devenv.realcluster import NAMESPACE, RealCluster, busybox_applets
 from tests.node.deployed.devices import (
     GPU,
     as_sets,

@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
-from kdra.devenv.controlplane import repo_root
-from kdra.devenv.realcluster import RealCluster
+from kdra_devenv.controlplane import repo_root
+from kdra_devenv.realcluster import RealCluster
 from tests.node.deployed.devices import (
     GPU,
     as_sets,

@@ -14,8 +14,8 @@ import signal
 import subprocess
 import sys
 
-from kdra.devenv.node import AGENT_STATE_DIR, CDI_DIR
-from kdra.devenv.realcluster import NAMESPACE, RealCluster
+from kdra_devenv.node import AGENT_STATE_DIR, CDI_DIR
+from kdra_devenv.realcluster import NAMESPACE, RealCluster
 from tests.node.deployed.devices import Device, device_facts, logs
 
 PODS = 24  # twice the node's 11 healthy GPUs: they take turns

@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kdra.devenv.node import NODE_NAME
-from kdra.devenv.realcluster import NAMESPACE, RealCluster
+from kdra_devenv.node import NODE_NAME
+from kdra_devenv.realcluster import NAMESPACE, RealCluster
 from tests.node.deployed.devices import GPU, Device, container_devices, device_facts, logs
 
 UNHEALTHY = "gpu.kdra.dev/unhealthy"

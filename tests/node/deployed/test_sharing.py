@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kdra.devenv.realcluster import NAMESPACE, RealCluster
+from kdra_devenv.realcluster import NAMESPACE, RealCluster
 from tests.node.deployed.devices import (
     as_sets,
     container_devices,

@@ -1,4 +1,5 @@
-"""The structured device allocator (upstream DRA "structured parameters", UPSTREAM.md §3).
+"""The structured device allocator (upstream DRA "structured parameters": kubernetes/kubernetes
+``staging/src/k8s.io/dynamic-resource-allocation/structured``).
 
 A pure library over an in-memory :class:`Snapshot` of slices, classes and devices in use:
 
@@ -11,7 +12,7 @@ A pure library over an in-memory :class:`Snapshot` of slices, classes and device
 - :func:`nearest_fits` — where a pod that fits nowhere would fit if devices were freed.
 
 It follows upstream's allocator (Kubernetes 1.36, the incubating one), checked against
-upstream's shared test table (``tests/unit/domain/upstream_cases.py``); where it differs on
+upstream's shared test table (``tests/unit/dra/upstream_cases.py``); where it differs on
 purpose, docs/api-versions.md says so ("Where kdra differs from upstream").
 
 The caller persists: nothing here talks to the API server. Modules, one job each:

@@ -13,7 +13,7 @@ Invariants:
 
 * Every overload here has a runtime implementation: the global form of ``name`` is the
   runtime helper :func:`helper_name` ``(name, member=False)``, the receiver form
-  ``helper_name(name, member=True)`` (``tests/unit/domain/test_cel_env.py`` checks both
+  ``helper_name(name, member=True)`` (``tests/unit/dra/test_cel_env.py`` checks both
   ways).
 * Type parameters are single capital letters (``A``, ``K``, ``V``, ``T``, ``U``); the
   checker renames them afresh for every call.

@@ -209,7 +209,7 @@ def _take_annotation(obj: dict[str, Any]) -> dict[str, Any]:
         return {}
     try:
         stored = json.loads(raw)
-    except (ValueError, RecursionError):  # a deep value rode in it (kdra.domain.conversion_review)
+    except (ValueError, RecursionError):  # a deep value rode in it (the /convert answer's)
         return {}
     return stored if isinstance(stored, dict) else {}
 

@@ -1,0 +1,238 @@
+"""``python -m kdra_devenv demo``: the seed article's example, and GPUs, on a local control plane of
+real binaries.
+
+Starts etcd + kube-apiserver + kube-controller-manager on loopback, installs kdra's CRDs, runs
+``kdra operator`` (claim controller, binder, webhooks — conversion included, for clients that
+write v1alpha3 once it is served; the examples are v1 — slice GC) and two ``kdra agent``
+processes — one simulating three GPU nodes with two GPU models, one serving the seed's cats on
+``worker-1`` — applies the seed's cats example plus a few GPU pods, waits until the pods are
+bound, and prints ``pod → node → devices``. With ``interactive`` it keeps everything running
+until Ctrl-C and prints a KUBECONFIG and the metrics URLs (operator and agents, for a
+Prometheus to scrape); otherwise it stops (what CI runs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kdra_devenv.controlplane import ControlPlane, ControlPlaneError, binaries, free_port, repo_root
+from kdra_devenv.process import spawn, terminate
+
+GPU_NODES = "gpu-node-{0..2}"
+CATS_NODE = "worker-1"
+
+GPU_OBJECTS = """
+apiVersion: resource.kdra.dev/v1
+kind: DeviceClass
+metadata: {name: gpu.kdra.dev}
+spec:
+  selectors:
+  - cel: {expression: 'device.driver == "gpu.kdra.dev"'}
+---
+apiVersion: resource.kdra.dev/v1
+kind: ResourceClaimTemplate
+metadata: {name: one-h100, namespace: default}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly:
+          deviceClassName: gpu.kdra.dev
+          selectors:
+          - cel: {expression: 'device.attributes["gpu.kdra.dev"].productName.contains("H100")'}
+---
+apiVersion: resource.kdra.dev/v1
+kind: ResourceClaimTemplate
+metadata: {name: a100-pair, namespace: default}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpus
+        exactly:
+          deviceClassName: gpu.kdra.dev
+          count: 2
+          selectors:
+          - cel: {expression: 'device.attributes["gpu.kdra.dev"].productName.contains("A100")'}
+      constraints:
+      - matchAttribute: gpu.kdra.dev/pcieRoot
+"""
+
+
+def _gpu_pod(name: str, template: str) -> dict[str, Any]:
+    claims = yaml.safe_dump([{"name": "gpu", "resourceClaimTemplateName": template}])
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default",
+                         "annotations": {"resource.kdra.dev/claims": claims}},
+            "spec": {"containers": [{"name": "cuda", "image": "nvidia/cuda:12.4.0-base-ubuntu22.04",
+                                     "command": ["nvidia-smi", "-L"]}]}}
+
+
+DEMO_PODS = [("pod-with-cats", None)] + [(f"train-{i}", "one-h100") for i in range(3)] + [
+    ("pair-0", "a100-pair")]
+
+
+class _Procs:
+    """kdra processes started by the demo; all stopped on exit."""
+
+    def __init__(self, directory: Path, kubeconfig: Path) -> None:
+        self.directory = directory
+        self.env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+        self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+
+    def start(self, name: str, *args: str, ready: str, timeout: float = 90) -> None:
+        log = self.directory / f"{name}.log"
+        with log.open("ab") as out:
+            proc = spawn([sys.executable, "-m", "kdra", *args], run_dir=self.directory,
+                         stdout=out, stderr=subprocess.STDOUT, env=self.env)
+        self.procs.append((name, proc))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise ControlPlaneError(f"{name} exited: {log.read_text()[-2000:]}")
+            if ready in log.read_text(errors="replace"):
+                return
+            time.sleep(0.2)
+        raise ControlPlaneError(f"{name} not ready after {timeout:.0f}s; see {log}")
+
+    def stop(self) -> None:
+        for _, proc in reversed(self.procs):
+            terminate(proc, grace=15)
+
+
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def run_demo(interactive: bool = True, workdir: str | None = None, timeout: float = 180) -> int:
+    root = repo_root()
+    crds, seed = root / "crds", root / "manifests" / "examples" / "seed"
+    inventories = root / "manifests" / "examples" / "inventory"
+    if not crds.is_dir() or not seed.is_dir():
+        print(f"kdra demo: run from a source checkout ({crds} / {seed} missing)",
+              file=sys.stderr)
+        return 2
+    # SIGTERM (a supervisor, `timeout`, `kill`) stops the demo as Ctrl-C does: the processes
+    # it started run in sessions of their own and would outlive it otherwise.
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    owned = workdir is None
+    directory = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="kdra-demo-"))
+    _step("starting etcd, kube-apiserver, kube-controller-manager (real binaries)")
+    try:
+        plane = ControlPlane(directory, binaries()).start()
+    except ControlPlaneError as exc:
+        print(f"kdra demo: {exc}", file=sys.stderr)
+        return 1
+    procs = _Procs(directory, plane.kubeconfig)
+    metrics_port = free_port()
+    agent_ports = [free_port(), free_port()]
+    try:
+        _step("installing CRDs")
+        plane.kubectl("apply", "--server-side", "-k", str(crds))
+        plane.kubectl("wait", "--for", "condition=Established", "--timeout", "60s",
+                      "-f", str(crds))
+        plane.kubectl("create", "namespace", "kdra-system")
+        _step(f"starting kdra agents: simulated GPU nodes {GPU_NODES} (H100 + A100), "
+              f"cats on {CATS_NODE}")
+        procs.start("agent-gpus", "agent", "--simulate-nodes", GPU_NODES, "--create-nodes",
+                    "--inventory", str(inventories / "mixed-gpus.yaml"),
+                    "--cdi-dir", str(directory / "cdi"), "--state-dir",
+                    str(directory / "state"), "--metrics-port", str(agent_ports[0]),
+                    ready="kdra agent started")
+        procs.start("agent-cats", "agent", "--node-name", CATS_NODE, "--create-nodes",
+                    "--inventory", str(inventories / "cats.yaml"),
+                    "--cdi-dir", str(directory / "cdi"), "--state-dir",
+                    str(directory / "state"), "--metrics-port", str(agent_ports[1]),
+                    ready="kdra agent started")
+        webhook_port = free_port()
+        _step("starting kdra operator (claim controller, binder, webhooks, slice GC)")
+        procs.start("operator", "operator", "--metrics-port", str(metrics_port),
+                    "--health-port", "0", "--webhook-port", str(webhook_port),
+                    "--webhook-host", "127.0.0.1",
+                    "--webhook-url", f"https://127.0.0.1:{webhook_port}",
+                    ready="kdra operator started")
+        _step("applying the seed's cats (class, shared claim, template, pod-with-cats) and "
+              "GPU pods")
+        print(plane.kubectl("apply", "-k", str(seed)).stdout, end="")
+        print(plane.kubectl("apply", "-f", "-", input=GPU_OBJECTS).stdout, end="")
+        pods = [_gpu_pod(name, template) for name, template in DEMO_PODS if template]
+        print(plane.kubectl("apply", "-f", "-",
+                            input="\n---\n".join(json.dumps(p) for p in pods)).stdout, end="")
+        _step("waiting for the pods to be bound")
+        table = _wait_table(plane, [name for name, _ in DEMO_PODS], timeout)
+        print(_format(table))
+        print(f"\nmetrics: http://127.0.0.1:{metrics_port}/metrics (operator), "
+              + ", ".join(f"http://127.0.0.1:{port}/metrics" for port in agent_ports)
+              + " (agents)")
+        if any(node == "-" for _, node, _ in table):
+            print("kdra demo: not every pod was bound in time; see "
+                  f"{directory}/operator.log", file=sys.stderr)
+            return 1
+        if interactive:
+            print(f"export KUBECONFIG={plane.kubeconfig}\n"
+                  "try: kubectl get kdra -A; kubectl kdra free; kubectl kdra top; "
+                  "kubectl kdra why pod-with-cats\n"
+                  f"(kubectl runs the plugin kubectl-kdra from PATH: it is in "
+                  f"{Path(sys.executable).parent})\n"
+                  "Ctrl-C stops everything.", flush=True)
+            with contextlib.suppress(KeyboardInterrupt):
+                signal.pause()
+    except ControlPlaneError as exc:
+        print(f"kdra demo: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        procs.stop()
+        plane.stop()
+        if owned:
+            shutil.rmtree(directory, ignore_errors=True)
+    return 0
+
+
+def _wait_table(plane: ControlPlane, names: list[str],
+                timeout: float) -> list[tuple[str, str, str]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        pods = {p["metadata"]["name"]: p for p in json.loads(
+            plane.kubectl("get", "pods", "-n", "default", "-o", "json").stdout)["items"]}
+        claims = {c["metadata"]["name"]: c for c in json.loads(
+            plane.kubectl("get", "resourceclaims.resource.kdra.dev", "-n", "default", "-o",
+                          "json").stdout)["items"]}
+        table = []
+        for name in names:
+            pod = pods.get(name, {})
+            node = pod.get("spec", {}).get("nodeName") or "-"
+            statuses = json.loads(pod.get("metadata", {}).get("annotations", {}).get(
+                "resource.kdra.dev/claim-statuses", "{}"))
+            devices = []
+            for claim_name in statuses.values():
+                allocation = (claims.get(claim_name, {}).get("status") or {}).get(
+                    "allocation") or {}
+                devices += [r["device"] for r in allocation.get("devices", {}).get("results", [])]
+            table.append((name, node, ",".join(devices) or "-"))
+        if all(node != "-" for _, node, _ in table) or time.monotonic() > deadline:
+            return table
+        time.sleep(0.5)
+
+
+def _format(table: list[tuple[str, str, str]]) -> str:
+    rows = [("POD", "NODE", "DEVICES"), *table]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))
+                     .rstrip() for row in rows)
+
+
+def _step(text: str) -> None:
+    print(f"==> {text}", flush=True)

@@ -1,0 +1,40 @@
+"""The node agent (``kdra agent``): kdra's kubelet plugin — it publishes a node's devices,
+prepares the claims allocated to it and exposes them to containers.
+
+Its rooms, each importing only those below it (import-linter)::
+
+    process.py      the ``kdra agent`` process: settings, event loop, signals, exit codes
+    runner.py       one node or many simulated ones: start-up order, claim watch, loops
+    node.py         everything done for one node: devices, health, Leases, slices, prepares
+    exposure.py     what a container gets at creation: the NRI plugin's policy and set-up
+    nri/            the NRI plugin: wire framing, messages, the ttrpc session, lifecycle
+    node_health.py  one node's health loop: sources, debounce, taints
+    nvml_health.py  GPU health through NVML: XIDs, ECC, lost GPUs
+    discovery.py    devices from NVML (real GPUs) or a fake inventory file
+    nvml_mig.py     MIG devices through NVML
+    publisher.py    ResourceSlices of the node's pools (wipe at start, generation bumps)
+    heartbeat.py    one Lease per node and driver, read by the operator's slice GC
+    prepare.py      prepare/unprepare claims: CDI specs, checkpoint, status.devices
+    health.py       health sources, the marks file, ``kdra agent health mark``
+    cdi.py          the CDI spec directory
+    checkpoint.py   atomic, durable files; the checkpoint file
+    check.py        a node's disk read for ``kdra check --cdi-dir/--state-dir``
+    metrics.py      the agent's metrics
+    settings.py     AgentSettings: one frozen object, flags and environment
+    core/           the pure core: every decision without I/O (below)
+
+``core/`` — decisions, no I/O, no API client, nothing of the shell::
+
+    inventory.py, inventory_devices.py   the fake inventory format; the devices a node has
+    gpu_profiles.py, gpu_modes.py        GPU models and naming; whole, partitioned or shared
+    gpu_partitions.py, shares.py         MIG-like partitions (KEP-4815); shares of a GPU
+    publication.py, pool_layout.py       devices -> a pool's ResourceSlices
+    health.py                            health states, the debounce, the taints
+    nodeprep.py, node_accounting.py      which claims to prepare, what is recorded; the fit
+    checkpoint.py, cdi.py                the checkpoint model; the CDI spec content
+    exposure.py                          which devices and env a container gets
+    node_check.py                        ``kdra check``'s rules for a node's disk
+
+The agent's Lease names and the pod<->claim conventions it reads are :mod:`kdra.kube.core`'s;
+the models, taints and quantities :mod:`kdra.dra`'s.
+"""

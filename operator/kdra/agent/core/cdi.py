@@ -1,0 +1,141 @@
+"""The CDI side of preparing a claim on a node, without the I/O: names and the spec.
+
+- :func:`build_cdi_spec`: the CDI spec (``cdiVersion 0.6.0``) of one claim and driver: one
+  CDI device per claim+device named ``<claim-uid>-<device>`` (``-<shareID>`` added for a
+  share of a device several claims hold), with env named after the device
+  (``KDRA_DEVICE_GPU_0_UUID``; a partition's or share's from :mod:`kdra.agent.core.shares`), host
+  ``deviceNodes`` for real (NVML) GPUs and a ``/dev/kdra/<device>`` node for fake ones.
+- :func:`cdi_file_name` / :func:`cdi_device_id`: the spec file of a claim and driver, and the
+  fully qualified CDI name a runtime is asked for.
+
+Invariants:
+- Pure and deterministic: the same claim, devices and records give the same spec and names,
+  so a restarted agent rewrites identical files.
+- One spec file per claim and driver (a CDI spec has exactly one kind); each spec's
+  annotations name its node, claim, claim UID and driver, so a file can be traced to its
+  claim (and found to be an orphan, :mod:`kdra.agent.core.nodeprep`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kdra.agent.core.checkpoint import ClaimRef, PreparedDevice
+from kdra.agent.core.gpu_profiles import GPU_DRIVER
+from kdra.agent.core.inventory_devices import InventoryDevice
+from kdra.agent.core.shares import share_env
+
+CDI_VERSION = "0.6.0"
+CDI_VENDOR = "kdra.dev"
+CDI_FILE_PREFIX = f"{CDI_VENDOR}-"
+NODE_ANNOTATION = f"{CDI_VENDOR}/node"
+CLAIM_ANNOTATION = f"{CDI_VENDOR}/claim"
+CLAIM_UID_ANNOTATION = f"{CDI_VENDOR}/claim-uid"
+DRIVER_ANNOTATION = f"{CDI_VENDOR}/driver"
+
+JSON = dict[str, Any]
+
+
+def cdi_class(driver: str) -> str:
+    """CDI class of a driver's devices: ``gpu`` for kdra's GPUs, else the driver's name with
+    every character CDI does not allow in a class turned into ``-``."""
+    return "gpu" if driver == GPU_DRIVER else re.sub(r"[^A-Za-z0-9_-]", "-", driver)
+
+
+def cdi_kind(driver: str) -> str:
+    """``kdra.dev/gpu`` (or ``kdra.dev/<driver-ish>`` for other drivers)."""
+    return f"{CDI_VENDOR}/{cdi_class(driver)}"
+
+
+def cdi_device_name(claim_uid: str, device: str, share_id: str = "") -> str:
+    """``<claim-uid>-<device>``, and ``-<shareID>`` for a share (one claim may hold two
+    shares of one device)."""
+    return f"{claim_uid}-{device}-{share_id}" if share_id else f"{claim_uid}-{device}"
+
+
+def cdi_device_id(driver: str, claim_uid: str, device: str, share_id: str = "") -> str:
+    """The fully qualified CDI device name a runtime is asked for: ``kdra.dev/gpu=<uid>-gpu-0``."""
+    return f"{cdi_kind(driver)}={cdi_device_name(claim_uid, device, share_id)}"
+
+
+def cdi_file_name(driver: str, claim_uid: str) -> str:
+    """One spec file per claim and driver (a CDI spec has exactly one kind):
+    ``kdra.dev-<claim-uid>.json`` for GPUs, ``kdra.dev-<class>-<claim-uid>.json`` otherwise."""
+    if driver == GPU_DRIVER:
+        return f"{CDI_FILE_PREFIX}{claim_uid}.json"
+    return f"{CDI_FILE_PREFIX}{cdi_class(driver)}-{claim_uid}.json"
+
+
+FAKE_DEVICE_DIR = "/dev/kdra"
+FAKE_DEVICE_NODE = {"type": "c", "major": 1, "minor": 3, "fileMode": 0o666}
+"""A fake GPU's device node in the container: ``/dev/kdra/<device>``, a character device
+with /dev/null's numbers (1:3). runc creates it inside the container (nothing is created on
+the host) and the device-cgroup rule CDI adds allows exactly it."""
+
+
+def env_name(device: str) -> str:
+    """``KDRA_DEVICE_<NAME>``: the device name upper-cased, every other character ``_``."""
+    return "KDRA_DEVICE_" + re.sub(r"[^A-Z0-9]", "_", device.upper())
+
+
+def build_cdi_spec(*, node: str, claim: ClaimRef, driver: str,
+                   devices: Sequence[InventoryDevice],
+                   prepared: Sequence[PreparedDevice] = ()) -> JSON:
+    """The CDI spec of ``claim``'s ``devices`` of ``driver`` on ``node``: the single
+    description of what each device gives a container (containerd injects it when the
+    agent's NRI plugin names the device at container creation).
+
+    Each device (``NAME`` = :func:`env_name`) gives ``KDRA_DEVICE_NAME=driver/pool/device``,
+    ``KDRA_DEVICE_NAME_CLAIM=<namespace>/<name>``, ``KDRA_DEVICE_NAME_UUID`` when it has a
+    ``uuid`` attribute, and for other drivers than GPUs each attribute as
+    ``KDRA_DEVICE_NAME_<ATTRIBUTE>`` (the seed's cats: ``..._COLOR=white``); a real GPU its
+    host device nodes, a fake GPU the node ``/dev/kdra/<device>`` (:data:`FAKE_DEVICE_NODE`).
+    Every variable is named after its device, so a container with several claims' devices
+    gets them all (CDI env edits replace a variable of the same name). The lists over a
+    container's devices, ``KDRA_DEVICES`` and ``NVIDIA_VISIBLE_DEVICES``, are set by the NRI
+    plugin (:mod:`kdra.agent.core.exposure`), never by a spec. Spec-wide: ``KDRA_NODE_NAME``.
+
+    ``prepared`` (the recorded results of ``devices``, in claim order): one CDI device per
+    result — a share gets its own (named with its ``shareID``) — with the partition's or
+    share's env from its recorded data (:func:`kdra.agent.core.shares.share_env`)."""
+    by_name = {device.name: device for device in devices}
+    pairs: list[tuple[InventoryDevice, PreparedDevice | None]] = (
+        [(by_name[p.device], p) for p in prepared
+         if p.driver == driver and p.device in by_name] if prepared
+        else [(device, None) for device in devices])
+    cdi_devices: list[JSON] = []
+    for device, record in pairs:
+        name = env_name(device.name)
+        env = [f"{name}={driver}/{node}/{device.name}", f"{name}_CLAIM={claim.key}"]
+        data: Mapping[str, Any] = record.data if record is not None else {}
+        uuid = data.get("uuid", device.attribute("uuid"))
+        if isinstance(uuid, str):
+            env.append(f"{name}_UUID={uuid}")
+        if driver != GPU_DRIVER:
+            for attribute in sorted(device.attributes):
+                value = device.attribute(attribute)
+                suffix = re.sub(r"[^A-Z0-9]", "_", attribute.rsplit("/", 1)[-1].upper())
+                if attribute != "uuid" and value is not None:
+                    text = str(value).lower() if isinstance(value, bool) else str(value)
+                    env.append(f"{name}_{suffix}={text}")
+        env += share_env(name, data)
+        edits: JSON = {"env": env}
+        if device.device_nodes:
+            edits["deviceNodes"] = [{"path": path} for path in device.device_nodes]
+        elif driver == GPU_DRIVER:
+            edits["deviceNodes"] = [{"path": f"{FAKE_DEVICE_DIR}/{device.name}",
+                                     **FAKE_DEVICE_NODE}]
+        share = record.share_id if record is not None else ""
+        cdi_devices.append({"name": cdi_device_name(claim.uid, device.name, share),
+                            "containerEdits": edits})
+    return {
+        "cdiVersion": CDI_VERSION,
+        "kind": cdi_kind(driver),
+        "annotations": {NODE_ANNOTATION: node, CLAIM_ANNOTATION: claim.key,
+                        CLAIM_UID_ANNOTATION: claim.uid, DRIVER_ANNOTATION: driver},
+        "devices": cdi_devices,
+        "containerEdits": {"env": [f"KDRA_NODE_NAME={node}"]},
+    }
+

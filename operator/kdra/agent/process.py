@@ -1,0 +1,115 @@
+"""The ``kdra agent`` process: settings to nodes and discovery, the event loop, signals.
+
+Invariants:
+- A bad setting, a malformed inventory or broken NVML stops the agent before it connects,
+  with exit code 2 and a message naming the problem; no connection to the API server: 1.
+- SIGTERM/SIGINT stop the agent (its Leases are released); SIGHUP re-reads the inventory.
+- The metrics' series exist (zero) before the metrics are served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+from kdra.agent import metrics
+from kdra.agent.core.inventory import expand_names
+from kdra.agent.discovery import (
+    Discovery,
+    DiscoveryError,
+    FakeDiscovery,
+    NvmlDiscovery,
+)
+from kdra.agent.runner import AgentError, AgentRunner
+from kdra.agent.settings import AgentSettings
+from kdra.dra.errors import InvalidObject
+from kdra.kube import loops, memory
+from kdra.kube.client import connect
+from kdra.kube.core.printable import PrintableFormatter
+
+log = logging.getLogger(__name__)
+
+
+def served_nodes(settings: AgentSettings) -> list[str]:
+    if settings.simulate_nodes:
+        try:
+            names = expand_names(settings.simulate_nodes)
+        except ValueError as exc:
+            raise AgentError(f"--simulate-nodes: {exc}") from exc
+        if not names:
+            raise AgentError("--simulate-nodes names no node")
+        return names
+    if not settings.node_name:
+        raise AgentError("no node name: set NODE_NAME (or --node-name), or --simulate-nodes")
+    return [settings.node_name]
+
+
+def make_discovery(settings: AgentSettings, nodes: list[str]) -> Discovery:
+    if settings.inventory:
+        return FakeDiscovery(Path(settings.inventory), default_driver=settings.driver)
+    if len(nodes) > 1:
+        raise AgentError("--simulate-nodes needs --inventory (NVML sees one machine's GPUs)")
+    return NvmlDiscovery(driver=settings.driver)
+
+
+async def _main(settings: AgentSettings, nodes: list[str], discovery: Discovery) -> int:
+    try:
+        client = await connect(settings.kubeconfig, component="agent")
+    except Exception as exc:  # any kubeconfig / in-cluster config problem
+        log.error("kdra agent cannot connect to the API server: %s", exc)
+        return 1
+    runner = AgentRunner(client, settings, nodes, discovery)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, runner.reread.set)
+    try:
+        starting = asyncio.create_task(runner.start())
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if starting.done():
+            starting.result()  # raises AgentError
+            await stopping
+        else:
+            starting.cancel()
+            await asyncio.gather(starting, return_exceptions=True)
+        log.info("kdra agent stopping: releasing Leases")
+        return 0
+    finally:
+        await runner.stop()
+        await client.close()
+
+
+def run_agent(settings: AgentSettings) -> int:
+    """Run the agent until SIGTERM/SIGINT. Returns the process exit code."""
+    logging.basicConfig(level=logging.INFO, handlers=[PrintableFormatter.handler(
+        "%(asctime)s %(levelname)s %(name)s: %(message)s")])
+    try:
+        runner = loops.runner(settings.event_loop)
+    except ValueError as exc:
+        log.error("kdra agent cannot start: %s", exc)
+        return 2
+    metrics.init_agent_series()
+    try:
+        nodes = served_nodes(settings)
+        discovery = make_discovery(settings, nodes)
+        discovery.discover(nodes[0])  # a bad inventory or broken NVML stops us here
+    except (InvalidObject, DiscoveryError) as exc:
+        log.error("kdra agent cannot start: %s: %s",
+                  "malformed inventory" if isinstance(exc, InvalidObject) else "discovery",
+                  exc)
+        return 2
+    except AgentError as exc:
+        log.error("kdra agent cannot start: %s", exc)
+        return 2
+    metrics.serve(settings.metrics_port)
+    memory.start_trimmer(settings.malloc_trim_interval)
+    try:
+        with runner:
+            return runner.run(_main(settings, nodes, discovery))
+    except AgentError as exc:
+        log.error("kdra agent cannot start: %s", exc)
+        return 2

@@ -1,0 +1,264 @@
+"""Who has which devices: utilisation per DeviceClass, node and pool, and holders per
+namespace and pod (pure, no I/O).
+
+The views behind ``kubectl kdra free`` / ``top`` and the operator's utilisation metrics
+(``kdra_devices``, ``kdra_pool_devices_total``, ``kdra_namespace_devices_allocated``), so
+the command line and the dashboards count the same way:
+
+- :func:`utilisation` — per (class, node, driver, pool): devices ``free``, ``allocated`` and
+  ``unhealthy``; and per pool its total regardless of class.
+- :func:`namespace_usage` — devices allocated per (namespace, class).
+- :func:`top` — per namespace and per pod: devices held, claims.
+
+Rules (also in ``docs/user-guide.md``):
+
+- A device is counted for every DeviceClass whose selectors it passes (classes may overlap:
+  a GPU can be in ``gpu.kdra.dev`` and in ``h100``), and under class ``""`` when it passes
+  none — devices nobody can ask for, shown rather than hidden. Per-pool totals count each
+  device once.
+- Only the newest generation of a pool counts (as for the allocator); a device name repeated
+  in a pool counts once.
+- State, one per device: ``unhealthy`` when its slice carries the agent's acting health
+  taint (``gpu.kdra.dev/unhealthy``, NoSchedule or NoExecute: issue 25), or a claim holds
+  it and either no current slice publishes it any more or the agent reported it
+  ``Ready=False`` with reason ``DeviceUnhealthy`` or ``Healthy=False``; ``allocated`` when
+  a claim's allocation names it; ``free`` otherwise. Unpublished devices are counted under
+  their claim's request class, on the claim's node.
+- A selector that fails on a device (CEL runtime error) or does not compile counts as "does
+  not match": the view never fails on bad input.
+
+Invariants:
+- Pure functions of their arguments; selector verdicts come from (and fill) the devices'
+  memos in the :class:`~kdra.dra.allocator.Snapshot`, so the operator pays almost no CEL
+  per call on a warm cluster.
+- Rows come sorted (class, node, driver, pool; namespaces by devices held, most first).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kdra.dra.allocator.gather import cluster_pools
+from kdra.dra.allocator.pools import DeviceId, Selector
+from kdra.dra.allocator.snapshot import Snapshot
+from kdra.dra.allocator.stats import Stats
+from kdra.dra.cel import compile_selector
+from kdra.dra.errors import CelCompileError, CelRuntimeError, InvalidObject
+from kdra.dra.models import DeviceClass, ResourceSlice
+from kdra.dra.taints import UNHEALTHY_KEY, acts
+from kdra.dra.usage.claims import ClaimRow, natural
+
+__all__ = [
+    "STATES",
+    "NamespaceTop",
+    "PodTop",
+    "Usage",
+    "namespace_usage",
+    "pool_totals",
+    "top",
+    "utilisation",
+]
+
+STATES = ("free", "allocated", "unhealthy")
+NO_CLASS = ""
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Devices of one class in one pool, by state."""
+
+    device_class: str
+    """The DeviceClass; ``""``: devices no class selects."""
+    node: str
+    """The pool's ``nodeName``; ``<all nodes>`` / ``<selector>`` for pools not on one node;
+    for held devices no slice publishes, the claim's node (empty when it has none)."""
+    driver: str
+    pool: str
+    free: int = 0
+    allocated: int = 0
+    unhealthy: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.free + self.allocated + self.unhealthy
+
+    def count(self, state: str) -> int:
+        return int(getattr(self, state))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"class": self.device_class, "node": self.node, "driver": self.driver,
+                "pool": self.pool, "total": self.total, "allocated": self.allocated,
+                "free": self.free, "unhealthy": self.unhealthy}
+
+
+@dataclass
+class _Count:
+    free: int = 0
+    allocated: int = 0
+    unhealthy: int = 0
+
+
+def _node_of(slice_: ResourceSlice) -> str:
+    spec = slice_.spec
+    if spec.node_name:
+        return spec.node_name
+    return "<all nodes>" if spec.all_nodes else "<selector>"
+
+
+def _class_selectors(classes: Iterable[DeviceClass]) -> list[tuple[str, tuple[Selector, ...]]]:
+    """Each class with its compiled selectors; a class whose selector does not compile
+    selects nothing (left out)."""
+    compiled = []
+    for device_class in sorted(classes, key=lambda c: c.metadata.name):
+        try:
+            selectors = tuple(
+                Selector(s.cel.expression, compile_selector(s.cel.expression),
+                         f"class {device_class.metadata.name} selector #{i}")
+                for i, s in enumerate(device_class.spec.selectors))
+        except CelCompileError:
+            continue
+        compiled.append((device_class.metadata.name, selectors))
+    return compiled
+
+
+def utilisation(snapshot: Snapshot, claims: Sequence[ClaimRow],
+                stats: Stats | None = None, *, sort: bool = True) -> list[Usage]:
+    """Per (class, node, driver, pool): free, allocated and unhealthy devices (module doc).
+
+    ``snapshot`` supplies the slices and classes (its claims are not used: ``claims`` say who
+    holds what, with the agents' readiness); ``stats`` counts the CEL work (a private one by
+    default, so the allocator's figures stay the allocator's). ``sort=False`` leaves the rows
+    in no particular order (the metrics need none)."""
+    stats = stats if stats is not None else Stats()
+    held: dict[DeviceId, tuple[bool, str, str]] = {}  # device → (unhealthy, class, node)
+    for claim in claims:
+        for device in claim.devices:
+            key = DeviceId(device.driver, device.pool, device.device)
+            was = held.get(key)
+            unhealthy = device.unhealthy or (was is not None and was[0])
+            held[key] = (unhealthy, device.device_class or (was[1] if was else NO_CLASS),
+                         claim.node or (was[2] if was else ""))
+    classes = _class_selectors(snapshot.classes())
+    counts: dict[tuple[str, str, str, str], _Count] = defaultdict(_Count)
+    published: set[DeviceId] = set()
+    for pool in cluster_pools(snapshot.slice_entries()):
+        seen: set[str] = set()
+        for entry in pool.entries:
+            if entry.id.device in seen:
+                continue
+            seen.add(entry.id.device)
+            published.add(entry.id)
+            holder = held.get(entry.id)
+            state = "free" if holder is None else ("unhealthy" if holder[0] else "allocated")
+            if any(t.key == UNHEALTHY_KEY and acts(t) for t in entry.taints):
+                state = "unhealthy"
+            node = _node_of(entry.slice)
+            matched = [name for name, selectors in classes
+                       if _matches(entry, selectors, stats)] or [NO_CLASS]
+            for name in matched:
+                count = counts[(name, node, pool.driver, pool.name)]
+                if state == "free":
+                    count.free += 1
+                elif state == "allocated":
+                    count.allocated += 1
+                else:
+                    count.unhealthy += 1
+    for device_id, (_, device_class, node) in held.items():
+        if device_id not in published:
+            counts[(device_class, node, device_id.driver, device_id.pool)].unhealthy += 1
+    items = list(counts.items())
+    if sort:
+        items.sort(key=lambda kv: (kv[0][0], natural(kv[0][1]), kv[0][2], natural(kv[0][3])))
+    return [Usage(name, node, driver, pool, count.free, count.allocated, count.unhealthy)
+            for (name, node, driver, pool), count in items]
+
+
+def pool_totals(snapshot: Snapshot) -> dict[tuple[str, str, str], int]:
+    """(node, driver, pool) → devices the pool's newest generation publishes (each once,
+    whatever its classes), for ``kdra_pool_devices_total``."""
+    totals: dict[tuple[str, str, str], int] = {}
+    for pool in cluster_pools(snapshot.slice_entries()):
+        names = {entry.id.device for entry in pool.entries}
+        totals[(_node_of(pool.slices[0].slice), pool.driver, pool.name)] = len(names)
+    return totals
+
+
+def _matches(entry: Any, selectors: tuple[Selector, ...], stats: Stats) -> bool:
+    try:
+        for selector in selectors:
+            if not entry.evaluate(selector, stats):
+                return False
+    except (CelRuntimeError, InvalidObject):
+        return False
+    return True
+
+
+def namespace_usage(claims: Iterable[ClaimRow]) -> Counter[tuple[str, str]]:
+    """(namespace, class) → devices allocated to the namespace's claims."""
+    usage: Counter[tuple[str, str]] = Counter()
+    for claim in claims:
+        for device in claim.devices:
+            usage[(claim.namespace, device.device_class)] += 1
+    return usage
+
+
+# --------------------------------------------------------------------------- top
+
+
+@dataclass(frozen=True)
+class PodTop:
+    namespace: str
+    pod: str
+    devices: int
+    claims: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class NamespaceTop:
+    namespace: str
+    devices: int
+    """Devices held by the namespace's allocated claims (each device once)."""
+    claims: int
+    """Allocated claims."""
+    pending: int
+    """Claims not allocated yet."""
+    pods: tuple[PodTop, ...] = field(default_factory=tuple)
+    by_class: Mapping[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"namespace": self.namespace, "devices": self.devices, "claims": self.claims,
+                "pending": self.pending, "byClass": dict(self.by_class),
+                "pods": [{"pod": p.pod, "devices": p.devices, "claims": list(p.claims)}
+                         for p in self.pods]}
+
+
+def top(claims: Iterable[ClaimRow]) -> list[NamespaceTop]:
+    """Per namespace (most devices first, then name): devices held, allocated and pending
+    claims, devices per class, and per pod (most first) the devices of the claims reserved
+    for it — a shared claim counts for each of its pods, once for the namespace."""
+    rows = list(claims)
+    namespaces = sorted({claim.namespace for claim in rows})
+    result = []
+    for namespace in namespaces:
+        mine = [claim for claim in rows if claim.namespace == namespace]
+        devices = {(d.driver, d.pool, d.device) for claim in mine for d in claim.devices}
+        by_class = Counter(d.device_class or NO_CLASS for claim in mine for d in claim.devices)
+        pods: dict[str, list[ClaimRow]] = defaultdict(list)
+        for claim in mine:
+            for pod in claim.pods:
+                pods[pod.split("/", 1)[-1]].append(claim)
+        pod_rows = sorted(
+            (PodTop(namespace, pod, len({(d.driver, d.pool, d.device)
+                                         for claim in held for d in claim.devices}),
+                    tuple(claim.name for claim in held))
+             for pod, held in pods.items()),
+            key=lambda p: (-p.devices, natural(p.pod)))
+        result.append(NamespaceTop(
+            namespace, len(devices), sum(1 for claim in mine if claim.devices),
+            sum(1 for claim in mine if claim.state == "pending"), tuple(pod_rows),
+            dict(sorted(by_class.items()))))
+    result.sort(key=lambda n: (-n.devices, n.namespace))
+    return result

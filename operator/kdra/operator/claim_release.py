@@ -1,0 +1,204 @@
+"""The claim controller's claim side: a claim's reservations, allocation and finalizer
+released when its pods are gone or done, and a generated claim deleted when its pod is done or
+replaced (the controller: :mod:`kdra.operator.claim_controller`).
+
+``sync_claim(ns, name)`` drops ``reservedFor`` entries of pods that are gone, replaced (other
+UID) or done; clears ``status.allocation`` when no reservation is left; removes kdra's
+finalizer once the claim is deallocated; deletes generated claims whose pod is done or was
+replaced (the claim of a pod that is gone is the garbage collector's: its ownerReference names
+the pod, and upstream's controller leaves it to the collector too).
+
+:class:`ClaimWrites` are the writes of a claim both sides make (the pod side adds a bound pod
+to ``reservedFor``): a status PUT, its answer cached and handed to the binder.
+
+Invariants:
+- Every status write is a PUT of the object as cached, so its resourceVersion is the
+  precondition: a concurrent change (the binder allocating) makes it fail with Conflict and the
+  claim is reconciled again from fresh state.
+- A pod missing from the cache is looked up with a live GET before its reservation is dropped
+  (the cache may simply not have seen a brand-new pod yet).
+- The finalizer is removed only from a claim that is not allocated and is being deleted or was
+  just deallocated by this controller; the binder owns the finalizer while it allocates.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from kdra.kube.client import KubeClient
+from kdra.kube.core.podclaims import (
+    FINALIZER,
+    POD_CLAIM_NAME_ANNOTATION,
+    clear_allocation,
+    drop_stray_device_statuses,
+    is_object_name,
+    pod_is_done,
+    protected_by_kdra,
+)
+from kdra.kube.errors import Conflict, NotFound
+from kdra.kube.resources import CLAIMS, PODS
+from kdra.kube.store import JSON, Key, Store, key_of
+from kdra.kube.workqueue import Retry
+from kdra.operator import metrics
+
+__all__ = ["ClaimRelease", "ClaimWrites", "with_status"]
+
+log = logging.getLogger(__name__)
+
+
+def with_status(claim: JSON) -> JSON:
+    """A copy of ``claim`` whose ``status`` (only) may be changed: top-level keys are
+    copied, nothing nested is (a deep copy of a free-form field nested a thousand levels
+    deep would fail, and costs more)."""
+    return {**claim, "status": dict(claim.get("status") or {})}
+
+
+
+class ClaimWrites:
+    """A claim's status written by the controller (the state is
+    :class:`~kdra.operator.claim_controller.ClaimController`'s)."""
+
+    client: KubeClient
+    claims: Store
+    claim_written: Callable[[str, JSON], None] | None
+
+    async def _write_status(self, body: JSON) -> JSON:
+        drop_stray_device_statuses(body["status"])  # else the CRD refuses the write
+        try:
+            updated = await self.client.replace_status(CLAIMS, body)
+        except Conflict as exc:
+            raise Retry("claim changed concurrently; reconciling again") from exc
+        except NotFound:
+            return body
+        self._written("MODIFIED", updated)
+        return updated
+
+    def _written(self, event_type: str, claim: JSON) -> None:
+        """Cache the controller's own write (the store ignores it if a newer version or
+        the deletion was seen meanwhile) and tell the binder."""
+        if event_type == "DELETED":
+            self.claims.delete(key_of(claim))
+        else:
+            self.claims.upsert(claim)
+        if self.claim_written is not None:
+            self.claim_written(event_type, claim)
+
+
+class ClaimRelease(ClaimWrites):
+    """The claim side of :class:`~kdra.operator.claim_controller.ClaimController`."""
+
+    pods: Store
+
+    async def _sync_claim_key(self, key: Key) -> None:
+        claim = self.claims.get(key)
+        if claim is not None:
+            await self.sync_claim(claim)
+
+    async def sync_claim(self, claim: JSON) -> None:
+        namespace = claim["metadata"]["namespace"]
+        status = claim.get("status") or {}
+        reserved = status.get("reservedFor") or []
+        valid = []
+        for ref in reserved:
+            if not is_object_name(ref.get("name")):  # not a pod kdra reserved: drop it
+                continue
+            pod = await self._pod(namespace, ref["name"], ref.get("uid", ""))
+            if pod is not None and pod["metadata"].get("uid") == ref.get("uid") \
+                    and not pod_is_done(pod):
+                valid.append(ref)
+        deleting = bool(claim["metadata"].get("deletionTimestamp"))
+        allocated = bool(status.get("allocation"))
+        deallocated = False
+        # Also an allocation kdra wrote (its finalizer is on the claim) that nobody reserves (a
+        # binder died between its writes, or rolled back part of them): the binder writes
+        # allocation and reservation in one update, so it is not in use. An unreserved
+        # allocation someone else wrote (no kdra finalizer) is left alone, as upstream does.
+        ours = protected_by_kdra(claim)
+        if len(valid) != len(reserved) or (allocated and not valid and ours):
+            body = with_status(claim)
+            body["status"]["reservedFor"] = valid
+            if not valid:
+                # No consumer left: no field at all, as upstream leaves it (omitempty), rather
+                # than an empty list.
+                body["status"].pop("reservedFor")
+                clear_allocation(body["status"])
+                deallocated = allocated
+            claim = await self._write_status(body)
+            for _ in range(len(reserved) - len(valid)):
+                metrics.record_release("unreserve")
+            if deallocated:
+                metrics.record_release("deallocate")
+                log.info("deallocated claim %s/%s", namespace, claim["metadata"]["name"])
+            allocated = allocated and not deallocated
+        finalizers = claim["metadata"].get("finalizers") or []
+        if FINALIZER in finalizers and not allocated and (deleting or deallocated):
+            claim = await self._remove_finalizer(claim)
+        if not valid and not deleting:
+            await self._delete_if_orphaned(claim)
+
+    async def _pod(self, namespace: str, name: str, uid: str) -> JSON | None:
+        """The pod ``namespace/name`` as cached, or else as the API server has it; None
+        when it is gone. A pod whose deletion the watch reported (``uid`` buried in the
+        cache) is gone without asking: that saves two GETs per released claim."""
+        pod = self.pods.get((namespace, name))
+        if pod is not None:
+            return pod
+        if uid and self.pods.was_deleted(uid):
+            return None
+        try:  # not cached (yet?): ask the API server before declaring it gone
+            return await self.client.get(PODS, name, namespace)
+        except NotFound:
+            return None
+
+    async def _remove_finalizer(self, claim: JSON) -> JSON:
+        meta = claim["metadata"]
+        patch = {"metadata": {
+            "resourceVersion": meta.get("resourceVersion"),
+            "finalizers": [f for f in meta.get("finalizers") or [] if f != FINALIZER],
+        }}
+        try:
+            updated = await self.client.patch(CLAIMS, meta["name"], patch, meta["namespace"])
+        except NotFound:
+            return claim
+        except Conflict as exc:
+            raise Retry("claim changed while removing the finalizer") from exc
+        self._written("MODIFIED", updated)
+        return updated
+
+    async def _delete_if_orphaned(self, claim: JSON) -> None:
+        meta = claim["metadata"]
+        if POD_CLAIM_NAME_ANNOTATION not in (meta.get("annotations") or {}):
+            return
+        owner = next((ref for ref in meta.get("ownerReferences") or ()
+                      if ref.get("controller") and ref.get("kind") == "Pod"), None)
+        if owner is None:
+            return
+        # Only a pod this controller sees, replaced or done, is certain not to need the claim.
+        # A pod it does not see is either gone or not seen yet: as upstream, the garbage
+        # collector deletes the claim of a pod that is truly gone (the claim's ownerReference),
+        # with no lookup here and no second DELETE racing it.
+        pod = self.pods.get((meta["namespace"], owner["name"]))
+        if pod is None or (pod["metadata"].get("uid") == owner["uid"]
+                           and not pod_is_done(pod)):
+            return
+        key = (meta["namespace"], meta["name"])
+        try:
+            left = await self.client.delete(CLAIMS, meta["name"], meta["namespace"],
+                                            uid=meta["uid"])
+        except NotFound:
+            self.claims.delete(key)  # gone already (the garbage collector was first)
+            return
+        except Conflict as exc:
+            raise Retry("claim replaced while deleting it") from exc
+        # Gone from the cache at once: the watch events still on their way (older versions,
+        # ignored once its UID is buried) would each ask for the deletion again, in vain.
+        if left.get("kind") == "ResourceClaim" and left.get("metadata", {}).get(
+                "finalizers"):
+            self._written("MODIFIED", left)  # someone else's finalizer holds it: terminating
+        else:
+            self._written("DELETED", claim)
+        metrics.record_release("delete")
+        replaced = pod["metadata"].get("uid") != owner["uid"]
+        log.info("deleted claim %s/%s: its pod %s is %s", meta["namespace"], meta["name"],
+                 owner["name"], "replaced" if replaced else "done")

@@ -1,0 +1,229 @@
+"""The claim controller never replaces the claim name a pod already records: another
+operator replica may have generated that claim a moment ago (so this replica's cache lacks it),
+and a binder may be binding the pod on it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from kdra.kube.core.podclaims import (
+    CLAIM_STATUSES_ANNOTATION,
+    CLAIMS_ANNOTATION,
+    FINALIZER,
+    POD_CLAIM_NAME_ANNOTATION,
+)
+from kdra.kube.errors import NotFound
+from kdra.kube.events import EventRecorder
+from kdra.kube.resources import Resource
+from kdra.kube.store import Store
+from kdra.operator.claim_controller import ClaimController, claim_store, pod_store
+
+NS = "ns"
+POD = {"apiVersion": "v1", "kind": "Pod",
+       "metadata": {"name": "p", "namespace": NS, "uid": "uid-p", "resourceVersion": "5",
+                    "annotations": {
+                        CLAIMS_ANNOTATION: json.dumps([{"name": "gpu",
+                                                        "resourceClaimTemplateName": "t"}]),
+                        CLAIM_STATUSES_ANNOTATION: json.dumps({"gpu": "p-gpu-one"})}},
+       "spec": {"schedulerName": "kdra-scheduler"}}
+
+
+def generated(name: str) -> dict[str, Any]:
+    return {"apiVersion": "resource.kdra.dev/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}",
+                         "resourceVersion": "3",
+                         "annotations": {POD_CLAIM_NAME_ANNOTATION: "gpu"},
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p",
+                                              "uid": "uid-p", "controller": True}]},
+            "spec": {"devices": {"requests": []}}, "status": {}}
+
+
+class Server:
+    """The API server as far as this test needs: it has ``claims``; pod patches are recorded."""
+
+    def __init__(self, claims: dict[str, dict[str, Any]]) -> None:
+        self.stored = claims
+        self.pods = {POD["metadata"]["name"]: POD}  # still there: it may get claims
+        self.patches: list[dict[str, Any]] = []
+        self.created: list[dict[str, Any]] = []
+
+    async def get(self, res: Resource, name: str, namespace: str) -> dict[str, Any]:
+        if res.plural == "pods" and name in self.pods:
+            return self.pods[name]  # a claim is created only for a pod still there
+        if name not in self.stored:
+            raise NotFound(404, "NotFound", f"{name} not found")
+        return self.stored[name]
+
+    async def patch(self, res: Resource, name: str, body: dict[str, Any],
+                    namespace: str) -> dict[str, Any]:
+        self.patches.append(body)
+        return POD
+
+    async def create(self, res: Resource, body: dict[str, Any], namespace: str
+                     ) -> dict[str, Any]:
+        self.created.append(body)
+        return {**body, "metadata": {**body["metadata"], "name": "p-gpu-new",
+                                     "uid": "uid-new", "resourceVersion": "9"}}
+
+
+def controller(server: Server, cached: list[dict[str, Any]]) -> ClaimController:
+    claims = claim_store()
+    for claim in cached:
+        claims.upsert(claim)
+    templates = Store("ResourceClaimTemplate")
+    templates.upsert({"metadata": {"name": "t", "namespace": NS, "resourceVersion": "1"},
+                      "spec": {"spec": {"devices": {"requests": []}}}})
+    return ClaimController(server, EventRecorder(server),  # type: ignore[arg-type]
+                           pods=pod_store(), claims=claims, templates=templates)
+
+
+def test_a_recorded_claim_missing_from_the_cache_is_asked_for_not_replaced() -> None:
+    # This replica's cache has only its own duplicate (p-gpu-two); the pod records p-gpu-one,
+    # which the other replica created and the API server has.
+    server = Server({"p-gpu-one": generated("p-gpu-one")})
+    ctrl = controller(server, [generated("p-gpu-two")])
+    asyncio.run(ctrl.sync_pod(POD))
+    assert server.patches == []
+    assert server.created == []
+
+
+def test_a_recorded_claim_that_is_gone_is_generated_again() -> None:
+    server = Server({})
+    ctrl = controller(server, [])
+    asyncio.run(ctrl.sync_pod(POD))
+    assert len(server.created) == 1
+    recorded = json.loads(server.patches[0]["metadata"]["annotations"][
+        CLAIM_STATUSES_ANNOTATION])
+    assert recorded == {"gpu": "p-gpu-new"}
+
+
+def test_the_recorded_pod_is_handed_over_as_the_api_server_returned_it() -> None:
+    # The binder starts on the pod from the patch response, not a watch hop later.
+    server = Server({})
+    handed: list[dict[str, Any]] = []
+    ctrl = controller(server, [])
+    ctrl.pod_written = handed.append
+    asyncio.run(ctrl.sync_pod(POD))
+    assert len(server.patches) == 1
+    assert handed == [POD]  # Server.patch returns POD
+
+
+def test_nothing_is_handed_over_when_no_names_change() -> None:
+    server = Server({"p-gpu-one": generated("p-gpu-one")})
+    handed: list[dict[str, Any]] = []
+    ctrl = controller(server, [generated("p-gpu-one")])
+    ctrl.pod_written = handed.append
+    asyncio.run(ctrl.sync_pod(POD))
+    assert server.patches == [] and handed == []
+
+
+class Releasing(Server):
+    """Also takes status writes, deletes and finalizer patches of claims; counts GETs. A
+    claim with finalizers is left terminating by a delete, as the API server does."""
+
+    def __init__(self, claim: dict[str, Any]) -> None:
+        super().__init__({})
+        self.claim = claim
+        self.gets: list[str] = []
+        self.statuses: list[dict[str, Any]] = []
+        self.deleted: list[str] = []
+        self.calls: list[str] = []
+
+    async def get(self, res: Resource, name: str, namespace: str) -> dict[str, Any]:
+        self.gets.append(name)
+        raise NotFound(404, "NotFound", f"{name} not found")
+
+    async def replace_status(self, res: Resource, body: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append("status")
+        self.statuses.append(body)
+        return {**body, "metadata": {**body["metadata"], "resourceVersion": "11"}}
+
+    async def delete(self, res: Resource, name: str, namespace: str, *,
+                     uid: str) -> dict[str, Any]:
+        self.calls.append("delete")
+        self.deleted.append(name)
+        if self.claim["metadata"].get("finalizers"):
+            return {**self.claim, "metadata": {**self.claim["metadata"],
+                                               "deletionTimestamp": "2026-12-01T00:00:00Z",
+                                               "resourceVersion": "10"}}
+        return {"kind": "Status", "status": "Success"}
+
+    async def patch(self, res: Resource, name: str, body: dict[str, Any],
+                    namespace: str) -> dict[str, Any]:
+        self.calls.append("patch")
+        self.patches.append(body)
+        self.claim = {**self.claim, "metadata": {**self.claim["metadata"], **body["metadata"]}}
+        return self.claim
+
+
+def reserved_claim(finalizers: list[str]) -> dict[str, Any]:
+    claim = generated("p-gpu-one")
+    claim["metadata"]["finalizers"] = finalizers
+    claim["status"] = {"allocation": {"devices": {"results": []}},
+                       "reservedFor": [{"resource": "pods", "name": "p", "uid": "uid-p"}]}
+    return claim
+
+
+def test_a_pod_whose_deletion_was_seen_is_gone_without_asking_the_api_server() -> None:
+    claim = reserved_claim([FINALIZER])
+    for seen_deleted, gets in ((True, 0), (False, 1)):
+        server = Releasing(claim)
+        ctrl = controller(server, [claim])
+        if seen_deleted:
+            ctrl.on_pod("DELETED", POD)
+        asyncio.run(ctrl.sync_claim(claim))
+        assert len(server.gets) == gets  # the reserving pod, unless its deletion was seen
+        assert "reservedFor" not in server.statuses[0]["status"]  # no field, not []
+
+
+def test_the_claim_of_a_gone_pod_is_released_and_left_to_the_garbage_collector() -> None:
+    # As upstream: unreserve and deallocate, drop the finalizer; the garbage collector
+    # deletes the claim (its ownerReference names the pod), with no second DELETE racing it.
+    claim = reserved_claim([FINALIZER])
+    server = Releasing(claim)
+    ctrl = controller(server, [claim])
+    ctrl.on_pod("DELETED", POD)
+    asyncio.run(ctrl.sync_claim(claim))
+    assert server.calls == ["status", "patch"]
+    written = server.statuses[0]["status"]
+    assert "allocation" not in written and "reservedFor" not in written
+    assert server.patches[0]["metadata"]["finalizers"] == []
+    assert server.gets == []
+
+
+def test_each_release_write_is_handed_to_the_binder_as_written() -> None:
+    # The binder sees the device freed from the write response, not a watch hop later.
+    for pod, calls in ((None, ["MODIFIED", "MODIFIED"]),  # gone: deallocated, finalizer off
+                       ({**POD, "status": {"phase": "Succeeded"}},
+                        ["MODIFIED", "MODIFIED", "DELETED"])):  # done: and deleted
+        claim = reserved_claim([FINALIZER])
+        server = Releasing(claim)
+        ctrl = controller(server, [claim])
+        handed: list[tuple[str, dict[str, Any]]] = []
+        ctrl.claim_written = lambda event, obj: handed.append((event, obj))  # noqa: B023
+        ctrl.on_pod("DELETED" if pod is None else "MODIFIED", pod or POD)
+        asyncio.run(ctrl.sync_claim(claim))
+        assert [event for event, _ in handed] == calls
+        deallocated = handed[0][1]
+        assert deallocated["metadata"]["resourceVersion"] == "11"
+        assert "allocation" not in deallocated["status"]
+        assert handed[1][1]["metadata"]["finalizers"] == []
+        assert ctrl.claims.get((NS, "p-gpu-one")) is (None if pod else handed[1][1])
+
+
+def test_the_claim_of_a_done_or_replaced_pod_is_deleted() -> None:
+    done = {**POD, "status": {"phase": "Succeeded"}}
+    replaced = {**POD, "metadata": {**POD["metadata"], "uid": "uid-other"}}
+    for pod in (done, replaced):
+        claim = reserved_claim([FINALIZER])
+        server = Releasing(claim)
+        ctrl = controller(server, [claim])
+        ctrl.on_pod("MODIFIED", pod)
+        asyncio.run(ctrl.sync_claim(claim))
+        assert server.calls == ["status", "patch", "delete"], pod
+        # The watch events of the versions written meanwhile find nothing left to delete.
+        ctrl.on_claim("MODIFIED", claim)
+        asyncio.run(ctrl._sync_claim_key((NS, "p-gpu-one")))
+        assert server.calls == ["status", "patch", "delete"], pod
