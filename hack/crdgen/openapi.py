@@ -22,7 +22,6 @@ import textwrap
 import types
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-import annotated_types
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
@@ -198,19 +197,20 @@ _LENGTH = {"string": ("minLength", "maxLength"), "array": ("minItems", "maxItems
 
 
 def _constrain(node: Node, metadata: list[Any] | tuple[Any, ...]) -> None:
-    """pydantic's constraints as schema limits (by the node's type, as pydantic applies them)."""
+    """pydantic's constraints (``Field(min_length=, max_length=, ge=, pattern=)``, as
+    annotated-types objects in ``FieldInfo.metadata``) as schema limits, by the node's type
+    as pydantic applies them."""
     for part in metadata:
-        if isinstance(part, annotated_types.MinLen | annotated_types.MaxLen):
-            names = _LENGTH.get(node.get("type", ""))
-            if names is None:
-                raise SchemaError(f"a length limit on a {node.get('type')}")
-            if isinstance(part, annotated_types.MinLen):
-                node[names[0]] = part.min_length
-            else:
-                node[names[1]] = part.max_length
-        elif isinstance(part, annotated_types.Ge):
+        for attribute, index in (("min_length", 0), ("max_length", 1)):
+            if getattr(part, attribute, None) is not None:
+                names = _LENGTH.get(node.get("type", ""))
+                if names is None:
+                    raise SchemaError(f"a length limit on a {node.get('type')}")
+                node[names[index]] = getattr(part, attribute)
+        if getattr(part, "ge", None) is not None:
             node["minimum"] = part.ge
-        elif isinstance(part, annotated_types.Gt | annotated_types.Le | annotated_types.Lt):
-            raise SchemaError(f"unsupported bound {part!r}: use ge= (the schema's minimum)")
-        elif getattr(part, "pattern", None) is not None:
+        for bound in ("gt", "le", "lt", "multiple_of"):
+            if getattr(part, bound, None) is not None:
+                raise SchemaError(f"unsupported constraint {part!r}: use ge= (the minimum)")
+        if getattr(part, "pattern", None) is not None:
             node["pattern"] = part.pattern

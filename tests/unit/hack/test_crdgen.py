@@ -171,6 +171,12 @@ def test_a_type_the_generator_cannot_express_is_named() -> None:
     with pytest.raises(openapi.SchemaError, match=r"Odd\.when: cannot express the type"):
         openapi.model_schema(Odd)
 
+    class Bounded(_Model):
+        count: int = Field(gt=0)
+
+    with pytest.raises(openapi.SchemaError, match=r"Bounded\.count: unsupported constraint"):
+        openapi.model_schema(Bounded)
+
 
 # --------------------------------------------------------------------------- the generator's guards
 
