@@ -77,8 +77,8 @@ def _check_paths(kind: Kind, version: dict[str, Any]) -> None:
     for path in paths:
         node = schema
         for name in re.findall(r"\.(\w+)", re.sub(r"\[[^]]*\]", "", path)):
-            if name == "creationTimestamp" and node.get("type") == "object":
-                break  # metadata: the API server's
+            if node.get("type") == "object" and "properties" not in node:
+                break  # metadata, free-form JSON: the API server's, not the schema's
             if node.get("type") == "array":
                 node = node["items"]
             properties = node.get("properties", {})
