@@ -295,6 +295,7 @@ NEW = (
     "kdra.kube.metrics", "kdra.kube.webhook_server",
     "kdra.operator", "kdra.operator.core", "kdra.operator.core.pod_devices",
     "kdra.operator.metrics", "kdra.operator.webhooks",
+    "kdra.operator.core.quota_kind",
     "kdra.operator.claim_pods", "kdra.operator.claim_release",
     "kdra.agent.settings",
     "kdra.agent.core.node_check",
