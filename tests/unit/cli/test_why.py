@@ -43,7 +43,8 @@ def pod(entries: list[dict[str, Any]], statuses: dict[str, str] | None = None,
             "spec": spec,
             "status": {"conditions": [{"type": "PodScheduled", "status": "False",
                                        "reason": "Unschedulable",
-                                       "message": "0/3 nodes available: (what the binder said)"}]}}
+                                       "message":
+                                           "0/3 nodes are available: (what the binder said)"}]}}
 
 
 SLICES = [raw_slice("node-a", *gpus(2)), raw_slice("node-b", *gpus(2)),
@@ -65,7 +66,7 @@ def test_unschedulable_pod_groups_nodes_and_names_the_nearest_fit() -> None:
     big = pending_claim("big-gpu", count=2)
     found = explain(pod([{"name": "gpu", "resourceClaimName": "big-gpu"}]), [big, *HELD])
     assert found.verdict == "unschedulable"
-    assert found.summary.startswith("0/3 nodes available: ")
+    assert found.summary.startswith("0/3 nodes are available: ")
     groups = {g.reason: g.nodes for g in found.groups}
     assert groups["node(s) had untolerated taint {maintenance=yes}"] == ("node-c",)
     busy = [reason for reason in groups if "free matching devices" in reason
@@ -80,7 +81,7 @@ def test_unschedulable_pod_groups_nodes_and_names_the_nearest_fit() -> None:
     assert (claim.entry, claim.state, claim.requests[0].count) == ("gpu", "pending", "2")
     assert claim.requests[0].selectors == (f'class: device.driver == "{GPU}"',)
     text = render_why(found)
-    assert "kdra-scheduler said: 0/3 nodes available: (what the binder said)" in text
+    assert "kdra-scheduler said: 0/3 nodes are available: (what the binder said)" in text
     assert "  node-b would fit if 1 device was freed: " \
            f"{GPU}/node-b: gpu-0 — held by default/held-b-0 (pod p-b0)" in text
     assert f"  node-a would fit if 2 devices were freed: {GPU}/node-a: gpu-0, gpu-1 — " in text
@@ -159,7 +160,7 @@ def test_out_of_search_budget_is_its_own_verdict_with_a_hint() -> None:
     found = explain(target, claims, **cluster, steps=2, node_steps=lambda candidates: 100)
     assert found.verdict == "search-exhausted" and not found.fits
     assert found.summary.startswith("no placement found within the search budget (")
-    assert "of 2); 0/5 nodes available: " in found.summary
+    assert "of 2); 0/5 nodes are available: " in found.summary
     groups = {g.reason: g.nodes for g in found.groups}
     assert groups['allocation search gave up (claims "c0", "c1", "c2")'] == ("node-d",)
     assert groups["not evaluated: the search budget ran out first"] == ("node-e",)

@@ -120,9 +120,9 @@ def test_explain_groups_most_frequent_first() -> None:
     messages = Counter({"matching devices all allocated": 4, "no device matches": 7,
                         "node(s) had untolerated taint {dedicated=infra}": 1})
     assert explain(messages, 12) == (
-        "0/12 nodes available: 7 no device matches, 4 matching devices all allocated, "
-        "1 node(s) had untolerated taint {dedicated=infra}")
-    assert explain(Counter(), 0) == "0/0 nodes available: no nodes"
+        "0/12 nodes are available: 7 no device matches, 4 matching devices all allocated, "
+        "1 node(s) had untolerated taint {dedicated=infra}.")
+    assert explain(Counter(), 0) == "no nodes available to schedule pods"
 
 
 def test_container_devices() -> None:

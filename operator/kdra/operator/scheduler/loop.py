@@ -432,8 +432,8 @@ class Binder:
             message = explain(attempt.reasons, attempt.total)
             preempting = await self.preemption.preempt(key, pod, attempt.unallocated,
                                                        attempt.candidates)
-            await self.reporter.unschedulable(
-                pod, f"{message}; {preempting}" if preempting else message)
+            await self.reporter.unschedulable(  # kube-scheduler's "<fit error> preemption: ..."
+                pod, f"{message} preemption: {preempting}" if preempting else message)
             return "unschedulable"
         return self._reserve(key, pod, attempt.resolved, attempt.parsed, attempt.unallocated,
                              choice)
