@@ -392,7 +392,7 @@ def _nearest(snapshot: Snapshot, claims: Sequence[ResourceClaim], nodes: Sequenc
     for row in claims_of(raw_claims):
         pods = ", ".join(pod.split("/", 1)[-1] for pod in row.pods)
         text = f"{row.key}" + (f" (pod {pods})" if pods else "")
-        for device in row.devices:
+        for device in row.held:  # admin access holds nothing: freeing it frees nothing
             holders[DeviceId(device.driver, device.pool, device.device)].append(text)
     found = []
     whatif = nearest_fits(snapshot, claims, nodes, steps=steps)
