@@ -113,8 +113,8 @@ def nodes_available(messages: Mapping[str, int], total: int, available: int = 0)
 
 def none_available(message: str, total: int) -> str:
     """``"0/4 nodes are available: <message>."`` for a reason that holds on every node alike
-    (kube-scheduler's PreFilter message: no count; no node at all: :data:`NO_NODES`)."""
-    return f"0/{total} nodes are available: {_sentence(message)}" if total else NO_NODES
+    (kube-scheduler's PreFilter message: no count), however many nodes there are."""
+    return f"0/{total} nodes are available: {_sentence(message)}"
 
 
 def _sentence(text: str) -> str:
