@@ -304,7 +304,7 @@ NEW = (
     "tests.unit.agent.nri_runtime_messages",
     "tests.unit.test_wheel", "tests.unit.hack.test_recut",
     # issue 41 (ux1): what a user should hear about pods kdra would pass over in silence
-    "kdra.operator.core.pod_notices", "kdra.operator.notices",
+    "kdra.operator.core.pod_notices", "kdra.operator.notices", "kdra.dra.quota",
     "tests.unit.operator.test_reporting",
 )
 """Modules that exist only after the re-cut (no old module moves there)."""
