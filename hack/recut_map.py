@@ -305,6 +305,7 @@ NEW = (
     "tests.unit.test_wheel", "tests.unit.hack.test_recut",
     # issue 41 (ux1): what a user should hear about pods kdra would pass over in silence
     "kdra.operator.core.pod_notices", "kdra.operator.notices", "kdra.dra.quota",
+    "kdra.cli.core.why_quota", "kdra.cli.core.why_render",
     "tests.unit.operator.test_reporting",
 )
 """Modules that exist only after the re-cut (no old module moves there)."""

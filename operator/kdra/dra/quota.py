@@ -44,6 +44,9 @@ from kdra.dra.models.base import DNS_SUBDOMAIN, ObjectMeta, _Model, parse
 from kdra.dra.quantity import InvalidQuantity, Quantity, parse_quantity
 
 KIND = "DeviceQuota"
+QUOTA_REASON = "DeviceQuotaExceeded"
+"""The ``PodScheduled=False`` reason of a pod whose allocation a DeviceQuota refuses (the
+binder writes it; ``kubectl kdra why`` applies the same check)."""
 MAX_LIMITS = 32
 """Limits per DeviceQuota (one per device class)."""
 MAX_RESOURCES = 16
@@ -469,6 +472,7 @@ def early_denials(claim: ResourceClaim, quotas: Iterable[DeviceQuota]) -> list[D
 __all__ = [
     "DEVICES",
     "KIND",
+    "QUOTA_REASON",
     "Charge",
     "Denial",
     "DeviceFacts",

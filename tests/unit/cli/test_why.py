@@ -9,7 +9,8 @@ from typing import Any
 
 import yaml
 
-from kdra.cli.core.why import explain_pod, render_why
+from kdra.cli.core.why import explain_pod
+from kdra.cli.core.why_render import render_why
 from kdra.kube.core.podclaims import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION
 from tests.unit.cli.test_describe import GPU, gpus, raw_claim, raw_slice
 from tests.unit.dra.test_utilisation import GPU_CLASS, with_class
@@ -229,3 +230,47 @@ def test_a_prioritized_claim_lists_its_alternatives_and_fits_on_the_best_node() 
     assert [(n.node, n.devices, n.minimal) for n in found.nearest] == [
         ("node-a", (f"{GPU}/node-a/gpu-1",), True),
         ("node-b", (f"{GPU}/node-b/gpu-1",), True)]
+
+
+def quota(devices: int, name: str = "gpus", namespace: str = "default") -> dict[str, Any]:
+    return {"apiVersion": "resource.kdra.dev/v1alpha1", "kind": "DeviceQuota",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"limits": [{"deviceClassName": GPU, "devices": devices}]}}
+
+
+def test_why_applies_the_binders_quota_check() -> None:
+    """Issue 41: ``why`` said "fits now" while kdra-scheduler held the pod with
+    DeviceQuotaExceeded; it now applies the same check (HELD: 3 GPUs of namespace default)."""
+    one = pod([{"name": "gpu", "resourceClaimName": "c"}])
+    claims = [pending_claim("c"), *HELD]
+    assert explain(one, claims).verdict == "fits"
+    assert explain(one, claims, quotas=[quota(4)]).verdict == "fits"  # 3 used + 1 <= 4
+    assert explain(one, claims, quotas=[quota(1, namespace="other")]).verdict == "fits"
+    over = explain(one, claims, quotas=[quota(3)])
+    assert over.verdict == "over-quota" and not over.fits
+    message = ("DeviceQuota default/gpus: class 'gpu.kdra.dev' devices: 3 used + 1 asked > 3 "
+               "hard (DeviceQuotaExceeded)")
+    assert over.summary == message
+    assert {g.reason: g.nodes for g in over.groups}[message] == ("node-b",)  # the only fit
+    assert any(h.startswith("DeviceQuotaExceeded: ") for h in over.hints)
+    assert over.to_json()["verdict"] == "over-quota"
+    bad = {"metadata": {"name": "broken", "namespace": "default"},
+           "spec": {"limits": [{"deviceClassName": GPU, "devices": -1}]}}
+    loose = explain(one, claims, quotas=[bad])
+    assert loose.verdict == "fits"
+    assert any("DeviceQuota 'default/broken' is invalid" in n for n in loose.notes)
+
+
+def test_a_template_missing_from_the_namespace_is_named_missing() -> None:
+    """Issue 41: ``why`` said "not created yet (the claim controller creates it)" for a
+    template that does not exist: waiting would not help."""
+    entry = [{"name": "gpu", "resourceClaimTemplateName": "t"}]
+    elsewhere = {"metadata": {"name": "t", "namespace": "other"}}
+    found = explain(pod(entry), [], templates=[elsewhere])
+    assert found.verdict == "waiting"
+    assert found.claims[0].problem.startswith(
+        "template 't' does not exist in namespace default: create it there")
+    assert found.summary.startswith("waiting for its claims: gpu (template 't' does not exist")
+    here = {"metadata": {"name": "t", "namespace": "default"}}
+    assert "not created yet from template 't'" in explain(pod(entry), [],
+                                                          templates=[here]).claims[0].problem

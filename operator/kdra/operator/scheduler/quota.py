@@ -40,6 +40,7 @@ from kdra.dra.allocator import Placement
 from kdra.dra.errors import InvalidObject
 from kdra.dra.models import AllocationResult, DeviceRequestAllocationResult, ResourceClaim
 from kdra.dra.quota import (
+    QUOTA_REASON,
     Charge,
     Denial,
     DeviceFacts,
@@ -67,8 +68,6 @@ from kdra.operator.core.quota_admission import quota_namespace
 log = logging.getLogger(__name__)
 
 DEVICE_QUOTAS = Resource(GROUP, "v1alpha1", "devicequotas", True, "DeviceQuota")
-QUOTA_REASON = "DeviceQuotaExceeded"
-"""The ``PodScheduled=False`` reason of a pod whose allocation a DeviceQuota refuses."""
 TRIES = 8
 """Nodes whose placements are checked against the quotas per scheduling attempt."""
 MIN_INTERVAL = 0.5
