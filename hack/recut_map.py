@@ -306,7 +306,7 @@ NEW = (
     # issue 41 (ux1): what a user should hear about pods kdra would pass over in silence
     "kdra.operator.core.pod_notices", "kdra.operator.notices", "kdra.dra.quota",
     "kdra.cli.core.why_quota", "kdra.cli.core.why_render",
-    "tests.unit.operator.test_reporting",
+    "tests.unit.operator.test_reporting", "tests.e2e.test_first_day",
 )
 """Modules that exist only after the re-cut (no old module moves there)."""
 
