@@ -192,9 +192,9 @@ class PodFit:
         if node.unschedulable and not tolerates(self.tolerations, _UNSCHEDULABLE_TAINT):
             return "node(s) were unschedulable"
         for taint in node.taints:
-            if not tolerates(self.tolerations, taint):
-                value = f"={taint['value']}" if taint.get("value") else ""
-                return f"node(s) had untolerated taint {{{taint.get('key')}{value}}}"
+            if not tolerates(self.tolerations, taint):  # kube-scheduler's {%s: %s}
+                return (f"node(s) had untolerated taint {{{taint.get('key')}: "
+                        f"{taint.get('value') or ''}}}")
         if self.node_selector:
             labels = node.info.labels
             if any(labels.get(k) != v for k, v in self.node_selector.items()):

@@ -69,7 +69,7 @@ def test_unschedulable_pod_groups_nodes_and_names_the_nearest_fit() -> None:
     assert found.verdict == "unschedulable"
     assert found.summary.startswith("0/3 nodes are available: ")
     groups = {g.reason: g.nodes for g in found.groups}
-    assert groups["node(s) had untolerated taint {maintenance=yes}"] == ("node-c",)
+    assert groups["node(s) had untolerated taint {maintenance: yes}"] == ("node-c",)
     busy = [reason for reason in groups if "free matching devices" in reason
             or "all allocated" in reason]
     assert sorted(n for reason in busy for n in groups[reason]) == ["node-a", "node-b"]

@@ -335,7 +335,9 @@ class Binder:
                 self.pods.waiting_for_claim[(namespace, name)].add(key)
                 return "waiting"
             if raw["metadata"].get("deletionTimestamp"):
-                await self.reporter.unschedulable(pod, f"claim {name!r} is being deleted")
+                await self.reporter.unschedulable(pod, none_available(  # kube-scheduler's
+                    f'resourceclaim "{shorten(name, 253)}" is being deleted',
+                    len(self.cluster.nodes)))
                 return "unschedulable"
             resolved.append((entry, name, raw))
         try:
