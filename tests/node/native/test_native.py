@@ -135,6 +135,7 @@ def test_the_agent_is_the_kubelets_dra_plugin_for_both_drivers(cluster: RealClus
                  cluster.node.plugins_dir / GPU / "dra.sock",
                  cluster.node.plugins_registry / f"{CATS}-reg.sock"):
         assert oct(os.stat(path).st_mode & 0o777) == "0o600", path
+    assert oct(os.stat(cluster.node.plugins_dir / GPU).st_mode & 0o777) == "0o700"
 
 
 # --------------------------------------------------------------------------- devices

@@ -312,9 +312,12 @@ def test_sockets_are_owner_only_replace_stale_ones_and_go_on_stop(home: Path) ->
         for path in (h.registration(GPU), h.endpoint(GPU), h.registration(CATS)):
             mode = os.stat(path).st_mode
             assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) == 0o600, path
+        assert stat.S_IMODE(os.stat(h.endpoint(GPU).parent).st_mode) == 0o700
         async with Kubelet(h.registration(GPU)) as kubelet:
             assert (await kubelet.info()).name == GPU  # the stale socket was replaced
 
+    (home / "plugins" / GPU).mkdir(parents=True)
+    (home / "plugins" / GPU).chmod(0o755)  # as a hostPath DirectoryOrCreate makes it
     harness = run(home, scenario)
     assert not list((home / "reg").iterdir())
     assert not (harness.endpoint(GPU)).exists()

@@ -6,8 +6,9 @@ Each driver gets (:class:`DriverPlugin`):
 - grpcio's server (:mod:`kdra.agent.kubelet.server`) on a socket in the agent's private
   directory (mode 0700);
 - the DRA service's socket ``<plugins dir>/<driver>/dra.sock`` — the ``endpoint`` the
-  registration names — and the registration socket ``<registry dir>/<driver>-reg.sock``,
-  both gated (:mod:`kdra.agent.kubelet.gate`): mode 0600, callers checked by their credentials.
+  registration names; its directory the agent's own, mode 0700 — and the registration socket
+  ``<registry dir>/<driver>-reg.sock``, both gated (:mod:`kdra.agent.kubelet.gate`): mode
+  0600, callers checked by their credentials.
 
 Start order: server, DRA socket, registration socket last (the kubelet's plugin watcher sees the
 registration socket appear, calls ``GetInfo``, connects to the endpoint and calls
@@ -34,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import shutil
 import tempfile
 import time
@@ -88,6 +90,16 @@ class HealthFeed:
                 await asyncio.wait_for(changed.wait(), self.timeout / 3)
 
 
+def owner_only_directory(path: Path) -> None:
+    """The DRA socket's own directory (``<plugins dir>/<driver>``): created mode 0700, or
+    made 0700 when the agent owns it (a hostPath ``DirectoryOrCreate`` makes it 0755). The
+    registration directory is the kubelet's: never changed."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = path.stat()
+    if info.st_uid == os.geteuid() and info.st_mode & 0o077:
+        path.chmod(0o700)
+
+
 class DriverPlugin:
     """One driver's plugin: its server, its two sockets, and what its calls do."""
 
@@ -106,6 +118,7 @@ class DriverPlugin:
         self.registrations = 0
 
     async def start(self) -> None:
+        await asyncio.to_thread(owner_only_directory, self.endpoint.parent)
         await self.server.start()
         try:
             await self.dra_gate.start()
