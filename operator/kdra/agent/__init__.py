@@ -1,5 +1,6 @@
 """The node agent (``kdra agent``): kdra's kubelet plugin — it publishes a node's devices,
-prepares the claims allocated to it and exposes them to containers.
+prepares the claims allocated to it and exposes them to containers (kdra flavour: from a
+claim watch, through NRI; native flavour: as the kubelet's DRA plugin).
 
 Its rooms, each importing only those below it (import-linter)::
 
@@ -8,6 +9,8 @@ Its rooms, each importing only those below it (import-linter)::
     node.py         everything done for one node: devices, health, Leases, slices, prepares
     exposure.py     what a container gets at creation: the NRI plugin's policy and set-up
     nri/            the NRI plugin: wire framing, messages, the ttrpc session, lifecycle
+    kubelet/        (native flavour) the kubelet's DRA plugin: gRPC services, sockets, health
+    protodesc.py    protobuf messages declared as tables (NRI's, the kubelet's)
     node_health.py  one node's health loop: sources, debounce, taints
     nvml_health.py  GPU health through NVML: XIDs, ECC, lost GPUs
     discovery.py    devices from NVML (real GPUs) or a fake inventory file
@@ -32,6 +35,7 @@ Its rooms, each importing only those below it (import-linter)::
     health.py                            health states, the debounce, the taints
     nodeprep.py, node_accounting.py      which claims to prepare, what is recorded; the fit
     checkpoint.py, cdi.py                the checkpoint model; the CDI spec content
+    kubelet.py                           the kubelet plugin's decisions: claims, answers, callers
     exposure.py                          which devices and env a container gets
     node_check.py                        ``kdra check``'s rules for a node's disk
 
