@@ -30,13 +30,13 @@ import pytest
 from kdra.agent import metrics
 from kdra.agent.cdi import CdiDir
 from kdra.agent.checkpoint import CheckpointFile
-from kdra.agent.core.inventory import parse_inventory
 from kdra.agent.kubelet.gate import GatedSocket, GateError
 from kdra.agent.kubelet.messages import DRA_V1, DRA_V1BETA1, HEALTHY, UNHEALTHY, Claim, Device
 from kdra.agent.kubelet.plugin import HealthFeed, KubeletPlugins
 from kdra.agent.kubelet.service import KubeletService
 from kdra.agent.prepare import Preparer
 from tests.unit.agent.kubelet_side import Kubelet
+from tests.unit.agent.prepare_helpers import discovered
 
 NODE = "node-1"
 GPU = "gpu.kdra.dev"
@@ -69,13 +69,13 @@ class Harness:
         self.home = home
         self.claims: dict[tuple[str, str], dict[str, Any]] = {}
         self.reads = 0
-        self.inventory = parse_inventory(INVENTORY, NODE)
+        self.backends, self.inventory = discovered(INVENTORY, NODE)
         self.unhealthy: set[str] = set()
         self.preparer = Preparer(
             None, NODE, cdi=CdiDir(home / "cdi"),  # type: ignore[arg-type]  # never reports
             checkpoint_file=CheckpointFile(home / "state", NODE),
             inventory=lambda: self.inventory, drivers=lambda: (GPU, CATS),
-            report_status=False)
+            backends=self.backends, report_status=False)
         self.preparer.load()
         self.feed = HealthFeed(NODE, self.device_health, timeout=30)
         self.plugins = KubeletPlugins(

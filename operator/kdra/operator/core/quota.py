@@ -35,21 +35,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from pydantic import Field
-
 from kdra.dra.errors import InvalidObject
 from kdra.dra.models import AllocationResult, ResourceClaim
-from kdra.dra.models.base import DNS_SUBDOMAIN, ObjectMeta, _Model, parse
+from kdra.dra.models.base import parse
 from kdra.dra.quantity import InvalidQuantity, Quantity, parse_quantity
 from kdra.kube.core.untrusted import shorten
+from kdra.operator.core.quota_kind import KIND, MAX_SUMMARY, QuotaObject
 
-KIND = "DeviceQuota"
-MAX_LIMITS = 32
-"""Limits per DeviceQuota (one per device class)."""
-MAX_RESOURCES = 16
-"""Capacity (and counter) names per limit."""
-MAX_SUMMARY = 4000
-"""Characters of the status's summary lines (the CRD allows 4096)."""
 DEVICES = "devices"
 """The resource name of the device count in messages, metrics and the status."""
 ZERO = Quantity(0)
@@ -265,25 +257,6 @@ class Ledger:
 # --------------------------------------------------------------------------- quotas
 
 
-class _Limit(_Model):
-    device_class_name: str = Field(pattern=DNS_SUBDOMAIN.pattern, max_length=253)
-    devices: int | None = Field(default=None, ge=0)
-    capacity: dict[str, str | int] = Field(default_factory=dict, max_length=MAX_RESOURCES)
-    counters: dict[str, str | int] = Field(default_factory=dict, max_length=MAX_RESOURCES)
-
-
-class _Spec(_Model):
-    limits: tuple[_Limit, ...] = Field(default=(), max_length=MAX_LIMITS)
-
-
-class _Quota(_Model):
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
-    spec: _Spec = _Spec()
-
-
-_Quota.__name__ = KIND  # errors name the kind: "DeviceQuota team-a/gpus: spec.limits[0]..."
-
-
 @dataclass(frozen=True)
 class Limit:
     """The hard limits of one class: resource (``devices``, ``capacity/<name>``,
@@ -310,7 +283,7 @@ class DeviceQuota:
 
 def parse_quota(obj: Mapping[str, Any]) -> DeviceQuota:
     """A DeviceQuota object as a :class:`DeviceQuota` (InvalidObject when malformed)."""
-    quota = parse(_Quota, obj)
+    quota = parse(QuotaObject, obj)
     where = f"{KIND} {quota.metadata.namespace}/{quota.metadata.name}"
     seen: set[str] = set()
     limits = []
