@@ -28,6 +28,7 @@ import grpc.aio
 import pytest
 
 from kdra.agent import metrics
+from kdra.agent.backends.registry import make_backends
 from kdra.agent.cdi import CdiDir
 from kdra.agent.checkpoint import CheckpointFile
 from kdra.agent.kubelet.gate import GatedSocket, GateError
@@ -35,6 +36,9 @@ from kdra.agent.kubelet.messages import DRA_V1, DRA_V1BETA1, HEALTHY, UNHEALTHY,
 from kdra.agent.kubelet.plugin import HealthFeed, KubeletPlugins
 from kdra.agent.kubelet.service import KubeletService
 from kdra.agent.prepare import Preparer
+from kdra.agent.settings import AgentSettings
+from tests import fpga_backend
+from tests.fpga_backend import fpga_uuid
 from tests.unit.agent.kubelet_side import Kubelet
 from tests.unit.agent.prepare_helpers import discovered
 
@@ -65,21 +69,31 @@ def native_claim(name: str, uid: str, *results: tuple[str, str, str],
 class Harness:
     """One node's plugins on short socket paths, its Preparer on disk, a claim store."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, vendor: str = "") -> None:
+        """``vendor``: a vendor backend (``module:Class``) run beside fake-gpu and generic,
+        whose driver the agent serves too."""
         self.home = home
         self.claims: dict[tuple[str, str], dict[str, Any]] = {}
         self.reads = 0
-        self.backends, self.inventory = discovered(INVENTORY, NODE)
+        if vendor:
+            (home / "inventory.yaml").write_text(INVENTORY)
+            self.backends = make_backends(AgentSettings(
+                inventory=str(home / "inventory.yaml"), backends=f"fake-gpu generic {vendor}",
+                state_dir=str(home / "state")), [NODE])
+            self.inventory = self.backends.discover(NODE)
+        else:
+            self.backends, self.inventory = discovered(INVENTORY, NODE)
+        self.drivers = tuple(dict.fromkeys(d.driver for d in self.inventory.devices))
         self.unhealthy: set[str] = set()
         self.preparer = Preparer(
             None, NODE, cdi=CdiDir(home / "cdi"),  # type: ignore[arg-type]  # never reports
             checkpoint_file=CheckpointFile(home / "state", NODE),
-            inventory=lambda: self.inventory, drivers=lambda: (GPU, CATS),
+            inventory=lambda: self.inventory, drivers=lambda: self.drivers,
             backends=self.backends, report_status=False)
         self.preparer.load()
         self.feed = HealthFeed(NODE, self.device_health, timeout=30)
         self.plugins = KubeletPlugins(
-            KubeletService(NODE, self.preparer, self.read_claim, lambda: (GPU, CATS)),
+            KubeletService(NODE, self.preparer, self.read_claim, lambda: self.drivers),
             self.feed, registry_dir=home / "reg", plugins_dir=home / "plugins")
 
     async def read_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -118,11 +132,12 @@ def home() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def run(home: Path, scenario: Callable[[Harness], Awaitable[None]]) -> Harness:
-    harness = Harness(home)
+def run(home: Path, scenario: Callable[[Harness], Awaitable[None]],
+        vendor: str = "") -> Harness:
+    harness = Harness(home, vendor)
 
     async def main() -> None:
-        await harness.plugins.sync([GPU, CATS])
+        await harness.plugins.sync(list(harness.drivers))
         try:
             await scenario(harness)
         finally:
@@ -214,6 +229,41 @@ def test_a_claim_of_two_drivers_is_prepared_once_each_driver_gets_its_devices(
             assert await gpus.unprepare(ref) == {"uid-2": ""}
 
     run(home, scenario)
+
+
+def test_a_vendor_backends_device_is_prepared_through_the_kubelet(home: Path) -> None:
+    """The kubelet's calls reach the device-backend seam like the claim watch does: a vendor
+    module's device (tests/fpga_backend.py) gets its node edit (the bitstream file), its CDI
+    edits (device node, mount) and its own driver's CDI ID; unprepare undoes the node edit."""
+    fpga = fpga_backend.DRIVER
+    spec_file = "kdra.dev-fpga-example-com-uid-f.json"
+    bitstream = home / "state" / "fpga" / NODE / "fpga-1.bitstream"
+
+    async def scenario(h: Harness) -> None:
+        assert h.drivers == (GPU, CATS, fpga)
+        ref = h.add(native_claim("pod-fpga", "uid-f", (fpga, NODE, "fpga-1")))
+        async with Kubelet(h.endpoint(fpga)) as kubelet:
+            first = await kubelet.prepare(ref)
+            assert first["uid-f"].error == ""
+            assert first["uid-f"].devices == (Device(
+                ("cat",), NODE, "fpga-1", ("kdra.dev/fpga-example-com=uid-f-fpga-1",)),)
+            assert bitstream.read_text() == "uid-f ns/pod-fpga\n"  # the vendor's node edit
+            spec = json.loads((h.home / "cdi" / spec_file).read_text())
+            (device,) = spec["devices"]
+            assert device["name"] == "uid-f-fpga-1"
+            edits = device["containerEdits"]
+            assert f"KDRA_DEVICE_FPGA_1_UUID={fpga_uuid(NODE, 1)}" in edits["env"]
+            assert "KDRA_DEVICE_FPGA_1_FAMILY=agilex7" in edits["env"]
+            assert [n["path"] for n in edits["deviceNodes"]] == ["/dev/fpga/fpga-1"]
+            assert [(m["hostPath"], m["containerPath"]) for m in edits["mounts"]] == [
+                (str(bitstream), "/run/fpga/fpga-1.bitstream")]
+            assert h.checkpoint()["uid-f"]["devices"][0]["backend"] == "fpga"
+            assert await kubelet.prepare(ref) == first  # idempotent here too
+
+            assert await kubelet.unprepare(ref) == {"uid-f": ""}
+            assert not bitstream.exists() and h.cdi_files() == [] and h.checkpoint() == {}
+
+    run(home, scenario, vendor="tests.fpga_backend:FpgaBackend")
 
 
 def test_another_nodes_claim_is_refused_and_nothing_is_written(home: Path) -> None:
