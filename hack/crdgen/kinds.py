@@ -20,8 +20,8 @@ from pydantic import BaseModel
 
 from kdra import GROUP
 from kdra.dra.models import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
+from kdra.dra.quota_kind import DeviceQuotaKind
 from kdra.dra.taint_rules import DeviceTaintRule
-from kdra.operator.core.quota_kind import DeviceQuotaKind
 
 CONVERSION = {
     "strategy": "Webhook",
@@ -87,32 +87,45 @@ Kubernetes 1.36 field for field; v1alpha3 is the seed's 1.31 shape, served on re
 webhook call per write, docs/api-versions.md). The operator's conversion webhook (/convert)
 translates; what v1alpha3 cannot express rides in the annotation resource.kdra.dev/v1-fields.
 
-Printer columns: a CRD cannot compute derived text such as "pending / allocated /
-allocated,reserved", so the state is shown by what it consists of:
-  Devices     - .status.allocatedDevices (empty = pending)
+Printer columns: a CRD's columns are JSONPath, and the API server prints the first value a
+path finds. They cannot compute derived text such as upstream's STATE ("pending /
+allocated / allocated,reserved"), and kdra keeps no state field of its own for them (a
+summary written beside what it summarises can disagree with it), so the state is shown by
+what it consists of (`kubectl kdra describe` prints STATE and every pod; docs/user-guide.md):
+  Class       - the first request's DeviceClass: what a pending claim waits for
+  Devices     - .status.allocatedDevices, every device (empty = pending)
   Node        - the node the devices are on (first matchFields value of the allocation's
                 node selector; empty for network-attached devices or while pending)
-  ReservedFor - .status.reservedFor[*].name (empty = allocated but unused)
-  Pool/Driver - only with -o wide
+  ReservedFor - the first consumer (empty = allocated but unused)
+  Consumers   - -o wide: .status.reservedFor, every consumer (a shared claim's pods)
+  Pool/Driver - -o wide: the first device's
 
 Limits and cross-field rules are enforced here (OpenAPI limits + x-kubernetes-validations) so
 that they hold even when kdra's admission webhook is down. Not expressible here (webhook
 only): CEL selector compilation/cost, the 10 KiB limit on opaque parameters and device data,
 the admin-access namespace label.""",
         columns=(
+            _column("Class", "string", ".spec.devices.requests[0]..deviceClassName",
+                    "DeviceClass of the first request (of its first alternative in a "
+                    "firstAvailable list): what a pending claim waits for."),
             _column("Devices", "string", ".status.allocatedDevices",
-                    "Allocated devices, all of them (empty while the claim is pending)."),
+                    "Allocated devices, all of them; empty while the claim is pending (not "
+                    "allocated)."),
             _column("Node", "string",
                     ".status.allocation.nodeSelector.nodeSelectorTerms[0].matchFields[0]"
                     ".values[0]",
                     "Node the allocated devices are attached to (empty for network-attached "
                     "devices)."),
             _column("ReservedFor", "string", ".status.reservedFor[*].name",
-                    "Pods currently using the claim."),
+                    "The first pod using the claim (a printer column shows one value: -o "
+                    "wide's Consumers lists every consumer); empty while it is allocated but "
+                    "unused."),
+            _column("Consumers", "string", ".status.reservedFor",
+                    "Every consumer of the claim (its reservedFor list).", priority=1),
             _column("Pool", "string", ".status.allocation.devices.results[*].pool",
-                    "Pools of the allocated devices.", priority=1),
+                    "Pool of the first allocated device.", priority=1),
             _column("Driver", "string", ".status.allocation.devices.results[*].driver",
-                    "Drivers of the allocated devices.", priority=1),
+                    "Driver of the first allocated device.", priority=1),
             AGE,
         )),
     Kind(

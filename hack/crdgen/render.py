@@ -76,7 +76,8 @@ def _check_paths(kind: Kind, version: dict[str, Any]) -> None:
     paths += [f["jsonPath"] for f in version.get("selectableFields", ())]
     for path in paths:
         node = schema
-        for name in re.findall(r"\.(\w+)", re.sub(r"\[[^]]*\]", "", path)):
+        # A recursive descent (``..name``) may match at any depth: the part before it is checked.
+        for name in re.findall(r"\.(\w+)", re.sub(r"\[[^]]*\]", "", path.split("..")[0])):
             if node.get("type") == "object" and "properties" not in node:
                 break  # metadata, free-form JSON: the API server's, not the schema's
             if node.get("type") == "array":
