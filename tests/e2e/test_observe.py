@@ -192,11 +192,11 @@ def loaded(demo: Demo, request: pytest.FixtureRequest) -> Demo:
     H100s each, ``big`` wants eight and fits nowhere."""
     if shutil.which("prometheus"):  # scraping before the load, so the rates see it
         request.getfixturevalue("prometheus")
-    template = {"apiVersion": "resource.kdra.dev/v1alpha3", "kind": "ResourceClaimTemplate",
+    template = {"apiVersion": "resource.kdra.dev/v1", "kind": "ResourceClaimTemplate",
                 "metadata": {"name": "eight-h100", "namespace": "default"},
-                "spec": {"spec": {"devices": {"requests": [{
-                    "name": "gpu", "deviceClassName": GPU, "count": 8,
-                    "selectors": [{"cel": {"expression": H100}}]}]}}}}
+                "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                    "deviceClassName": GPU, "count": 8,
+                    "selectors": [{"cel": {"expression": H100}}]}}]}}}}
     demo.kubectl("apply", "-f", "-", input=json.dumps(template))
     time.sleep(PACE)  # a few scrapes before, between and after the steps: the PNG shows them
     for name in ("fill-1", "fill-2"):
