@@ -1,8 +1,9 @@
 """`python -m kdra_devenv demo`, seen and operated as a user would: ``kubectl kdra free / why /
 top`` (kubectl running the plugin from PATH) print the expected tables; a user with little RBAC sees
-what they may and is told what they may not; a real Prometheus (Debian's ``prometheus``) scrapes
-the demo's operator and agents, and every panel query of the Grafana dashboard parses and
-returns data; the key panels are rendered to a PNG (matplotlib).
+what they may and is told what they may not; ``promtool check metrics`` passes on the operator's
+and the agents' scrapes, each holding only its component's metrics; a real Prometheus
+(Debian's ``prometheus``) scrapes the demo's operator and agents, and every panel query of the
+Grafana dashboard parses and returns data; the key panels are rendered to a PNG (matplotlib).
 
 The demo runs once for the module (its own control plane, as ``make demo``). On top of its
 five pods the module adds load while Prometheus scrapes: two pods taking eight H100s each
@@ -345,6 +346,53 @@ def test_a_user_with_little_rbac_is_told_what_could_not_be_read(loaded: Demo) ->
     assert nobody.returncode == 1
     assert "could not read ResourceSlices (cluster-wide): 403 Forbidden" in nobody.stderr
     assert nobody.stdout == ""
+
+
+# --------------------------------------------------------------------------- scrapes
+
+
+def promtool_binary() -> str:
+    found = shutil.which("promtool")  # Debian's prometheus package ships it
+    if found:
+        return found
+    if os.environ.get("KDRA_REQUIRE_PROMETHEUS") == "1":
+        pytest.fail("promtool is not installed (apt-get install prometheus; .ci/run does)")
+    pytest.skip("promtool is not installed (apt-get install prometheus; .ci/run does it "
+                "and sets KDRA_REQUIRE_PROMETHEUS=1)")
+
+
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return str(response.read().decode())
+
+
+def families(text: str) -> set[str]:
+    return {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}
+
+
+def test_each_scrape_follows_prometheus_conventions_and_holds_its_own_metrics(
+        loaded: Demo) -> None:
+    """``promtool check metrics`` finds nothing on the operator's scrape nor an agent's (e.g.
+    no gauge named ``_total``), with every family present after the load; the operator's
+    carries no ``kdra_agent_*`` family and an agent's no ``kdra_scheduler_*`` one."""
+    promtool = promtool_binary()
+    operator = scrape(loaded.operator_metrics)
+    agents = [scrape(url) for url in loaded.agent_metrics]
+    for name, text in (("operator", operator), *(("agent", t) for t in agents)):
+        checked = subprocess.run([promtool, "check", "metrics"], input=text, text=True,
+                                 capture_output=True, timeout=60)
+        assert (checked.returncode, checked.stdout + checked.stderr) == (0, ""), name
+        assert all(f.startswith(("kdra_", "python_", "process_")) for f in families(text))
+    operator_families = families(operator)
+    assert {"kdra_devices", "kdra_pool_devices", "kdra_scheduler_pending_pods"} \
+        <= operator_families
+    assert "kdra_pool_devices_total" not in operator_families  # renamed: a gauge
+    assert not {f for f in operator_families if f.startswith("kdra_agent_")}
+    for text in agents:
+        assert "kdra_agent_prepared_claims" in families(text)
+        assert not {f for f in families(text)
+                    if f.startswith(("kdra_scheduler_", "kdra_resourceclaim_", "kdra_devices",
+                                     "kdra_pool_", "kdra_namespace_"))}
 
 
 # --------------------------------------------------------------------------- dashboard
