@@ -348,6 +348,43 @@ def test_a_user_with_little_rbac_is_told_what_could_not_be_read(loaded: Demo) ->
     assert nobody.stdout == ""
 
 
+def test_flags_anywhere_pod_slash_name_and_clear_errors(loaded: Demo) -> None:
+    """kubectl's habits: flags before the command, ``pod/NAME``, ``free -n``; an unknown class
+    is an error (exit 1) and a user who may read the pod but not its claims is told so, not
+    that the pod waits for them."""
+    why = loaded.kubectl("kdra", "-n", "default", "why", "pod/big")
+    assert "Pod default/big: 0/4 nodes are available" in why.stdout, why.stdout + why.stderr
+    free = loaded.kubectl("kdra", "-n", "default", "free")
+    assert [GPU, "36", "21", "12", "3"] in rows(free.stdout)
+    assert free.stdout == loaded.kubectl("kdra", "free", "-n", "default").stdout
+
+    nosuch = loaded.kubectl("kdra", "free", "--class", "nosuch", check=False)
+    assert nosuch.returncode == 1 and nosuch.stdout == ""
+    assert (f"kubectl kdra free: DeviceClass 'nosuch' not found (DeviceClasses: {GPU}"
+            in nosuch.stderr), nosuch.stderr
+    deployment = loaded.kubectl("kdra", "why", "deployment/big", check=False)
+    assert deployment.returncode == 2
+    assert "'deployment/big': why explains a pod: give POD or pod/POD" in deployment.stderr
+
+    rbac = [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": "pod-reader", "namespace": "default"},
+         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "carol-pod-reader", "namespace": "default"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                     "name": "pod-reader"},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                       "name": "carol"}]},
+    ]
+    loaded.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(o) for o in rbac))
+    carol = loaded.kubectl("kdra", "why", "big", "--as", "carol", check=False)
+    assert carol.returncode == 1, carol.stdout + carol.stderr
+    assert ("kubectl kdra why: could not read ResourceClaims in namespace default: "
+            "403 Forbidden") in carol.stderr, carol.stderr
+    assert "waiting for its claims" not in carol.stdout + carol.stderr
+
+
 # --------------------------------------------------------------------------- scrapes
 
 
