@@ -303,9 +303,7 @@ def test_a_user_with_little_rbac_is_told_what_could_not_be_read(loaded: Demo) ->
     manifests/base, aggregated into it: claims and templates) and may list the cluster's
     slices and classes (the user guide's kdra-devices-viewer), not nodes nor other namespaces'
     claims; nobody may read nothing."""
-    loaded.kubectl("apply", "--server-side", "-f",
-                   str(ROOT / "manifests" / "base" / "user-roles.yaml"))
-    rbac = [
+    rbac = [  # the demo installed kdra-user-view (manifests/base/user-roles.yaml)
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
          "metadata": {"name": "alice-view", "namespace": "default"},
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
@@ -534,3 +532,24 @@ def test_key_panels_render_to_a_png(prometheus: Prometheus, loaded: Demo,
     target = os.environ.get("KDRA_DASHBOARD_PNG")
     if target:
         shutil.copyfile(png, ROOT / target if not os.path.isabs(target) else target)
+
+
+def test_the_guides_extended_example_runs_on_the_demo(loaded: Demo) -> None:
+    """manifests/examples/extended as the user guide says: a Deployment asking for
+    ``gpu.kdra.dev/gpu: 2`` — the demo runs the Deployment and ReplicaSet controllers and
+    defines the GPUs' class as the examples do (with its extendedResourceName), so its pod
+    gets a claim of two GPUs and is bound. Last in the module: it changes the counts."""
+    loaded.kubectl("apply", "-k", str(ROOT / "manifests" / "examples" / "extended"))
+
+    def bound() -> dict[str, Any] | None:
+        pods = loaded.get("pods", "-l", "app=train-gpus")["items"]
+        return pods[0] if pods and pods[0]["spec"].get("nodeName") else None
+    pod = wait_for(bound, timeout=90, what="the Deployment's pod bound")
+    assert pod is not None
+    claims = [c for c in loaded.get(
+        "resourceclaims.resource.kdra.dev")["items"]
+        if any(r.get("name") == pod["metadata"]["name"]
+               for r in (c.get("status") or {}).get("reservedFor") or [])]
+    assert len(claims) == 1
+    results = claims[0]["status"]["allocation"]["devices"]["results"]
+    assert len(results) == 2 and {r["driver"] for r in results} == {GPU}
