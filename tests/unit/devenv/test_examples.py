@@ -13,7 +13,7 @@ import yaml
 
 from kdra_devenv import demo
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "manifests" / "examples"
 
 
