@@ -534,11 +534,12 @@ def test_key_panels_render_to_a_png(prometheus: Prometheus, loaded: Demo,
         shutil.copyfile(png, ROOT / target if not os.path.isabs(target) else target)
 
 
-def test_the_guides_extended_example_runs_on_the_demo(loaded: Demo) -> None:
+def test_the_guides_extended_and_all_a100_examples_run_on_the_demo(loaded: Demo) -> None:
     """manifests/examples/extended as the user guide says: a Deployment asking for
     ``gpu.kdra.dev/gpu: 2`` — the demo runs the Deployment and ReplicaSet controllers and
     defines the GPUs' class as the examples do (with its extendedResourceName), so its pod
-    gets a claim of two GPUs and is bound. Last in the module: it changes the counts."""
+    gets a claim of two GPUs and is bound; then all-a100 (allocationMode All). Last in the
+    module: it changes the counts."""
     loaded.kubectl("apply", "-k", str(ROOT / "manifests" / "examples" / "extended"))
 
     def bound() -> dict[str, Any] | None:
@@ -553,3 +554,8 @@ def test_the_guides_extended_example_runs_on_the_demo(loaded: Demo) -> None:
     assert len(claims) == 1
     results = claims[0]["status"]["allocation"]["devices"]["results"]
     assert len(results) == 2 and {r["driver"] for r in results} == {GPU}
+    # allocationMode All (manifests/examples/gpu/all-a100.yaml): every A100 of a node. The
+    # demo's inventory reports an H200 unhealthy, not an A100, or All could never be met.
+    loaded.kubectl("apply", "-f", str(ROOT / "manifests" / "examples" / "gpu" / "all-a100.yaml"))
+    wait_for(lambda: loaded.get("pod", "all-a100-pod")["spec"].get("nodeName"), timeout=90,
+             what="all-a100-pod bound")
