@@ -38,7 +38,7 @@ NOT_ON_THE_CLI_PATH = frozenset({
     "kopf", "aiohttp", "aiohttp-retry", "aiohappyeyeballs", "aiosignal", "frozenlist",
     "multidict", "yarl", "propcache", "kubernetes_asyncio", "uvloop", "nvidia-ml-py",
     "prometheus_client", "cryptography", "cffi", "pycparser", "python-json-logger", "click",
-    "iso8601", "jsonpatch", "jsonpointer", "attrs",
+    "iso8601", "jsonpatch", "jsonpointer", "attrs", "grpcio",
 })
 DATE = (2020, 1, 1, 0, 0, 0)
 
