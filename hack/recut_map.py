@@ -296,6 +296,7 @@ NEW = (
     "kdra.operator", "kdra.operator.core", "kdra.operator.core.pod_devices",
     "kdra.operator.metrics", "kdra.operator.webhooks",
     "kdra.operator.claim_pods", "kdra.operator.claim_release",
+    "kdra.operator.claim_owner",
     "kdra.agent.settings",
     "kdra.agent.core.node_check",
     "kdra_devenv.__main__",

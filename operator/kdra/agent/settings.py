@@ -27,6 +27,11 @@ class AgentSettings:
     namespace: str = "kdra-system"
     """Namespace of the agents' heartbeat Leases."""
 
+    flavour: str = ""
+    """API flavour (as the operator's --flavour): native (resource.k8s.io/v1 slices and
+    claims) or kdra (resource.kdra.dev). Unset or auto: native where the API server serves
+    resource.k8s.io/v1, else kdra (kdra.kube.flavour)."""
+
     inventory: str = ""
     """Fake inventory file (YAML: GPU profiles like '8 x H100-80GB' and arbitrary devices);
     empty: discover real GPUs through NVML."""
