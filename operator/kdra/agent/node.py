@@ -31,6 +31,7 @@ from kdra.agent.settings import AgentSettings
 from kdra.dra.timestamps import api_time
 from kdra.kube.client import KubeClient
 from kdra.kube.core.backoff import backoff_delay
+from kdra.kube.core.flavours import settled
 from kdra.kube.errors import ApiError, Conflict, NotFound
 from kdra.kube.resources import NODES
 from kdra.kube.store import JSON
@@ -61,14 +62,15 @@ class NodeAgent:
         self.inventory = Inventory()
         self.health = NodeHealth(node, health_sources, debounce=settings.health_debounce,
                                  settle=settings.health_settle)
-        self.publisher = SlicePublisher(client, node)
+        flavour = settled(settings.flavour)
+        self.publisher = SlicePublisher(client, node, slices=flavour.slices)
         self.heartbeats: dict[str, Heartbeat] = {}
         self._stopping: set[asyncio.Task[None]] = set()
         self.preparer = Preparer(
             client, node, cdi=CdiDir(Path(settings.cdi_dir)),
             checkpoint_file=CheckpointFile(Path(settings.state_dir), node),
             inventory=lambda: self.inventory, drivers=lambda: self.claim_drivers,
-            holders=holders, claims=claims, written=written)
+            holders=holders, claims=claims, written=written, resource=flavour.claims)
         self.preparer.health = self._health_condition
 
     def _health_condition(self, driver: str, device: str) -> tuple[bool, str, str]:

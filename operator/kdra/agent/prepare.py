@@ -72,7 +72,7 @@ from kdra.agent.core.nodeprep import (
 from kdra.dra.timestamps import api_time
 from kdra.kube.client import KubeClient
 from kdra.kube.errors import ApiError, Conflict, NotFound
-from kdra.kube.resources import CLAIMS
+from kdra.kube.resources import CLAIMS, Resource
 from kdra.kube.store import JSON
 from kdra.kube.workqueue import Retry
 
@@ -123,12 +123,15 @@ class Preparer:
                  drivers: Callable[[], Sequence[str]],
                  holders: HolderIndex | None = None,
                  claims: Callable[[str, str], JSON | None] | None = None,
-                 written: Callable[[JSON], None] | None = None) -> None:
+                 written: Callable[[JSON], None] | None = None,
+                 resource: Resource = CLAIMS) -> None:
         """``claims(namespace, name)``: the newest version of a claim the agent has seen (None:
         gone), to tell a device's previous claim that released it from one that still holds
         it. Without it every holder still holds its devices. ``written(claim)``: called with
-        the server's answer to each status write of this preparer (the claim as stored)."""
+        the server's answer to each status write of this preparer (the claim as stored).
+        ``resource``: where claims live (the API flavour's kind)."""
         self.client = client
+        self.resource = resource
         self.node = node
         self.cdi = cdi
         self.file = checkpoint_file
@@ -419,13 +422,13 @@ class Preparer:
                 new_status.pop("devices")
             body = {**claim, "status": new_status}  # shallow: nothing nested is mutated
             try:
-                answer = await self.client.replace_status(CLAIMS, body)
+                answer = await self.client.replace_status(self.resource, body)
             except NotFound:
                 return
             except Conflict:
                 meta = claim["metadata"]
                 try:
-                    claim = await self.client.get(CLAIMS, meta["name"], meta["namespace"])
+                    claim = await self.client.get(self.resource, meta["name"], meta["namespace"])
                 except NotFound:
                     return
                 if claim["metadata"].get("uid") != meta.get("uid"):

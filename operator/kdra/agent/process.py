@@ -10,6 +10,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import signal
 from pathlib import Path
@@ -28,6 +29,8 @@ from kdra.dra.errors import InvalidObject
 from kdra.kube import loops, memory
 from kdra.kube.client import connect
 from kdra.kube.core.printable import PrintableFormatter
+from kdra.kube.errors import ApiError
+from kdra.kube.flavour import FlavourError, resolve
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +63,14 @@ async def _main(settings: AgentSettings, nodes: list[str], discovery: Discovery)
     except Exception as exc:  # any kubeconfig / in-cluster config problem
         log.error("kdra agent cannot connect to the API server: %s", exc)
         return 1
+    try:
+        flavour = await resolve(client, settings.flavour)
+    except (FlavourError, ApiError, OSError) as exc:
+        log.error("kdra agent cannot start: %s", exc)
+        await client.close()
+        return 1
+    # Every component reads the resolved flavour from the settings (kdra.kube.core.flavours).
+    settings = dataclasses.replace(settings, flavour=flavour.name)
     runner = AgentRunner(client, settings, nodes, discovery)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -30,16 +30,18 @@ from kdra.agent.core.inventory_devices import InventoryDevice
 from kdra.agent.core.publication import Publication, plan_publication, slice_name
 from kdra.kube.client import KubeClient
 from kdra.kube.errors import Conflict, NotFound
-from kdra.kube.resources import NODES, SLICES
+from kdra.kube.resources import NODES, SLICES, Resource
 from kdra.kube.store import JSON
 
 log = logging.getLogger(__name__)
 
 
 class SlicePublisher:
-    def __init__(self, client: KubeClient, node: str) -> None:
+    def __init__(self, client: KubeClient, node: str, *, slices: Resource = SLICES) -> None:
         self.client = client
         self.node = node
+        self.slices = slices
+        """Where the slices go (the API flavour's kind, kdra.kube.core.flavours)."""
         self._published: dict[str, list[JSON]] = {}
         self._min_generation: dict[str, int] = {}
         self._node_missing_logged = False
@@ -54,7 +56,7 @@ class SlicePublisher:
         return max((int(s["spec"]["pool"]["generation"]) for s in slices), default=None)
 
     async def _list(self) -> list[JSON]:
-        return await self.client.list(SLICES, field_selector=f"spec.nodeName={self.node}")
+        return await self.client.list(self.slices, field_selector=f"spec.nodeName={self.node}")
 
     async def wipe(self, drivers: Iterable[str]) -> int:
         """Delete this node's slices of ``drivers``; returns how many were deleted."""
@@ -69,7 +71,7 @@ class SlicePublisher:
                                                generation + 1)
             meta = obj["metadata"]
             try:
-                await self.client.delete(SLICES, meta["name"], uid=meta.get("uid"))
+                await self.client.delete(self.slices, meta["name"], uid=meta.get("uid"))
             except (NotFound, Conflict):
                 continue
             deleted += 1
@@ -96,7 +98,8 @@ class SlicePublisher:
 
     def _plan(self, driver: str, devices: tuple[InventoryDevice, ...],
               owner: dict[str, str]) -> Publication:
-        return plan_publication(node=self.node, driver=driver, devices=devices,
+        return plan_publication(api_version=self.slices.api_version,
+                                node=self.node, driver=driver, devices=devices,
                                 published=self._published.get(driver, []), owner=owner,
                                 min_generation=self._min_generation.get(driver, 0))
 
@@ -162,25 +165,25 @@ class SlicePublisher:
         for _ in range(5):
             if existing is None:
                 try:
-                    return await self.client.create(SLICES, body)
+                    return await self.client.create(self.slices, body)
                 except Conflict as exc:
                     if not exc.already_exists:
                         raise
-                    existing = await self.client.get(SLICES, name)
+                    existing = await self.client.get(self.slices, name)
             body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
             try:
-                return await self.client.replace(SLICES, body)
+                return await self.client.replace(self.slices, body)
             except NotFound:
                 existing = None
                 body["metadata"].pop("resourceVersion", None)
             except Conflict:
-                existing = await self.client.get(SLICES, name)
+                existing = await self.client.get(self.slices, name)
         raise RuntimeError(f"slice {name} keeps changing under the agent")
 
     async def _delete(self, name: str, reason: str, why: str) -> None:
         """Delete one slice, saying which and why (``reason``: the metric's label)."""
         try:
-            await self.client.delete(SLICES, name)
+            await self.client.delete(self.slices, name)
         except NotFound:
             return
         metrics.record_agent_slice_deletion(reason)

@@ -54,8 +54,8 @@ from kdra.agent.prepare import HolderIndex
 from kdra.agent.settings import AgentSettings
 from kdra.dra.errors import InvalidObject
 from kdra.kube.client import KubeClient
+from kdra.kube.core.flavours import settled
 from kdra.kube.errors import ApiError
-from kdra.kube.resources import CLAIMS, SLICES
 from kdra.kube.store import JSON, Key, is_not_newer, key_of
 from kdra.kube.workqueue import WorkQueue
 
@@ -254,7 +254,7 @@ class AgentRunner:
         self.synced.set()
 
     async def _watch_claims(self) -> None:
-        async for event, obj in self.client.watch(CLAIMS):
+        async for event, obj in self.client.watch(settled(self.settings.flavour).claims):
             try:
                 if event == "LIST":
                     self._on_list(obj["items"], obj.get("skipped", ()))
@@ -354,7 +354,7 @@ class AgentRunner:
         """(Many nodes) Every slice, by ``spec.nodeName``: one LIST for all the nodes
         instead of one per node and period."""
         try:
-            items = await self.client.list(SLICES)
+            items = await self.client.list(settled(self.settings.flavour).slices)
         except (ApiError, OSError) as exc:
             log.warning("slice resync: listing ResourceSlices failed: %s", exc)
             return None

@@ -58,7 +58,6 @@ from kdra.kube.codec import (
     decode_event,
     decode_page,
     encode,
-    field_managers,
     strip_managed_fields,
 )
 from kdra.kube.core.backoff import backoff_delay
@@ -177,12 +176,6 @@ class KubeClient:
 
     async def get(self, res: Resource, name: str, namespace: str | None = None) -> JSON:
         return await self.request("GET", res.path(namespace, name))
-
-    async def managers(self, res: Resource, name: str, namespace: str | None = None) -> set[str]:
-        """Who wrote an object: the field managers of its ``metadata.managedFields`` (which
-        every other read strips). Raises as :meth:`get` does."""
-        _, raw = await self._call("GET", res.path(namespace, name), None, None)
-        return field_managers(raw)
 
     async def list(self, res: Resource, namespace: str | None = None, *,
                    label_selector: str | None = None,

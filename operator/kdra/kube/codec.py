@@ -148,19 +148,6 @@ def decode_answer(raw: bytes, status: int, what: str) -> JSON:
     return data
 
 
-def field_managers(raw: bytes) -> set[str]:
-    """The managers named in an object's ``metadata.managedFields`` (which every other read
-    strips): who wrote it. Empty when the answer cannot be decoded or names none."""
-    try:
-        data = orjson.loads(raw) if raw else {}
-    except orjson.JSONDecodeError:
-        return set()
-    meta = data.get("metadata") if isinstance(data, dict) else None
-    entries = meta.get("managedFields") if isinstance(meta, dict) else None
-    return {str(e["manager"]) for e in entries if isinstance(e, dict)
-            and isinstance(e.get("manager"), str)} if isinstance(entries, list) else set()
-
-
 def strip_managed_fields(obj: Any) -> None:
     """Drop ``metadata.managedFields`` from an object the server returned (see the
     invariants of :mod:`kdra.kube.client`)."""

@@ -142,7 +142,6 @@ class ClaimController(PodClaims, ClaimRelease):
             self.update_gauges()
 
     async def stop(self) -> None:
-        await self.owner.stop()
         if self._gauges is not None:
             self._gauges.cancel()
         await self.pod_queue.stop()
@@ -172,7 +171,6 @@ class ClaimController(PodClaims, ClaimRelease):
         old = self.claims.apply(event_type, claim)
         if event_type != "DELETED" and is_not_newer(claim, old):
             return
-        self.owner.on_claim(event_type, claim)
         self.claim_queue.add(key_of(claim))
         namespace = claim["metadata"].get("namespace", "")
         for ref in claim["metadata"].get("ownerReferences") or ():

@@ -13,27 +13,29 @@ objects may be served by upstream's controllers (the native flavour):
   at start-up, its ServiceAccount ``kube-system/resource-claim-controller`` exists
   (kube-controller-manager creates it when it starts that controller with
   ``--use-service-account-credentials``, as kubeadm, kind and the managed offerings do); or
-  later, a generated claim appears that kdra did not create: created after kdra's controller
-  started, unknown to it, and written by no kdra field manager (its ``managedFields``, read
-  with one GET, and only for such a claim). Either way kdra says so once — a warning in its
-  log, the gauge ``kdra_resourceclaim_controller_deferred`` at 1 with the reason — and
-  leaves the lifecycle from then on. kdra-scheduler's allocations stay releasable: they carry
-  upstream's finalizer, which upstream's controller clears when it deallocates.
+  later, a pod's ``status.resourceClaimStatuses`` records a generated claim born since
+  kdra's controller started that kdra did not create. Only a cluster component may write a
+  pod's status (namespace users may not: the ``edit`` role has no ``pods/status``), and
+  claims are recorded there by upstream's controller alone; a claim made to *look* generated
+  (its annotation and owner reference are a user's to write) is no evidence, so no user can
+  switch kdra's controller off. Either way kdra says so once — a warning in its log, the
+  gauge ``kdra_resourceclaim_controller_deferred`` at 1 — and leaves the lifecycle from then
+  on. kdra-scheduler's allocations stay releasable: they carry upstream's finalizer, which
+  upstream's controller clears when it deallocates.
 
 Invariants:
 - Deferral is one way for the life of the process (a restart asks again) and never happens
   with ``on`` or in the kdra flavour.
-- A candidate claim is judged only after :data:`SETTLE` seconds, against the controller's own
-  record of what it created (the watch event of a claim kdra just created may arrive before
-  the answer to its create): so kdra's own claims cost no request, and at most
-  :data:`MAX_CHECKS` GETs are spent before kdra stops looking.
-- An API error while looking (403 for the ServiceAccount, say) is logged and reads as "not
+- A recorded claim is judged against the controller's own record of what it created
+  (:class:`~kdra.operator.core.claim_births.Births`, written before kdra records a claim),
+  and only if born more than :data:`MARGIN` seconds after start-up (a previous replica's
+  claims are not another controller's): no request is spent on it.
+- An API error while looking for the ServiceAccount (403, say) is logged and reads as "not
   seen": kdra runs its controller, as ``on`` would.
 """
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import logging
 from collections.abc import Callable
@@ -53,22 +55,20 @@ log = logging.getLogger(__name__)
 MODES = ("auto", "on", "off")
 SERVICE_ACCOUNT = ("kube-system", "resource-claim-controller")
 """kube-controller-manager's identity for its resourceclaim-controller."""
-SETTLE = 2.0
-"""Seconds before a candidate claim is judged (the answer to kdra's own create is in)."""
-MAX_CHECKS = 32
-"""GETs spent on candidate claims before kdra stops looking."""
-KDRA_MANAGER = "kdra"
-"""Field managers of kdra's processes start with this (``kdra-operator``...)."""
+MARGIN = 30.0
+"""Seconds after start-up before a recorded claim counts: a claim born earlier may be a
+previous kdra replica's (creation times are the API server's clock, start-up this
+process's)."""
 
 
 class ClaimOwner:
     """kdra's or upstream's claim controller (see the module doc). :meth:`start` decides at
-    start-up; :meth:`on_claim` watches for another controller's claims; :attr:`deferred` is
+    start-up; :meth:`on_recorded` hears of claims pods' records name; :attr:`deferred` is
     the reason kdra leaves the lifecycle (None: kdra runs it)."""
 
     def __init__(self, client: KubeClient, flavour: Flavour, mode: str = "auto", *,
                  created_here: Callable[[JSON], bool] = lambda claim: False,
-                 settle: float = SETTLE) -> None:
+                 margin: float = MARGIN) -> None:
         if mode not in MODES:
             raise ValueError(f"claim controller {mode!r} (--claim-controller) is not one of "
                              f"{', '.join(MODES)}")
@@ -77,16 +77,14 @@ class ClaimOwner:
         self.mode = mode if flavour.upstream_controllers else "on"
         self.created_here = created_here
         """Whether kdra's controller created this claim (its own record)."""
-        self.settle = settle
+        self.margin = margin
         self.deferred: str | None = None
         self.started = dt.datetime.now(dt.UTC)
-        self._checks = 0
-        self._tasks: set[asyncio.Task[None]] = set()
 
     @property
     def watching(self) -> bool:
         """Still looking for another controller's claims."""
-        return self.mode == "auto" and self.deferred is None and self._checks < MAX_CHECKS
+        return self.mode == "auto" and self.deferred is None
 
     async def start(self) -> None:
         """Decide at start-up (``off``; ``auto`` with upstream's ServiceAccount present)."""
@@ -107,11 +105,6 @@ class ClaimOwner:
                 return
             self.defer(f"its ServiceAccount {namespace}/{name} exists")
 
-    async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
     def defer(self, reason: str) -> None:
         """Leave claim generation and clean-up to kube-controller-manager's controller (said
         once)."""
@@ -126,32 +119,18 @@ class ClaimOwner:
 
     # ------------------------------------------------------------------ watching
 
-    def on_claim(self, event_type: str | None, claim: JSON) -> None:
-        """A claim event: a generated claim born since start-up that kdra may not have made
-        is judged after :data:`SETTLE` seconds."""
-        if event_type != "ADDED" or not self.watching or not self._candidate(claim):
-            return
-        task = asyncio.create_task(self._judge(claim), name="claim-owner-check")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def on_recorded(self, claim: JSON) -> None:
+        """A pod's record (``status.resourceClaimStatuses``) names ``claim``, generated for
+        it: one born well after start-up that kdra did not create means another controller
+        records claims. (kdra notes each claim it creates before it records it, so its own
+        are known here; no request is made.)"""
+        if self.watching and self._born_after_start(claim) and not self.created_here(claim):
+            namespace, name = key_of(claim)
+            self.defer(f"pods' claims are recorded by another controller: claim "
+                       f"{namespace}/{name} was generated by someone else")
 
-    def _candidate(self, claim: JSON) -> bool:
+    def _born_after_start(self, claim: JSON) -> bool:
         if self.flavour.generated_for(claim) is None:
             return False
         born = parse_time((claim.get("metadata") or {}).get("creationTimestamp"))
-        return born is not None and born >= self.started.replace(microsecond=0)
-
-    async def _judge(self, claim: JSON) -> None:
-        await asyncio.sleep(self.settle)
-        if not self.watching or self.created_here(claim):
-            return
-        self._checks += 1
-        namespace, name = key_of(claim)
-        try:
-            managers = await self.client.managers(self.flavour.claims, name, namespace)
-        except (ApiError, OSError) as exc:
-            log.debug("claim %s/%s: who created it is unknown (%s)", namespace, name, exc)
-            return
-        if managers and not any(m.startswith(KDRA_MANAGER) for m in managers):
-            self.defer(f"claim {namespace}/{name} was generated by "
-                       f"{', '.join(sorted(managers))}, not by kdra")
+        return born is not None and born > self.started + dt.timedelta(seconds=self.margin)

@@ -136,6 +136,7 @@ class PodClaims(ClaimWrites):
                 except NotFound:
                     claim = None  # deleted: the pod gets a new one (below)
             if claim is not None and owned_by(claim, uid):
+                self.owner.on_recorded(claim)  # recorded by kdra, or by another controller?
                 return claim
         for claim in self.claims.index("owner", uid):
             annotations = claim["metadata"].get("annotations") or {}

@@ -46,7 +46,7 @@ from kdra.kube.core import native_pods, podclaims
 from kdra.kube.core.paths import Resource
 from kdra.kube.core.podclaims import PodClaim
 
-__all__ = ["FLAVOURS", "KDRA", "NATIVE", "Flavour", "flavour_named"]
+__all__ = ["FLAVOURS", "KDRA", "NATIVE", "Flavour", "flavour_named", "settled"]
 
 JSON = Mapping[str, Any]
 
@@ -223,3 +223,10 @@ def flavour_named(name: str) -> Flavour:
         return FLAVOURS[name]
     except KeyError:
         raise ValueError(f"unknown flavour {name!r}: one of {', '.join(FLAVOURS)}") from None
+
+
+def settled(name: str) -> Flavour:
+    """The flavour a process's settings name once its start-up resolved them
+    (:func:`kdra.kube.flavour.resolve`); an unresolved ``""``/``auto`` (components built
+    without a process, as in unit tests) is the kdra flavour."""
+    return KDRA if name.strip().lower() in ("", "auto") else flavour_named(name)
