@@ -10,6 +10,7 @@ Helm's own bookkeeping labels):
 | manifests/overlays/nvidia          | defaults (agent.discovery=nvml), namespace.create    |
 | manifests/overlays/kind            | agent.discovery=inventory, image kdra:dev, the kind  |
 |                                    | overlay's inventory files, namespace.create          |
+| manifests/overlays/native          | the kind overlay's settings and flavour=native       |
 | manifests/overlays/servicemonitor  | serviceMonitor.enabled, dashboard.enabled (those)     |
 | manifests/simulation               | simulation.enabled (those objects)                   |
 
@@ -113,7 +114,7 @@ def drift(chart: Sequence[dict[str, Any]], manifests: Sequence[dict[str, Any]],
 def test_helm_lint(helm: str) -> None:
     everything = [*inventory_values(), "--set", "serviceMonitor.enabled=true",
                   "--set", "dashboard.enabled=true", "--set", "simulation.enabled=true"]
-    for args in ([], everything):
+    for args in ([], everything, ["--set", "flavour=native"]):
         result = subprocess.run([helm, "lint", "--strict", str(CHART), *args],
                                 capture_output=True, text=True)
         assert result.returncode == 0, result.stdout + result.stderr
@@ -138,6 +139,18 @@ def test_the_chart_renders_what_the_kind_overlay_renders(helm: str,
     chart = render(helm, "--set", "namespace.create=true", *inventory_values())
     report = drift(chart, kustomize(control_plane, "overlays/kind"), "overlays/kind")
     assert not report, report
+
+
+def test_the_chart_renders_what_the_native_overlay_renders(helm: str,
+                                                           control_plane: ControlPlane) -> None:
+    chart = render(helm, "--set", "namespace.create=true", "--set", "flavour=native",
+                   *inventory_values())
+    report = drift(chart, kustomize(control_plane, "overlays/native"), "overlays/native")
+    assert not report, report
+    result = subprocess.run([helm, "template", "kdra", str(CHART), "--set", "flavour=v1"],
+                            capture_output=True, text=True)
+    assert result.returncode != 0 and 'flavour must be kdra or native (got "v1")' in \
+        result.stderr, result.stderr
 
 
 def test_the_chart_renders_what_the_servicemonitor_overlay_renders(
@@ -212,6 +225,7 @@ def test_rendered_manifests_apply_server_side(helm: str, control_plane: ControlP
                           "crd/servicemonitors.monitoring.coreos.com")
     try:
         for args in (["--set", "namespace.create=true"],
+                     ["--set", "namespace.create=true", "--set", "flavour=native"],
                      ["--set", "namespace.create=true", "--set", "serviceMonitor.enabled=true",
                       "--set", "dashboard.enabled=true", "--set", "simulation.enabled=true",
                       *inventory_values()]):

@@ -11,3 +11,13 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end }}
+
+{{/*
+The API flavour (values.flavour): kdra or native; anything else fails the render.
+*/}}
+{{- define "kdra.flavour" -}}
+{{- if not (has .Values.flavour (list "kdra" "native")) -}}
+{{- fail (printf "flavour must be kdra or native (got %q)" .Values.flavour) -}}
+{{- end -}}
+{{- .Values.flavour -}}
+{{- end -}}
