@@ -304,6 +304,7 @@ NEW = (
     "tests.unit.hack", "tests.unit.operator",
     "tests.unit.agent.nri_runtime_messages",
     "tests.unit.test_wheel", "tests.unit.hack.test_recut",
+    "tests.unit.operator.test_admission_native", "tests.unit.operator.test_native_services",
 )
 """Modules that exist only after the re-cut (no old module moves there)."""
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kdra.dra.errors import InvalidObject
-from kdra.kube.core.flavours import KDRA, NATIVE, flavour_named, settled
+from kdra.kube.core.flavours import KDRA, NATIVE, flavour_named, read_flavour, settled
 from kdra.kube.core.native_pods import MAX_ENTRIES, claim_statuses, pod_claims
 from kdra.kube.core.podclaims import CLAIMS_ANNOTATION, PodClaim
 from kdra.kube.errors import Forbidden, NotFound
@@ -207,3 +207,17 @@ def test_a_flavour_that_cannot_be_had_stops_the_start(setting: str, answer: Any,
                                                       error: type[Exception]) -> None:
     with pytest.raises(error):
         asyncio.run(resolve(Discovery(answer), setting))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("native_served", "kdra_served", "kdra_slices", "expected"), [
+    (True, False, False, "native"),   # a cluster with DRA and no kdra CRDs
+    (False, True, True, "kdra"),      # an older cluster: kdra's CRDs only
+    (False, True, False, "kdra"),
+    (False, False, False, "kdra"),    # neither: kdra's, whose reads then say what is missing
+    (True, True, False, "native"),    # both served, kdra's kind empty: kdra runs native
+    (True, True, True, "kdra"),       # both, kdra's agents publish into kdra's kind
+])
+def test_the_flavour_a_command_line_tool_reads(native_served: bool, kdra_served: bool,
+                                               kdra_slices: bool, expected: str) -> None:
+    assert read_flavour(native_served=native_served, kdra_served=kdra_served,
+                        kdra_slices=kdra_slices).name == expected

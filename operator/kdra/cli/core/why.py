@@ -63,11 +63,9 @@ from kdra.dra.scheduling import (
     node_view,
 )
 from kdra.dra.usage.claims import claims_of, natural
+from kdra.kube.core.flavours import KDRA, Flavour
 from kdra.kube.core.podclaims import (
-    CLAIMS_ANNOTATION,
     SCHEDULER_NAME,
-    claim_statuses,
-    pod_claims,
 )
 from kdra.kube.core.printable import MAX_LINE, printable
 
@@ -180,12 +178,14 @@ def explain_pod(pod: JSON, *, claims: Iterable[JSON], classes: Iterable[JSON],
                 slices: Iterable[JSON], nodes: Iterable[JSON] | None,
                 pods: Iterable[JSON] | None, notes: Sequence[str] = (),
                 steps: int | None = None,
-                node_steps: Callable[[int], int] | None = None) -> Explanation:
+                node_steps: Callable[[int], int] | None = None,
+                flavour: Flavour = KDRA) -> Explanation:
     """Evaluate ``pod`` against the cluster as given (module doc). ``claims`` should hold
     every claim (the pod's, and those holding devices); ``nodes`` / ``pods`` None: not read.
-    ``steps`` / ``node_steps(candidates)``: the search budget (None: unbounded)."""
+    ``steps`` / ``node_steps(candidates)``: the search budget (None: unbounded).
+    ``flavour``: where the pod's claims are (the API flavour the objects were read in)."""
     found = _evaluate(pod, claims, classes, slices, nodes, pods, list(notes),
-                      _Budget(steps, node_steps))
+                      _Budget(steps, node_steps), flavour)
     reason = _scheduled_condition(pod)[1]
     exhausted = found.verdict == "search-exhausted"
     if exhausted or (reason == SEARCH_EXHAUSTED and found.verdict != "bound"):
@@ -201,25 +201,26 @@ class _Budget:
 
 def _evaluate(pod: JSON, claims: Iterable[JSON], classes: Iterable[JSON],
               slices: Iterable[JSON], nodes: Iterable[JSON] | None,
-              pods: Iterable[JSON] | None, notes: list[str], budget: _Budget) -> Explanation:
+              pods: Iterable[JSON] | None, notes: list[str], budget: _Budget,
+              flavour: Flavour) -> Explanation:
     meta = pod.get("metadata") or {}
     key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
     namespace = str(meta.get("namespace") or "")
     spec = pod.get("spec") or {}
     condition = _scheduled_condition(pod)[0]
-    if CLAIMS_ANNOTATION not in (meta.get("annotations") or {}):
-        return Explanation(key, "not-kdra", f"the pod has no {CLAIMS_ANNOTATION} annotation: "
-                           "kdra allocates no devices for it", spec.get("nodeName") or "",
-                           condition, notes=tuple(notes))
+    if not flavour.has_claims(pod):
+        return Explanation(key, "not-kdra", f"the pod has no claims ({flavour.claims_field} "
+                           "is not set): kdra allocates no devices for it",
+                           spec.get("nodeName") or "", condition, notes=tuple(notes))
     try:
-        entries = pod_claims(pod)
+        entries = flavour.pod_claims(pod)
     except InvalidObject as exc:
-        return Explanation(key, "invalid", f"its claims annotation is invalid: {exc}",
+        return Explanation(key, "invalid", f"its {flavour.claims_name} is invalid: {exc}",
                            condition=condition, notes=tuple(notes))
     raw_claims = list(claims)
     by_key = {(str((c.get("metadata") or {}).get("namespace")),
                str((c.get("metadata") or {}).get("name"))): c for c in raw_claims}
-    statuses = claim_statuses(pod)
+    statuses = flavour.claim_statuses(pod)
     infos: list[ClaimInfo] = []
     parsed: list[ResourceClaim] = []
     classes_by_name = _classes(classes, notes)

@@ -46,7 +46,8 @@ from kdra.kube.core import native_pods, podclaims
 from kdra.kube.core.paths import Resource
 from kdra.kube.core.podclaims import PodClaim
 
-__all__ = ["FLAVOURS", "KDRA", "NATIVE", "Flavour", "flavour_named", "settled"]
+__all__ = ["FLAVOURS", "KDRA", "NATIVE", "Flavour", "flavour_named", "read_flavour",
+           "settled"]
 
 JSON = Mapping[str, Any]
 
@@ -65,6 +66,8 @@ class Flavour:
     """The finalizer the claim controller and the scheduler put on claims they allocate."""
     claims_field: str
     """Where a pod's claims are, as a field path (``kubectl explain`` notation)."""
+    claims_name: str
+    """Where a pod's claims are, as messages say it (``claims annotation``)."""
     agent_prepares: bool
     """kdra's node agent prepares the devices before the pod binds and reports them Ready
     (prepare before bind); else the kubelet calls the driver after binding, and only
@@ -206,12 +209,14 @@ KDRA: Flavour = _Kdra(
     name="kdra", group=GROUP, pod_claim_name_annotation=podclaims.POD_CLAIM_NAME_ANNOTATION,
     finalizer=podclaims.FINALIZER,
     claims_field=f"metadata.annotations[{podclaims.CLAIMS_ANNOTATION}]",
+    claims_name="claims annotation",
     agent_prepares=True, device_annotations=True, shared_slices=False,
     upstream_controllers=False)
 NATIVE: Flavour = _Native(
     name="native", group=native_pods.GROUP,
     pod_claim_name_annotation=native_pods.POD_CLAIM_NAME_ANNOTATION,
     finalizer=native_pods.FINALIZER, claims_field="spec.resourceClaims",
+    claims_name="spec.resourceClaims",
     agent_prepares=False, device_annotations=False, shared_slices=True,
     upstream_controllers=True)
 FLAVOURS: dict[str, Flavour] = {f.name: f for f in (NATIVE, KDRA)}
@@ -230,3 +235,16 @@ def settled(name: str) -> Flavour:
     (:func:`kdra.kube.flavour.resolve`); an unresolved ``""``/``auto`` (components built
     without a process, as in unit tests) is the kdra flavour."""
     return KDRA if name.strip().lower() in ("", "auto") else flavour_named(name)
+
+
+def read_flavour(*, native_served: bool, kdra_served: bool, kdra_slices: bool) -> Flavour:
+    """The flavour a command-line tool reads (``kubectl kdra``, ``kdra describe|check``),
+    where it cannot ask the operator: the one the cluster serves; where it serves both, kdra's
+    if its kind holds slices — nothing writes kdra's slices but kdra's agents in the kdra
+    flavour, while the built-in kind may hold other drivers' whichever flavour kdra runs —,
+    else native."""
+    if not native_served:
+        return KDRA
+    if not kdra_served:
+        return NATIVE
+    return KDRA if kdra_slices else NATIVE

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kdra.dra.errors import InvalidObject
-from kdra.kube.core.podclaims import PodClaim, is_dns_label, is_object_name
+from kdra.kube.core.podclaims import PodClaim, check_reference, is_dns_label, is_object_name
 
 __all__ = ["FINALIZER", "GROUP", "MAX_ENTRIES", "POD_CLAIM_NAME_ANNOTATION", "claim_statuses",
            "has_claims", "pod_claims", "statuses_patch"]
@@ -85,14 +85,7 @@ def pod_claims(pod: Mapping[str, Any]) -> tuple[PodClaim, ...]:
         seen.add(name)
         claim_name = entry.get("resourceClaimName")
         template_name = entry.get("resourceClaimTemplateName")
-        if (claim_name is None) == (template_name is None):
-            raise InvalidObject(where, "exactly one of resourceClaimName or "
-                                       "resourceClaimTemplateName must be set")
-        reference = claim_name if claim_name is not None else template_name
-        key = "resourceClaimName" if claim_name is not None else "resourceClaimTemplateName"
-        if not is_object_name(reference):
-            raise InvalidObject(f"{where}.{key}", "must be the name of an object in the "
-                                                  "pod's namespace (a DNS subdomain)")
+        check_reference(where, claim_name, template_name)
         containers = users.get(name, {})
         requests = set(containers.values())
         request = next(iter(requests)) if len(requests) == 1 else None

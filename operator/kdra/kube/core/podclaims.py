@@ -167,6 +167,19 @@ def _parse(text: str) -> tuple[PodClaim, ...]:
     return tuple(claims)
 
 
+def check_reference(where: str, claim_name: object, template_name: object) -> None:
+    """An entry's claim reference (both flavours): exactly one of ``resourceClaimName`` and
+    ``resourceClaimTemplateName``, an object name. Raises InvalidObject."""
+    if (claim_name is None) == (template_name is None):
+        raise InvalidObject(where, "exactly one of resourceClaimName or "
+                                   "resourceClaimTemplateName must be set")
+    reference = claim_name if claim_name is not None else template_name
+    key = "resourceClaimName" if claim_name is not None else "resourceClaimTemplateName"
+    if not is_object_name(reference):
+        raise InvalidObject(f"{where}.{key}", "must be the name of an object in the "
+                                              "pod's namespace (a DNS subdomain)")
+
+
 def _entry(where: str, entry: object, seen: set[str]) -> PodClaim:
     if not isinstance(entry, dict):
         raise InvalidObject(where, "each entry must be a mapping")
@@ -188,14 +201,7 @@ def _entry(where: str, entry: object, seen: set[str]) -> PodClaim:
     template_name = entry.get("resourceClaimTemplateName")
     if "extendedResources" in entry:
         return _extended_entry(where, name, entry)
-    if (claim_name is None) == (template_name is None):
-        raise InvalidObject(where, "exactly one of resourceClaimName or "
-                                   "resourceClaimTemplateName must be set")
-    reference = claim_name if claim_name is not None else template_name
-    key = "resourceClaimName" if claim_name is not None else "resourceClaimTemplateName"
-    if not is_object_name(reference):
-        raise InvalidObject(f"{where}.{key}", "must be the name of an object in the "
-                                              "pod's namespace (a DNS subdomain)")
+    check_reference(where, claim_name, template_name)
     containers = entry.get("containers")
     if containers is not None:
         if not isinstance(containers, list) or not all(is_dns_label(c) for c in containers):
