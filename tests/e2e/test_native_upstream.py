@@ -13,12 +13,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from kdra.kube.core.native_pods import CLAIM_CONTROLLER_ACCOUNT
 from kdra_devenv.controlplane import ControlPlane
 from tests.e2e.conversion import ConversionServer
 from tests.e2e.native_helpers import (
@@ -47,7 +50,7 @@ from tests.e2e.native_helpers import (
 )
 from tests.e2e.procs import KdraProcess, wait_for
 
-SERVICE_ACCOUNT = ("kube-system", "resource-claim-controller")
+SERVICE_ACCOUNT = CLAIM_CONTROLLER_ACCOUNT
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +90,11 @@ def test_kdra_leaves_claims_to_kube_controller_managers_controller(
                              "to it") == 1, log
             assert f"its ServiceAccount {namespace}/{name} exists" in log
             assert deferred_gauge(proc) == 1.0
+            # kdra check says it too (on stderr, beside the flavour it read).
+            checked = subprocess.run([sys.executable, "-m", "kdra", "check", "--kubeconfig",
+                                      str(plane.kubeconfig), "--flavour", "native"],
+                                     capture_output=True, text=True)
+            assert "resourceclaim-controller appears to run" in checked.stderr, checked.stderr
             apply(plane, template("gpu", request("gpu", world[1])),
                   pod("left", templates={"gpu": "gpu"}, scheduler=None), namespace=ns)
             time.sleep(3)  # kdra's controller would have created the claim by now

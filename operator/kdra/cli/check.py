@@ -33,12 +33,10 @@ from kdra.cli.core.invariants import NodeRules, Violation, check
 from kdra.kube import readers
 from kdra.kube.core.agent_leases import AGENT_LEASE_LABEL
 from kdra.kube.core.flavours import KDRA, Flavour, flavour_named
+from kdra.kube.core.native_pods import CLAIM_CONTROLLER_ACCOUNT
 from kdra.kube.core.printable import MAX_LINE, printable
 
 JSON = dict[str, Any]
-SERVICE_ACCOUNT = ("kube-system", "resource-claim-controller")
-"""kube-controller-manager's identity for its resourceclaim-controller (as the operator's
-kdra.operator.claim_owner looks it up)."""
 MAX_ENV_SOURCES = 500
 """ConfigMaps and Secrets read for the device variables they may give pods (one GET each)."""
 
@@ -128,7 +126,7 @@ def upstream_claim_controller(api: Any) -> list[str]:
     """A note when kube-controller-manager's resourceclaim-controller looks active (its
     ServiceAccount exists): kdra's operator (``--claim-controller=auto``) then leaves claim
     generation and clean-up to it (kdra.operator.claim_owner)."""
-    namespace, name = SERVICE_ACCOUNT
+    namespace, name = CLAIM_CONTROLLER_ACCOUNT
     try:
         found = readers.read_service_account(api, namespace, name)
     except readers.ApiException:

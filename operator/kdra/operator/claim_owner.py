@@ -43,6 +43,7 @@ from collections.abc import Callable
 from kdra.dra.timestamps import parse_time
 from kdra.kube.client import KubeClient
 from kdra.kube.core.flavours import Flavour
+from kdra.kube.core.native_pods import CLAIM_CONTROLLER_ACCOUNT
 from kdra.kube.errors import ApiError, NotFound
 from kdra.kube.resources import SERVICE_ACCOUNTS
 from kdra.kube.store import JSON, key_of
@@ -53,7 +54,7 @@ __all__ = ["MODES", "SERVICE_ACCOUNT", "ClaimOwner"]
 log = logging.getLogger(__name__)
 
 MODES = ("auto", "on", "off")
-SERVICE_ACCOUNT = ("kube-system", "resource-claim-controller")
+SERVICE_ACCOUNT = CLAIM_CONTROLLER_ACCOUNT
 """kube-controller-manager's identity for its resourceclaim-controller."""
 MARGIN = 30.0
 """Seconds after start-up before a recorded claim counts: a claim born earlier may be a

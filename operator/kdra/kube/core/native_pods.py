@@ -40,6 +40,9 @@ POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 """Upstream's marker of a claim generated from a template for a pod (the pod's entry name)."""
 FINALIZER = "resource.kubernetes.io/delete-protection"
 """Upstream's finalizer on an allocated claim ("reserved for use by Kubernetes")."""
+CLAIM_CONTROLLER_ACCOUNT = ("kube-system", "resource-claim-controller")
+"""kube-controller-manager's ServiceAccount for its resourceclaim-controller (namespace, name):
+it exists where that controller runs with its own credentials (kdra.operator.claim_owner)."""
 MAX_ENTRIES = 128
 """Entries of ``spec.resourceClaims`` (and of a container's ``resources.claims``) read at
 most: a bound on work per pod, far above what any pod names."""
