@@ -14,6 +14,7 @@ import pytest
 from kdra.kube.core.flavours import KDRA, NATIVE
 from kdra.operator.core.admission import mutate_pod, validate
 from kdra.operator.core.bindings import binding_decision
+from kdra.operator.core.pod_notices import RESOURCE_CLAIMS_REASON, UNKNOWN_KEY_REASON, pod_notices
 from kdra.operator.core.webhook_configs import (
     NATIVE_SCHEDULER_CONDITION,
     SCHEDULER_LABEL,
@@ -113,3 +114,15 @@ def test_the_native_webhook_configurations() -> None:
     claim_pods = native["validate-claim-pods.resource.kdra.dev"]
     assert claim_pods["rules"][0]["operations"] == ["CREATE"]
     assert "resourceClaimName" in claim_pods["matchConditions"][0]["expression"]
+
+
+def test_spec_resource_claims_are_no_notice_where_the_flavour_reads_them() -> None:
+    """Issue 41's notice (claims kdra would not see) is for the kdra flavour: the native one
+    reads spec.resourceClaims; a mistyped kdra annotation is still said in both."""
+    pod = native_pod()
+    assert [n.reason for n in pod_notices(pod, KDRA)] == [RESOURCE_CLAIMS_REASON]
+    assert pod_notices(pod, NATIVE) == []
+    pod["metadata"]["annotations"] = {"resource.kdra.dev/placement-polcy": "spread"}
+    native = pod_notices(pod, NATIVE)
+    assert [n.reason for n in native] == [UNKNOWN_KEY_REASON]
+    assert "only for pods with" not in native[0].message  # its claims are in the spec

@@ -37,7 +37,7 @@ class Recorder:
 
 def fake_operator(flavour: Flavour = KDRA) -> tuple[Any, list[tuple[str, str, str | None]]]:
     calls: list[tuple[str, str, str | None]] = []
-    services = ("claim_controller", "binder", "slice_gc", "taint_eviction")
+    services = ("claim_controller", "binder", "slice_gc", "taint_eviction", "notices")
     return SimpleNamespace(flavour=flavour,
                            **{s: Recorder(calls, s) for s in services}), calls
 
@@ -61,22 +61,25 @@ def test_every_kind_has_exactly_one_route(flavour: Flavour) -> None:
 
 
 def test_a_pod_without_claims_reaches_the_binder_only() -> None:
+    """(and the notices, which warn about claims kdra would not see: issue 41)"""
     op, calls = fake_operator()
     route_pod(op, "ADDED", pod())
-    assert calls == [("binder", "on_pod", "ADDED")]
+    assert calls == [("binder", "on_pod", "ADDED"), ("notices", "on_pod", "ADDED")]
     calls.clear()
     route_pod(op, None, pod({CLAIMS_ANNOTATION: "[]"}))
-    assert calls == [("claim_controller", "on_pod", None), ("binder", "on_pod", None)]
+    assert calls == [("claim_controller", "on_pod", None), ("binder", "on_pod", None),
+                     ("notices", "on_pod", None)]
 
 
 def test_a_native_pod_reaches_the_claim_controller_by_its_spec() -> None:
     op, calls = fake_operator(NATIVE)
     route_pod(op, "ADDED", pod({CLAIMS_ANNOTATION: "[]"}))  # the annotation means nothing
-    assert calls == [("binder", "on_pod", "ADDED")]
+    assert calls == [("binder", "on_pod", "ADDED"), ("notices", "on_pod", "ADDED")]
     calls.clear()
     native = {**pod(), "spec": {"resourceClaims": [{"name": "a", "resourceClaimName": "c"}]}}
     route_pod(op, "ADDED", native)
-    assert calls == [("claim_controller", "on_pod", "ADDED"), ("binder", "on_pod", "ADDED")]
+    assert calls == [("claim_controller", "on_pod", "ADDED"), ("binder", "on_pod", "ADDED"),
+                     ("notices", "on_pod", "ADDED")]
 
 
 def test_a_claim_reaches_the_claim_controller_before_the_binder() -> None:

@@ -86,6 +86,12 @@ class Flavour:
     version: str = VERSION
 
     @property
+    def spec_claims(self) -> bool:
+        """Whether a pod's claims are its ``spec.resourceClaims`` (else that field is not
+        read: kdra's flavour reads its annotation)."""
+        return self.claims_field == "spec.resourceClaims"
+
+    @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}"
 
