@@ -117,7 +117,7 @@ for args in "--help" "operator --help" "agent --help" "describe --help"; do
   head -n 3 "$WORK/out.txt"
 done
 env -i PATH="$VENV/bin:/usr/bin:/bin" HOME="$WORK" "$VENV/bin/python" -c '
-import kdra.operator.handlers.routes, kdra.agent.process, kdra.agent.discovery
+import kdra.operator.handlers.routes, kdra.agent.process, kdra.agent.backends.nvml
 import kubernetes, pynvml
 print("imports ok: operator handlers, agent process, NVML bindings, kubernetes client")'
 if "$VENV/bin/python" -c 'import pip' 2>/dev/null; then
