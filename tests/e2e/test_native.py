@@ -401,3 +401,25 @@ def test_kubectl_kdra_and_kdra_check_read_the_native_objects(
                              capture_output=True, text=True)
     ours = [v for v in json.loads(checked.stdout) if ns in v["message"]]
     assert ours == [], ours  # this namespace's pods, claims and reservations hold
+
+
+def test_a_claim_kdra_scheduler_cannot_serve_is_stored_with_a_warning(
+        control_plane: ControlPlane, operator: KdraProcess, ns: str, world: World) -> None:
+    """The API server validates its own kinds; kdra's webhook only warns (never refuses)
+    where kdra-scheduler could not serve an object as written — here 40 devices in one claim,
+    more than one allocation holds, which upstream's validation lets through."""
+    plane = control_plane
+    # A namespace user (kdra's own identity, which the operator here shares with the admin,
+    # is not sent to the webhook: its generated claims come from checked templates).
+    plane.kubectl("create", "rolebinding", "alice-edit", "-n", ns, "--clusterrole=edit",
+                  "--user=alice")
+    big = claim("forty", request("a", world.cls, count=20), request("b", world.cls, count=20))
+    created = plane.kubectl("create", "-n", ns, "-f", "-", input=json.dumps(big),
+                            as_user="alice")
+    assert "Warning: kdra-scheduler cannot serve this ResourceClaim as written: " \
+           "spec.devices.requests: the requests ask for 40 devices in total" in created.stderr, \
+        created.stderr
+    assert claim_obj(plane, ns, "forty")["spec"]["devices"]["requests"][1]["name"] == "b"
+    fine = plane.kubectl("create", "-n", ns, "-f", "-", as_user="alice",
+                         input=json.dumps(claim("one", request("gpu", world.cls))))
+    assert "Warning" not in fine.stderr, fine.stderr

@@ -16,6 +16,7 @@ from kdra.operator.core.admission import mutate_pod, validate
 from kdra.operator.core.bindings import binding_decision
 from kdra.operator.core.pod_notices import RESOURCE_CLAIMS_REASON, UNKNOWN_KEY_REASON, pod_notices
 from kdra.operator.core.webhook_configs import (
+    ADVISE_WEBHOOK,
     NATIVE_SCHEDULER_CONDITION,
     SCHEDULER_LABEL,
     Endpoint,
@@ -108,7 +109,8 @@ def test_the_native_webhook_configurations() -> None:
     kdra = hooks(validating_configuration(endpoint, None))
     assert set(native) == {"validate-pods.resource.kdra.dev", "protect-pods.resource.kdra.dev",
                            "validate-claim-pods.resource.kdra.dev",
-                           "validate-bindings.resource.kdra.dev"}
+                           "validate-bindings.resource.kdra.dev",
+                           "advise-dra-objects.resource.kdra.dev"}
     # kdra's kinds are checked in the kdra flavour only (upstream's API server validates its own).
     assert "validate.resource.kdra.dev" in kdra and "validate.resource.kdra.dev" not in native
     claim_pods = native["validate-claim-pods.resource.kdra.dev"]
@@ -126,3 +128,43 @@ def test_spec_resource_claims_are_no_notice_where_the_flavour_reads_them() -> No
     native = pod_notices(pod, NATIVE)
     assert [n.reason for n in native] == [UNKNOWN_KEY_REASON]
     assert "only for pods with" not in native[0].message  # its claims are in the spec
+
+
+def native_claim(expression: str) -> dict[str, Any]:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": "c", "namespace": "ns"},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": "gpu.example.com",
+                "selectors": [{"cel": {"expression": expression}}]}}]}}}
+
+
+def test_built_in_objects_kdra_scheduler_cannot_serve_get_warnings_never_a_denial() -> None:
+    fine = native_claim('device.driver == "gpu.example.com"')
+    answer = validate(request_for(fine), flavour=NATIVE)
+    assert answer.allowed and not answer.warnings
+    broken = native_claim("device.driver.nosuchfunction()")
+    answer = validate(request_for(broken), flavour=NATIVE)
+    assert answer.allowed
+    (warning,) = answer.warnings
+    assert warning.startswith("kdra-scheduler cannot serve this ResourceClaim as written: "
+                              "spec.devices.requests[0].exactly.selectors[0].cel.expression")
+    # The same object in kdra's group is kdra's own kind: refused there.
+    own = {**broken, "apiVersion": "resource.kdra.dev/v1"}
+    assert not validate(request_for(own), flavour=KDRA).allowed
+    # In the kdra flavour the built-in kinds are none of kdra's business; nor is an update
+    # that leaves the spec alone, nor a status write.
+    assert validate(request_for(broken), flavour=KDRA).to_review()["response"] == {
+        "uid": "u-1", "allowed": True}
+    assert not validate(request_for(broken, "UPDATE", broken), flavour=NATIVE).warnings
+    status = {**request_for(broken), "subResource": "status"}
+    assert not validate(status, flavour=NATIVE).warnings
+
+
+def test_the_advice_webhook_fails_open_and_skips_kdras_own_writes() -> None:
+    config = validating_configuration(Endpoint(), None, flavour=NATIVE)
+    (advise,) = [w for w in config["webhooks"] if w["name"] == ADVISE_WEBHOOK]
+    assert advise["failurePolicy"] == "Ignore"
+    assert {g for r in advise["rules"] for g in r["apiGroups"]} == {"resource.k8s.io"}
+    assert [c["name"] for c in advise["matchConditions"]] == ["spec-changed", "not-kdra"]
+    kdra = validating_configuration(Endpoint(), None, flavour=KDRA)
+    assert ADVISE_WEBHOOK not in [w["name"] for w in kdra["webhooks"]]

@@ -30,7 +30,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from kdra.dra.errors import InvalidObject
-from kdra.kube.core.podclaims import PodClaim, check_reference, is_dns_label, is_object_name
+from kdra.kube.core.podclaims import (
+    PodClaim,
+    check_name,
+    check_reference,
+    is_dns_label,
+    is_object_name,
+)
 
 __all__ = ["FINALIZER", "GROUP", "MAX_ENTRIES", "POD_CLAIM_NAME_ANNOTATION", "claim_statuses",
            "has_claims", "pod_claims", "statuses_patch"]
@@ -79,13 +85,7 @@ def pod_claims(pod: Mapping[str, Any]) -> tuple[PodClaim, ...]:
         where = f"{_FIELD}[{index}]"
         if not isinstance(entry, Mapping):
             raise InvalidObject(where, "each entry must be an object")
-        name = entry.get("name")
-        if not is_dns_label(name):
-            raise InvalidObject(f"{where}.name", "required; a DNS label")
-        assert isinstance(name, str)
-        if name in seen:
-            raise InvalidObject(f"{where}.name", f"duplicate entry name {name!r}")
-        seen.add(name)
+        name = check_name(where, entry.get("name"), seen)
         claim_name = entry.get("resourceClaimName")
         template_name = entry.get("resourceClaimTemplateName")
         check_reference(where, claim_name, template_name)

@@ -167,6 +167,19 @@ def _parse(text: str) -> tuple[PodClaim, ...]:
     return tuple(claims)
 
 
+def check_name(where: str, name: object, seen: set[str]) -> str:
+    """An entry's name (both flavours): a DNS label no earlier entry (``seen``, which gets
+    it) has. Raises InvalidObject."""
+    if not is_dns_label(name):
+        raise InvalidObject(f"{where}.name", "required; a DNS label (lowercase letters, "
+                            "digits, '-'; at most 63 characters)")
+    assert isinstance(name, str)
+    if name in seen:
+        raise InvalidObject(f"{where}.name", f"duplicate entry name {name!r}")
+    seen.add(name)
+    return name
+
+
 def check_reference(where: str, claim_name: object, template_name: object) -> None:
     """An entry's claim reference (both flavours): exactly one of ``resourceClaimName`` and
     ``resourceClaimTemplateName``, an object name. Raises InvalidObject."""
@@ -189,14 +202,7 @@ def _entry(where: str, entry: object, seen: set[str]) -> PodClaim:
         if key not in _KNOWN_KEYS:
             raise InvalidObject(f"{where}.{shorten(key, 40)}", "unknown field; allowed: "
                                 + ", ".join(sorted(_KNOWN_KEYS)))
-    name = entry.get("name")
-    if not is_dns_label(name):
-        raise InvalidObject(f"{where}.name", "required; a DNS label (lowercase letters, "
-                            "digits, '-'; at most 63 characters)")
-    assert isinstance(name, str)
-    if name in seen:
-        raise InvalidObject(f"{where}.name", f"duplicate entry name {name!r}")
-    seen.add(name)
+    name = check_name(where, entry.get("name"), seen)
     claim_name = entry.get("resourceClaimName")
     template_name = entry.get("resourceClaimTemplateName")
     if "extendedResources" in entry:

@@ -102,6 +102,7 @@ from kdra.operator.core.admission_objects import (
     class_may_select,
     device_status_errors,
     template_errors,
+    upstream_object_warnings,
     v1alpha3_paths,
 )
 from kdra.operator.core.extended import ENTRY_NAME as EXTENDED_ENTRY
@@ -259,8 +260,11 @@ def validate(request: Mapping[str, Any],
         return AdmissionResponse(uid, _capped(errors),
                                  warnings=tuple(device_env_warnings(obj, old)[:MAX_REPORTED]),
                                  **target)
-    if group != GROUP:
-        return AdmissionResponse(uid)
+    if group != GROUP:  # the built-in kinds (native flavour): warnings only
+        if group != flavour.group or request.get("subResource") or \
+                (old is not None and old.get("spec") == obj.get("spec")):
+            return AdmissionResponse(uid)
+        return AdmissionResponse(uid, warnings=upstream_object_warnings(name, obj, old))
     if name == "ResourceClaim" and request.get("subResource") == "status":
         return AdmissionResponse(uid, _capped(device_status_errors(obj, old)), **target)
     if old is not None and old.get("spec") == obj.get("spec"):

@@ -200,6 +200,10 @@ SCHEDULER_LABEL = f"{GROUP}/scheduler"
 """Namespace label (value ``kdra-scheduler``) that makes kdra-scheduler the default for pods
 with claims in that namespace (``--scheduler-for-claims=namespaces``, the default)."""
 VALIDATE_CLAIM_PODS_WEBHOOK = f"validate-claim-pods.{GROUP}"
+ADVISE_WEBHOOK = f"advise-dra-objects.{GROUP}"
+"""Native flavour: warnings (never a denial) on built-in claims, templates and classes that
+kdra-scheduler could not serve as written (:func:`kdra.operator.core.admission_objects.
+upstream_object_warnings`)."""
 
 
 def trusted_usernames(namespace: str, extra: Sequence[str] = ()) -> tuple[str, ...]:
@@ -375,7 +379,9 @@ def validating_configuration(endpoint: Endpoint, ca_bundle: bytes | None,
     Native flavour: instead of kdra's kinds (upstream's API server validates its own —
     selectors compile, their cost, every limit — and a stricter check of kdra's would refuse
     claims kube-scheduler serves) and their device statuses, the creation of pods naming a
-    claim (``validate-claim-pods``: not one generated for another pod)."""
+    claim (``validate-claim-pods``: not one generated for another pod), and the built-in
+    claims, templates and classes others than kdra write, answered with warnings only
+    (``advise-dra-objects``, failing open: what kdra-scheduler could not serve)."""
     users = tuple(trusted) if trusted is not None else trusted_usernames(endpoint.namespace)
     objects = _webhook(
         VALIDATE_WEBHOOK, endpoint, VALIDATE_PATH, ca_bundle,
@@ -398,9 +404,21 @@ def validating_configuration(endpoint: Endpoint, ca_bundle: bytes | None,
         kinds = [objects, _binding_webhook(endpoint, ca_bundle),
                  _claim_status_webhook(endpoint, ca_bundle, users)]
     else:
+        # Built-in claims, templates and classes: warnings only, so the webhook fails open;
+        # kdra's own writes (the claims it generates from templates) are not sent.
+        advise = _webhook(
+            ADVISE_WEBHOOK, endpoint, VALIDATE_PATH, ca_bundle,
+            [{"apiGroups": [flavour.group], "apiVersions": [flavour.version],
+              "operations": ["CREATE"], "resources": ["resourceclaims", "resourceclaimtemplates"],
+              "scope": "Namespaced"},
+             {"apiGroups": [flavour.group], "apiVersions": [flavour.version],
+              "operations": ["CREATE", "UPDATE"], "resources": ["deviceclasses"],
+              "scope": "Cluster"}],
+            [("spec-changed", SPEC_CHANGED_CONDITION), ("not-kdra", _not_trusted(users))])
+        advise["failurePolicy"] = "Ignore"
         kinds = [_pod_webhook(VALIDATE_CLAIM_PODS_WEBHOOK, endpoint, VALIDATE_PATH, ca_bundle,
                               conditions=(("names-a-claim", NATIVE_FOREIGN_CLAIM_CONDITION),)),
-                 _binding_webhook(endpoint, ca_bundle)]
+                 _binding_webhook(endpoint, ca_bundle), advise]
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
