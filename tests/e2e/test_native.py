@@ -389,6 +389,15 @@ def test_kubectl_kdra_and_kdra_check_read_the_native_objects(
         (world.node, 2, 1, 1)]
     described = plugin(plane, "describe", "-n", ns, "-o", "json", "--flavour", "native")
     assert described.returncode == 0 and held in described.stdout, described.stderr
+    # The operator's gauges count these devices too: the world's slices are no agent's (a
+    # driver kdra does not run), read and allocated from, never collected.
+    samples = wait_for(lambda: [line for line in operator.metrics().splitlines()
+                                if line.startswith("kdra_devices{")
+                                and f'node="{world.node}"' in line
+                                and 'state="allocated"' in line], timeout=30,
+                       what="the operator's kdra_devices gauge")
+    assert max(float(line.split()[-1]) for line in samples) == 1, samples
+    assert 'kdra_api_flavour{flavour="native"} 1.0' in operator.metrics()
     # Without a flavour the tool reads the native kinds unless kdra's kind holds slices
     # (other modules' kdra-flavour agents, when they ran first in this session): there it
     # finds the pod without kdra's claims annotation.
