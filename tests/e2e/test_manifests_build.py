@@ -31,15 +31,16 @@ from tests.e2e.manifests_helpers import MANIFESTS, SERVICEMONITOR_CRD, build, in
 __all__ = ["installed"]  # the module fixture
 
 KUSTOMIZATIONS = ("base", "base/crds", "overlays/kind", "overlays/nvidia", "overlays/node",
-                  "overlays/node/examples", "overlays/servicemonitor", "webhooks",
+                  "overlays/node/examples", "overlays/node-native", "overlays/servicemonitor",
+                  "webhooks",
                   "examples/gpu", "examples/extended", "examples/seed",
                   "examples/seed-static-slice", "examples/v1", "examples/quota",
                   "examples/partitions", "examples/sharing", "examples/priority",
                   "simulation", "overlays/native", "webhooks/native", "examples/native",
                   "examples/native-static-slice")
-DRY_RUN = ("base", "overlays/kind", "overlays/nvidia", "overlays/node", "examples/gpu",
-           "examples/extended", "examples/quota", "examples/priority", "overlays/native",
-           "examples/native-static-slice")
+DRY_RUN = ("base", "overlays/kind", "overlays/nvidia", "overlays/node", "overlays/node-native",
+           "examples/gpu", "examples/extended", "examples/quota", "examples/priority",
+           "overlays/native", "examples/native-static-slice")
 
 
 def find(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
@@ -112,8 +113,9 @@ def test_servicemonitor_overlay_dry_run(control_plane: ControlPlane, installed: 
 
 def test_the_native_overlay_is_the_kind_overlay_in_the_native_flavour(
         control_plane: ControlPlane) -> None:
-    """components/native changes exactly the flavour of both workloads, adds the rights on
-    resource.k8s.io, and swaps the webhooks for the native ones; the rest is overlays/kind."""
+    """components/native changes exactly the operator's flavour, adds the rights on
+    resource.k8s.io, and swaps the webhooks for the native ones; components/native-agent makes
+    the agent the kubelet's DRA plugin; the rest is overlays/kind."""
     kind = {(d["kind"], d["metadata"]["name"]): d for d in build(control_plane, "overlays/kind")}
     native = {(d["kind"], d["metadata"]["name"]): d
               for d in build(control_plane, "overlays/native")}
@@ -130,12 +132,15 @@ def test_the_native_overlay_is_the_kind_overlay_in_the_native_flavour(
         envs = [{e["name"]: e.get("value") for e in c.get("env") or ()}
                 for c in native[key]["spec"]["template"]["spec"]["containers"]]
         assert [e.get("KDRA_FLAVOUR") for e in envs] == ["native"], key
-        before = copy.deepcopy(native[key])
-        for container in before["spec"]["template"]["spec"]["containers"]:
-            for env in container.get("env") or ():
-                if env["name"] == "KDRA_FLAVOUR":
-                    env["value"] = "kdra"
-        assert before == kind[key], key  # nothing else differs
+    before = copy.deepcopy(native[("Deployment", "kdra-operator")])
+    for container in before["spec"]["template"]["spec"]["containers"]:
+        for env in container.get("env") or ():
+            if env["name"] == "KDRA_FLAVOUR":
+                env["value"] = "kdra"
+    assert before == kind[("Deployment", "kdra-operator")]  # nothing else differs
+    (agent,) = native[("DaemonSet", "kdra-agent")]["spec"]["template"]["spec"]["containers"]
+    assert "KDRA_NRI_SOCKET" not in {e["name"] for e in agent["env"]}
+    assert "/var/lib/kubelet/plugins_registry" in {m["mountPath"] for m in agent["volumeMounts"]}
     webhooks = {w["name"] for w in native[("ValidatingWebhookConfiguration",
                                            "kdra-validating")]["webhooks"]}
     assert "validate-claim-pods.resource.kdra.dev" in webhooks

@@ -11,7 +11,6 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import signal
 
@@ -19,14 +18,13 @@ from kdra.agent import metrics
 from kdra.agent.backends.registry import BackendSettingsError, make_backends
 from kdra.agent.core.backend import Backends, DiscoveryError
 from kdra.agent.core.inventory import expand_names
-from kdra.agent.runner import AgentError, AgentRunner
+from kdra.agent.runner import AgentError, AgentRunner, resolve_flavour
 from kdra.agent.settings import AgentSettings
 from kdra.dra.errors import InvalidObject
 from kdra.kube import loops, memory
 from kdra.kube.client import connect
 from kdra.kube.core.printable import PrintableFormatter
 from kdra.kube.errors import ApiError
-from kdra.kube.flavour import FlavourError, resolve
 
 log = logging.getLogger(__name__)
 
@@ -52,13 +50,14 @@ async def _main(settings: AgentSettings, nodes: list[str], backends: Backends) -
         log.error("kdra agent cannot connect to the API server: %s", exc)
         return 1
     try:
-        flavour = await resolve(client, settings.flavour)
-    except (FlavourError, ApiError, OSError) as exc:
-        log.error("kdra agent cannot start: %s", exc)
+        settings = await resolve_flavour(client, settings)
+    except (ApiError, OSError) as exc:
+        log.error("kdra agent cannot ask the API server which flavour it serves: %s", exc)
         await client.close()
         return 1
-    # Every component reads the resolved flavour from the settings (kdra.kube.core.flavours).
-    settings = dataclasses.replace(settings, flavour=flavour.name)
+    except AgentError:
+        await client.close()
+        raise
     runner = AgentRunner(client, settings, nodes, backends)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -43,7 +43,8 @@ def build_slices(*, node: str, driver: str, devices: Sequence[InventoryDevice], 
     ``nodeName``, the same ``generation`` and ``resourceSliceCount``.
 
     ``owner`` is the Node (``{"name", "uid"}``): the slices get an owner reference to it, so
-    deleting the Node deletes them (the API server's garbage collector)."""
+    deleting the Node deletes them (the API server's garbage collector). ``api_version``:
+    kdra's group, or ``resource.k8s.io/v1`` in the native flavour (the same content)."""
     parts = layout(devices)
     slices = []
     for index, part in enumerate(parts):
