@@ -12,10 +12,10 @@
 # (--controllers=*,-resourceclaim-controller: kdra's claim controller replaces it; on a
 # cluster created earlier with it on, kdra sees it and leaves claims to it), the default
 # namespace labelled so the webhook gives its pods with claims kdra-scheduler, and the seed's
-# example as users write it (manifests/examples/native). The pods are allocated and bound;
-# their containers start once the agent serves the kubelet as its DRA plugin (not in this
-# version's agent: until then they wait in ContainerCreating), which is why kdra is this
-# script's default.
+# example as users write it (manifests/examples/native); the agents are the kubelet's DRA
+# plugin (components/native-agent). Only gpu.kdra.dev's plugin directory is mounted into the
+# agents there, so the seed's cats (another driver) are allocated and bound but their pod
+# does not start; this script's default stays kdra.
 #
 # Needs docker, kind (>= 0.20) and kubectl (>= 1.28, for `-k` and ValidatingAdmissionPolicy).
 # It
