@@ -10,6 +10,7 @@ Invariants:
 from __future__ import annotations
 
 from kdra import GROUP, VERSION
+from kdra.kube.core.flavours import NATIVE
 from kdra.kube.core.paths import Resource
 
 __all__ = ["CLAIMS", "CLASSES", "CRDS", "EVENTS", "LEASES", "MUTATING_WEBHOOKS", "NAMESPACES",
@@ -36,7 +37,7 @@ CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", False
 VALIDATING_WEBHOOKS = Resource("admissionregistration.k8s.io", "v1",
                                "validatingwebhookconfigurations", False,
                                "ValidatingWebhookConfiguration")
-NATIVE_CLAIMS = Resource("resource.k8s.io", "v1", "resourceclaims", True, "ResourceClaim")
-NATIVE_SLICES = Resource("resource.k8s.io", "v1", "resourceslices", False, "ResourceSlice")
+NATIVE_CLAIMS = NATIVE.claims  # the native flavour's kinds (kdra.kube.core.flavours)
+NATIVE_SLICES = NATIVE.slices
 """Native DRA (``resource.k8s.io/v1``, the native flavour): what the agent publishes and the
 kubelet asks it to prepare."""
