@@ -212,7 +212,9 @@ class Kdra(Contender):
         path = self.work / f"{account}.kubeconfig"
         path.write_text(json.dumps(config, indent=2))
         path.chmod(0o600)
-        return {"KUBECONFIG": str(path), "KDRA_WEBHOOK_PORT": "0"}
+        # kdra's CRDs (the kdra flavour): the cluster serves resource.k8s.io/v1 too, where
+        # the default would be native (the native contender is a later issue's).
+        return {"KUBECONFIG": str(path), "KDRA_WEBHOOK_PORT": "0", "KDRA_FLAVOUR": "kdra"}
 
     async def setup(self, api: Api) -> None:
         install_crds(self.plane)

@@ -2,7 +2,20 @@
 # kdra on a local kind cluster, with fake GPUs, in one command:
 #
 #   hack/kind-up.sh            # then: kubectl --context kind-kdra get pods -o wide
+#   hack/kind-up.sh --flavour native   # kdra on native DRA (resource.k8s.io/v1), see below
 #   kind delete cluster --name kdra
+#
+# --flavour kdra (the default here) installs manifests/overlays/kind: kdra's CRDs and pod
+# annotations. --flavour native installs manifests/overlays/native: the operator and agents on
+# the built-in resource.k8s.io/v1 kinds (a kind node image of Kubernetes >= 1.34), the cluster
+# created with kube-controller-manager's resourceclaim-controller off
+# (--controllers=*,-resourceclaim-controller: kdra's claim controller replaces it; on a
+# cluster created earlier with it on, kdra sees it and leaves claims to it), the default
+# namespace labelled so the webhook gives its pods with claims kdra-scheduler, and the seed's
+# example as users write it (manifests/examples/native); the agents are the kubelet's DRA
+# plugin (components/native-agent). Only gpu.kdra.dev's plugin directory is mounted into the
+# agents there, so the seed's cats (another driver) are allocated and bound but their pod
+# does not start; this script's default stays kdra.
 #
 # Needs docker, kind (>= 0.20) and kubectl (>= 1.28, for `-k` and ValidatingAdmissionPolicy).
 # It
@@ -30,6 +43,20 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
+FLAVOUR=kdra
+while (( $# )); do
+  case "$1" in
+    --flavour) FLAVOUR=${2:-}; shift 2 ;;
+    --flavour=*) FLAVOUR=${1#--flavour=}; shift ;;
+    *) echo "kind-up: unknown argument $1 (usage: hack/kind-up.sh [--flavour kdra|native])" >&2
+       exit 2 ;;
+  esac
+done
+case "$FLAVOUR" in
+  kdra) OVERLAY=manifests/overlays/kind; SLICES=resourceslices.resource.kdra.dev ;;
+  native) OVERLAY=manifests/overlays/native; SLICES=resourceslices.resource.k8s.io ;;
+  *) echo "kind-up: --flavour must be kdra or native (got '$FLAVOUR')" >&2; exit 2 ;;
+esac
 CLUSTER=kdra          # the inventory files are named after this cluster's nodes
 IMAGE=kdra:dev        # what manifests/overlays/kind deploys
 KUBECTL=(kubectl --context "kind-${CLUSTER}")
@@ -46,9 +73,19 @@ if kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
 else
   # NRI on (containerd 2.x has it on by default, 1.7 off) on its standard socket, which the
   # agent's DaemonSet mounts; CDI on with /var/run/cdi, where the agent writes its specs.
-  kind create cluster --name "$CLUSTER" --wait 120s --config - <<'KIND'
+  # In the native flavour kube-controller-manager runs every controller but
+  # resourceclaim-controller (kdra's claim controller is its drop-in replacement).
+  controllers='"*"'
+  [[ "$FLAVOUR" == native ]] && controllers='"*,-resourceclaim-controller"'
+  kind create cluster --name "$CLUSTER" --wait 120s --config - <<KIND
 kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
+kubeadmConfigPatches:
+- |-
+  kind: ClusterConfiguration
+  controllerManager:
+    extraArgs:
+      controllers: ${controllers}
 containerdConfigPatches:
 - |-
   [plugins."io.containerd.nri.v1.nri"]
@@ -98,8 +135,8 @@ step "CRDs"
 "${KUBECTL[@]}" wait --for condition=Established --timeout 60s crd \
   -l app.kubernetes.io/part-of=kdra
 
-step "kdra (manifests/overlays/kind)"
-"${KUBECTL[@]}" apply --server-side -k manifests/overlays/kind
+step "kdra, ${FLAVOUR} flavour (${OVERLAY})"
+"${KUBECTL[@]}" apply --server-side -k "$OVERLAY"
 # A changed image under the same tag is not picked up by running pods: restart them.
 "${KUBECTL[@]}" -n kdra-system rollout restart deployment/kdra-operator daemonset/kdra-agent
 "${KUBECTL[@]}" -n kdra-system rollout status deployment/kdra-operator --timeout 300s
@@ -107,11 +144,24 @@ step "kdra (manifests/overlays/kind)"
 
 step "waiting for the agents' ResourceSlices"
 for _ in $(seq 1 60); do
-  pools=$("${KUBECTL[@]}" get resourceslices.resource.kdra.dev --no-headers 2>/dev/null | wc -l)
+  pools=$("${KUBECTL[@]}" get "$SLICES" --no-headers 2>/dev/null | wc -l)
   [[ "$pools" -ge 3 ]] && break
   sleep 2
 done
-"${KUBECTL[@]}" get resourceslices.resource.kdra.dev
+"${KUBECTL[@]}" get "$SLICES"
+
+if [[ "$FLAVOUR" == native ]]; then
+  step "the seed's example on native DRA (manifests/examples/native, namespace default)"
+  "${KUBECTL[@]}" label namespace default --overwrite resource.kdra.dev/scheduler=kdra-scheduler
+  "${KUBECTL[@]}" apply -k manifests/examples/native -n default
+  "${KUBECTL[@]}" wait --for condition=PodScheduled --timeout 120s pod/pod-with-cats \
+    || echo "(pod-with-cats is not scheduled yet: kubectl kdra why pod-with-cats)"
+  "${KUBECTL[@]}" get resourceclaims.resource.k8s.io -o wide
+  "${KUBECTL[@]}" get pods -o wide
+  echo
+  echo "Tear down:        kind delete cluster --name ${CLUSTER}"
+  exit 0
+fi
 
 step "examples: GPUs (manifests/examples/gpu) and the seed's cats"
 "${KUBECTL[@]}" apply -k manifests/examples/gpu

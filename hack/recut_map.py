@@ -297,6 +297,7 @@ NEW = (
     "kdra.operator.metrics", "kdra.operator.webhooks",
     "kdra.dra.quota_kind",
     "kdra.operator.claim_pods", "kdra.operator.claim_release",
+    "kdra.operator.claim_owner",
     "kdra.agent.settings",
     "kdra.agent.core.node_check",
     # issue 38: the agent as the kubelet's DRA plugin (native flavour)
@@ -315,6 +316,7 @@ NEW = (
     "tests.unit.hack", "tests.unit.operator",
     "tests.unit.agent.nri_runtime_messages", "tests.unit.agent.test_backends",
     "tests.unit.test_wheel", "tests.unit.hack.test_recut",
+    "tests.unit.operator.test_admission_native", "tests.unit.operator.test_native_services",
     # issue 41 (ux1): what a user should hear about pods kdra would pass over in silence
     "kdra.operator.core.pod_notices", "kdra.operator.notices", "kdra.dra.quota",
     "kdra.cli.core.why_quota", "kdra.cli.core.why_render",

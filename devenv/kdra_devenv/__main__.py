@@ -27,7 +27,7 @@ def _demo(args: argparse.Namespace) -> int:
         return run_node_demo(interactive=not args.no_wait, workdir=args.dir)
     from kdra_devenv.demo import run_demo
 
-    return run_demo(interactive=not args.no_wait, workdir=args.dir)
+    return run_demo(interactive=not args.no_wait, workdir=args.dir, flavour=args.flavour)
 
 
 def _controlplane(args: argparse.Namespace) -> int:
@@ -57,11 +57,17 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         help="run a local control plane with kdra's CRDs and the seed's example objects",
         description="Start etcd + kube-apiserver on loopback (real binaries, built on first "
-        "use), install the CRDs, apply manifests/examples/seed and print what the API holds.",
+        "use), install the CRDs, run kdra (native flavour unless --flavour kdra), apply the "
+        "seed's example (manifests/examples/native, or seed) and GPU pods, and print where "
+        "they were bound and with which devices.",
     )
     demo.add_argument("--no-wait", action="store_true",
                       help="print the objects and stop (default: keep running until Ctrl-C)")
     demo.add_argument("--dir", default=None, help="work directory (default: a temp dir)")
+    demo.add_argument("--flavour", choices=("native", "kdra"), default="native",
+                      help="native (default): resource.k8s.io/v1 objects and the pods' "
+                      "spec.resourceClaims; kdra: kdra's CRDs and pod annotations "
+                      "(simulated nodes only)")
     demo.add_argument("--node", choices=("simulated", "real"), default="simulated",
                       help="simulated (default): agents simulate the nodes, nothing runs; "
                       "real: a kubelet node of this machine (root), kdra deployed as pods from "

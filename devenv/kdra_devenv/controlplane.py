@@ -13,7 +13,9 @@ Invariants:
   unless told more (the real node, :mod:`kdra_devenv.node`, adds what Deployments and
   DaemonSets need).
 - kube-scheduler runs only when asked (``with_scheduler``: pods that kdra does not schedule,
-  on a real node).
+  on a real node; :meth:`ControlPlane.start_scheduler` for one test).
+- The API server (and kube-scheduler) run with the alpha DRA features kdra implements
+  (:data:`DRA_FEATURE_GATES`), so native objects keep their fields.
 - The API server reaches kubelets with a client certificate of the same CA (group
   ``system:masters``) and verifies their serving certificates against that CA.
 - The API server presents a client certificate to admission webhooks (``CN``
@@ -55,6 +57,9 @@ from kdra_devenv.process import spawn, terminate
 KUBE_VERSION = os.environ.get("KDRA_KUBE_VERSION", "1.35.4")
 SERVICE_CIDR = "10.96.0.0/16"
 CONTROLLERS = (
+    # Never "resourceclaim-controller": kdra's claim controller is its drop-in replacement in
+    # the native flavour (upstream's would race it: --controllers=*,-resourceclaim-controller
+    # on a full controller manager). The benchmarks' upstream contender adds it.
     "garbage-collector-controller",
     "namespace-controller",
     "serviceaccount-controller",
@@ -63,6 +68,10 @@ CONTROLLERS = (
     "clusterrole-aggregation-controller",
 )
 TOOLS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+DRA_FEATURE_GATES = ("DRADeviceTaints", "DRAPartitionableDevices", "DRAConsumableCapacity")
+"""Alpha DRA features of Kubernetes 1.35 the API server turns on, so that native objects keep
+the fields kdra implements (device taints, partitions' shared counters, consumable capacity):
+with a gate off, the API server drops those fields from what is written."""
 WEBHOOK_CLIENT = "kube-apiserver-webhook-client"
 """The common name of the client certificate the API server presents to admission webhooks."""
 
@@ -262,6 +271,7 @@ class ControlPlane:
             "--kubelet-certificate-authority", str(ca.cert_path),
             "--profiling=false",
             "--admission-control-config-file", str(admission_config),
+            "--feature-gates=" + ",".join(f"{gate}=true" for gate in DRA_FEATURE_GATES),
             "--v=1",
             *self.apiserver_args,
         ])
@@ -286,18 +296,26 @@ class ControlPlane:
             self._wait(self._default_service_account_exists, "kube-controller-manager", timeout)
 
         if self.with_scheduler:
-            scheduler = ca.issue("scheduler", "system:kube-scheduler", client=True)
-            config = self.workdir / "scheduler.kubeconfig"
-            _write_kubeconfig(config, self.server, ca.cert_path, scheduler, "scheduler")
-            self._spawn("kube-scheduler", [
-                "--kubeconfig", str(config),
-                "--authentication-kubeconfig", str(config),
-                "--authorization-kubeconfig", str(config),
-                "--leader-elect=false",
-                "--bind-address", "127.0.0.1", "--secure-port", str(free_port()),
-                "--v=1",
-                *self.scheduler_args,
-            ])
+            self.start_scheduler()
+
+    def start_scheduler(self) -> None:
+        """Start kube-scheduler (with the API server's DRA feature gates), without waiting
+        for it: at start-up (``with_scheduler``) or later, for one test
+        (:meth:`stop_component` stops it)."""
+        assert self.ca is not None
+        scheduler = self.ca.issue("scheduler", "system:kube-scheduler", client=True)
+        config = self.workdir / "scheduler.kubeconfig"
+        _write_kubeconfig(config, self.server, self.ca.cert_path, scheduler, "scheduler")
+        self._spawn("kube-scheduler", [
+            "--kubeconfig", str(config),
+            "--authentication-kubeconfig", str(config),
+            "--authorization-kubeconfig", str(config),
+            "--leader-elect=false",
+            "--feature-gates=" + ",".join(f"{gate}=true" for gate in DRA_FEATURE_GATES),
+            "--bind-address", "127.0.0.1", "--secure-port", str(free_port()),
+            "--v=1",
+            *self.scheduler_args,
+        ])
 
     def _admission_config(self) -> Path:
         """The admission configuration that makes the API server present a client

@@ -7,8 +7,13 @@ controllers) on loopback, installs kdra's CRDs and the users' roles (kdra-user),
 write v1alpha3 once it is served; the examples are v1 — slice GC) and two ``kdra agent``
 processes — one simulating three GPU nodes with two GPU models, one serving the seed's cats on
 ``worker-1`` — applies the seed's cats example plus a few GPU pods (the GPUs' DeviceClass
-from manifests/examples/gpu, so the user guide's examples work as written), waits until the pods are
-bound, and prints ``pod → node → devices``. With ``interactive`` it keeps everything running
+from manifests/examples/gpu, so the user guide's examples work as written), waits until the
+pods are bound, and prints ``pod → node → devices``.
+
+The API flavour is native by default (``resource.k8s.io/v1`` objects, the pods'
+``spec.resourceClaims``; the namespace is labelled so that the mutating webhook gives its pods
+with claims ``schedulerName: kdra-scheduler``); ``--flavour kdra`` runs the same on kdra's
+CRDs and pod annotations. With ``interactive`` it keeps everything running
 until Ctrl-C and prints a KUBECONFIG and the metrics URLs (operator and agents, for a
 Prometheus to scrape); otherwise it stops (what CI runs).
 """
@@ -53,9 +58,9 @@ DEMO_CONTROLLERS = (*CONTROLLERS, "deployment-controller", "replicaset-controlle
 ReplicaSets (manifests/examples/extended is a Deployment)."""
 
 GPU_OBJECTS = """
-apiVersion: resource.kdra.dev/v1
+apiVersion: {api}
 kind: ResourceClaimTemplate
-metadata: {name: one-h100, namespace: default}
+metadata: {{name: one-h100, namespace: default}}
 spec:
   spec:
     devices:
@@ -64,11 +69,11 @@ spec:
         exactly:
           deviceClassName: gpu.kdra.dev
           selectors:
-          - cel: {expression: 'device.attributes["gpu.kdra.dev"].productName.contains("H100")'}
+          - cel: {{expression: 'device.attributes["gpu.kdra.dev"].productName.contains("H100")'}}
 ---
-apiVersion: resource.kdra.dev/v1
+apiVersion: {api}
 kind: ResourceClaimTemplate
-metadata: {name: a100-pair, namespace: default}
+metadata: {{name: a100-pair, namespace: default}}
 spec:
   spec:
     devices:
@@ -78,19 +83,26 @@ spec:
           deviceClassName: gpu.kdra.dev
           count: 2
           selectors:
-          - cel: {expression: 'device.attributes["gpu.kdra.dev"].productName.contains("A100")'}
+          - cel: {{expression: 'device.attributes["gpu.kdra.dev"].productName.contains("A100")'}}
       constraints:
       - matchAttribute: gpu.kdra.dev/pcieRoot
 """
 
 
-def _gpu_pod(name: str, template: str) -> dict[str, Any]:
-    claims = yaml.safe_dump([{"name": "gpu", "resourceClaimTemplateName": template}])
+def _gpu_pod(name: str, template: str, flavour: str) -> dict[str, Any]:
+    entries = [{"name": "gpu", "resourceClaimTemplateName": template}]
+    container: dict[str, Any] = {"name": "cuda", "image": "nvidia/cuda:12.4.0-base-ubuntu22.04",
+                                 "command": ["nvidia-smi", "-L"]}
+    if flavour == "native":  # no schedulerName: the labelled namespace's webhook sets it
+        container["resources"] = {"claims": [{"name": "gpu"}]}
+        return {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"containers": [container], "resourceClaims": entries}}
+    claims = yaml.safe_dump(entries)
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": "default",
                          "annotations": {"resource.kdra.dev/claims": claims}},
-            "spec": {"containers": [{"name": "cuda", "image": "nvidia/cuda:12.4.0-base-ubuntu22.04",
-                                     "command": ["nvidia-smi", "-L"]}]}}
+            "spec": {"containers": [container]}}
 
 
 DEMO_PODS = [("pod-with-cats", None)] + [(f"train-{i}", "one-h100") for i in range(3)] + [
@@ -129,9 +141,12 @@ def _exit_on_signal(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def run_demo(interactive: bool = True, workdir: str | None = None, timeout: float = 180) -> int:
+def run_demo(interactive: bool = True, workdir: str | None = None, timeout: float = 180,
+             flavour: str = "native") -> int:
     root = repo_root()
-    crds, seed = root / "crds", root / "manifests" / "examples" / "seed"
+    crds = root / "crds"
+    seed = root / "manifests" / "examples" / ("native" if flavour == "native" else "seed")
+    api = "resource.k8s.io/v1" if flavour == "native" else "resource.kdra.dev/v1"
     inventories = root / "manifests" / "examples" / "inventory"
     if not crds.is_dir() or not seed.is_dir():
         print(f"kdra demo: run from a source checkout ({crds} / {seed} missing)",
@@ -160,33 +175,44 @@ def run_demo(interactive: bool = True, workdir: str | None = None, timeout: floa
         plane.kubectl("apply", "--server-side", "-f", str(USER_ROLES))
         _step(f"starting kdra agents: simulated GPU nodes {GPU_NODES} (H100 + A100), "
               f"cats on {CATS_NODE}")
-        procs.start("agent-gpus", "agent", "--simulate-nodes", GPU_NODES, "--create-nodes",
+        procs.start("agent-gpus", "agent", "--flavour", flavour,
+                    "--simulate-nodes", GPU_NODES, "--create-nodes",
                     "--inventory", str(inventories / "mixed-gpus.yaml"),
                     "--cdi-dir", str(directory / "cdi"), "--state-dir",
                     str(directory / "state"), "--metrics-port", str(agent_ports[0]),
                     ready="kdra agent started")
-        procs.start("agent-cats", "agent", "--node-name", CATS_NODE, "--create-nodes",
+        procs.start("agent-cats", "agent", "--flavour", flavour,
+                    "--node-name", CATS_NODE, "--create-nodes",
                     "--inventory", str(inventories / "cats.yaml"),
                     "--cdi-dir", str(directory / "cdi"), "--state-dir",
                     str(directory / "state"), "--metrics-port", str(agent_ports[1]),
                     ready="kdra agent started")
         webhook_port = free_port()
-        _step("starting kdra operator (claim controller, binder, webhooks, slice GC)")
-        procs.start("operator", "operator", "--metrics-port", str(metrics_port),
+        _step(f"starting kdra operator, {flavour} flavour (claim controller, binder, webhooks, "
+              "slice GC)")
+        procs.start("operator", "operator", "--flavour", flavour,
+                    "--metrics-port", str(metrics_port),
                     "--health-port", "0", "--webhook-port", str(webhook_port),
                     "--webhook-host", "127.0.0.1",
                     "--webhook-url", f"https://127.0.0.1:{webhook_port}",
                     ready="kdra operator started")
         _step("applying the seed's cats (class, shared claim, template, pod-with-cats) and "
               "GPU pods")
-        print(plane.kubectl("apply", "-k", str(seed)).stdout, end="")
-        print(plane.kubectl("apply", "-f", str(GPU_CLASS)).stdout, end="")
-        print(plane.kubectl("apply", "-f", "-", input=GPU_OBJECTS).stdout, end="")
-        pods = [_gpu_pod(name, template) for name, template in DEMO_PODS if template]
+        if flavour == "native":  # the webhook gives this namespace's pods kdra-scheduler
+            plane.kubectl("label", "namespace", "default",
+                          "resource.kdra.dev/scheduler=kdra-scheduler")
+        print(plane.kubectl("apply", "-n", "default", "-k", str(seed)).stdout, end="")
+        # One definition of the class (manifests/examples/gpu), in the flavour's API group.
+        gpu_class = GPU_CLASS.read_text().replace("apiVersion: resource.kdra.dev/v1",
+                                                  f"apiVersion: {api}")
+        print(plane.kubectl("apply", "-f", "-", input=gpu_class).stdout, end="")
+        print(plane.kubectl("apply", "-f", "-", input=GPU_OBJECTS.format(api=api)).stdout,
+              end="")
+        pods = [_gpu_pod(name, template, flavour) for name, template in DEMO_PODS if template]
         print(plane.kubectl("apply", "-f", "-",
                             input="\n---\n".join(json.dumps(p) for p in pods)).stdout, end="")
         _step("waiting for the pods to be bound")
-        table = _wait_table(plane, [name for name, _ in DEMO_PODS], timeout)
+        table = _wait_table(plane, [name for name, _ in DEMO_PODS], timeout, api)
         print(_format(table))
         print(f"\nmetrics: http://127.0.0.1:{metrics_port}/metrics (operator), "
               + ", ".join(f"http://127.0.0.1:{port}/metrics" for port in agent_ports)
@@ -215,23 +241,22 @@ def run_demo(interactive: bool = True, workdir: str | None = None, timeout: floa
     return 0
 
 
-def _wait_table(plane: ControlPlane, names: list[str],
-                timeout: float) -> list[tuple[str, str, str]]:
+def _wait_table(plane: ControlPlane, names: list[str], timeout: float,
+                api: str) -> list[tuple[str, str, str]]:
     deadline = time.monotonic() + timeout
+    group = api.split("/")[0]
     while True:
         pods = {p["metadata"]["name"]: p for p in json.loads(
             plane.kubectl("get", "pods", "-n", "default", "-o", "json").stdout)["items"]}
         claims = {c["metadata"]["name"]: c for c in json.loads(
-            plane.kubectl("get", "resourceclaims.resource.kdra.dev", "-n", "default", "-o",
+            plane.kubectl("get", f"resourceclaims.{group}", "-n", "default", "-o",
                           "json").stdout)["items"]}
         table = []
         for name in names:
             pod = pods.get(name, {})
             node = pod.get("spec", {}).get("nodeName") or "-"
-            statuses = json.loads(pod.get("metadata", {}).get("annotations", {}).get(
-                "resource.kdra.dev/claim-statuses", "{}"))
             devices = []
-            for claim_name in statuses.values():
+            for claim_name in _claim_names(pod):
                 allocation = (claims.get(claim_name, {}).get("status") or {}).get(
                     "allocation") or {}
                 devices += [r["device"] for r in allocation.get("devices", {}).get("results", [])]
@@ -239,6 +264,20 @@ def _wait_table(plane: ControlPlane, names: list[str],
         if all(node != "-" for _, node, _ in table) or time.monotonic() > deadline:
             return table
         time.sleep(0.5)
+
+
+def _claim_names(pod: dict[str, Any]) -> list[str]:
+    """The pod's claims in the order of its entries: ``spec.resourceClaims`` with the names
+    kdra recorded in ``status.resourceClaimStatuses`` (native), or the claim-statuses
+    annotation (kdra)."""
+    entries = (pod.get("spec") or {}).get("resourceClaims")
+    if entries:
+        recorded = {s["name"]: s.get("resourceClaimName")
+                    for s in (pod.get("status") or {}).get("resourceClaimStatuses") or ()}
+        names = [e.get("resourceClaimName") or recorded.get(e["name"]) for e in entries]
+        return [n for n in names if n]
+    return list(json.loads(pod.get("metadata", {}).get("annotations", {}).get(
+        "resource.kdra.dev/claim-statuses", "{}")).values())
 
 
 def _format(table: list[tuple[str, str, str]]) -> str:

@@ -28,6 +28,7 @@ from kdra.cli.check import read_cluster
 from kdra.cli.core import invariants
 from kdra.cli.core.forged import Sources
 from kdra.cli.core.invariants import NodeRules, Violation
+from kdra.kube.core.flavours import KDRA, Flavour
 
 JSON = Mapping[str, Any]
 
@@ -45,11 +46,13 @@ def _rules(local: NodeLocal | None) -> NodeRules | None:
 def check(*, pods: Iterable[JSON] = (), claims: Iterable[JSON] = (),
           slices: Iterable[JSON] = (), nodes: Iterable[JSON] = (), leases: Iterable[JSON] = (),
           local: NodeLocal | None = None, now: dt.datetime | None = None,
-          lease_grace: float = 40.0, env_sources: Sources | None = None) -> list[Violation]:
-    """Every violated invariant of the given cluster state and node-local state."""
+          lease_grace: float = 40.0, env_sources: Sources | None = None,
+          flavour: Flavour = KDRA) -> list[Violation]:
+    """Every violated invariant of the given cluster state (read in ``flavour``) and
+    node-local state."""
     return invariants.check(pods=pods, claims=claims, slices=slices, nodes=nodes,
                             leases=leases, node_rules=_rules(local), now=now,
-                            lease_grace=lease_grace, env_sources=env_sources)
+                            lease_grace=lease_grace, env_sources=env_sources, flavour=flavour)
 
 
 def violations(api: Any, *, local: NodeLocal | None = None, namespace: str = "kdra-system",
@@ -62,7 +65,7 @@ def violations(api: Any, *, local: NodeLocal | None = None, namespace: str = "kd
 
 def run_check(*, kubeconfig: str | None, cdi_dirs: Sequence[str], state_dirs: Sequence[str],
               nodes: Sequence[str], namespace: str, lease_grace: float | None,
-              output: str, context: str | None = None) -> int:
+              output: str, context: str | None = None, flavour: str = "auto") -> int:
     """``kdra check``: the cluster, plus the nodes on disk when directories are given."""
     local = None
     if cdi_dirs or state_dirs:
@@ -70,4 +73,4 @@ def run_check(*, kubeconfig: str | None, cdi_dirs: Sequence[str], state_dirs: Se
         local = cluster.LocalCheck(found.nodes, partial(node_violations, local=found))
     return cluster.run_check(kubeconfig=kubeconfig, namespace=namespace,
                              lease_grace=lease_grace, output=output, context=context,
-                             local=local)
+                             local=local, flavour=flavour)

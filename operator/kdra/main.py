@@ -75,7 +75,7 @@ def _check(args: argparse.Namespace) -> int:
     return run_check(kubeconfig=args.kubeconfig, cdi_dirs=args.cdi_dir or [],
                      state_dirs=args.state_dir or [], nodes=args.node or [],
                      namespace=args.namespace, lease_grace=args.lease_grace,
-                     output=args.output)
+                     output=args.output, flavour=args.flavour)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -163,6 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
                       "which claims hold them)")
     desc.add_argument("--node", default=None, help="only pools on this node (and its claims)")
     desc.add_argument("--driver", default=None, help="only pools of this driver")
+    desc.add_argument("--flavour", choices=("auto", "native", "kdra"), default="auto",
+                      help="read native DRA objects (resource.k8s.io/v1) or kdra's CRDs; "
+                      "auto (default): whichever the cluster has")
     desc.add_argument("--summary", action="store_true",
                       help="one line per pool and per claim, no per-device lines")
     desc.set_defaults(func=_describe)
@@ -194,6 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("--lease-grace", type=float, default=None,
                      help="also report slices whose agent Lease expired more than this many "
                      "seconds ago (the operator's --slice-gc-grace; default: not checked)")
+    chk.add_argument("--flavour", choices=("auto", "native", "kdra"), default="auto",
+                     help="read native DRA objects (resource.k8s.io/v1) or kdra's CRDs; "
+                     "auto (default): whichever the cluster has")
     chk.add_argument("-o", "--output", choices=("text", "json"), default="text",
                      help="text (default) or json")
     chk.set_defaults(func=_check)

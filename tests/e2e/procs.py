@@ -30,9 +30,11 @@ class KdraProcess:
         offset = self.log.stat().st_size if self.log.exists() else 0
         # Admission webhooks stay off unless a test turns them on (--webhook-port): the
         # configurations an operator leaves behind would make the shared control plane
-        # refuse pods with claims once that operator stops.
-        env = {"KDRA_WEBHOOK_PORT": "0", **os.environ, "KUBECONFIG": str(self.kubeconfig),
-               **self.env}
+        # refuse pods with claims once that operator stops. The API flavour is kdra's unless
+        # a test asks for native (--flavour native): the session's API server serves
+        # resource.k8s.io/v1, where the default would be native.
+        env = {"KDRA_WEBHOOK_PORT": "0", "KDRA_FLAVOUR": "kdra", **os.environ,
+               "KUBECONFIG": str(self.kubeconfig), **self.env}
         with self.log.open("ab") as out:
             self.popen = spawn(
                 [sys.executable, "-m", "kdra", *self.args,

@@ -10,10 +10,11 @@ Helm's own bookkeeping labels):
 | manifests/overlays/nvidia          | defaults (agent.discovery=nvml), namespace.create    |
 | manifests/overlays/kind            | agent.discovery=inventory, image kdra:dev, the kind  |
 |                                    | overlay's inventory files, namespace.create          |
+| manifests/overlays/native          | the kind overlay's settings and flavour=native       |
 | manifests/overlays/servicemonitor  | serviceMonitor.enabled, dashboard.enabled (those)     |
 | manifests/simulation               | simulation.enabled (those objects)                   |
 | overlays/nvidia + components/      | flavour=native                                       |
-| native-agent                       |                                                      |
+| native and native-agent            |                                                      |
 
 A difference fails with a unified diff per object. Fix it where it comes from: the CRDs with
 ``python -m hack.crdgen`` (they come from the models), the copied parts (RBAC, admission
@@ -116,7 +117,7 @@ def drift(chart: Sequence[dict[str, Any]], manifests: Sequence[dict[str, Any]],
 def test_helm_lint(helm: str) -> None:
     everything = [*inventory_values(), "--set", "serviceMonitor.enabled=true",
                   "--set", "dashboard.enabled=true", "--set", "simulation.enabled=true"]
-    for args in ([], everything):
+    for args in ([], everything, ["--set", "flavour=native"]):
         result = subprocess.run([helm, "lint", "--strict", str(CHART), *args],
                                 capture_output=True, text=True)
         assert result.returncode == 0, result.stdout + result.stderr
@@ -186,6 +187,18 @@ def test_the_chart_renders_what_the_kind_overlay_renders(helm: str,
     assert not report, report
 
 
+def test_the_chart_renders_what_the_native_overlay_renders(helm: str,
+                                                           control_plane: ControlPlane) -> None:
+    chart = render(helm, "--set", "namespace.create=true", "--set", "flavour=native",
+                   *inventory_values())
+    report = drift(chart, kustomize(control_plane, "overlays/native"), "overlays/native")
+    assert not report, report
+    result = subprocess.run([helm, "template", "kdra", str(CHART), "--set", "flavour=v1"],
+                            capture_output=True, text=True)
+    assert result.returncode != 0 and 'flavour must be kdra or native, not "v1"' in \
+        result.stderr, result.stderr
+
+
 def test_the_chart_renders_what_the_servicemonitor_overlay_renders(
         helm: str, control_plane: ControlPlane) -> None:
     chart = [doc for doc in render(helm, "--set", "serviceMonitor.enabled=true",
@@ -209,17 +222,18 @@ def test_the_chart_renders_what_the_simulation_kustomization_renders(
 def test_the_chart_renders_the_native_agent_as_the_native_agent_component_does(
         helm: str, control_plane: ControlPlane, tmp_path: Path) -> None:
     """flavour=native: the agent mounts the kubelet's plugin directories instead of the NRI
-    socket, as overlays/nvidia with components/native-agent."""
+    socket, as overlays/nvidia with components/native-agent (and components/native, the
+    operator's side)."""
     kustomization = tmp_path / "native"
     kustomization.mkdir()
     (kustomization / "kustomization.yaml").write_text(yaml.safe_dump({
         "resources": [os.path.relpath(MANIFESTS / "overlays" / "nvidia", kustomization)],
-        "components": [os.path.relpath(MANIFESTS / "components" / "native-agent",
-                                       kustomization)]}))
+        "components": [os.path.relpath(MANIFESTS / "components" / name, kustomization)
+                       for name in ("native", "native-agent")]}))
     out = control_plane.kubectl("kustomize", str(kustomization)).stdout
     manifests = [doc for doc in yaml.safe_load_all(out) if doc]
     chart = render(helm, "--set", "namespace.create=true", "--set", "flavour=native")
-    report = drift(chart, manifests, "overlays/nvidia + components/native-agent")
+    report = drift(chart, manifests, "overlays/nvidia + components/native + native-agent")
     assert not report, report
 
 
@@ -275,6 +289,7 @@ def test_rendered_manifests_apply_server_side(helm: str, control_plane: ControlP
                           "crd/servicemonitors.monitoring.coreos.com")
     try:
         for args in (["--set", "namespace.create=true"],
+                     ["--set", "namespace.create=true", "--set", "flavour=native"],
                      ["--set", "namespace.create=true", "--set", "serviceMonitor.enabled=true",
                       "--set", "dashboard.enabled=true", "--set", "simulation.enabled=true",
                       *inventory_values()]):

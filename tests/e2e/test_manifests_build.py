@@ -11,6 +11,7 @@ the session are unaffected. RBAC and admission policies: test_manifests_rbac.py.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -35,10 +36,11 @@ KUSTOMIZATIONS = ("base", "base/crds", "overlays/kind", "overlays/nvidia", "over
                   "examples/gpu", "examples/extended", "examples/seed",
                   "examples/seed-static-slice", "examples/v1", "examples/quota",
                   "examples/partitions", "examples/sharing", "examples/priority",
-                  "simulation")
+                  "simulation", "overlays/native", "webhooks/native", "examples/native",
+                  "examples/native-static-slice")
 DRY_RUN = ("base", "overlays/kind", "overlays/nvidia", "overlays/node", "overlays/node-native",
-           "examples/gpu",
-           "examples/extended", "examples/quota", "examples/priority")
+           "examples/gpu", "examples/extended", "examples/quota", "examples/priority",
+           "overlays/native", "examples/native-static-slice")
 
 
 def find(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
@@ -107,6 +109,41 @@ def test_servicemonitor_overlay_dry_run(control_plane: ControlPlane, installed: 
     finally:
         control_plane.kubectl("delete", "crd", "servicemonitors.monitoring.coreos.com",
                               "--ignore-not-found", "--wait=false", check=False)
+
+
+def test_the_native_overlay_is_the_kind_overlay_in_the_native_flavour(
+        control_plane: ControlPlane) -> None:
+    """components/native changes exactly the operator's flavour, adds the rights on
+    resource.k8s.io, and swaps the webhooks for the native ones; components/native-agent makes
+    the agent the kubelet's DRA plugin; the rest is overlays/kind."""
+    kind = {(d["kind"], d["metadata"]["name"]): d for d in build(control_plane, "overlays/kind")}
+    native = {(d["kind"], d["metadata"]["name"]): d
+              for d in build(control_plane, "overlays/native")}
+    added = sorted(set(native) - set(kind))
+    assert added == [("ClusterRole", "kdra-agent-native"), ("ClusterRole", "kdra-operator-native"),
+                     ("ClusterRoleBinding", "kdra-agent-native"),
+                     ("ClusterRoleBinding", "kdra-operator-native")]
+    assert set(kind) <= set(native)
+    changed = sorted(k for k in kind if kind[k] != native[k])
+    assert changed == [("DaemonSet", "kdra-agent"), ("Deployment", "kdra-operator"),
+                       ("MutatingWebhookConfiguration", "kdra-mutating"),
+                       ("ValidatingWebhookConfiguration", "kdra-validating")]
+    for key in (("DaemonSet", "kdra-agent"), ("Deployment", "kdra-operator")):
+        envs = [{e["name"]: e.get("value") for e in c.get("env") or ()}
+                for c in native[key]["spec"]["template"]["spec"]["containers"]]
+        assert [e.get("KDRA_FLAVOUR") for e in envs] == ["native"], key
+    before = copy.deepcopy(native[("Deployment", "kdra-operator")])
+    for container in before["spec"]["template"]["spec"]["containers"]:
+        for env in container.get("env") or ():
+            if env["name"] == "KDRA_FLAVOUR":
+                env["value"] = "kdra"
+    assert before == kind[("Deployment", "kdra-operator")]  # nothing else differs
+    (agent,) = native[("DaemonSet", "kdra-agent")]["spec"]["template"]["spec"]["containers"]
+    assert "KDRA_NRI_SOCKET" not in {e["name"] for e in agent["env"]}
+    assert "/var/lib/kubelet/plugins_registry" in {m["mountPath"] for m in agent["volumeMounts"]}
+    webhooks = {w["name"] for w in native[("ValidatingWebhookConfiguration",
+                                           "kdra-validating")]["webhooks"]}
+    assert "validate-claim-pods.resource.kdra.dev" in webhooks
 
 
 # --------------------------------------------------------------------------- workloads

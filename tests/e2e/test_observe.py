@@ -5,11 +5,11 @@ and the agents' scrapes, each holding only its component's metrics; a real Prome
 (Debian's ``prometheus``) scrapes the demo's operator and agents, and every panel query of the
 Grafana dashboard parses and returns data; the key panels are rendered to a PNG (matplotlib).
 
-The demo runs once for the module (its own control plane, as ``make demo``). On top of its
-five pods the module adds load while Prometheus scrapes: two pods taking eight H100s each
-(gpu-node-1 and gpu-node-2 fill up) and ``big``, which wants eight H100s and fits nowhere:
-gpu-node-0 has five left (train-0..2 hold three), so it would fit there if three devices were
-freed.
+The demo runs once for the module (its own control plane, as ``make demo`` with
+``DEMO_FLAGS=--flavour kdra``). On top of its five pods the module adds load while
+Prometheus scrapes: two pods taking eight H100s each (gpu-node-1 and gpu-node-2 fill up) and
+``big``, which wants eight H100s and fits nowhere: gpu-node-0 has five left (train-0..2 hold
+three), so it would fit there if three devices were freed.
 
 Prometheus comes from the Debian package (``.ci/run`` installs it): without it the Prometheus
 tests are skipped, unless ``KDRA_REQUIRE_PROMETHEUS=1`` (set by ``.ci/run``) makes that a
@@ -82,7 +82,10 @@ class Demo:
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
     run_dir = tmp_path_factory.mktemp("observe")
     workdir = run_dir / "demo"
-    process = spawn([sys.executable, "-m", "kdra_devenv", "demo", "--dir", str(workdir)],
+    # The kdra flavour (one flag away from the default native one, which test_demo.py and
+    # test_native.py cover): this module's load and views speak kdra's CRDs and annotations.
+    process = spawn([sys.executable, "-m", "kdra_devenv", "demo", "--dir", str(workdir),
+                     "--flavour", "kdra"],
                     run_dir=run_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert process.stdout is not None
     lines: list[str] = []

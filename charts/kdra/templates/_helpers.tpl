@@ -12,6 +12,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end }}
 
+{{/*
+The API flavour (values.flavour): kdra or native; anything else fails the render.
+*/}}
+{{- define "kdra.flavour" -}}
+{{- if not (has .Values.flavour (list "kdra" "native")) -}}
+{{- fail (printf "flavour must be kdra or native, not %q" .Values.flavour) -}}
+{{- end -}}
+{{- .Values.flavour -}}
+{{- end -}}
+
 {{/* The agent's volume of a driver's DRA socket directory (flavour native): plugin-<driver
      with dots as dashes>, as components/native-agent names gpu.kdra.dev's. */}}
 {{- define "kdra.pluginVolume" -}}

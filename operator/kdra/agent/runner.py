@@ -63,6 +63,7 @@ from kdra.agent.settings import FLAVOURS, AgentSettings
 from kdra.dra.errors import InvalidObject
 from kdra.kube.client import KubeClient
 from kdra.kube.errors import ApiError, NotFound
+from kdra.kube.flavour import serves_native
 from kdra.kube.resources import CLAIMS, NATIVE_CLAIMS, NATIVE_SLICES, SLICES
 from kdra.kube.store import JSON, Key, is_not_newer, key_of
 from kdra.kube.workqueue import WorkQueue
@@ -85,16 +86,12 @@ the kubelet deletes every slice of its node at once)."""
 
 async def resolve_flavour(client: KubeClient, settings: AgentSettings) -> AgentSettings:
     """``settings`` with ``flavour`` ``kdra`` or ``native`` (``auto``: native when the API
-    server serves ``resource.k8s.io/v1`` ResourceSlices)."""
+    server serves ``resource.k8s.io/v1``, as the operator decides it)."""
     if settings.flavour not in FLAVOURS:
         raise AgentError(f"--flavour {settings.flavour!r}: use one of {', '.join(FLAVOURS)}")
     if settings.flavour != "auto":
         return settings
-    try:
-        served = await client.request("GET", f"/apis/{NATIVE_SLICES.api_version}")
-    except NotFound:
-        served = {}
-    native = any(r.get("name") == NATIVE_SLICES.plural for r in served.get("resources") or ())
+    native = await serves_native(client)  # the operator's discovery (kdra.kube.flavour)
     log.info("--flavour auto: %s", "native (the API server serves resource.k8s.io/v1)"
              if native else "kdra (the API server does not serve resource.k8s.io/v1)")
     return dataclasses.replace(settings, flavour="native" if native else "kdra")

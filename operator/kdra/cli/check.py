@@ -32,6 +32,8 @@ from kdra.cli.core.forged import Sources, env_sources
 from kdra.cli.core.invariants import NodeRules, Violation, check
 from kdra.kube import readers
 from kdra.kube.core.agent_leases import AGENT_LEASE_LABEL
+from kdra.kube.core.flavours import KDRA, Flavour, flavour_named
+from kdra.kube.core.native_pods import CLAIM_CONTROLLER_ACCOUNT
 from kdra.kube.core.printable import MAX_LINE, printable
 
 JSON = dict[str, Any]
@@ -48,15 +50,17 @@ class LocalCheck:
 
 
 def read_cluster(api: Any, namespace: str = "kdra-system",
-                 unreadable: list[str] | None = None) -> dict[str, list[JSON]]:
-    """Pods, claims, slices, nodes and agent Leases, as :func:`check` takes them. Objects
-    that cannot be decoded are left out and described in ``unreadable`` (kind first)."""
+                 unreadable: list[str] | None = None,
+                 flavour: Flavour = KDRA) -> dict[str, list[JSON]]:
+    """Pods, claims, slices, nodes and agent Leases, as :func:`check` takes them (claims
+    and slices of the ``flavour``'s kinds). Objects that cannot be decoded are left out and
+    described in ``unreadable`` (kind first)."""
     bad: dict[str, list[str]] = {}
     state = {
         "pods": readers.list_pods(api, unreadable=bad.setdefault("Pod", [])),
-        "claims": readers.list_kdra(api, "resourceclaims",
+        "claims": readers.list_kdra(api, "resourceclaims", group=flavour.group,
                                     unreadable=bad.setdefault("ResourceClaim", [])),
-        "slices": readers.list_kdra(api, "resourceslices",
+        "slices": readers.list_kdra(api, "resourceslices", group=flavour.group,
                                     unreadable=bad.setdefault("ResourceSlice", [])),
         "nodes": readers.list_nodes(api, unreadable=bad.setdefault("Node", [])),
         "leases": readers.list_leases(api, namespace, label_selector=f"{AGENT_LEASE_LABEL}=true",
@@ -101,18 +105,42 @@ def read_env_sources(api: Any, pods: Iterable[JSON], slices: Iterable[JSON],
 
 def violations(api: Any, *, node_rules: NodeRules | None = None, namespace: str = "kdra-system",
                lease_grace: float | None = None, unreadable: list[str] | None = None,
-               notes: list[str] | None = None) -> list[Violation]:
+               notes: list[str] | None = None, flavour: Flavour | None = None) -> list[Violation]:
     """Read the cluster through ``api`` and check it (see :func:`read_cluster` for
-    ``unreadable``, :func:`read_env_sources` for ``notes``)."""
-    state = read_cluster(api, namespace, unreadable)
+    ``unreadable``, :func:`read_env_sources` for ``notes``), in ``flavour`` (None: the one
+    the cluster has, :func:`kdra.kube.readers.flavour`, said in ``notes``)."""
+    if flavour is None:
+        flavour = readers.flavour(api)
+        if notes is not None:
+            notes.append(f"read the {flavour.name} flavour ({flavour.api_version})")
+    if notes is not None and flavour.upstream_controllers:
+        notes.extend(upstream_claim_controller(api))
+    state = read_cluster(api, namespace, unreadable, flavour)
     now = dt.datetime.now(dt.UTC) if lease_grace is not None else None
     sources = read_env_sources(api, state["pods"], state["slices"], notes)
     return check(**state, node_rules=node_rules, now=now, lease_grace=lease_grace or 0.0,
-                 env_sources=sources)
+                 env_sources=sources, flavour=flavour)
+
+
+def upstream_claim_controller(api: Any) -> list[str]:
+    """A note when kube-controller-manager's resourceclaim-controller looks active (its
+    ServiceAccount exists): kdra's operator (``--claim-controller=auto``) then leaves claim
+    generation and clean-up to it (kdra.operator.claim_owner)."""
+    namespace, name = CLAIM_CONTROLLER_ACCOUNT
+    try:
+        found = readers.read_service_account(api, namespace, name)
+    except readers.ApiException:
+        return []  # not readable here: nothing to say
+    if found is None:
+        return []
+    return [f"kube-controller-manager's resourceclaim-controller appears to run (its "
+            f"ServiceAccount {namespace}/{name} exists): kdra's operator, with "
+            "--claim-controller=auto, leaves claim generation and clean-up to it"]
 
 
 def run_check(*, kubeconfig: str | None, namespace: str, lease_grace: float | None,
-              output: str, context: str | None = None, local: LocalCheck | None = None) -> int:
+              output: str, context: str | None = None, local: LocalCheck | None = None,
+              flavour: str = "auto") -> int:
     try:
         api = readers.api_client(kubeconfig, context)
     except Exception as exc:  # any kubeconfig / in-cluster configuration problem
@@ -123,7 +151,8 @@ def run_check(*, kubeconfig: str | None, namespace: str, lease_grace: float | No
     notes: list[str] = []
     try:
         found = violations(api, node_rules=local.rules if local else None, namespace=namespace,
-                           lease_grace=lease_grace, unreadable=unreadable, notes=notes)
+                           lease_grace=lease_grace, unreadable=unreadable, notes=notes,
+                           flavour=None if flavour in ("", "auto") else flavour_named(flavour))
     except readers.ApiException as exc:
         print(f"kdra check: the API server answered {exc.status} "
               f"{printable(exc.reason, MAX_LINE)}",

@@ -2,7 +2,8 @@
 the others, and every claim with its devices (the view: :mod:`kdra.cli.core.describe`).
 
 Reads ResourceSlices and ResourceClaims once with the official synchronous client
-(:mod:`kdra.kube.readers`). Exit code 0, or 1 when the cluster cannot be read.
+(:mod:`kdra.kube.readers`), of the API flavour the cluster has (``--flavour`` to choose).
+Exit code 0, or 1 when the cluster cannot be read.
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ def run_describe(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     try:
-        slices = readers.list_kdra(api, "resourceslices")
-        claims = readers.list_kdra(api, "resourceclaims", args.namespace or None)
+        flavour = readers.flavour(api, getattr(args, "flavour", "auto"))
+        slices = readers.list_kdra(api, "resourceslices", group=flavour.group)
+        claims = readers.list_kdra(api, "resourceclaims", args.namespace or None,
+                                   group=flavour.group)
     except readers.ApiException as exc:
         print(f"kdra describe: the API server answered {exc.status} {exc.reason}: "
               f"{printable((exc.body or '').strip(), 500)}", file=sys.stderr)

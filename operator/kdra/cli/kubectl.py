@@ -29,6 +29,9 @@ def _common(parser: argparse.ArgumentParser, *, namespaced: bool = True,
                         help="kubeconfig file(s) (default: $KUBECONFIG, ~/.kube/config, or "
                         "the pod's service account)")
     parser.add_argument("--context", default=None, help="kubeconfig context (default: current)")
+    parser.add_argument("--flavour", choices=("auto", "native", "kdra"), default="auto",
+                        help="read native DRA objects (resource.k8s.io/v1) or kdra's CRDs "
+                        "(resource.kdra.dev); auto (default): whichever the cluster has")
     if namespaced:
         parser.add_argument("-n", "--namespace", default=None,
                             help="namespace (default: the context's)")

@@ -1,7 +1,9 @@
 """The commands of ``kubectl kdra``: read the cluster as the user, build a view, print it.
 
 Each command reads what it needs with :class:`kdra.kube.reader.Reader` (the user's
-kubeconfig and RBAC), hands plain dicts to a pure view (``kdra.cli.core``, ``kdra.dra.usage``)
+kubeconfig and RBAC) — the DRA kinds where the cluster's API flavour has them (native
+``resource.k8s.io/v1`` or kdra's CRDs: :meth:`Reader.flavour`; ``--flavour`` to choose) —,
+hands plain dicts to a pure view (``kdra.cli.core``, ``kdra.dra.usage``)
 and prints a table (default), JSON or YAML:
 
 - ``free`` — :func:`kdra.dra.usage.utilisation.utilisation`: per class, node and pool;
@@ -48,17 +50,15 @@ from kdra.dra.models import parse_class, parse_slice
 from kdra.dra.scheduling import SearchBudget
 from kdra.dra.usage.claims import claims_of
 from kdra.dra.usage.utilisation import NO_CLASS, top, utilisation
+from kdra.kube.core.flavours import KDRA, Flavour
 from kdra.kube.core.pool_ownership import foreign_pool
 from kdra.kube.core.printable import MAX_LINE, printable
 from kdra.kube.reader import (
-    CLAIMS,
-    CLASSES,
     NODES,
     PODS,
     QUOTAS,
-    SLICES,
-    TEMPLATES,
     ClusterError,
+    DraKinds,
     Kind,
     NotFound,
     Reader,
@@ -72,8 +72,11 @@ GREEN, RED, YELLOW = "32", "31", "33"
 class Session:
     """One command's reads, with the notes on what could not be read."""
 
-    def __init__(self, reader: Reader) -> None:
+    def __init__(self, reader: Reader, flavour: Flavour = KDRA) -> None:
         self.reader = reader
+        self.flavour = flavour
+        self.kinds = DraKinds.of(flavour)
+        """Where the DRA kinds are read (the cluster's API flavour, or ``--flavour``)."""
         self.notes: list[str] = []
 
     def optional(self, kind: Kind, namespace: str | None = None, *,
@@ -109,15 +112,16 @@ class Session:
         count as free. ``need_fallback``: the fallback namespace's claims are essential (a
         pod's own claims): unreadable, the command fails saying so."""
         if namespace is not None:
-            return self.reader.list(CLAIMS, namespace)
+            return self.reader.list(self.kinds.claims, namespace)
         own = fallback or self.reader.namespace
-        found = self.optional(CLAIMS, meaning=f"only namespace {own}'s claims are counted; "
+        found = self.optional(self.kinds.claims,
+                              meaning=f"only namespace {own}'s claims are counted; "
                               "devices held by claims of other namespaces show as free")
         if found is not None:
             return found
         if need_fallback:
-            return self.reader.list(CLAIMS, own)
-        return self.optional(CLAIMS, own) or []
+            return self.reader.list(self.kinds.claims, own)
+        return self.optional(self.kinds.claims, own) or []
 
 
 # --------------------------------------------------------------------------- output
@@ -162,8 +166,9 @@ def _painter(column: str, cell: str) -> str:
 
 
 def cmd_free(session: Session, args: argparse.Namespace) -> int:
-    slices = session.own_pools(session.reader.list(SLICES)) or []
-    classes = session.optional(CLASSES, meaning="every device is shown under no class ('-')")
+    slices = session.own_pools(session.reader.list(session.kinds.slices)) or []
+    classes = session.optional(session.kinds.classes,
+                               meaning="every device is shown under no class ('-')")
     claims = session.claims(fallback=args.namespace)
     snapshot = _snapshot(slices, classes or [], session.notes)
     wanted = NO_CLASS if args.device_class == "-" else args.device_class
@@ -200,7 +205,7 @@ def cmd_free(session: Session, args: argparse.Namespace) -> int:
 
 
 def cmd_describe(session: Session, args: argparse.Namespace) -> int:
-    slices = session.reader.list(SLICES)
+    slices = session.reader.list(session.kinds.slices)
     claims = session.claims(None if args.all_namespaces else args.namespace)
     view = describe(slices, claims, node=args.node, driver=args.driver)
     emit(args, view.to_json(), lambda _: render(view, devices=not args.summary), session.notes)
@@ -211,19 +216,20 @@ def cmd_why(session: Session, args: argparse.Namespace) -> int:
     namespace = args.namespace or session.reader.namespace
     pod = session.reader.get(PODS, args.pod, namespace)
     claims = session.claims(fallback=namespace, need_fallback=True)
-    classes = session.optional(CLASSES, meaning="requests whose class is unknown cannot fit")
+    classes = session.optional(session.kinds.classes,
+                               meaning="requests whose class is unknown cannot fit")
     slices = session.own_pools(
-        session.optional(SLICES, meaning="no devices are known: nothing can fit"))
+        session.optional(session.kinds.slices, meaning="no devices are known: nothing can fit"))
     nodes = session.optional(NODES)
     pods = session.optional(PODS, meaning="the nodes' cpu/memory/pod capacity is not checked")
     quotas = session.optional(QUOTAS, namespace, meaning="DeviceQuotas are not checked")
-    templates = session.optional(TEMPLATES, namespace)
+    templates = session.optional(session.kinds.templates, namespace)
     budget = SearchBudget() if args.search_steps is None else \
         SearchBudget(steps=max(1, args.search_steps))
     explanation = explain_pod(pod, claims=claims, classes=classes or [], slices=slices or [],
                               nodes=nodes, pods=pods, steps=budget.steps,
                               node_steps=budget.node_steps, quotas=quotas or [],
-                              templates=templates)
+                              templates=templates, flavour=session.flavour)
     emit(args, explanation.to_json(), lambda paint: render_why(explanation, bold=bool(paint)),
          [*session.notes, *explanation.notes])
     return 0
@@ -282,18 +288,20 @@ def run(args: argparse.Namespace) -> int:
         return run_check(kubeconfig=args.kubeconfig,
                          namespace=args.system_namespace, lease_grace=args.lease_grace,
                          output="json" if args.output == "json" else "text",
-                         context=args.context)
+                         context=args.context, flavour=args.flavour)
     try:
         reader = Reader(args.kubeconfig, args.context, as_user=args.as_user,
                         as_group=args.as_group)
     except ClusterError as exc:
         print(f"kubectl kdra: {printable(exc, MAX_LINE)}", file=sys.stderr)
         return 1
-    session = Session(reader)
+    notes: list[str] = []
     try:
+        session = Session(reader, reader.flavour(args.flavour))
+        notes = session.notes
         return COMMANDS[args.command](session, args)
     except (ClusterError, Unreadable, NotFound) as exc:
-        for note in session.notes:
+        for note in notes:
             print(f"warning: {printable(note, MAX_LINE)}", file=sys.stderr)
         print(f"kubectl kdra {args.command}: {printable(exc, MAX_LINE)}", file=sys.stderr)
         return 1

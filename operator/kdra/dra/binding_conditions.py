@@ -67,9 +67,11 @@ def _conditions(entry: JSON | None) -> dict[str, JSON]:
             if isinstance(c, Mapping)}
 
 
-def _device_state(result: JSON, entry: JSON | None) -> bool | str | None:
+def _device_state(result: JSON, entry: JSON | None, implicit: bool) -> bool | str | None:
     conditions = _conditions(entry)
     device = f"{result.get('pool', '')}/{result.get('device', '')}"
+    if not explicit(result) and not implicit:
+        return True  # no binding condition at all: ready once allocated (upstream)
     if explicit(result):
         for name in result.get("bindingFailureConditions") or ():
             failed = conditions.get(str(name))
@@ -87,39 +89,45 @@ def _device_state(result: JSON, entry: JSON | None) -> bool | str | None:
     return True if ready.get("status") == "True" else None
 
 
-def readiness(claim: JSON) -> bool | str | None:
+def readiness(claim: JSON, implicit: bool = True) -> bool | str | None:
     """True: every allocated device may let the pod bind (its binding conditions, or kdra's
     ``Ready``, are True); a string: a device reported failure (what it said); None: still
-    waiting. A claim without an allocation reads as the failure "deallocated"."""
+    waiting. A claim without an allocation reads as the failure "deallocated".
+
+    ``implicit``: a device without binding conditions waits for kdra's ``Ready`` (prepare
+    before bind); False: it is ready once allocated, as upstream's scheduler has it (the
+    kubelet prepares after binding)."""
     status = claim.get("status") or {}
     if not status.get("allocation"):
         return "the claim was deallocated"
     entries = {_key(d): d for d in status.get("devices") or () if isinstance(d, Mapping)}
     waiting = False
     for result in _results(claim):
-        state = _device_state(result, entries.get(_key(result)))
+        state = _device_state(result, entries.get(_key(result)), implicit)
         if isinstance(state, str):
             return state
         waiting = waiting or state is None
     return None if waiting else True
 
 
-def unready_devices(claim: JSON) -> list[DeviceKey]:
-    """The allocated devices whose binding conditions (or ``Ready``) are not all True."""
+def unready_devices(claim: JSON, implicit: bool = True) -> list[DeviceKey]:
+    """The allocated devices whose binding conditions (or, ``implicit``, ``Ready``) are not
+    all True."""
     entries = {_key(d): d for d in (claim.get("status") or {}).get("devices") or ()
                if isinstance(d, Mapping)}
     return [_key(r) for r in _results(claim)
-            if _device_state(r, entries.get(_key(r))) is not True]
+            if _device_state(r, entries.get(_key(r)), implicit) is not True]
 
 
-def pending(claim: JSON) -> tuple[bool, bool]:
-    """Whether some device still waits on kdra's ``Ready``, and whether some device still
-    waits on binding conditions of its own (each has its own timeout)."""
+def pending(claim: JSON, implicit: bool = True) -> tuple[bool, bool]:
+    """Whether some device still waits on kdra's ``Ready`` (only with ``implicit``), and
+    whether some device still waits on binding conditions of its own (each has its own
+    timeout)."""
     entries = {_key(d): d for d in (claim.get("status") or {}).get("devices") or ()
                if isinstance(d, Mapping)}
     ready = binding = False
     for result in _results(claim):
-        if _device_state(result, entries.get(_key(result))) is None:
+        if _device_state(result, entries.get(_key(result)), implicit) is None:
             if explicit(result):
                 binding = True
             else:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from kdra import GROUP, VERSION
+from kdra.kube.core.flavours import NATIVE, Flavour, flavour_named, read_flavour
 
 JSON = dict[str, Any]
 PAGE = 500
@@ -47,6 +48,22 @@ SLICES = Kind("ResourceSlices", f"{GROUP}/{VERSION}", "resourceslices", False)
 CLASSES = Kind("DeviceClasses", f"{GROUP}/{VERSION}", "deviceclasses", False)
 TEMPLATES = Kind("ResourceClaimTemplates", f"{GROUP}/{VERSION}", "resourceclaimtemplates", True)
 QUOTAS = Kind("DeviceQuotas", f"{GROUP}/v1alpha1", "devicequotas", True)
+
+
+@dataclass(frozen=True)
+class DraKinds:
+    """The four DRA kinds where one API flavour has them."""
+
+    claims: Kind
+    slices: Kind
+    classes: Kind
+    templates: Kind
+
+    @classmethod
+    def of(cls, flavour: Flavour) -> DraKinds:
+        return cls(*(Kind(name, r.api_version, r.plural, r.namespaced) for name, r in (
+            ("ResourceClaims", flavour.claims), ("ResourceSlices", flavour.slices),
+            ("DeviceClasses", flavour.classes), ("ResourceClaimTemplates", flavour.templates))))
 
 
 class ClusterError(Exception):
@@ -207,6 +224,26 @@ class Reader:
                              response.status_code, _message(response))
         found: JSON = response.json()
         return found
+
+    def flavour(self, setting: str = "auto") -> Flavour:
+        """The API flavour to read: ``setting`` (native, kdra), or for ``auto`` the one the
+        cluster has (:func:`kdra.kube.core.flavours.read_flavour`: one slice of each kind's
+        asked for; a kind this user may not list counts as served, without slices)."""
+        if setting not in ("", "auto"):
+            return flavour_named(setting)
+
+        def probe(kind: Kind) -> tuple[bool, bool]:
+            response = self._get(kind, kind.plural, None, {"limit": 1})
+            if response.status_code == 404:
+                return False, False
+            if response.status_code != 200:
+                return True, False
+            return True, bool((response.json() or {}).get("items"))
+
+        native_served, _ = probe(DraKinds.of(NATIVE).slices)
+        kdra_served, kdra_slices = probe(SLICES)
+        return read_flavour(native_served=native_served, kdra_served=kdra_served,
+                            kdra_slices=kdra_slices)
 
     def close(self) -> None:
         self.api.session.close()

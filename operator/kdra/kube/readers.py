@@ -22,6 +22,7 @@ import kubernetes
 import urllib3
 
 from kdra import GROUP, VERSION
+from kdra.kube.core.flavours import NATIVE, Flavour, flavour_named, read_flavour
 from kdra.kube.core.jsonscan import ScanError, decode_list
 
 JSON = dict[str, Any]
@@ -78,15 +79,53 @@ def list_all(call: Callable[..., Any], *args: str, unreadable: list[str] | None 
 
 
 def list_kdra(api: Any, plural: str, namespace: str | None = None, *,
-              unreadable: list[str] | None = None) -> list[JSON]:
-    """Every object of one of kdra's kinds (``resourceclaims``, ``resourceslices``...), of
-    ``namespace`` or of all namespaces."""
+              unreadable: list[str] | None = None, group: str = GROUP) -> list[JSON]:
+    """Every object of one of the DRA kinds (``resourceclaims``, ``resourceslices``...) in
+    ``group`` (kdra's, or the native flavour's ``resource.k8s.io``), of ``namespace`` or of
+    all namespaces."""
     custom = kubernetes.client.CustomObjectsApi(api)
     if namespace:
-        return list_all(custom.list_namespaced_custom_object, GROUP, VERSION, namespace, plural,
+        return list_all(custom.list_namespaced_custom_object, group, VERSION, namespace, plural,
                         unreadable=unreadable)
-    return list_all(custom.list_cluster_custom_object, GROUP, VERSION, plural,
+    return list_all(custom.list_cluster_custom_object, group, VERSION, plural,
                     unreadable=unreadable)
+
+
+def flavour(api: Any, setting: str = "auto") -> Flavour:
+    """The API flavour to read: ``setting`` (native, kdra), or for ``auto`` the one the
+    cluster serves (:func:`kdra.kube.core.flavours.read_flavour`: one slice of each kind
+    asked for)."""
+    if setting not in ("", "auto"):
+        return flavour_named(setting)
+    custom = kubernetes.client.CustomObjectsApi(api)
+
+    def served_with_slices(group: str) -> tuple[bool, bool]:
+        try:
+            answer: Any = custom.list_cluster_custom_object(
+                group, VERSION, "resourceslices", limit=1, _preload_content=False)
+            page = json.loads(answer.data)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False, False
+            return True, False  # served, but not readable here: no evidence of slices
+        return True, bool(page.get("items"))
+
+    native_served, _ = served_with_slices(NATIVE.group)
+    kdra_served, kdra_slices = served_with_slices(GROUP)
+    return read_flavour(native_served=native_served, kdra_served=kdra_served,
+                        kdra_slices=kdra_slices)
+
+
+def read_service_account(api: Any, namespace: str, name: str) -> JSON | None:
+    """The ServiceAccount ``namespace/name``, or None when it does not exist."""
+    try:
+        answer: Any = kubernetes.client.CoreV1Api(api).read_namespaced_service_account(
+            name, namespace, _preload_content=False)
+        return dict(json.loads(answer.data))
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
 
 
 def list_pods(api: Any, *, unreadable: list[str] | None = None) -> list[JSON]:

@@ -35,11 +35,13 @@ from collections.abc import Callable
 
 from kdra.dra.errors import InvalidObject
 from kdra.kube.client import KubeClient
-from kdra.kube.core.podclaims import POD_CLAIM_NAME_ANNOTATION, pod_claims, pod_is_done
+from kdra.kube.core.flavours import KDRA, Flavour
+from kdra.kube.core.podclaims import pod_is_done
 from kdra.kube.events import EventRecorder
 from kdra.kube.store import JSON, Key, Store, is_not_newer, key_of
 from kdra.kube.workqueue import WorkQueue
 from kdra.operator import metrics
+from kdra.operator.claim_owner import ClaimOwner
 from kdra.operator.claim_pods import PodClaims
 from kdra.operator.claim_release import ClaimRelease
 from kdra.operator.core.claim_births import Births
@@ -57,9 +59,9 @@ def _reserved_uids(claim: JSON) -> list[str]:
             if ref.get("uid")]
 
 
-def _template_refs(pod: JSON) -> list[str]:
+def _template_refs(flavour: Flavour, pod: JSON) -> list[str]:
     try:
-        entries = pod_claims(pod)
+        entries = flavour.pod_claims(pod)
     except InvalidObject:
         return []
     return [e.resource_claim_template_name for e in entries if e.resource_claim_template_name]
@@ -70,9 +72,10 @@ def claim_store() -> Store:
     return Store("ResourceClaim", {"owner": _owner_uids, "reserved": _reserved_uids})
 
 
-def pod_store() -> Store:
+def pod_store(flavour: Flavour = KDRA) -> Store:
+    """The cache of pods with claims (the ``flavour``'s), indexed by UID and template."""
     return Store("Pod", {"uid": lambda pod: [pod["metadata"].get("uid", "")],
-                         "template": _template_refs})
+                         "template": lambda pod: _template_refs(flavour, pod)})
 
 
 class ClaimController(PodClaims, ClaimRelease):
@@ -85,8 +88,12 @@ class ClaimController(PodClaims, ClaimRelease):
                  claims: Store, templates: Store, workers: int = 4,
                  pod_written: Callable[[JSON], None] | None = None,
                  claim_written: Callable[[str, JSON], None] | None = None,
-                 pod_gone: Callable[[JSON], None] | None = None) -> None:
+                 pod_gone: Callable[[JSON], None] | None = None,
+                 flavour: Flavour = KDRA, mode: str = "on") -> None:
         self.client = client
+        self.flavour = flavour
+        """Where pods' claims and claim names are, how generated claims are marked, which
+        finalizer protects them (the API flavour, :mod:`kdra.kube.core.flavours`)."""
         self.events = events
         self.pods = pods
         self.pod_written = pod_written
@@ -105,6 +112,9 @@ class ClaimController(PodClaims, ClaimRelease):
         self.claims = claims
         self.templates = templates
         self.births = Births()
+        self.owner = ClaimOwner(client, flavour, mode, created_here=self._created_here)
+        """Whether kdra or kube-controller-manager runs the claim lifecycle (``mode``: the
+        setting ``--claim-controller``; :mod:`kdra.operator.claim_owner`)."""
         self.pod_queue: WorkQueue[Key] = WorkQueue("claims-pods", self._sync_pod_key,
                                                    workers=workers)
         self.claim_queue: WorkQueue[Key] = WorkQueue("claims-release", self._sync_claim_key,
@@ -140,7 +150,7 @@ class ClaimController(PodClaims, ClaimRelease):
     # ------------------------------------------------------------------ events in
 
     def on_pod(self, event_type: str | None, pod: JSON) -> None:
-        """A pod with the claims annotation changed (or went away). An event of a version the
+        """A pod with claims changed (or went away). An event of a version the
         cache already held (the echo of the controller's own write, a re-list) changes
         nothing and queues nothing."""
         old = self.pods.apply(event_type, pod)
@@ -175,12 +185,19 @@ class ClaimController(PodClaims, ClaimRelease):
             if pod["metadata"].get("namespace") == namespace:
                 self.pod_queue.add(key_of(pod))
 
+    def _created_here(self, claim: JSON) -> bool:
+        """Whether this controller created ``claim`` (its record of births)."""
+        ref = self.flavour.generated_for(claim)
+        entry = (claim["metadata"].get("annotations") or {}).get(
+            self.flavour.pod_claim_name_annotation)
+        return ref is not None and isinstance(entry, str) and self.births.name(
+            str(ref.get("uid")), entry) == claim["metadata"].get("name")
+
     def update_gauges(self) -> None:
         counts: dict[tuple[bool, bool], int] = defaultdict(int)
         for claim in self.claims:
             allocated = bool(claim.get("status", {}).get("allocation"))
-            generated = POD_CLAIM_NAME_ANNOTATION in (
-                claim["metadata"].get("annotations") or {})
+            generated = self.flavour.is_generated(claim)
             counts[(allocated, generated)] += 1
         metrics.set_claim_counts(counts)
 

@@ -1,11 +1,13 @@
-"""The claim controller's pod side: every template entry of a pod's claims annotation gets its
-own claim, recorded in the pod's claim-statuses annotation, and a bound pod is reserved on its
-allocated claims (the controller: :mod:`kdra.operator.claim_controller`).
+"""The claim controller's pod side: every template entry of a pod's claims gets its own claim,
+recorded where the API flavour keeps claim names, and a bound pod is reserved on its allocated
+claims (the controller: :mod:`kdra.operator.claim_controller`).
 
-``sync_pod(ns, name)`` makes sure every template entry of a pod's claims annotation has its own
-claim (an orphan controlled by the pod is adopted first, and a claim this controller created is
-asked for when the cache lacks it, so a restart or a lost update never creates a second one),
-records the names in the pod's claim-statuses annotation, and adds a bound pod to
+``sync_pod(ns, name)`` makes sure every template entry of a pod's claims (the flavour's:
+``spec.resourceClaims``, or the ``resource.kdra.dev/claims`` annotation —
+:class:`kdra.kube.core.flavours.Flavour`) has its own claim (an orphan controlled by the pod
+is adopted first, and a claim this controller created is asked for when the cache lacks it, so
+a restart or a lost update never creates a second one), records the names
+(``status.resourceClaimStatuses``, or the claim-statuses annotation), and adds a bound pod to
 ``reservedFor`` of its allocated claims if it is missing there.
 
 Invariants:
@@ -20,35 +22,25 @@ Invariants:
   Re-creating an entry's claim again and again backs off (:mod:`kdra.operator.core.claim_births`):
   a claim-creation storm (issue 36: ~13 claims/s for a deleted pod) cannot start.
 - A recorded claim name is never replaced while the claim exists and the pod owns it (a binder
-  may be binding the pod with it); the pod's annotation is written with its resourceVersion.
-- Bad input (malformed annotation, missing template) produces a Warning event on the pod and
+  may be binding the pod with it); the record is written with the pod's resourceVersion.
+- Bad input (malformed claims, missing template) produces a Warning event on the pod and
   never an exception that would stop other pods from being served.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 
 from kdra.dra.errors import InvalidObject
-from kdra.kube.core.podclaims import (
-    CLAIM_STATUSES_ANNOTATION,
-    POD_CLAIM_NAME_ANNOTATION,
-    PodClaim,
-    claim_statuses,
-    generated_claim,
-    owned_by,
-    pod_claims,
-    pod_is_done,
-    pod_ref,
-)
+from kdra.kube.core.podclaims import PodClaim, owned_by, pod_is_done, pod_ref
 from kdra.kube.errors import ApiError, Conflict, NotFound
 from kdra.kube.events import EventRecorder
-from kdra.kube.resources import CLAIMS, PODS
+from kdra.kube.resources import PODS
 from kdra.kube.store import JSON, Key, Store, key_of
 from kdra.kube.workqueue import Retry
 from kdra.operator import metrics
+from kdra.operator.claim_owner import ClaimOwner
 from kdra.operator.claim_release import ClaimWrites, with_status
 from kdra.operator.core.claim_births import Births
 from kdra.operator.core.extended import extended_claim
@@ -67,6 +59,7 @@ class PodClaims(ClaimWrites):
     pods: Store
     templates: Store
     births: Births
+    owner: ClaimOwner
     pod_written: Callable[[JSON], None] | None
     pod_gone: Callable[[JSON], None] | None
     pods_synced: Callable[[], bool]
@@ -74,21 +67,21 @@ class PodClaims(ClaimWrites):
 
     async def _sync_pod_key(self, key: Key) -> None:
         pod = self.pods.get(key)
-        if pod is not None:
+        if pod is not None and self.owner.deferred is None:
             await self.sync_pod(pod)
 
     async def sync_pod(self, pod: JSON) -> None:
         try:
-            entries = pod_claims(pod)
+            entries = self.flavour.pod_claims(pod)
         except InvalidObject as exc:
             await self._report(pod, "InvalidResourceClaims", f"{exc}; the pod is left alone "
-                               "until its annotation is fixed")
+                               "until its claims are fixed")
             return
         if pod_is_done(pod):
             return
-        recorded = claim_statuses(pod)
-        # Only the annotation's entries count: a recorded name for anything else is not
-        # kdra's (the annotation is rewritten without it), and a recorded generated claim
+        recorded = self.flavour.claim_statuses(pod)
+        # Only the pod's entries count: a recorded name for anything else is not kdra's (the
+        # record is rewritten without it), and a recorded generated claim
         # counts only if the pod owns it (_find_generated: upstream's IsForPod).
         names: dict[str, str] = {}
         pending = False
@@ -117,8 +110,7 @@ class PodClaims(ClaimWrites):
                 pending = True
                 continue
             names[entry.name] = claim["metadata"]["name"]
-        if names != recorded:
-            await self._record_names(pod, names)
+        await self._record_names(pod, entries, names)
         if not pending:
             self._reported.pop(key_of(pod), None)
         if pod.get("spec", {}).get("nodeName"):
@@ -140,19 +132,21 @@ class PodClaims(ClaimWrites):
             claim = self.claims.get((namespace, recorded))
             if claim is None:
                 try:
-                    claim = await self.client.get(CLAIMS, recorded, namespace)
+                    claim = await self.client.get(self.flavour.claims, recorded, namespace)
                 except NotFound:
                     claim = None  # deleted: the pod gets a new one (below)
             if claim is not None and owned_by(claim, uid):
+                self.owner.on_recorded(claim)  # recorded by kdra, or by another controller?
                 return claim
         for claim in self.claims.index("owner", uid):
             annotations = claim["metadata"].get("annotations") or {}
-            if annotations.get(POD_CLAIM_NAME_ANNOTATION) == entry.name and owned_by(claim, uid):
+            if annotations.get(self.flavour.pod_claim_name_annotation) == entry.name \
+                    and owned_by(claim, uid):
                 return claim
         created = self.births.name(uid, entry.name)
         if created is not None and created != recorded:  # made here, not cached (any more?)
             try:
-                claim = await self.client.get(CLAIMS, created, namespace)
+                claim = await self.client.get(self.flavour.claims, created, namespace)
             except NotFound:
                 return None  # deleted since: the pod gets a new one (after a backoff)
             if owned_by(claim, uid) and not claim["metadata"].get("deletionTimestamp"):
@@ -199,9 +193,10 @@ class PodClaims(ClaimWrites):
                                    f"{entry.name!r}) not found in namespace {namespace!r}; "
                                    "the claim is created when the template appears")
                 return None
-            body, source = generated_claim(template, pod, entry), f"template {template_name!r}"
+            body = self.flavour.generated_claim(template, pod, entry)
+            source = f"template {template_name!r}"
         try:
-            claim = await self.client.create(CLAIMS, body, namespace)
+            claim = await self.client.create(self.flavour.claims, body, namespace)
         except ApiError as exc:
             metrics.record_claim_create(False)
             await self._report(pod, "FailedResourceClaimCreation",
@@ -220,14 +215,21 @@ class PodClaims(ClaimWrites):
                  claim["metadata"]["name"], pod["metadata"]["name"], entry.name)
         return claim
 
-    async def _record_names(self, pod: JSON, names: dict[str, str]) -> None:
+    async def _record_names(self, pod: JSON, entries: tuple[PodClaim, ...],
+                            names: dict[str, str]) -> None:
+        """Record the claim names where the flavour keeps them (the claim-statuses
+        annotation, or ``status.resourceClaimStatuses``), unless they are already there."""
+        write = self.flavour.statuses_write(pod, entries, names)
+        if write is None:
+            return
+        subresource, patch = write
         meta = pod["metadata"]
-        patch = {"metadata": {
-            "resourceVersion": meta.get("resourceVersion"),
-            "annotations": {CLAIM_STATUSES_ANNOTATION: json.dumps(names, sort_keys=True)},
-        }}
         try:
-            updated = await self.client.patch(PODS, meta["name"], patch, meta["namespace"])
+            if subresource is None:
+                updated = await self.client.patch(PODS, meta["name"], patch, meta["namespace"])
+            else:
+                updated = await self.client.patch(PODS, meta["name"], patch, meta["namespace"],
+                                                  subresource=subresource)
         except NotFound:
             return
         except Conflict as exc:
@@ -243,8 +245,7 @@ class PodClaims(ClaimWrites):
         claim = self.claims.get((namespace, claim_name))
         if claim is None or not claim.get("status", {}).get("allocation"):
             return
-        if POD_CLAIM_NAME_ANNOTATION in (claim["metadata"].get("annotations") or {}) \
-                and not owned_by(claim, pod["metadata"]["uid"]):
+        if self.flavour.is_generated(claim) and not owned_by(claim, pod["metadata"]["uid"]):
             return
         if claim["metadata"].get("deletionTimestamp"):
             return

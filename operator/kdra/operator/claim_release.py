@@ -3,7 +3,7 @@ released when its pods are gone or done, and a generated claim deleted when its 
 replaced (the controller: :mod:`kdra.operator.claim_controller`).
 
 ``sync_claim(ns, name)`` drops ``reservedFor`` entries of pods that are gone, replaced (other
-UID) or done; clears ``status.allocation`` when no reservation is left; removes kdra's
+UID) or done; clears ``status.allocation`` when no reservation is left; removes the flavour's
 finalizer once the claim is deallocated; deletes generated claims whose pod is done or was
 replaced (the claim of a pod that is gone is the garbage collector's: its ownerReference names
 the pod, and upstream's controller leaves it to the collector too).
@@ -17,8 +17,9 @@ Invariants:
   claim is reconciled again from fresh state.
 - A pod missing from the cache is looked up with a live GET before its reservation is dropped
   (the cache may simply not have seen a brand-new pod yet).
-- The finalizer is removed only from a claim that is not allocated and is being deleted or was
-  just deallocated by this controller; the binder owns the finalizer while it allocates.
+- The finalizer (the flavour's: kdra's, or upstream's in the native flavour) is removed only
+  from a claim that is not allocated and is being deleted or was just deallocated by this
+  controller; the binder owns the finalizer while it allocates.
 """
 
 from __future__ import annotations
@@ -27,20 +28,19 @@ import logging
 from collections.abc import Callable
 
 from kdra.kube.client import KubeClient
+from kdra.kube.core.flavours import Flavour
 from kdra.kube.core.podclaims import (
-    FINALIZER,
-    POD_CLAIM_NAME_ANNOTATION,
     clear_allocation,
     drop_stray_device_statuses,
     is_object_name,
     pod_is_done,
-    protected_by_kdra,
 )
 from kdra.kube.errors import Conflict, NotFound
-from kdra.kube.resources import CLAIMS, PODS
+from kdra.kube.resources import PODS
 from kdra.kube.store import JSON, Key, Store, key_of
 from kdra.kube.workqueue import Retry
 from kdra.operator import metrics
+from kdra.operator.claim_owner import ClaimOwner
 
 __all__ = ["ClaimRelease", "ClaimWrites", "with_status"]
 
@@ -61,12 +61,13 @@ class ClaimWrites:
 
     client: KubeClient
     claims: Store
+    flavour: Flavour
     claim_written: Callable[[str, JSON], None] | None
 
     async def _write_status(self, body: JSON) -> JSON:
         drop_stray_device_statuses(body["status"])  # else the CRD refuses the write
         try:
-            updated = await self.client.replace_status(CLAIMS, body)
+            updated = await self.client.replace_status(self.flavour.claims, body)
         except Conflict as exc:
             raise Retry("claim changed concurrently; reconciling again") from exc
         except NotFound:
@@ -89,10 +90,11 @@ class ClaimRelease(ClaimWrites):
     """The claim side of :class:`~kdra.operator.claim_controller.ClaimController`."""
 
     pods: Store
+    owner: ClaimOwner
 
     async def _sync_claim_key(self, key: Key) -> None:
         claim = self.claims.get(key)
-        if claim is not None:
+        if claim is not None and self.owner.deferred is None:
             await self.sync_claim(claim)
 
     async def sync_claim(self, claim: JSON) -> None:
@@ -110,11 +112,12 @@ class ClaimRelease(ClaimWrites):
         deleting = bool(claim["metadata"].get("deletionTimestamp"))
         allocated = bool(status.get("allocation"))
         deallocated = False
-        # Also an allocation kdra wrote (its finalizer is on the claim) that nobody reserves (a
-        # binder died between its writes, or rolled back part of them): the binder writes
-        # allocation and reservation in one update, so it is not in use. An unreserved
-        # allocation someone else wrote (no kdra finalizer) is left alone, as upstream does.
-        ours = protected_by_kdra(claim)
+        # Also an allocation a scheduler wrote with the flavour's finalizer (kdra's binder, or
+        # in the native flavour upstream's scheduler too) that nobody reserves (a binder died
+        # between its writes, or rolled back part of them): schedulers write allocation and
+        # reservation in one update, so it is not in use. An unreserved allocation without
+        # the finalizer is left alone, as upstream does.
+        ours = self.flavour.protected(claim)
         if len(valid) != len(reserved) or (allocated and not valid and ours):
             body = with_status(claim)
             body["status"]["reservedFor"] = valid
@@ -132,7 +135,7 @@ class ClaimRelease(ClaimWrites):
                 log.info("deallocated claim %s/%s", namespace, claim["metadata"]["name"])
             allocated = allocated and not deallocated
         finalizers = claim["metadata"].get("finalizers") or []
-        if FINALIZER in finalizers and not allocated and (deleting or deallocated):
+        if self.flavour.finalizer in finalizers and not allocated and (deleting or deallocated):
             claim = await self._remove_finalizer(claim)
         if not valid and not deleting:
             await self._delete_if_orphaned(claim)
@@ -155,10 +158,11 @@ class ClaimRelease(ClaimWrites):
         meta = claim["metadata"]
         patch = {"metadata": {
             "resourceVersion": meta.get("resourceVersion"),
-            "finalizers": [f for f in meta.get("finalizers") or [] if f != FINALIZER],
+            "finalizers": [f for f in meta.get("finalizers") or [] if f != self.flavour.finalizer],
         }}
         try:
-            updated = await self.client.patch(CLAIMS, meta["name"], patch, meta["namespace"])
+            updated = await self.client.patch(self.flavour.claims, meta["name"], patch,
+                                              meta["namespace"])
         except NotFound:
             return claim
         except Conflict as exc:
@@ -168,7 +172,7 @@ class ClaimRelease(ClaimWrites):
 
     async def _delete_if_orphaned(self, claim: JSON) -> None:
         meta = claim["metadata"]
-        if POD_CLAIM_NAME_ANNOTATION not in (meta.get("annotations") or {}):
+        if not self.flavour.is_generated(claim):
             return
         owner = next((ref for ref in meta.get("ownerReferences") or ()
                       if ref.get("controller") and ref.get("kind") == "Pod"), None)
@@ -184,7 +188,7 @@ class ClaimRelease(ClaimWrites):
             return
         key = (meta["namespace"], meta["name"])
         try:
-            left = await self.client.delete(CLAIMS, meta["name"], meta["namespace"],
+            left = await self.client.delete(self.flavour.claims, meta["name"], meta["namespace"],
                                             uid=meta["uid"])
         except NotFound:
             self.claims.delete(key)  # gone already (the garbage collector was first)

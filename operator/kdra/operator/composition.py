@@ -1,7 +1,9 @@
-"""The operator's composition root: one API client, the caches and the controllers.
+"""The operator's composition root: one API client, the API flavour, the caches and the
+controllers.
 
 Built once at start-up (from kopf's startup handler) and handed to the handlers through kopf's
-memo; nothing here is a module global.
+memo; nothing here is a module global. The API flavour (:mod:`kdra.kube.flavour`: native or
+kdra) is decided first and every service is built with it; none of them asks which it is.
 
 Invariants:
 - Caches are primed from a LIST before any controller worker starts, so "not in the cache"
@@ -23,12 +25,13 @@ from kdra.dra import cel
 from kdra.dra.scheduling import SearchBudget
 from kdra.kube.client import KubeClient, connect
 from kdra.kube.core.agent_leases import AGENT_LEASE_LABEL
-from kdra.kube.core.podclaims import CLAIMS_ANNOTATION
+from kdra.kube.core.flavours import Flavour
 from kdra.kube.errors import NotFound
 from kdra.kube.events import EventRecorder
+from kdra.kube.flavour import resolve
 from kdra.kube.informer import Handler, Informer
 from kdra.kube.leader import LeaderElector
-from kdra.kube.resources import CLAIMS, CLASSES, LEASES, NODES, PODS, SLICES, TEMPLATES, Resource
+from kdra.kube.resources import LEASES, NODES, PODS, Resource
 from kdra.kube.store import JSON, Store
 from kdra.operator import metrics, utilisation
 from kdra.operator.claim_controller import ClaimController, claim_store, pod_store
@@ -51,17 +54,20 @@ def _leadership_lost(reason: str) -> None:
 
 
 class Operator:
-    def __init__(self, settings: OperatorSettings, client: KubeClient) -> None:
+    def __init__(self, settings: OperatorSettings, client: KubeClient,
+                 flavour: Flavour) -> None:
         self.settings = settings
         self.client = client
+        self.flavour = flavour
+        """The API flavour every service is built with (decided once, at start-up)."""
         self.elector: LeaderElector | None = None
         self.leadership: asyncio.Task[None] | None = None
         self.events = EventRecorder(client, component="kdra-operator")
-        self.pods = pod_store()
+        self.pods = pod_store(flavour)
         self.claims = claim_store()
         self.templates = Store("ResourceClaimTemplate")
         self.binder = Binder(client, EventRecorder(client, component="kdra-scheduler"),
-                             claims=self.claims, settings=BinderSettings(
+                             claims=self.claims, flavour=flavour, settings=BinderSettings(
                                  policy=settings.policy,
                                  prepare_timeout=settings.prepare_timeout,
                                  binding_timeout=settings.binding_timeout,
@@ -79,15 +85,18 @@ class Operator:
             workers=settings.workers, pod_written=self._pod_written,
             claim_written=self.binder.on_claim,
             pod_gone=lambda pod: self.binder.on_pod("DELETED", pod),
+            flavour=flavour, mode=settings.claim_controller,
         )
         self.webhook: WebhookServer | None = None  # admission webhooks (started in start())
         self.slice_gc = SliceGC(client, namespace=settings.namespace,
-                                grace=settings.slice_gc_grace)
-        self.taint_eviction = TaintEvictionController(client, self.events, claims=self.claims,
-                                                      pods=self.pods,
-                                                      nodes=self.binder.cluster.nodes)
+                                grace=settings.slice_gc_grace, slices=flavour.slices,
+                                agents_only=flavour.shared_slices)
+        self.taint_eviction = TaintEvictionController(
+            client, self.events, claims=self.claims, pods=self.pods,
+            nodes=self.binder.cluster.nodes,
+            owns=self.slice_gc.owns if flavour.shared_slices else None)
         self.quota_status = QuotaStatusWriter(client, self.binder.quotas)
-        self.notices = PodNotices(self.events)  # pods whose claims kdra would not see
+        self.notices = PodNotices(self.events, flavour)  # pods whose claims kdra would not see
         self.informers: list[Informer] = []  # kdra.operator.handlers.routes starts them (watch())
         self.primed: dict[str, list[JSON]] = {}
         """Resource plural → the objects of the start-up LIST (until its informer starts)."""
@@ -95,7 +104,12 @@ class Operator:
     @classmethod
     async def start(cls, settings: OperatorSettings) -> Operator:
         client = await connect(settings.kubeconfig, component="operator")
-        operator = cls(settings, client)
+        try:
+            flavour = await resolve(client, settings.flavour)
+        except BaseException:
+            await client.close()
+            raise
+        operator = cls(settings, client, flavour)
         try:
             await operator._start()
         except BaseException:
@@ -110,7 +124,7 @@ class Operator:
         # Admission webhooks: stateless, so every replica serves them (standbys too), and
         # before the controllers run, since the claims they create go through the validating
         # webhook (kdra.operator.webhooks.server).
-        self.webhook = await start_webhooks(settings, self.client)
+        self.webhook = await start_webhooks(settings, self.client, self.flavour)
         if settings.leader_elect:
             self.elector = LeaderElector(
                 self.client, namespace=settings.namespace, name="kdra-operator",
@@ -122,6 +136,8 @@ class Operator:
                 self.elector.keep(_leadership_lost), name="leader-lease")
         await asyncio.to_thread(cel.warm_up)  # else the first allocation pays for it
         await self.prime()
+        metrics.set_api_flavour(self.flavour.name)
+        await self.claim_controller.owner.start()
         self.claim_controller.start()
         self.binder.start()
         self.slice_gc.start()
@@ -135,27 +151,27 @@ class Operator:
                 self.binder.snapshot, self.claims, rows)),
             metrics.Limits(max_nodes=settings.metrics_max_nodes,
                            max_namespaces=settings.metrics_max_namespaces))
-        log.info("kdra operator started: %d pods with claims, %d claims, %d templates",
-                 len(self.pods), len(self.claims), len(self.templates))
+        log.info("kdra operator started (flavour %s: %s): %d pods with claims, %d claims, "
+                 "%d templates", self.flavour.name, self.flavour.api_version, len(self.pods),
+                 len(self.claims), len(self.templates))
 
     async def prime(self) -> None:
-        claims, templates = await self.client.list(CLAIMS), await self.client.list(TEMPLATES)
+        flavour = self.flavour
+        claims = await self.client.list(flavour.claims)
+        templates = await self.client.list(flavour.templates)
         self.claims.prime(claims)
         self.templates.prime(templates)
         pods = await self.client.list(PODS)
-        self.pods.prime(
-            pod for pod in pods
-            if CLAIMS_ANNOTATION in (pod["metadata"].get("annotations") or {})
-        )
-        nodes, slices = await self.client.list(NODES), await self.client.list(SLICES)
-        classes = await self.client.list(CLASSES)
+        self.pods.prime(pod for pod in pods if flavour.has_claims(pod))
+        nodes, slices = await self.client.list(NODES), await self.client.list(flavour.slices)
+        classes = await self.client.list(flavour.classes)
         self.binder.prime(nodes=nodes, slices=slices, classes=classes, pods=pods)
         leases = await self.client.list(LEASES, self.settings.namespace,
                                         label_selector=f"{AGENT_LEASE_LABEL}=true")
         self.slice_gc.prime(slices=slices, nodes=nodes, leases=leases)
-        self.primed = {CLAIMS.plural: claims, TEMPLATES.plural: templates, PODS.plural: pods,
-                       NODES.plural: nodes, SLICES.plural: slices, CLASSES.plural: classes,
-                       LEASES.plural: leases}
+        self.primed = {flavour.claims.plural: claims, flavour.templates.plural: templates,
+                       PODS.plural: pods, NODES.plural: nodes, flavour.slices.plural: slices,
+                       flavour.classes.plural: classes, LEASES.plural: leases}
         try:
             rules = await self.client.list(DEVICE_TAINT_RULES)
         except NotFound:  # CRDs of an older kdra: no rules (the informer retries)

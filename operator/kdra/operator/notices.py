@@ -1,6 +1,6 @@
 """Warning events for pods whose claims kdra would not see (issue 41): ``spec.resourceClaims``
-in kdra's flavour, an annotation key mentioning kdra that is none of kdra's
-(:mod:`kdra.operator.core.pod_notices` decides; the mutating webhook says the same at
+in kdra's flavour (the native flavour reads it), an annotation key mentioning kdra that is
+none of kdra's (:mod:`kdra.operator.core.pod_notices` decides; the mutating webhook says the same at
 admission, but the pods of a Deployment are created by its controller, which drops warnings).
 
 Invariants:
@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from kdra.kube.core.flavours import KDRA, Flavour
 from kdra.kube.events import EventRecorder
 from kdra.kube.store import JSON, RecentSet
 from kdra.operator.core.pod_notices import Notice, pod_notices
@@ -34,8 +35,9 @@ makes a repeat a no-op)."""
 class PodNotices:
     """See the module doc; :meth:`on_pod` is the pod route's."""
 
-    def __init__(self, events: EventRecorder) -> None:
+    def __init__(self, events: EventRecorder, flavour: Flavour = KDRA) -> None:
         self.events = events
+        self.flavour = flavour
         self.noticed = RecentSet()
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -47,7 +49,7 @@ class PodNotices:
             return
         if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             return
-        notices = pod_notices(pod)
+        notices = pod_notices(pod, self.flavour)
         if not notices:
             return
         self.noticed.add(uid, REMEMBERED)

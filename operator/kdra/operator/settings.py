@@ -22,6 +22,20 @@ class OperatorSettings:
     namespace: str = "kdra-system"
     """Namespace of kdra's own objects (leader Lease, agents' Leases, webhook Secret)."""
 
+    flavour: str = ""
+    """API flavour: native (resource.k8s.io/v1 objects, pods' spec.resourceClaims and
+    status.resourceClaimStatuses) or kdra (kdra's CRDs in resource.kdra.dev and the pod
+    annotations resource.kdra.dev/claims, claim-statuses). Unset or auto: native where the
+    API server serves resource.k8s.io/v1, else kdra (kdra.kube.flavour)."""
+
+    claim_controller: str = "auto"
+    """Native flavour: whether kdra generates pods' claims from templates and releases them
+    (the drop-in replacement of kube-controller-manager's resourceclaim-controller; on), leaves
+    both to kube-controller-manager's controller (off), or does it unless that controller is
+    seen running (auto: its ServiceAccount kube-system/resource-claim-controller exists, or a
+    claim generated since start-up was created by someone else), in which case kdra says so
+    once and leaves it. The kdra flavour always runs kdra's controller."""
+
     metrics_port: int = 8080
     """Port of the Prometheus ``/metrics`` endpoint; 0 turns it off."""
 
@@ -152,6 +166,13 @@ class OperatorSettings:
     kdra-operator-webhooks), it keeps that current and warns when the rest differs from its
     version (re-apply manifests/webhooks). Off: install them yourself and keep their
     caBundle current."""
+
+    scheduler_for_claims: str = "namespaces"
+    """Native flavour: which pods with spec.resourceClaims the mutating webhook gives
+    schedulerName kdra-scheduler (when unset or default-scheduler): all, namespaces (only in
+    namespaces labelled resource.kdra.dev/scheduler=kdra-scheduler; the default) or none
+    (kube-scheduler keeps them; pods ask for kdra-scheduler themselves). In the kdra flavour
+    every pod with the claims annotation gets it."""
 
     trusted_users: str = ""
     """Usernames (comma-separated) whose pod writes are kdra's own: only they may write the

@@ -16,6 +16,9 @@ same for every pool, by these rules (checked per pool, in this order, per slice)
   ``resourceSliceCount``), so the older slices are leftovers of an interrupted update.
 
 Invariants:
+- Where the slice kind holds every driver's slices (the native flavour's built-in kind), only
+  pools of kdra's agents' drivers (named by their heartbeat Leases) are judged: another
+  driver's slices are read by kdra, never deleted (:meth:`SliceGC.owns`).
 - Slices of a live agent (its Lease is valid, or expired for less than ``grace``) are never
   deleted for ``lease-expired`` or ``old-generation``: the agent itself owns their life cycle.
   A pool without any agent Lease (published by something else) is judged by the other rules.
@@ -47,7 +50,7 @@ from kdra.kube.client import KubeClient
 from kdra.kube.core.agent_leases import AGENT_LEASE_LABEL, lease_pools
 from kdra.kube.core.pool_ownership import speaks_for_pool
 from kdra.kube.errors import Conflict, NotFound
-from kdra.kube.resources import LEASES, NODES, SLICES
+from kdra.kube.resources import LEASES, NODES, SLICES, Resource
 from kdra.kube.store import JSON, Store
 from kdra.kube.workqueue import Retry, WorkQueue
 from kdra.operator import metrics
@@ -139,8 +142,16 @@ class SliceGC:
 
     def __init__(self, client: KubeClient, *, namespace: str, grace: float,
                  sweep_interval: float | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 slices: Resource = SLICES, agents_only: bool = False) -> None:
         self.client = client
+        self.resource = slices
+        """Where the slices live (the API flavour's kind)."""
+        self.agents_only = agents_only
+        """Judge only pools of kdra's agents' drivers (:meth:`owns`): the kind holds other
+        drivers' slices too (the native flavour), which kdra never writes."""
+        self.drivers: set[str] = set()
+        """The drivers kdra's agents publish (named by their heartbeat Leases)."""
         self.namespace = namespace
         self.grace = grace
         self.sweep_interval = sweep_interval or min(10.0, max(1.0, grace / 4))
@@ -198,6 +209,7 @@ class SliceGC:
         driver, nodes = lease_pools(obj)
         if driver is None:
             return
+        self.drivers.add(driver)
         now = self.clock()
         spec = obj.get("spec") or {}
         renew = str(spec.get("renewTime") or "")
@@ -248,13 +260,19 @@ class SliceGC:
         return (f"Lease {self.namespace}/{seen.name} expired "
                 f"{self.clock() - seen.expires_at:.1f}s ago (grace {self.grace:g}s)")
 
+    def owns(self, driver: str) -> bool:
+        """Whether ``driver``'s slices are kdra's to judge: every driver where the kind is
+        kdra's alone, else the drivers of kdra's agents (a driver once seen in an agent's
+        Lease stays one, so its slices go when that agent is gone)."""
+        return not self.agents_only or driver in self.drivers
+
     def _known_node(self, name: str) -> bool:
         return self.nodes.get(("", name)) is not None
 
     async def _sync_pool(self, key: PoolKey) -> None:
         slices = self.slices.index("pool", "/".join(key))
-        if not slices:
-            return
+        if not slices or not self.owns(key[0]):
+            return  # another driver's pool (native flavour): read, never written
         missing = {s["spec"]["nodeName"] for s in slices
                    if s["spec"].get("nodeName") and
                    self.nodes.get(("", s["spec"]["nodeName"])) is None}
@@ -292,7 +310,7 @@ class SliceGC:
     async def _delete(self, deletion: Deletion) -> None:
         meta = deletion.slice["metadata"]
         try:
-            await self.client.delete(SLICES, meta["name"], uid=meta.get("uid"),
+            await self.client.delete(self.resource, meta["name"], uid=meta.get("uid"),
                                      resource_version=meta.get("resourceVersion"))
         except NotFound:
             self.slices.delete(("", meta["name"]))

@@ -20,6 +20,9 @@ Invariants:
 - Events on the pod and on the claim name the device, the taint and whether it was tolerated
   for a while; ``kdra_taint_evictions_total`` counts accepted evictions.
 - One malformed claim or rule is logged and skipped; the pass goes on with the others.
+- Only devices of kdra's own drivers evict (:attr:`TaintEvictionController.owns`: in the
+  native flavour, the drivers of kdra's agents; another driver's taints keep its devices from
+  being allocated, but evicting for them is upstream's taint controller's job).
 - Only a slice that speaks for its pool (:func:`kdra.kube.core.pool_ownership.speaks_for_pool`:
   a node-local slice, for the pool named after its node) taints devices: a node's agent can
   evict pods only through its own devices.
@@ -71,8 +74,12 @@ MIN_INTERVAL = 0.5
 
 class TaintEvictionController:
     def __init__(self, client: KubeClient, events: EventRecorder, *, claims: Store,
-                 pods: Store, nodes: Store | None = None) -> None:
+                 pods: Store, nodes: Store | None = None,
+                 owns: Callable[[str], bool] | None = None) -> None:
         self.client = client
+        self.owns = owns
+        """Whether a driver's devices are kdra's to evict from (None: every driver's; the
+        native flavour: kdra's agents' drivers, :meth:`kdra.operator.slice_gc.SliceGC.owns`)."""
         self.events = events
         self.claims = claims
         self.pods = pods
@@ -131,8 +138,11 @@ class TaintEvictionController:
         self._wake.set()
 
     def taints(self, driver: str, pool: str, device: str) -> list[TaintLike]:
-        """Every taint of one device now: its slice's, then the matching rules'."""
+        """Every taint of one device now that evicts: its slice's, then the matching rules'
+        (none for a device of a driver that is not kdra's, :attr:`owns`)."""
         self._refresh()
+        if self.owns is not None and not self.owns(driver):
+            return []
         return [*self._taints.get((driver, pool, device), ()),
                 *rule_taints(self._rules.values(), driver, pool, device)]
 
@@ -212,12 +222,14 @@ class TaintEvictionController:
     def _no_execute_devices(self) -> set[DeviceId] | Callable[[DeviceId], bool]:
         """The devices with a NoExecute taint now: a set for slice taints, or a predicate
         when a NoExecute rule exists (it may match devices no slice lists any more)."""
+        owns = self.owns or (lambda driver: True)
         devices = {device for device, taints in self._taints.items()
-                   if any(t.effect == NO_EXECUTE for t in taints)}
+                   if owns(device[0]) and any(t.effect == NO_EXECUTE for t in taints)}
         rules = [r for r in self._rules.values() if r.taint.effect == NO_EXECUTE]
         if not rules:
             return devices
-        return lambda device: device in devices or any(r.matches(*device) for r in rules)
+        return lambda device: device in devices or (
+            owns(device[0]) and any(r.matches(*device) for r in rules))
 
     def _rules_for(self, decision: ClaimEviction) -> list[str]:
         taint = decision.decision.taint

@@ -12,6 +12,7 @@ import pytest
 from kdra.agent.core.cdi import CLAIM_UID_ANNOTATION, NODE_ANNOTATION, cdi_file_name
 from kdra.checks import NodeLocal, Violation, check
 from kdra.cli.core.forged import env_sources
+from kdra.kube.core.flavours import KDRA, NATIVE
 from kdra.kube.core.podclaims import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION, FINALIZER
 from tests.unit.partition_slices import node_slices
 
@@ -532,3 +533,79 @@ def _result(device: str, pool: str = "node-1", share: str | None = None,
 def test_shared_device_rules(claims: list[dict[str, object]], rules: list[str]) -> None:
     found = check(claims=claims, slices=_shared_slices(), nodes=[{"metadata": {"name": "node-1"}}])
     assert sorted({v.rule for v in found}) == rules, found
+
+
+# --------------------------------------------------------------------------- native flavour
+
+
+def native_pod(name: str, claims: dict[str, str], *, node_name: str = "n1",
+               shared: dict[str, str] | None = None) -> dict[str, Any]:
+    """A pod as users write it on native DRA: template entries recorded in
+    status.resourceClaimStatuses, ``shared`` entries naming a claim in the spec."""
+    entries = [{"name": k, "resourceClaimTemplateName": "one"} for k in claims]
+    entries += [{"name": k, "resourceClaimName": v} for k, v in (shared or {}).items()]
+    return {"metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}"},
+            "spec": {"schedulerName": "kdra-scheduler", "nodeName": node_name,
+                     "resourceClaims": entries,
+                     "containers": [{"name": "c", "resources": {"claims": [
+                         {"name": e["name"]} for e in entries]}}]},
+            "status": {"resourceClaimStatuses": [{"name": k, "resourceClaimName": v}
+                                                 for k, v in claims.items()]}}
+
+
+def native_claim(name: str, devices: list[str], reserved: list[str]) -> dict[str, Any]:
+    """A claim generated for pod ``<pod>`` by the native flavour (upstream's marker and
+    finalizer), allocated as kdra-scheduler writes it: no Ready conditions, the kubelet
+    prepares after binding."""
+    body = claim(name, devices, reserved=reserved)
+    body["metadata"]["annotations"] = {NATIVE.pod_claim_name_annotation: "gpu"}
+    body["metadata"]["finalizers"] = [NATIVE.finalizer]
+    del body["status"]["devices"]
+    return body
+
+
+def native_healthy() -> dict[str, Any]:
+    return {"pods": [native_pod("p1", {"gpu": "p1-gpu"})],
+            "claims": [native_claim("p1-gpu", ["gpu-0"], ["p1"])],
+            "slices": [slice_("n1-gpu", "n1")], "nodes": [node("n1")]}
+
+
+def test_a_healthy_native_cluster_has_no_violations() -> None:
+    # No Ready condition is wanted: the kubelet, not kdra's agent, prepares after binding.
+    assert check(**native_healthy(), flavour=NATIVE) == []
+    # Read as the kdra flavour the same cluster would be a kdra one with no device reported
+    # Ready (the pod's annotations hold nothing, so its claims are not checked at all).
+    kdra_pod = pod("p1")
+    kdra_claim = claim("p1-gpu", ["gpu-0"], reserved=["p1"], ready=False)
+    assert rules(check(pods=[kdra_pod], claims=[kdra_claim], nodes=[node("n1")])) == [
+        "pod-claims"]
+    assert rules(check(pods=[kdra_pod], claims=[kdra_claim], nodes=[node("n1")],
+                       flavour=NATIVE)) == []
+
+
+@pytest.mark.parametrize("change, rule, words", [
+    ("not-reserved", "pod-claims", "is not reserved for the pod"),
+    ("no-record", "pod-claims", "names no claim"),
+    ("malformed", "pod-claims", "malformed spec.resourceClaims"),
+    ("unreserved", "unreserved-allocation", "ns/leak"),
+    ("thief", "foreign-claim", "which was generated for pod p1"),
+])
+def test_native_pods_and_claims_are_checked_where_they_are(change: str, rule: str,
+                                                           words: str) -> None:
+    state = native_healthy()
+    the_pod, the_claim = state["pods"][0], state["claims"][0]
+    if change == "not-reserved":
+        the_claim["status"]["reservedFor"] = []
+    elif change == "no-record":
+        the_pod["status"]["resourceClaimStatuses"] = []
+    elif change == "malformed":
+        the_pod["spec"]["resourceClaims"] = [{"name": "gpu"}]  # neither name nor template
+    elif change == "unreserved":
+        state["claims"].append(native_claim("leak", ["gpu-1"], []))
+    elif change == "thief":
+        state["pods"].append(native_pod("thief", {}, shared={"gpu": "p1-gpu"}))
+    found = [v for v in check(**state, flavour=NATIVE) if v.rule == rule]
+    assert len(found) == 1, found
+    assert words in found[0].message
+    # kdra's flavour looks for annotations and kdra's finalizer: it sees none of it.
+    assert [v for v in check(**state, flavour=KDRA) if v.rule == rule] == []

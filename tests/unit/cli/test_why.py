@@ -11,6 +11,7 @@ import yaml
 
 from kdra.cli.core.why import explain_pod
 from kdra.cli.core.why_render import render_why
+from kdra.kube.core.flavours import NATIVE
 from kdra.kube.core.podclaims import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION
 from tests.unit.cli.test_describe import GPU, gpus, raw_claim, raw_slice
 from tests.unit.dra.test_utilisation import GPU_CLASS, with_class
@@ -230,6 +231,20 @@ def test_a_prioritized_claim_lists_its_alternatives_and_fits_on_the_best_node() 
     assert [(n.node, n.devices, n.minimal) for n in found.nearest] == [
         ("node-a", (f"{GPU}/node-a/gpu-1",), True),
         ("node-b", (f"{GPU}/node-b/gpu-1",), True)]
+
+
+def test_a_native_pod_is_read_where_the_native_flavour_keeps_its_claims() -> None:
+    native = {"metadata": {"name": "big", "namespace": "default", "uid": "uid-big"},
+              "spec": {"schedulerName": "kdra-scheduler",
+                       "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}],
+                       "containers": [{"name": "c", "resources": {"claims": [{"name": "gpu"}]}}]},
+              "status": {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "c"}]}}
+    found = explain(native, [pending_claim("c")], flavour=NATIVE)
+    assert found.verdict == "fits" and found.claims[0].name == "c"
+    assert explain(native, [pending_claim("c")]).verdict == "not-kdra"  # no annotation
+    broken = {**native, "spec": {**native["spec"], "resourceClaims": [{"name": "gpu"}]}}
+    invalid = explain(broken, [], flavour=NATIVE)
+    assert invalid.verdict == "invalid" and "spec.resourceClaims" in invalid.summary
 
 
 def quota(devices: int, name: str = "gpus", namespace: str = "default") -> dict[str, Any]:

@@ -43,6 +43,7 @@ import kdra.dra.quota
 import kdra.kube.resources
 import kdra.operator.scheduler.cluster
 import kdra.operator.scheduler.quota
+from kdra.kube.core.flavours import KDRA, Flavour
 from kdra.kube.core.podclaims import CLAIMS_ANNOTATION, SCHEDULER_NAME
 from kdra.kube.errors import NotFound
 from kdra.kube.events import EventRecorder
@@ -92,15 +93,22 @@ def template_object() -> JSON:
                 {"name": "req-0", "exactly": {"deviceClassName": CLASS}}]}}}}
 
 
-def pod_object(index: int) -> JSON:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"pod-{index}", "namespace": NAMESPACE,
-                         "uid": f"uid-pod-{index}", "resourceVersion": str(100_000 + index),
-                         "annotations": {CLAIMS_ANNOTATION: (
-                             f'[{{"name": "dev", "resourceClaimTemplateName": "{TEMPLATE}"}}]')}},
-            "spec": {"schedulerName": SCHEDULER_NAME,
-                     "containers": [{"name": "c", "image": "busybox"}]},
-            "status": {"phase": "Pending"}}
+def pod_object(index: int, flavour: Flavour = KDRA) -> JSON:
+    pod: JSON = {"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": f"pod-{index}", "namespace": NAMESPACE,
+                              "uid": f"uid-pod-{index}",
+                              "resourceVersion": str(100_000 + index)},
+                 "spec": {"schedulerName": SCHEDULER_NAME,
+                          "containers": [{"name": "c", "image": "busybox"}]},
+                 "status": {"phase": "Pending"}}
+    entry = {"name": "dev", "resourceClaimTemplateName": TEMPLATE}
+    if flavour.device_annotations:  # the kdra flavour: the claims annotation
+        pod["metadata"]["annotations"] = {CLAIMS_ANNOTATION: (
+            f'[{{"name": "dev", "resourceClaimTemplateName": "{TEMPLATE}"}}]')}
+    else:  # native: spec.resourceClaims, the container's resources.claims
+        pod["spec"]["resourceClaims"] = [entry]
+        pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "dev"}]}
+    return pod
 
 
 @dataclass
@@ -184,6 +192,8 @@ class Recorder:
                                                    **value}
             elif key != "resourceVersion":
                 held["metadata"][key] = value
+        if "status" in body:  # the native flavour's status.resourceClaimStatuses
+            held["status"] = {**held.get("status", {}), **body["status"]}
         return self._stored(resource, held)
 
     async def replace_status(self, resource: Resource, body: JSON) -> JSON:
@@ -225,18 +235,20 @@ def counting(counts: Counts) -> Iterator[None]:
 
 
 async def run(nodes: int = 10, pods: int = 50, *, count: bool = True,
-              limit: float = 60.0) -> Counts:
-    """Schedule ``pods`` pods on ``nodes`` nodes (see the module doc) and return the counts."""
+              limit: float = 60.0, flavour: Flavour = KDRA) -> Counts:
+    """Schedule ``pods`` pods on ``nodes`` nodes (see the module doc) and return the counts;
+    ``flavour``: the API flavour the controllers serve (native: no agent step, the kubelet
+    prepares after binding)."""
     counts = Counts(pods=pods)
     api = Recorder(counts)
     events = EventRecorder(api)  # type: ignore[arg-type]
     claims = claim_store()
     binder = Binder(api, events, claims=claims,  # type: ignore[arg-type]
-                    settings=BinderSettings(wake_delay=0.0))
-    controller = ClaimController(api, events, pods=pod_store(),  # type: ignore[arg-type]
+                    settings=BinderSettings(wake_delay=0.0), flavour=flavour)
+    controller = ClaimController(api, events, pods=pod_store(flavour),  # type: ignore[arg-type]
                                  claims=claims, templates=Store("ResourceClaimTemplate"),
                                  workers=1, pod_written=lambda p: binder.on_pod("MODIFIED", p),
-                                 claim_written=binder.on_claim)
+                                 claim_written=binder.on_claim, flavour=flavour)
     controller.pods_synced = lambda: True  # the pod informer listed, as in the operator
     done = asyncio.Event()
 
@@ -255,7 +267,8 @@ async def run(nodes: int = 10, pods: int = 50, *, count: bool = True,
             controller.on_claim("MODIFIED", obj)
             binder.on_claim("MODIFIED", obj)
             status = obj.get("status") or {}
-            if status.get("allocation") and not status.get("devices"):
+            if flavour.agent_prepares and status.get("allocation") and not status.get(
+                    "devices"):
                 # The node agent prepares the devices and reports them Ready.
                 ready = copy.deepcopy(obj)
                 ready["status"]["devices"] = [
@@ -283,7 +296,7 @@ async def run(nodes: int = 10, pods: int = 50, *, count: bool = True,
         watcher = asyncio.create_task(watch())
         try:
             for index in range(pods):
-                pod = pod_object(index)
+                pod = pod_object(index, flavour)
                 api.hold("pods", pod)
                 deliver("pods", pod)  # the harness's create, as its watch event
                 await asyncio.sleep(0)

@@ -12,14 +12,15 @@ from typing import Any
 import kopf
 import pytest
 
+from kdra.kube.core.flavours import KDRA, NATIVE, Flavour
 from kdra.kube.core.podclaims import CLAIMS_ANNOTATION
 from kdra.operator.handlers import run_operator
 from kdra.operator.handlers.routes import (
-    WATCHES,
     _kopf_handler,
     register_kopf_watches,
     route_claim,
     route_pod,
+    watches,
 )
 from kdra.operator.settings import OperatorSettings
 
@@ -34,21 +35,29 @@ class Recorder:
         return lambda event, obj: self.calls.append((self.name, method, event))
 
 
-def fake_operator() -> tuple[Any, list[tuple[str, str, str | None]]]:
+def fake_operator(flavour: Flavour = KDRA) -> tuple[Any, list[tuple[str, str, str | None]]]:
     calls: list[tuple[str, str, str | None]] = []
     services = ("claim_controller", "binder", "slice_gc", "taint_eviction", "notices")
-    return SimpleNamespace(**{s: Recorder(calls, s) for s in services}), calls
+    return SimpleNamespace(flavour=flavour,
+                           **{s: Recorder(calls, s) for s in services}), calls
 
 
 def pod(annotations: dict[str, str] | None = None) -> dict[str, Any]:
     return {"metadata": {"name": "p", "namespace": "ns", "annotations": annotations or {}}}
 
 
-def test_every_kind_has_exactly_one_route() -> None:
-    plurals = [w.resource.plural for w in WATCHES]
+@pytest.mark.parametrize("flavour", [KDRA, NATIVE], ids=lambda f: f.name)
+def test_every_kind_has_exactly_one_route(flavour: Flavour) -> None:
+    table = watches(flavour)
+    plurals = [w.resource.plural for w in table]
     assert sorted(plurals) == sorted(set(plurals))
     assert {"pods", "resourceclaims", "resourceslices", "nodes", "leases", "deviceclasses",
             "resourceclaimtemplates", "devicetaintrules", "devicequotas"} == set(plurals)
+    # The four DRA kinds where the flavour has them; kdra's own kinds stay in its group.
+    groups = {w.resource.plural: w.resource.group for w in table}
+    assert {groups[p] for p in ("resourceclaims", "resourceslices", "deviceclasses",
+                                "resourceclaimtemplates")} == {flavour.group}
+    assert groups["devicequotas"] == groups["devicetaintrules"] == "resource.kdra.dev"
 
 
 def test_a_pod_without_claims_reaches_the_binder_only() -> None:
@@ -60,6 +69,17 @@ def test_a_pod_without_claims_reaches_the_binder_only() -> None:
     route_pod(op, None, pod({CLAIMS_ANNOTATION: "[]"}))
     assert calls == [("claim_controller", "on_pod", None), ("binder", "on_pod", None),
                      ("notices", "on_pod", None)]
+
+
+def test_a_native_pod_reaches_the_claim_controller_by_its_spec() -> None:
+    op, calls = fake_operator(NATIVE)
+    route_pod(op, "ADDED", pod({CLAIMS_ANNOTATION: "[]"}))  # the annotation means nothing
+    assert calls == [("binder", "on_pod", "ADDED"), ("notices", "on_pod", "ADDED")]
+    calls.clear()
+    native = {**pod(), "spec": {"resourceClaims": [{"name": "a", "resourceClaimName": "c"}]}}
+    route_pod(op, "ADDED", native)
+    assert calls == [("claim_controller", "on_pod", "ADDED"), ("binder", "on_pod", "ADDED"),
+                     ("notices", "on_pod", "ADDED")]
 
 
 def test_a_claim_reaches_the_claim_controller_before_the_binder() -> None:
@@ -81,11 +101,14 @@ def test_kopf_event_handlers_deliver_what_the_informers_would() -> None:
     assert seen == [(True, None, {"metadata": {"name": "l", "namespace": "kdra-system"}})]
 
 
-def test_watch_kopf_registers_an_event_handler_per_kind() -> None:
+@pytest.mark.parametrize("flavour", [KDRA, NATIVE], ids=lambda f: f.name)
+def test_watch_kopf_registers_an_event_handler_per_kind(flavour: Flavour) -> None:
     registry = kopf.OperatorRegistry()
-    register_kopf_watches(registry, "kdra-system")
-    ids = {h.id for h in registry._watching.get_all_handlers()}
-    assert ids == {f"route-{w.resource.plural}" for w in WATCHES}
+    register_kopf_watches(registry, "kdra-system", flavour)
+    handlers = registry._watching.get_all_handlers()
+    assert {h.id for h in handlers} == {f"route-{w.resource.plural}" for w in watches(flavour)}
+    groups = {h.selector.group for h in handlers if h.id == "route-resourceclaims"}
+    assert groups == {flavour.group}
 
 
 def test_an_unknown_watch_mode_stops_the_operator_with_a_clear_error(

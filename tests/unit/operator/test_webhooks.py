@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from kdra.kube.core.flavours import NATIVE
 from kdra.operator.core.pod_notices import NOTICE_POD_CONDITION
 from kdra.operator.core.webhook_configs import (
     CRD_NAMES,
@@ -31,10 +32,27 @@ PLACEHOLDER = b"\n"  # caBundle: Cg== in the static files
 @pytest.mark.parametrize(("name", "build"), [
     ("mutating.yaml", mutating_configuration),
     ("validating.yaml", validating_configuration),
+    ("native/mutating.yaml", lambda e, ca: mutating_configuration(e, ca, NATIVE, "namespaces")),
+    ("native/validating.yaml", lambda e, ca: validating_configuration(e, ca, flavour=NATIVE)),
 ])
 def test_static_manifests_match_what_the_operator_writes(name: str, build: Any) -> None:
     static = yaml.safe_load((MANIFESTS / name).read_text())
     assert static == build(Endpoint(), PLACEHOLDER)
+
+
+@pytest.mark.parametrize(("name", "build"), [
+    ("mutating-webhooks.yaml", lambda: mutating_configuration(Endpoint(), None, NATIVE,
+                                                              "namespaces")),
+    ("validating-webhooks.yaml", lambda: validating_configuration(Endpoint(), None,
+                                                                  flavour=NATIVE)),
+])
+def test_the_native_component_installs_what_the_operator_writes(name: str, build: Any) -> None:
+    """manifests/components/native swaps the webhooks of the installed configurations for
+    the native flavour's (without the CA bundle, which the operator fills in)."""
+    component = MANIFESTS.parent / "components" / "native"
+    (patch,) = yaml.safe_load((component / name).read_text())
+    assert patch["op"] == "replace" and patch["path"] == "/webhooks"
+    assert patch["value"] == build()["webhooks"]
 
 
 def test_url_endpoint_and_ca_bundle() -> None:

@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from kdra.dra.errors import InvalidObject
+from kdra.kube.core.flavours import KDRA, Flavour
 from kdra.kube.core.podclaims import (
     DEVICE_ENVS,
     DEVICES_ANNOTATION_PREFIX,
@@ -40,10 +41,7 @@ from kdra.kube.core.podclaims import (
     GPU_UUIDS_ANNOTATION_PREFIX,
     GPU_UUIDS_ENV,
     PodClaim,
-    claim_statuses,
-    generated_for,
     owned_by,
-    pod_claims,
 )
 from kdra.kube.core.untrusted import shorten
 
@@ -128,14 +126,15 @@ def env_sources(pod: JSON) -> set[tuple[str, str, str]]:
 
 def forged_outputs(pods: Sequence[JSON], claims: Sequence[JSON],
                    slices: Sequence[JSON], sources: Sources | None = None,
-                   ) -> list[tuple[str, str]]:
-    """(rule, message) for every forged output found."""
+                   flavour: Flavour = KDRA) -> list[tuple[str, str]]:
+    """(rule, message) for every forged output found (``flavour``: where pods' claims are,
+    how generated claims are marked)."""
     by_key = {(_map(c.get("metadata")).get("namespace"), _map(c.get("metadata")).get("name")): c
               for c in claims}
     published = _Published(slices)
     found: list[tuple[str, str]] = []
     for claim in claims:
-        owner = generated_for(claim)
+        owner = flavour.generated_for(claim)
         if owner is None:
             continue
         for uid in sorted(_reserved_uids(claim) - {str(owner.get("uid"))}):
@@ -143,16 +142,16 @@ def forged_outputs(pods: Sequence[JSON], claims: Sequence[JSON],
                           f"{owner.get('name')} is reserved for another pod (uid {uid})"))
     for pod in pods:
         if not _finished(pod):
-            found += _pod_outputs(pod, by_key, published, sources or {})
+            found += _pod_outputs(pod, by_key, published, sources or {}, flavour)
     return found
 
 
-def _held(pod: JSON, entries: Sequence[PodClaim],
-          by_key: Mapping[tuple[Any, Any], JSON]) -> tuple[set[DeviceKey], list[tuple[str, str]]]:
+def _held(pod: JSON, entries: Sequence[PodClaim], by_key: Mapping[tuple[Any, Any], JSON],
+          flavour: Flavour) -> tuple[set[DeviceKey], list[tuple[str, str]]]:
     """The devices the pod's claims hold for it; and foreign-claim violations on the way."""
     meta = _map(pod.get("metadata"))
     namespace, uid = meta.get("namespace"), str(meta.get("uid"))
-    recorded = claim_statuses(pod)
+    recorded = flavour.claim_statuses(pod)
     held: set[DeviceKey] = set()
     found: list[tuple[str, str]] = []
     for entry in entries:
@@ -164,7 +163,7 @@ def _held(pod: JSON, entries: Sequence[PodClaim],
             found.append(("foreign-claim", f"pod {_name(pod)} records claim {namespace}/{name} "
                           f"for entry {entry.name!r}, which another pod owns"))
             continue
-        owner = generated_for(claim)
+        owner = flavour.generated_for(claim)
         if owner is not None and str(owner.get("uid")) != uid:
             found.append(("foreign-claim", f"pod {_name(pod)} names claim {namespace}/{name} "
                           f"(entry {entry.name!r}), which was generated for pod "
@@ -176,12 +175,13 @@ def _held(pod: JSON, entries: Sequence[PodClaim],
 
 
 def _pod_outputs(pod: JSON, by_key: Mapping[tuple[Any, Any], JSON],
-                 published: _Published, sources: Sources) -> list[tuple[str, str]]:
+                 published: _Published, sources: Sources,
+                 flavour: Flavour) -> list[tuple[str, str]]:
     try:
-        entries: Sequence[PodClaim] = pod_claims(pod)
+        entries: Sequence[PodClaim] = flavour.pod_claims(pod)
     except InvalidObject:
-        entries = ()  # the pod-claims invariant reports a malformed annotation
-    held, found = _held(pod, entries, by_key)
+        entries = ()  # the pod-claims invariant reports malformed claims
+    held, found = _held(pod, entries, by_key, flavour)
     held_uuids = {u for u, key in published.uuids.items() if key in held}
     who = f"pod {_name(pod)}"
     annotations = _map(_map(pod.get("metadata")).get("annotations"))

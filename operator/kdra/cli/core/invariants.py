@@ -76,15 +76,12 @@ from kdra.dra.errors import InvalidObject
 from kdra.dra.models import NodeSelector
 from kdra.dra.timestamps import parse_time
 from kdra.dra.usage.claims import admin_requests
+from kdra.kube.core.flavours import KDRA, Flavour
 from kdra.kube.core.objects import allocation_results as _results
 from kdra.kube.core.objects import metadata as _meta
 from kdra.kube.core.objects import object_name as _name
 from kdra.kube.core.podclaims import (
-    CLAIMS_ANNOTATION,
     SCHEDULER_NAME,
-    claim_statuses,
-    pod_claims,
-    protected_by_kdra,
 )
 from kdra.kube.core.pool_ownership import foreign_pool
 
@@ -131,24 +128,26 @@ def check(
     now: dt.datetime | None = None,
     lease_grace: float = 40.0,
     env_sources: Sources | None = None,
+    flavour: Flavour = KDRA,
 ) -> list[Violation]:
     """Every violated invariant of the given cluster state (empty: all hold).
     ``env_sources``: the ConfigMaps' and Secrets' data the pods' environment reads
-    (:func:`kdra.cli.core.forged.env_sources` says which), for ``forged-env``."""
+    (:func:`kdra.cli.core.forged.env_sources` says which), for ``forged-env``. ``flavour``:
+    where pods' claims are and what kdra writes (the API flavour the objects were read in)."""
     pods, claims, slices, nodes = list(pods), list(claims), list(slices), list(nodes)
     found: list[Violation] = []
     found += _double_allocations(claims)
     found += [Violation(rule, message)
               for rule, message in shared_device_violations(claims, slices)]
-    found += _pod_claims(pods, claims, nodes)
-    found += _stale_reservations(pods, claims)
+    found += _pod_claims(pods, claims, nodes, flavour)
+    found += _stale_reservations(pods, claims, flavour)
     found += _orphan_slices(slices, nodes)
     node_names = {_meta(n).get("name") for n in nodes}
     found += [Violation("foreign-pool", why) for why in
               (foreign_pool(s, node_names.__contains__) for s in slices) if why]
     found += _unallocated_device_statuses(claims)
     found += [Violation(rule, message)
-              for rule, message in forged_outputs(pods, claims, slices, env_sources)]
+              for rule, message in forged_outputs(pods, claims, slices, env_sources, flavour)]
     if now is not None:
         found += _stale_slices(slices, list(leases), now, lease_grace)
     if node_rules is not None:
@@ -182,10 +181,8 @@ def _reserved(claim: JSON) -> list[JSON]:
     return [r for r in _status(claim).get("reservedFor") or () if isinstance(r, Mapping)]
 
 
-def _is_kdra_pod(pod: JSON) -> bool:
-    spec = _spec(pod)
-    return (spec.get("schedulerName") == SCHEDULER_NAME
-            and CLAIMS_ANNOTATION in (_meta(pod).get("annotations") or {}))
+def _is_kdra_pod(pod: JSON, flavour: Flavour) -> bool:
+    return _spec(pod).get("schedulerName") == SCHEDULER_NAME and flavour.has_claims(pod)
 
 
 def _finished(pod: JSON) -> bool:
@@ -218,28 +215,28 @@ def _double_allocations(claims: Sequence[JSON]) -> list[Violation]:
 
 
 def _pod_claims(pods: Sequence[JSON], claims: Sequence[JSON],
-                nodes: Sequence[JSON]) -> list[Violation]:
+                nodes: Sequence[JSON], flavour: Flavour) -> list[Violation]:
     by_key = {(_meta(c).get("namespace"), _meta(c).get("name")): c for c in claims}
     labels = {_meta(n).get("name"): dict(_meta(n).get("labels") or {}) for n in nodes}
     found = []
     for pod in pods:
         node = _spec(pod).get("nodeName")
-        if not node or not _is_kdra_pod(pod) or _finished(pod):
+        if not node or not _is_kdra_pod(pod, flavour) or _finished(pod):
             continue
         who = f"pod {_name(pod)} (bound to {node})"
         try:
-            entries = pod_claims(pod)
+            entries = flavour.pod_claims(pod)
         except InvalidObject as exc:
-            found.append(Violation("pod-claims", f"{who} has a malformed claims annotation: "
-                                   f"{exc}"))
+            found.append(Violation("pod-claims", f"{who} has a malformed "
+                                   f"{flavour.claims_name}: {exc}"))
             continue
-        recorded = claim_statuses(pod)
+        recorded = flavour.claim_statuses(pod)
         namespace, uid = _meta(pod).get("namespace"), _meta(pod).get("uid")
         for entry in entries:
             name = entry.resource_claim_name or recorded.get(entry.name)
             if name is None:
                 found.append(Violation("pod-claims", f"{who}: entry {entry.name!r} names no "
-                                       "claim (none recorded in its claim-statuses)"))
+                                       "claim (none recorded for it)"))
                 continue
             claim = by_key.get((namespace, name))
             what = f"{who}: claim {namespace}/{name}"
@@ -264,14 +261,16 @@ def _pod_claims(pods: Sequence[JSON], claims: Sequence[JSON],
                     if not selector_matches(parsed, NodeInfo(node, labels.get(node, {}))):
                         found.append(Violation("pod-claims", f"{what} is allocated with a "
                                                f"nodeSelector that does not admit node {node}"))
-            missing = sorted("/".join(d) for d in unready_devices(claim))
+            missing = sorted("/".join(d) for d in unready_devices(claim,
+                                                                   flavour.agent_prepares))
             if missing:
                 found.append(Violation("pod-claims", f"{what} has devices not reported Ready: "
                                        f"{', '.join(missing)}"))
     return found
 
 
-def _stale_reservations(pods: Sequence[JSON], claims: Sequence[JSON]) -> list[Violation]:
+def _stale_reservations(pods: Sequence[JSON], claims: Sequence[JSON],
+                        flavour: Flavour) -> list[Violation]:
     uids = {(_meta(p).get("namespace"), _meta(p).get("name")): _meta(p).get("uid") for p in pods}
     found = []
     for claim in claims:
@@ -288,7 +287,7 @@ def _stale_reservations(pods: Sequence[JSON], claims: Sequence[JSON]) -> list[Vi
                 found.append(Violation("stale-reservation", f"claim {_name(claim)} is reserved "
                                        f"for pod {namespace}/{ref.get('name')} uid "
                                        f"{ref.get('uid')}, replaced by uid {current}"))
-        if _allocation(claim) is not None and not reserved and protected_by_kdra(claim):
+        if _allocation(claim) is not None and not reserved and flavour.protected(claim):
             found.append(Violation("unreserved-allocation", f"claim {_name(claim)} is "
                                    "allocated but reserved for no one"))
     return found

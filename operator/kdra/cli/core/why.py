@@ -63,11 +63,9 @@ from kdra.dra.scheduling import (
     node_view,
 )
 from kdra.dra.usage.claims import claims_of, natural
+from kdra.kube.core.flavours import KDRA, Flavour
 from kdra.kube.core.podclaims import (
-    CLAIMS_ANNOTATION,
     SCHEDULER_NAME,
-    claim_statuses,
-    pod_claims,
 )
 
 __all__ = ["ClaimInfo", "Explanation", "Group", "Nearest", "RequestInfo", "explain_pod"]
@@ -181,14 +179,16 @@ def explain_pod(pod: JSON, *, claims: Iterable[JSON], classes: Iterable[JSON],
                 steps: int | None = None,
                 node_steps: Callable[[int], int] | None = None,
                 quotas: Iterable[JSON] = (),
-                templates: Iterable[JSON] | None = None) -> Explanation:
+                templates: Iterable[JSON] | None = None,
+                flavour: Flavour = KDRA) -> Explanation:
     """Evaluate ``pod`` against the cluster as given (module doc). ``claims`` should hold
     every claim (the pod's, and those holding devices); ``nodes`` / ``pods`` None: not read.
     ``steps`` / ``node_steps(candidates)``: the search budget (None: unbounded).
     ``quotas``: the DeviceQuotas of the pod's namespace (the binder's check is applied);
-    ``templates``: the ResourceClaimTemplates of its namespace (None: not read)."""
+    ``templates``: the ResourceClaimTemplates of its namespace (None: not read).
+    ``flavour``: where the pod's claims are (the API flavour the objects were read in)."""
     found = _evaluate(pod, claims, classes, slices, nodes, pods, list(notes),
-                      _Budget(steps, node_steps), list(quotas), templates)
+                      _Budget(steps, node_steps), list(quotas), templates, flavour)
     reason = _scheduled_condition(pod)[1]
     exhausted = found.verdict == "search-exhausted"
     if exhausted or (reason == SEARCH_EXHAUSTED and found.verdict != "bound"):
@@ -207,26 +207,27 @@ class _Budget:
 def _evaluate(pod: JSON, claims: Iterable[JSON], classes: Iterable[JSON],
               slices: Iterable[JSON], nodes: Iterable[JSON] | None,
               pods: Iterable[JSON] | None, notes: list[str], budget: _Budget,
-              quotas: list[JSON], templates: Iterable[JSON] | None) -> Explanation:
+              quotas: list[JSON], templates: Iterable[JSON] | None,
+              flavour: Flavour) -> Explanation:
     slices = list(slices)  # read twice: the snapshot, and the devices' facts for quotas
     meta = pod.get("metadata") or {}
     key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
     namespace = str(meta.get("namespace") or "")
     spec = pod.get("spec") or {}
     condition = _scheduled_condition(pod)[0]
-    if CLAIMS_ANNOTATION not in (meta.get("annotations") or {}):
-        return Explanation(key, "not-kdra", f"the pod has no {CLAIMS_ANNOTATION} annotation: "
-                           "kdra allocates no devices for it", spec.get("nodeName") or "",
-                           condition, notes=tuple(notes))
+    if not flavour.has_claims(pod):
+        return Explanation(key, "not-kdra", f"the pod has no claims ({flavour.claims_field} "
+                           "is not set): kdra allocates no devices for it",
+                           spec.get("nodeName") or "", condition, notes=tuple(notes))
     try:
-        entries = pod_claims(pod)
+        entries = flavour.pod_claims(pod)
     except InvalidObject as exc:
-        return Explanation(key, "invalid", f"its claims annotation is invalid: {exc}",
+        return Explanation(key, "invalid", f"its {flavour.claims_name} is invalid: {exc}",
                            condition=condition, notes=tuple(notes))
     raw_claims = list(claims)
     by_key = {(str((c.get("metadata") or {}).get("namespace")),
                str((c.get("metadata") or {}).get("name"))): c for c in raw_claims}
-    statuses = claim_statuses(pod)
+    statuses = flavour.claim_statuses(pod)
     infos: list[ClaimInfo] = []
     parsed: list[ResourceClaim] = []
     classes_by_name = _classes(classes, notes)

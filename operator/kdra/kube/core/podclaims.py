@@ -167,6 +167,32 @@ def _parse(text: str) -> tuple[PodClaim, ...]:
     return tuple(claims)
 
 
+def check_name(where: str, name: object, seen: set[str]) -> str:
+    """An entry's name (both flavours): a DNS label no earlier entry (``seen``, which gets
+    it) has. Raises InvalidObject."""
+    if not is_dns_label(name):
+        raise InvalidObject(f"{where}.name", "required; a DNS label (lowercase letters, "
+                            "digits, '-'; at most 63 characters)")
+    assert isinstance(name, str)
+    if name in seen:
+        raise InvalidObject(f"{where}.name", f"duplicate entry name {name!r}")
+    seen.add(name)
+    return name
+
+
+def check_reference(where: str, claim_name: object, template_name: object) -> None:
+    """An entry's claim reference (both flavours): exactly one of ``resourceClaimName`` and
+    ``resourceClaimTemplateName``, an object name. Raises InvalidObject."""
+    if (claim_name is None) == (template_name is None):
+        raise InvalidObject(where, "exactly one of resourceClaimName or "
+                                   "resourceClaimTemplateName must be set")
+    reference = claim_name if claim_name is not None else template_name
+    key = "resourceClaimName" if claim_name is not None else "resourceClaimTemplateName"
+    if not is_object_name(reference):
+        raise InvalidObject(f"{where}.{key}", "must be the name of an object in the "
+                                              "pod's namespace (a DNS subdomain)")
+
+
 def _entry(where: str, entry: object, seen: set[str]) -> PodClaim:
     if not isinstance(entry, dict):
         raise InvalidObject(where, "each entry must be a mapping")
@@ -176,26 +202,12 @@ def _entry(where: str, entry: object, seen: set[str]) -> PodClaim:
         if key not in _KNOWN_KEYS:
             raise InvalidObject(f"{where}.{shorten(key, 40)}", "unknown field; allowed: "
                                 + ", ".join(sorted(_KNOWN_KEYS)))
-    name = entry.get("name")
-    if not is_dns_label(name):
-        raise InvalidObject(f"{where}.name", "required; a DNS label (lowercase letters, "
-                            "digits, '-'; at most 63 characters)")
-    assert isinstance(name, str)
-    if name in seen:
-        raise InvalidObject(f"{where}.name", f"duplicate entry name {name!r}")
-    seen.add(name)
+    name = check_name(where, entry.get("name"), seen)
     claim_name = entry.get("resourceClaimName")
     template_name = entry.get("resourceClaimTemplateName")
     if "extendedResources" in entry:
         return _extended_entry(where, name, entry)
-    if (claim_name is None) == (template_name is None):
-        raise InvalidObject(where, "exactly one of resourceClaimName or "
-                                   "resourceClaimTemplateName must be set")
-    reference = claim_name if claim_name is not None else template_name
-    key = "resourceClaimName" if claim_name is not None else "resourceClaimTemplateName"
-    if not is_object_name(reference):
-        raise InvalidObject(f"{where}.{key}", "must be the name of an object in the "
-                                              "pod's namespace (a DNS subdomain)")
+    check_reference(where, claim_name, template_name)
     containers = entry.get("containers")
     if containers is not None:
         if not isinstance(containers, list) or not all(is_dns_label(c) for c in containers):
@@ -311,9 +323,13 @@ def pod_ref(pod: Mapping[str, Any]) -> dict[str, str]:
 ALLOCATED_DEVICES = "allocatedDevices"
 
 
-def set_allocation(status: dict[str, Any], allocation: Mapping[str, Any]) -> None:
-    """Put ``allocation`` (API form) into a claim's ``status``, with its device summary."""
+def set_allocation(status: dict[str, Any], allocation: Mapping[str, Any], *,
+                   summary: bool = True) -> None:
+    """Put ``allocation`` (API form) into a claim's ``status``, with its device summary
+    (``summary``: kdra's CRD has the field; upstream's API has none)."""
     status["allocation"] = allocation
+    if not summary:
+        return
     results = (allocation.get("devices") or {}).get("results") or ()
     status[ALLOCATED_DEVICES] = ",".join(str(r.get("device", "")) for r in results)
 
@@ -350,21 +366,24 @@ def drop_stray_device_statuses(status: dict[str, Any]) -> None:
         del status["devices"]
 
 
-def protected_by_kdra(claim: Mapping[str, Any]) -> bool:
-    """Whether the claim carries kdra's finalizer: kdra generated it or allocated it (the
-    binder adds the finalizer before it writes an allocation)."""
-    return FINALIZER in (claim.get("metadata", {}).get("finalizers") or ())
+def protected_by_kdra(claim: Mapping[str, Any], finalizer: str = FINALIZER) -> bool:
+    """Whether the claim carries the flavour's ``finalizer``: kdra generated it or allocated it
+    (the binder adds the finalizer before it writes an allocation; in the native flavour,
+    upstream's scheduler does too)."""
+    return finalizer in (claim.get("metadata", {}).get("finalizers") or ())
 
 
-def generated_for(claim: Mapping[str, Any]) -> Mapping[str, Any] | None:
+def generated_for(claim: Mapping[str, Any],
+                  annotation: str = POD_CLAIM_NAME_ANNOTATION) -> Mapping[str, Any] | None:
     """The pod a claim was generated for — its controller owner reference of kind Pod when it
-    carries the pod-claim-name annotation — or None: the claim is not a generated one. A
-    generated claim serves only that pod (upstream's IsForPod), however a pod names it."""
+    carries the flavour's pod-claim-name ``annotation`` — or None: the claim is not a
+    generated one. A generated claim serves only that pod (upstream's IsForPod), however a pod
+    names it."""
     meta = claim.get("metadata") if isinstance(claim, Mapping) else None
     if not isinstance(meta, Mapping):
         return None
     annotations = meta.get("annotations")
-    if not isinstance(annotations, Mapping) or POD_CLAIM_NAME_ANNOTATION not in annotations:
+    if not isinstance(annotations, Mapping) or annotation not in annotations:
         return None
     return next((ref for ref in meta.get("ownerReferences") or ()
                  if isinstance(ref, Mapping) and ref.get("controller")
@@ -380,13 +399,16 @@ def owned_by(claim: Mapping[str, Any], pod_uid: str) -> bool:
 
 
 def generated_claim(template: Mapping[str, Any], pod: Mapping[str, Any],
-                    pod_claim: PodClaim) -> dict[str, Any]:
+                    pod_claim: PodClaim, *, annotation: str = POD_CLAIM_NAME_ANNOTATION,
+                    finalizer: str = FINALIZER,
+                    api_version: str = f"{GROUP}/{VERSION}") -> dict[str, Any]:
     """The claim object the controller creates for a template entry (before the server
-    fills in the name)."""
+    fills in the name), with the flavour's pod-claim-name ``annotation``, ``finalizer`` and
+    ``api_version``."""
     meta = pod["metadata"]
     tmeta = template.get("spec", {}).get("metadata", {}) or {}
     annotations = dict(tmeta.get("annotations") or {})
-    annotations[POD_CLAIM_NAME_ANNOTATION] = pod_claim.name
+    annotations[annotation] = pod_claim.name
     metadata: dict[str, Any] = {
         "generateName": generate_name_prefix(meta["name"], pod_claim.name),
         "namespace": meta["namespace"],
@@ -397,12 +419,12 @@ def generated_claim(template: Mapping[str, Any], pod: Mapping[str, Any],
         }],
         # Set at birth, so the binder needs no extra write before allocating it; the
         # claim controller removes it once the claim is deallocated or deleted unused.
-        "finalizers": [FINALIZER],
+        "finalizers": [finalizer],
     }
     if tmeta.get("labels"):  # the template's labels, as upstream (none: no labels key)
         metadata["labels"] = dict(tmeta["labels"])
     return {
-        "apiVersion": f"{GROUP}/{VERSION}",
+        "apiVersion": api_version,
         "kind": "ResourceClaim",
         "metadata": metadata,
         "spec": template.get("spec", {}).get("spec", {}) or {},

@@ -71,6 +71,7 @@ from typing import Any
 
 from kdra import GROUP
 from kdra.dra.errors import InvalidObject
+from kdra.kube.core.flavours import KDRA, Flavour
 from kdra.kube.core.podclaims import (
     CLAIM_STATUSES_ANNOTATION,
     CLAIMS_ANNOTATION,
@@ -101,6 +102,7 @@ from kdra.operator.core.admission_objects import (
     class_may_select,
     device_status_errors,
     template_errors,
+    upstream_object_warnings,
     v1alpha3_paths,
 )
 from kdra.operator.core.extended import ENTRY_NAME as EXTENDED_ENTRY
@@ -127,6 +129,7 @@ __all__ = [
     "pod_patch",
     "pod_warnings",
     "review",
+    "stolen_claims",
     "template_errors",
     "undecodable",
     "validate",
@@ -222,14 +225,19 @@ def undecodable(uid: str, reason: str) -> AdmissionResponse:
 
 def validate(request: Mapping[str, Any],
              trusted: frozenset[str] = frozenset(),
-             namespace_labels: Mapping[str, str] | None = None) -> AdmissionResponse:
+             namespace_labels: Mapping[str, str] | None = None, *,
+             flavour: Flavour = KDRA,
+             foreign_claims: Mapping[str, tuple[str, str]] | None = None) -> AdmissionResponse:
     """The validating webhook: claims, templates, classes, pods with kdra's keys, and the
     device data drivers write into a claim's status.
 
     Kinds it does not know, and operations other than CREATE and UPDATE, are allowed.
     ``trusted``: usernames whose requests are kdra's own (they may write kdra-owned keys).
     ``namespace_labels`` are the labels of the object's namespace, read by the caller when
-    :func:`admin_access_requested` (None: they could not be read).
+    :func:`admin_access_requested` (None: they could not be read). ``foreign_claims``: as
+    for :func:`mutate_pod` — a pod being created that names (in the ``flavour``'s claims) a
+    claim generated for another pod is denied (the native flavour checks it here: its pods
+    may have no mutating webhook).
     """
     uid = str(request.get("uid", ""))
     kind = request.get("kind") or {}
@@ -247,11 +255,16 @@ def validate(request: Mapping[str, Any],
     if group == "" and name == "Pod":
         user = (request.get("userInfo") or {}).get("username")
         errors = pod_errors(obj, old, kdra_writer=isinstance(user, str) and user in trusted)
+        if operation == "CREATE" and foreign_claims:
+            errors += stolen_claims(obj, flavour, foreign_claims)
         return AdmissionResponse(uid, _capped(errors),
                                  warnings=tuple(device_env_warnings(obj, old)[:MAX_REPORTED]),
                                  **target)
-    if group != GROUP:
-        return AdmissionResponse(uid)
+    if group != GROUP:  # the built-in kinds (native flavour): warnings only
+        if group != flavour.group or request.get("subResource") or \
+                (old is not None and old.get("spec") == obj.get("spec")):
+            return AdmissionResponse(uid)
+        return AdmissionResponse(uid, warnings=upstream_object_warnings(name, obj, old))
     if name == "ResourceClaim" and request.get("subResource") == "status":
         return AdmissionResponse(uid, _capped(device_status_errors(obj, old)), **target)
     if old is not None and old.get("spec") == obj.get("spec"):
@@ -292,9 +305,11 @@ def mutate_pod(request: Mapping[str, Any], *,
                extended_error: str | None = None,
                extended_gpu_classes: Collection[str] | None = None,
                foreign_claims: Mapping[str, tuple[str, str]] | None = None,
-               ) -> AdmissionResponse:
+               flavour: Flavour = KDRA) -> AdmissionResponse:
     """The mutating webhook for pods: extended resources, schedulerName and the device env
-    vars, on CREATE.
+    vars, on CREATE (the native ``flavour``: schedulerName alone, for pods with
+    ``spec.resourceClaims``: the kubelet gives containers their devices, and extended
+    resources are upstream's there).
 
     ``gpu_claims``: the names of the pod's claim entries that may get GPUs (None: all of them;
     see :func:`pod_patch`). ``extended_classes``: extended resource name → DeviceClass
@@ -314,7 +329,17 @@ def mutate_pod(request: Mapping[str, Any], *,
         return AdmissionResponse(uid)
     meta = pod.get("metadata") or {}
     name = str(meta.get("name") or meta.get("generateName") or "")
-    notices = tuple(notice.message for notice in pod_notices(pod))  # as the user wrote it
+    if not flavour.device_annotations:
+        try:
+            claims = flavour.pod_claims(pod)
+        except InvalidObject as exc:
+            return AdmissionResponse(uid, (FieldError(exc.field, exc.message),), kind="Pod",
+                                     name=name)
+        stolen = stolen_claims(pod, flavour, foreign_claims or {})
+        if stolen:
+            return AdmissionResponse(uid, _capped(stolen), kind="Pod", name=name)
+        return AdmissionResponse(uid, patch=tuple(_scheduler_patch(pod, claims)))
+    notices = tuple(notice.message for notice in pod_notices(pod, flavour))  # as written
     if extended_error is not None and extended_names(pod):
         return AdmissionResponse(uid, (FieldError("spec", extended_error),), kind="Pod",
                                  name=name)
@@ -331,13 +356,7 @@ def mutate_pod(request: Mapping[str, Any], *,
         claims = pod_claims(pod)
     except InvalidObject:
         return AdmissionResponse(uid, patch=converted.patch, warnings=notices)
-    stolen = [FieldError(f"{_ANNOTATION_FIELD}[{i}].resourceClaimName",
-                         f"claim {claim_name!r} was generated for pod {owner!r} and serves "
-                         "only that pod; name a claim of this pod's own, or a "
-                         "resourceClaimTemplateName")
-              for i, entry in enumerate(claims)
-              for claim_name, owner in [(foreign_claims or {}).get(entry.name, ("", ""))]
-              if claim_name and entry.resource_claim_name == claim_name]
+    stolen = stolen_claims(pod, flavour, foreign_claims or {}, claims)
     if stolen:
         return AdmissionResponse(uid, _capped(stolen), kind="Pod", name=name)
     patch = (*converted.patch, *pod_patch(pod, claims, gpu_claims=gpu_claims))
@@ -346,6 +365,42 @@ def mutate_pod(request: Mapping[str, Any], *,
 
 
 # --------------------------------------------------------------------------- pods
+
+
+def stolen_claims(pod: Mapping[str, Any], flavour: Flavour,
+                  foreign: Mapping[str, tuple[str, str]],
+                  claims: Sequence[PodClaim] | None = None) -> list[FieldError]:
+    """The entries of a pod being created that name (``resourceClaimName``) a claim generated
+    for another pod — ``foreign``: entry name → (claim, its pod) — which serves only that pod
+    (upstream's IsForPod). ``claims``: the pod's, already parsed (else parsed here; a pod
+    whose claims do not parse has none to steal)."""
+    if not foreign:
+        return []
+    if claims is None:
+        try:
+            claims = flavour.pod_claims(pod)
+        except InvalidObject:
+            return []
+    return [FieldError(f"{flavour.claims_field}[{i}].resourceClaimName",
+                       f"claim {claim_name!r} was generated for pod {owner!r} and serves "
+                       "only that pod; name a claim of this pod's own, or a "
+                       "resourceClaimTemplateName")
+            for i, entry in enumerate(claims)
+            for claim_name, owner in [foreign.get(entry.name, ("", ""))]
+            if claim_name and entry.resource_claim_name == claim_name]
+
+
+def _scheduler_patch(pod: Mapping[str, Any], claims: Sequence[PodClaim]) -> list[dict[str, Any]]:
+    """``schedulerName: kdra-scheduler`` for a pod with claims that asks for no scheduler of
+    its own (unset or ``default-scheduler``)."""
+    if not claims:
+        return []
+    scheduler = (pod.get("spec") or {}).get("schedulerName")
+    if not scheduler:
+        return [{"op": "add", "path": "/spec/schedulerName", "value": SCHEDULER_NAME}]
+    if scheduler == DEFAULT_SCHEDULER:
+        return [{"op": "replace", "path": "/spec/schedulerName", "value": SCHEDULER_NAME}]
+    return []
 
 
 def pod_errors(pod: Mapping[str, Any], old: Mapping[str, Any] | None = None, *,
@@ -432,12 +487,7 @@ def pod_patch(pod: Mapping[str, Any],
     if not claims:
         return []
     spec = pod.get("spec") or {}
-    ops: list[dict[str, Any]] = []
-    scheduler = spec.get("schedulerName")
-    if not scheduler:
-        ops.append({"op": "add", "path": "/spec/schedulerName", "value": SCHEDULER_NAME})
-    elif scheduler == DEFAULT_SCHEDULER:
-        ops.append({"op": "replace", "path": "/spec/schedulerName", "value": SCHEDULER_NAME})
+    ops = _scheduler_patch(pod, claims)
     consumers = consuming_containers(pod, claims)
     gpu_consumers = consumers if gpu_claims is None else consuming_containers(
         pod, [claim for claim in claims if claim.name in gpu_claims])

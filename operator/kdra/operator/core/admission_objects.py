@@ -6,8 +6,10 @@ known request names, upstream's limits), every CEL selector compiles, opaque par
 in 10 KiB, a claim does not ask for more devices than one allocation holds (counting the
 smallest ``firstAvailable`` alternative), admin access only in a namespace labelled
 ``resource.kdra.dev/admin-access: "true"``; and what to warn about (fields kdra accepts but
-does not act on yet); and, for the mutating webhook, which DeviceClasses a claim may use and
-whether a class can ever select a GPU (:func:`claim_request_classes`, :func:`class_may_select`).
+does not act on yet; in the native flavour, what kdra-scheduler could not serve in a built-in
+object: :func:`upstream_object_warnings`); and, for the mutating webhook, which DeviceClasses
+a claim may use and whether a class can ever select a GPU (:func:`claim_request_classes`,
+:func:`class_may_select`).
 
 Invariants:
 - Pure: objects are plain dicts in ``v1`` (the API server converts v1alpha3 first); the
@@ -42,7 +44,7 @@ from kdra.dra.models import (
 )
 from kdra.kube.core.extended_entry import class_name_error
 from kdra.kube.core.podclaims import GPU_DRIVER
-from kdra.kube.core.untrusted import json_size, too_deep
+from kdra.kube.core.untrusted import MAX_REPORTED, json_size, too_deep
 
 __all__ = [
     "ADMIN_ACCESS_LABEL",
@@ -113,6 +115,21 @@ def template_errors(obj: Mapping[str, Any],
         return [FieldError(exc.field, exc.message)]
     return _device_claim_errors(template.spec.spec.devices, "spec.spec.devices",
                                 _old_expressions(old))
+
+
+def upstream_object_warnings(kind: str, obj: Mapping[str, Any],
+                             old: Mapping[str, Any] | None = None) -> tuple[str, ...]:
+    """What kdra-scheduler would fail on in a built-in (``resource.k8s.io``) ResourceClaim,
+    ResourceClaimTemplate or DeviceClass, as admission warnings: upstream's API server has
+    validated it (and may accept what kdra cannot evaluate — a CEL function kdra lacks, say),
+    and kube-scheduler may still serve it, so the object is never refused for it. At most
+    :data:`~kdra.kube.core.untrusted.MAX_REPORTED` warnings; empty for other kinds."""
+    check = {"ResourceClaim": claim_errors, "ResourceClaimTemplate": template_errors,
+             "DeviceClass": class_errors}.get(kind)
+    if check is None or too_deep(obj.get("spec"), MAX_SPEC_DEPTH):
+        return ()
+    return tuple(f"kdra-scheduler cannot serve this {kind} as written: {error}"
+                 for error in check(obj, old)[:MAX_REPORTED])
 
 
 def class_errors(obj: Mapping[str, Any],

@@ -8,8 +8,9 @@ Eviction, not the pod. So the validating webhook receives the operator's own bin
 evictions (its ``matchConditions`` select the kdra-operator service account; nobody else's are
 sent), the server reads the pod, and :func:`binding_decision` answers: a stolen operator token
 cannot place kube-system's or anyone's pods on a node of its choosing, nor evict any pod but
-those kdra itself evicts — the pods that ask for claims (``resource.kdra.dev/claims``), whose
-devices taint eviction and preemption take back.
+those kdra itself evicts — the pods that ask for claims (the flavour's: the annotation
+``resource.kdra.dev/claims``, or ``spec.resourceClaims``), whose devices taint eviction and
+preemption take back.
 
 The limit, written down: such a pod may be evicted whatever its namespace or owner, as
 preemption and taint eviction may; a pod's claims annotation is fixed once its claims are
@@ -20,7 +21,7 @@ Invariants:
 - Bindings: allowed for a pod with ``schedulerName: kdra-scheduler``, and a pod that does not
   exist (the API server refuses that binding itself); denied for any other pod, naming its
   scheduler.
-- Evictions: allowed for a pod with the claims annotation, and a pod that does not exist;
+- Evictions: allowed for a pod with claims (the flavour's), and a pod that does not exist;
   denied for any other pod, naming it.
 """
 
@@ -29,7 +30,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kdra.kube.core.podclaims import CLAIMS_ANNOTATION, SCHEDULER_NAME
+from kdra.kube.core.flavours import KDRA, Flavour
+from kdra.kube.core.podclaims import SCHEDULER_NAME
 from kdra.operator.core.admission import AdmissionResponse, FieldError
 
 __all__ = ["binding_decision", "is_binding", "is_eviction"]
@@ -49,9 +51,10 @@ def is_eviction(request: Mapping[str, Any]) -> bool:
             and kind.get("kind") == "Eviction" and request.get("subResource") == "eviction")
 
 
-def binding_decision(request: Mapping[str, Any], pod: Mapping[str, Any] | None
-                     ) -> AdmissionResponse:
-    """The answer to the operator's Binding or Eviction of ``pod``."""
+def binding_decision(request: Mapping[str, Any], pod: Mapping[str, Any] | None,
+                     flavour: Flavour = KDRA) -> AdmissionResponse:
+    """The answer to the operator's Binding or Eviction of ``pod`` (which asks for claims as
+    the ``flavour`` has them)."""
     uid = str(request.get("uid", ""))
     if pod is None:
         return AdmissionResponse(uid)
@@ -60,13 +63,12 @@ def binding_decision(request: Mapping[str, Any], pod: Mapping[str, Any] | None
     name = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
     pod_name = str(meta.get("name", ""))
     if is_eviction(request):
-        annotations = meta.get("annotations")
-        if isinstance(annotations, Mapping) and CLAIMS_ANNOTATION in annotations:
+        if flavour.has_claims(pod):
             return AdmissionResponse(uid)
+        source = flavour.claims_field.removeprefix("metadata.annotations[").removesuffix("]")
         return AdmissionResponse(uid, (FieldError(
-            f"metadata.annotations[{CLAIMS_ANNOTATION}]",
-            f"kdra's operator evicts only pods that ask for claims ({CLAIMS_ANNOTATION}), "
-            f"not pod {name}"),), kind="Pod", name=pod_name)
+            flavour.claims_field, "kdra's operator evicts only pods that ask for claims "
+            f"({source}), not pod {name}"),), kind="Pod", name=pod_name)
     spec = pod.get("spec")
     scheduler = spec.get("schedulerName") if isinstance(spec, Mapping) else None
     if scheduler == SCHEDULER_NAME:

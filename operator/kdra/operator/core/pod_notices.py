@@ -4,7 +4,8 @@ the pod's claims written where kdra's flavour does not read them.
 Two mistakes make a pod go to the default scheduler and run without its devices, and nothing
 said so:
 
-- ``spec.resourceClaims`` in the ``resource.kdra.dev`` flavour: kdra reads a pod's claims from
+- ``spec.resourceClaims`` in the ``resource.kdra.dev`` flavour (the native flavour reads it:
+  no notice there): kdra reads a pod's claims from
   the annotation ``resource.kdra.dev/claims`` (the same entries, the same shape); on a cluster
   without native DRA the API server even drops the field. Reason ``ResourceClaimsNotServed``.
 - an annotation key in kdra's domain that kdra does not know (``resource.kdra.dev/claim``), or
@@ -33,6 +34,7 @@ from typing import Any
 
 from kdra import GROUP
 from kdra.dra.scheduling import POLICY_ANNOTATION
+from kdra.kube.core.flavours import KDRA, Flavour
 from kdra.kube.core.podclaims import (
     CLAIM_STATUSES_ANNOTATION,
     CLAIMS_ANNOTATION,
@@ -82,12 +84,13 @@ class Notice:
     message: str
 
 
-def pod_notices(pod: Mapping[str, Any]) -> list[Notice]:
-    """What to tell the user about ``pod`` (module doc); empty for a pod kdra reads as meant."""
+def pod_notices(pod: Mapping[str, Any], flavour: Flavour = KDRA) -> list[Notice]:
+    """What to tell the user about ``pod`` (module doc); empty for a pod kdra reads as meant
+    (in ``flavour``: where it reads a pod's claims)."""
     notices: list[Notice] = []
     spec = pod.get("spec")
     claims = spec.get("resourceClaims") if isinstance(spec, Mapping) else None
-    if isinstance(claims, list) and claims:
+    if isinstance(claims, list) and claims and not flavour.spec_claims:
         names = ", ".join(_quoted(c.get("name")) for c in claims[:4] if isinstance(c, Mapping))
         notices.append(Notice(RESOURCE_CLAIMS_REASON, (
             f"spec.resourceClaims ({names}{', ...' if len(claims) > 4 else ''}) is not served "
@@ -102,7 +105,7 @@ def pod_notices(pod: Mapping[str, Any]) -> list[Notice]:
             if len(notices) >= MAX_NOTICES:
                 break
             if isinstance(key, str) and "kdra" in key:
-                meant = _meant(key, CLAIMS_ANNOTATION in annotations)
+                meant = _meant(key, CLAIMS_ANNOTATION in annotations or flavour.spec_claims)
                 if meant is not None:
                     notices.append(Notice(UNKNOWN_KEY_REASON, meant))
     return notices

@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kdra import GROUP, VERSION
+from kdra.kube.core.flavours import KDRA, Flavour
 from kdra.kube.core.podclaims import (
     CLAIM_STATUSES_ANNOTATION,
     CLAIMS_ANNOTATION,
@@ -74,8 +75,12 @@ __all__ = [
     "MUTATE_PODS_PATH",
     "MUTATE_POD_CONDITION",
     "MUTATING_CONFIG",
+    "NATIVE_FOREIGN_CLAIM_CONDITION",
+    "NATIVE_SCHEDULER_CONDITION",
     "OPERATOR_SERVICE_ACCOUNT",
     "POD_MATCH_CONDITION",
+    "SCHEDULER_FOR_CLAIMS",
+    "SCHEDULER_LABEL",
     "SERVICE_NAME",
     "SERVICE_PORT",
     "TLS_SECRET",
@@ -174,6 +179,31 @@ OWNED_KEYS_CHANGED_CONDITION = (
     " && (!has(object.metadata.annotations) || !(k in object.metadata.annotations)))))"
 )
 """A creation carrying a kdra-owned key, or an update that adds, changes or removes one."""
+
+
+NATIVE_SCHEDULER_CONDITION = (
+    "has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0 && "
+    "(!has(object.spec.schedulerName) || object.spec.schedulerName == '' || "
+    "object.spec.schedulerName == 'default-scheduler')"
+)
+"""Native flavour, ``mutate-pods``: a pod with claims that asks for no scheduler of its own."""
+NATIVE_FOREIGN_CLAIM_CONDITION = (
+    "has(object.spec.resourceClaims) && "
+    "object.spec.resourceClaims.exists(c, has(c.resourceClaimName))"
+)
+"""Native flavour, ``validate-claim-pods``: a pod naming a claim (not a template): it may name
+a claim generated for another pod, which serves only that pod (upstream's IsForPod)."""
+SCHEDULER_FOR_CLAIMS = ("all", "namespaces", "none")
+"""The operator's ``--scheduler-for-claims``: which native pods with claims the mutating
+webhook gives ``schedulerName: kdra-scheduler``."""
+SCHEDULER_LABEL = f"{GROUP}/scheduler"
+"""Namespace label (value ``kdra-scheduler``) that makes kdra-scheduler the default for pods
+with claims in that namespace (``--scheduler-for-claims=namespaces``, the default)."""
+VALIDATE_CLAIM_PODS_WEBHOOK = f"validate-claim-pods.{GROUP}"
+ADVISE_WEBHOOK = f"advise-dra-objects.{GROUP}"
+"""Native flavour: warnings (never a denial) on built-in claims, templates and classes that
+kdra-scheduler could not serve as written (:func:`kdra.operator.core.admission_objects.
+upstream_object_warnings`)."""
 
 
 def trusted_usernames(namespace: str, extra: Sequence[str] = ()) -> tuple[str, ...]:
@@ -289,37 +319,69 @@ def _claim_status_webhook(endpoint: Endpoint, ca_bundle: bytes | None,
                      ("device-statuses-changed", DEVICE_STATUSES_CHANGED_CONDITION)])
 
 
-def mutating_configuration(endpoint: Endpoint, ca_bundle: bytes | None) -> dict[str, Any]:
-    """``kdra-mutating``: pods with the claims annotation get schedulerName and env; pods
-    with extended resources a DeviceClass serves get their claim entry first; other pods
-    whose claims kdra would not see (``spec.resourceClaims``, a mistyped kdra annotation key:
-    :mod:`kdra.operator.core.pod_notices`) get warnings from a webhook that changes nothing
-    and fails open."""
-    webhook = _pod_webhook(MUTATE_PODS_WEBHOOK, endpoint, MUTATE_PODS_PATH, ca_bundle,
-                           conditions=(("claims-or-extended-resources", MUTATE_POD_CONDITION),))
-    # Another webhook may add containers after kdra's ran; run again so they get env too.
-    webhook["reinvocationPolicy"] = "IfNeeded"
-    notice = _pod_webhook(NOTICE_PODS_WEBHOOK, endpoint, MUTATE_PODS_PATH, ca_bundle,
-                          conditions=(("not-served-by-mutate-pods", f"!({MUTATE_POD_CONDITION})"),
-                                      ("claims-kdra-would-not-see", NOTICE_POD_CONDITION)))
-    notice["failurePolicy"] = "Ignore"  # it only warns: an outage must not block these pods
-    notice["reinvocationPolicy"] = "Never"
+def mutating_configuration(endpoint: Endpoint, ca_bundle: bytes | None,
+                           flavour: Flavour = KDRA,
+                           scheduler_for_claims: str = "namespaces") -> dict[str, Any]:
+    """``kdra-mutating``. kdra flavour: pods with the claims annotation get schedulerName and
+    env; pods with extended resources a DeviceClass serves get their claim entry first; other
+    pods whose claims kdra would not see (``spec.resourceClaims``, a mistyped kdra annotation
+    key: :mod:`kdra.operator.core.pod_notices`) get warnings from a webhook that changes
+    nothing and fails open. Native flavour: pods with ``spec.resourceClaims`` and no
+    scheduler of their own get ``schedulerName: kdra-scheduler`` — every such pod
+    (``scheduler_for_claims`` ``all``), those in namespaces labelled :data:`SCHEDULER_LABEL`
+    ``=kdra-scheduler`` (``namespaces``), or none (``none``: the configuration has no
+    webhook); the kubelet gives containers their devices, so there is no env to inject (and
+    the operator's events say what the notices would: kdra.operator.notices)."""
+    webhooks: list[dict[str, Any]] = []
+    if flavour.device_annotations:
+        webhook = _pod_webhook(MUTATE_PODS_WEBHOOK, endpoint, MUTATE_PODS_PATH, ca_bundle,
+                               conditions=(("claims-or-extended-resources",
+                                            MUTATE_POD_CONDITION),))
+        # Another webhook may add containers after kdra's ran; run again so they get env too.
+        webhook["reinvocationPolicy"] = "IfNeeded"
+        notice = _pod_webhook(NOTICE_PODS_WEBHOOK, endpoint, MUTATE_PODS_PATH, ca_bundle,
+                              conditions=(("not-served-by-mutate-pods",
+                                           f"!({MUTATE_POD_CONDITION})"),
+                                          ("claims-kdra-would-not-see", NOTICE_POD_CONDITION)))
+        notice["failurePolicy"] = "Ignore"  # it only warns: an outage must not block these pods
+        notice["reinvocationPolicy"] = "Never"
+        webhooks += [webhook, notice]
+    elif scheduler_for_claims != "none":
+        if scheduler_for_claims not in SCHEDULER_FOR_CLAIMS:
+            raise ValueError(f"scheduler for claims {scheduler_for_claims!r} "
+                             "(--scheduler-for-claims) is not one of "
+                             f"{', '.join(SCHEDULER_FOR_CLAIMS)}")
+        webhook = _pod_webhook(MUTATE_PODS_WEBHOOK, endpoint, MUTATE_PODS_PATH, ca_bundle,
+                               conditions=(("claims-without-scheduler",
+                                            NATIVE_SCHEDULER_CONDITION),))
+        if scheduler_for_claims == "namespaces":
+            webhook["namespaceSelector"]["matchLabels"] = {SCHEDULER_LABEL: SCHEDULER_NAME}
+        webhook["reinvocationPolicy"] = "Never"
+        webhooks.append(webhook)
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": MUTATING_CONFIG, "labels": dict(LABELS)},
-        "webhooks": [webhook, notice],
+        "webhooks": webhooks,
     }
 
 
 def validating_configuration(endpoint: Endpoint, ca_bundle: bytes | None,
-                             trusted: Sequence[str] | None = None) -> dict[str, Any]:
+                             trusted: Sequence[str] | None = None,
+                             flavour: Flavour = KDRA) -> dict[str, Any]:
     """``kdra-validating``: pods whose claims annotation is created or changed, pods whose
     kdra-owned keys anyone but ``trusted`` (default: :func:`trusted_usernames` of the
     endpoint's namespace) writes, and kdra's claims, templates and classes (claims' and
     templates' specs are immutable, so only their creation is sent); the operator's own
     pod bindings (only pods with schedulerName kdra-scheduler) and evictions (only pods with
-    claims); and drivers' device statuses in claims (their data bounded)."""
+    claims); and drivers' device statuses in claims (their data bounded).
+
+    Native flavour: instead of kdra's kinds (upstream's API server validates its own —
+    selectors compile, their cost, every limit — and a stricter check of kdra's would refuse
+    claims kube-scheduler serves) and their device statuses, the creation of pods naming a
+    claim (``validate-claim-pods``: not one generated for another pod), and the built-in
+    claims, templates and classes others than kdra write, answered with warnings only
+    (``advise-dra-objects``, failing open: what kdra-scheduler could not serve)."""
     users = tuple(trusted) if trusted is not None else trusted_usernames(endpoint.namespace)
     objects = _webhook(
         VALIDATE_WEBHOOK, endpoint, VALIDATE_PATH, ca_bundle,
@@ -328,23 +390,40 @@ def validating_configuration(endpoint: Endpoint, ca_bundle: bytes | None,
          {"apiGroups": [GROUP], "apiVersions": [VERSION], "operations": ["CREATE", "UPDATE"],
           "resources": ["deviceclasses"], "scope": "Cluster"}],
         [("spec-changed", SPEC_CHANGED_CONDITION)])
+    pods = [
+        _pod_webhook(VALIDATE_PODS_WEBHOOK, endpoint, VALIDATE_PATH, ca_bundle,
+                     ("CREATE", "UPDATE"),
+                     (("kdra-pod-or-claims-annotation-set", VALIDATE_POD_CONDITION),),
+                     subresources=("ephemeralcontainers",)),
+        _pod_webhook(PROTECT_PODS_WEBHOOK, endpoint, VALIDATE_PATH, ca_bundle,
+                     ("CREATE", "UPDATE"),
+                     (("not-kdra", _not_trusted(users)),
+                      ("kdra-owned-keys-written", OWNED_KEYS_CHANGED_CONDITION))),
+    ]
+    if flavour.group == GROUP:
+        kinds = [objects, _binding_webhook(endpoint, ca_bundle),
+                 _claim_status_webhook(endpoint, ca_bundle, users)]
+    else:
+        # Built-in claims, templates and classes: warnings only, so the webhook fails open;
+        # kdra's own writes (the claims it generates from templates) are not sent.
+        advise = _webhook(
+            ADVISE_WEBHOOK, endpoint, VALIDATE_PATH, ca_bundle,
+            [{"apiGroups": [flavour.group], "apiVersions": [flavour.version],
+              "operations": ["CREATE"], "resources": ["resourceclaims", "resourceclaimtemplates"],
+              "scope": "Namespaced"},
+             {"apiGroups": [flavour.group], "apiVersions": [flavour.version],
+              "operations": ["CREATE", "UPDATE"], "resources": ["deviceclasses"],
+              "scope": "Cluster"}],
+            [("spec-changed", SPEC_CHANGED_CONDITION), ("not-kdra", _not_trusted(users))])
+        advise["failurePolicy"] = "Ignore"
+        kinds = [_pod_webhook(VALIDATE_CLAIM_PODS_WEBHOOK, endpoint, VALIDATE_PATH, ca_bundle,
+                              conditions=(("names-a-claim", NATIVE_FOREIGN_CLAIM_CONDITION),)),
+                 _binding_webhook(endpoint, ca_bundle), advise]
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
         "metadata": {"name": VALIDATING_CONFIG, "labels": dict(LABELS)},
-        "webhooks": [
-            _pod_webhook(VALIDATE_PODS_WEBHOOK, endpoint, VALIDATE_PATH, ca_bundle,
-                         ("CREATE", "UPDATE"),
-                         (("kdra-pod-or-claims-annotation-set", VALIDATE_POD_CONDITION),),
-                         subresources=("ephemeralcontainers",)),
-            _pod_webhook(PROTECT_PODS_WEBHOOK, endpoint, VALIDATE_PATH, ca_bundle,
-                         ("CREATE", "UPDATE"),
-                         (("not-kdra", _not_trusted(users)),
-                          ("kdra-owned-keys-written", OWNED_KEYS_CHANGED_CONDITION))),
-            objects,
-            _binding_webhook(endpoint, ca_bundle),
-            _claim_status_webhook(endpoint, ca_bundle, users),
-        ],
+        "webhooks": [*pods, *kinds],
     }
 
 

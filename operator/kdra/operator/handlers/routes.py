@@ -2,7 +2,8 @@
 
 kopf starts and stops the operator (:class:`kdra.operator.composition.Operator`), serves the
 liveness endpoint and retries a failed start. Everything the operator does starts from one
-of the watches in :data:`WATCHES` (the kind watched and the services each event feeds), from
+of the watches in the table :func:`watches` (the kind watched — where the API flavour has
+it — and the services each event feeds), from
 the services' own write responses (the claim controller hands the binder the pods and claims
 it wrote, ``Operator._pod_written`` and ``Binder.on_claim``), from the admission webhooks
 (kdra.operator.webhooks.server) or from timers inside the services (backoffs, the prepare wait, the
@@ -49,8 +50,8 @@ import kopf
 from kdra.kube.codec import strip_managed_fields
 from kdra.kube.core.agent_leases import AGENT_LEASE_LABEL
 from kdra.kube.core.backoff import Backoffs
-from kdra.kube.core.podclaims import CLAIMS_ANNOTATION
-from kdra.kube.resources import CLAIMS, CLASSES, LEASES, NODES, PODS, SLICES, TEMPLATES, Resource
+from kdra.kube.core.flavours import Flavour
+from kdra.kube.resources import LEASES, NODES, PODS, Resource
 from kdra.kube.store import JSON
 from kdra.operator.composition import Operator
 from kdra.operator.scheduler.quota import DEVICE_QUOTAS
@@ -74,7 +75,7 @@ def route_pod(op: Operator, event: str | None, pod: JSON) -> None:
     claims); the binder keeps every pod (pending ones to schedule, bound ones as holders of
     node resources and as preemption victims); a new pod whose claims kdra would not see
     gets a warning event (kdra.operator.notices)."""
-    if CLAIMS_ANNOTATION in (pod["metadata"].get("annotations") or {}):
+    if op.flavour.has_claims(pod):
         op.claim_controller.on_pod(event, pod)
     op.binder.on_pod(event, pod)
     op.notices.on_pod(event, pod)
@@ -141,19 +142,21 @@ class Watch:
         return ",".join(f"{k}={v}" for k, v in self.labels) or None
 
 
-WATCHES: tuple[Watch, ...] = (
-    Watch(PODS, route_pod),
-    Watch(CLAIMS, route_claim),
-    Watch(SLICES, route_slice),
-    Watch(NODES, route_node),
-    Watch(DEVICE_TAINT_RULES, route_rule),
-    Watch(DEVICE_QUOTAS, route_quota),
-    Watch(CLASSES, route_class),
-    Watch(TEMPLATES, route_template),
-    # one renewal per node every few seconds
-    Watch(LEASES, route_lease, own_namespace=True, labels=((AGENT_LEASE_LABEL, "true"),)),
-)
-"""Every kind the operator watches, hot (pods, claims, slices, nodes, Leases) and rare."""
+def watches(flavour: Flavour) -> tuple[Watch, ...]:
+    """Every kind the operator watches, hot (pods, claims, slices, nodes, Leases) and rare;
+    the four DRA kinds where the API ``flavour`` has them."""
+    return (
+        Watch(PODS, route_pod),
+        Watch(flavour.claims, route_claim),
+        Watch(flavour.slices, route_slice),
+        Watch(NODES, route_node),
+        Watch(DEVICE_TAINT_RULES, route_rule),
+        Watch(DEVICE_QUOTAS, route_quota),
+        Watch(flavour.classes, route_class),
+        Watch(flavour.templates, route_template),
+        # one renewal per node every few seconds
+        Watch(LEASES, route_lease, own_namespace=True, labels=((AGENT_LEASE_LABEL, "true"),)),
+    )
 
 
 # ------------------------------------------------------------------ kopf
@@ -183,7 +186,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     if ours.watch != "informers":
         operator.primed.clear()  # kopf's first listing delivers no deletions to compare
     else:
-        for watch in WATCHES:
+        for watch in watches(operator.flavour):
             operator.watch(watch.resource, partial(watch.route, operator),
                            namespace=ours.namespace if watch.own_namespace else None,
                            label_selector=watch.label_selector())
@@ -196,9 +199,10 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         await operator.stop()
 
 
-def register_kopf_watches(registry: kopf.OperatorRegistry, namespace: str) -> None:
-    """``--watch=kopf``: every route of :data:`WATCHES` as a kopf event handler."""
-    for watch in WATCHES:
+def register_kopf_watches(registry: kopf.OperatorRegistry, namespace: str,
+                          flavour: Flavour) -> None:
+    """``--watch=kopf``: every route of :func:`watches` as a kopf event handler."""
+    for watch in watches(flavour):
         res = watch.resource
         kopf.on.event(res.group, res.version, res.plural, id=f"route-{res.plural}",
                       labels=dict(watch.labels) or None, registry=registry)(

@@ -38,6 +38,19 @@ claim_releases = Counter(
     ["action"],
 )
 RELEASE_ACTIONS = ("unreserve", "deallocate", "delete", "reserve")
+claim_controller_deferred = Gauge(
+    "kdra_resourceclaim_controller_deferred",
+    "1 when kdra's claim controller leaves claim generation and clean-up to "
+    "kube-controller-manager's resourceclaim-controller (native flavour: --claim-controller=off, "
+    "or that controller was seen running; the operator's log says why), else 0.",
+)
+FLAVOURS = ("native", "kdra")
+api_flavour = Gauge(
+    "kdra_api_flavour",
+    "1 for the API flavour the operator serves: native (resource.k8s.io/v1, pods' "
+    "spec.resourceClaims) or kdra (resource.kdra.dev and pod annotations).",
+    ["flavour"],
+)
 
 # --------------------------------------------------------------------------- slice GC (operator)
 
@@ -61,6 +74,9 @@ def init_series() -> None:
             resource_claims.labels(allocated=allocated, source=source).set(0)
     for action in RELEASE_ACTIONS:
         claim_releases.labels(action=action)
+    claim_controller_deferred.set(0)
+    for flavour in FLAVOURS:
+        api_flavour.labels(flavour=flavour)
     for reason in SLICE_GC_REASONS:
         slice_gc_deletions.labels(reason=reason)
     init_binder_series()
@@ -73,6 +89,16 @@ def record_claim_create(success: bool) -> None:
 
 def record_release(action: str) -> None:
     claim_releases.labels(action=action).inc()
+
+
+def set_claim_controller_deferred(deferred: bool) -> None:
+    """Whether kdra leaves the claim lifecycle to kube-controller-manager (why: the log)."""
+    claim_controller_deferred.set(1 if deferred else 0)
+
+
+def set_api_flavour(name: str) -> None:
+    for flavour in FLAVOURS:
+        api_flavour.labels(flavour=flavour).set(1 if flavour == name else 0)
 
 
 def set_claim_counts(counts: dict[tuple[bool, bool], int]) -> None:

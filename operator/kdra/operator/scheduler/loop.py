@@ -58,15 +58,13 @@ from kdra.dra.scheduling import (
     search_window,
 )
 from kdra.kube.client import KubeClient
+from kdra.kube.core.flavours import KDRA, Flavour
 from kdra.kube.core.podclaims import (
     CLAIM_STATUSES_ANNOTATION,
     SCHEDULER_NAME,
     PodClaim,
-    claim_statuses,
-    generated_for,
     kdra_owned,
     owned_by,
-    pod_claims,
 )
 from kdra.kube.core.untrusted import shorten
 from kdra.kube.errors import ApiError
@@ -91,17 +89,21 @@ class Binder:
     """kdra's scheduler (see the package doc): one loop over its helpers' state."""
 
     def __init__(self, client: KubeClient, events: EventRecorder, *, claims: Store,
-                 settings: BinderSettings | None = None) -> None:
+                 settings: BinderSettings | None = None, flavour: Flavour = KDRA) -> None:
         self.client = client
+        self.flavour = flavour
+        """Where a pod's claims and their names are, how claims are written (the API
+        flavour, :mod:`kdra.kube.core.flavours`)."""
         self.events = events
         self.settings = settings or BinderSettings()
         self.claims = claims  # shared with the claim controller (raw dicts)
         self.cluster = ClusterView(claims)
         self.pods = PendingPods(self.settings)
         self.reporter = Reporter(client, events, self.pods)
-        self.prepare = PrepareWait(claims, self.settings)
+        self.prepare = PrepareWait(claims, self.settings, implicit=flavour.agent_prepares)
         self.writes = Writes(client, events, claims=claims, cluster=self.cluster,
-                             pods=self.pods, prepare=self.prepare, settings=self.settings)
+                             pods=self.pods, prepare=self.prepare, settings=self.settings,
+                             flavour=flavour)
         # The helpers' state the loop reads on every pod, and the operator (snapshot,
         # quotas) and tests read, by the binder's own names: the same objects, never
         # replaced.
@@ -287,17 +289,17 @@ class Binder:
                 reason="InvalidPod")
             return "invalid"
         try:
-            entries = pod_claims(pod)
+            entries = self.flavour.pod_claims(pod)
         except InvalidObject:
-            self.parked.add(key)  # the claim controller reports the bad annotation
+            self.parked.add(key)  # the claim controller reports the bad claims
             return "invalid"
-        recorded = claim_statuses(pod)
+        recorded = self.flavour.claim_statuses(pod)
         uid = pod["metadata"]["uid"]
         resolved: list[tuple[PodClaim, str, JSON]] = []
         for entry in entries:
-            # A generated claim only once the pod's claim-statuses annotation names it: two
-            # claim controllers (two active operators) may each have generated one, and the
-            # annotation decides which one is the pod's.
+            # A generated claim only once the pod's record (claim-statuses annotation, or
+            # status.resourceClaimStatuses) names it: two claim controllers may each have
+            # generated one, and the record decides which one is the pod's.
             name = entry.resource_claim_name or recorded.get(entry.name)
             raw = self.claims.get((namespace, name)) if name else None
             if name is None or raw is None:
@@ -320,7 +322,7 @@ class Binder:
                     pod, f"claim {name!r} recorded for entry {entry.name!r} belongs to another "
                     "pod; waiting for the pod's own claim")
                 return "unschedulable"
-            generated = generated_for(raw)
+            generated = self.flavour.generated_for(raw)
             if generated is not None and generated.get("uid") != uid:
                 # Named directly (resourceClaimName): the same rule, and no waiting helps.
                 await self.reporter.unschedulable(

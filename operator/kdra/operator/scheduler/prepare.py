@@ -11,6 +11,9 @@ Invariants:
   the attempt expects, still has the pod in ``reservedFor``, and every allocated device has
   its binding conditions ``True`` — a device without any: kdra's ``Ready=True`` — never on
   another writer's allocation (two binders may be active).
+- Where kdra's agent does not prepare before bind (the native flavour: the kubelet calls
+  the driver after binding), a device without binding conditions waits for nothing; one with
+  them waits as below.
 - A device waiting on kdra's ``Ready`` is given ``prepare_timeout`` from the attempt's
   start; one waiting on binding conditions of its own ``binding_timeout`` (upstream's 600 s)
   from its allocation (``allocationTimestamp``, else the attempt's start). A timeout is the
@@ -49,9 +52,13 @@ class Failure(NamedTuple):
 class PrepareWait:
     """Waits for attempts' devices to let their pods bind (see the module doc)."""
 
-    def __init__(self, claims: Store, settings: BinderSettings) -> None:
+    def __init__(self, claims: Store, settings: BinderSettings, *,
+                 implicit: bool = True) -> None:
         self.claims = claims
         self.settings = settings
+        self.implicit = implicit
+        """A device without binding conditions waits for kdra's ``Ready`` (prepare before
+        bind: the flavour's ``agent_prepares``); else it is ready once allocated."""
         self._claim_changed: dict[Key, asyncio.Event] = {}
 
     def claim_changed(self, key: Key) -> None:
@@ -75,7 +82,7 @@ class PrepareWait:
                         r.get("uid") == uid for r in status.get("reservedFor") or []):
                     return Failure(f"claim {name!r} was released or allocated anew by another "
                                    "writer meanwhile", node_fault=False)
-                state = prepared(raw)
+                state = prepared(raw, self.implicit)
                 if state is True:
                     break
                 if isinstance(state, str):
@@ -92,7 +99,7 @@ class PrepareWait:
         """Seconds until the first deadline of what the claim still waits for, or the timeout
         that has passed."""
         settings = self.settings
-        ready, binding = pending(raw)
+        ready, binding = pending(raw, self.implicit)
         elapsed = time.monotonic() - attempt.started
         left = float("inf")
         if ready:
@@ -113,7 +120,7 @@ class PrepareWait:
         return max(left, 0.0), None
 
 
-def prepared(raw: JSON) -> bool | str | None:
-    """True: every allocated device lets the pod bind (its binding conditions True, or kdra's
-    Ready); a string: a device reported failure; None: still waiting."""
-    return readiness(raw)
+def prepared(raw: JSON, implicit: bool = True) -> bool | str | None:
+    """True: every allocated device lets the pod bind (its binding conditions True, or, with
+    ``implicit``, kdra's Ready); a string: a device reported failure; None: still waiting."""
+    return readiness(raw, implicit)

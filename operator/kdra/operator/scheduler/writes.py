@@ -19,8 +19,12 @@ Invariants:
   attempt (or released by the claim controller once the pod is gone), so a failed roll-back
   never leaves the pod out of the queue.
 - The pod is bound only after every device lets it bind — its binding conditions True, or
-  for a device without any kdra's ``Ready`` (:mod:`kdra.operator.scheduler.prepare`); its
-  per-container devices annotations travel in the Binding itself. An allocation whose devices
+  for a device without any kdra's ``Ready`` where kdra's agent prepares before bind (the
+  kdra flavour; :mod:`kdra.operator.scheduler.prepare`); its per-container devices
+  annotations (kdra flavour) travel in the Binding itself.
+- Claims are written as the flavour has them (:class:`kdra.kube.core.flavours.Flavour`): its
+  claims resource, its finalizer (added with a plain update first, as upstream's scheduler
+  does), its status shape. An allocation whose devices
   have binding conditions carries ``allocationTimestamp`` (as upstream's), and the pod gets a
   ``BindingConditionsPending`` event while they are awaited.
 """
@@ -36,17 +40,15 @@ from kdra.dra.binding_conditions import has_binding_conditions
 from kdra.dra.models import AllocationResult, ResourceClaim, dump
 from kdra.dra.timestamps import api_time
 from kdra.kube.client import KubeClient
+from kdra.kube.core.flavours import KDRA, Flavour
 from kdra.kube.core.podclaims import (
-    FINALIZER,
     PodClaim,
     clear_allocation,
     drop_stray_device_statuses,
     pod_ref,
-    set_allocation,
 )
 from kdra.kube.errors import ApiError, Conflict, NotFound
 from kdra.kube.events import EventRecorder
-from kdra.kube.resources import CLAIMS
 from kdra.kube.store import JSON, Key, Store
 from kdra.operator import metrics
 from kdra.operator.core.pod_devices import container_devices
@@ -64,8 +66,9 @@ class Writes:
 
     def __init__(self, client: KubeClient, events: EventRecorder, *, claims: Store,
                  cluster: ClusterView, pods: PendingPods, prepare: PrepareWait,
-                 settings: BinderSettings) -> None:
+                 settings: BinderSettings, flavour: Flavour = KDRA) -> None:
         self.client = client
+        self.flavour = flavour
         self.events = events
         self.claims = claims
         self.cluster = cluster
@@ -144,10 +147,11 @@ class Writes:
         the claim as written."""
         meta = raw["metadata"]
         body = raw
-        if FINALIZER not in (meta.get("finalizers") or []):
-            body = await self.client.patch(CLAIMS, meta["name"], {"metadata": {
+        finalizer = self.flavour.finalizer
+        if finalizer not in (meta.get("finalizers") or []):
+            body = await self.client.patch(self.flavour.claims, meta["name"], {"metadata": {
                 "resourceVersion": meta["resourceVersion"],
-                "finalizers": [*(meta.get("finalizers") or []), FINALIZER],
+                "finalizers": [*(meta.get("finalizers") or []), finalizer],
             }}, meta["namespace"])
             if result is not None and (body.get("status") or {}).get("allocation"):
                 raise Conflict(409, "Conflict", "allocated elsewhere in the meantime")
@@ -160,10 +164,10 @@ class Writes:
                 # As upstream: the binding timeout counts from here (kdra.operator.scheduler.
                 # prepare), also across a restart of the binder.
                 allocation["allocationTimestamp"] = api_time()
-            set_allocation(status, allocation)
+            self.flavour.set_allocation(status, allocation)
         status["reservedFor"] = [*(status.get("reservedFor") or []), pod_ref(pod)]
         drop_stray_device_statuses(status)  # else the CRD refuses the write
-        updated = await self.client.replace_status(CLAIMS, body)
+        updated = await self.client.replace_status(self.flavour.claims, body)
         self.claims.upsert(updated)
         self.cluster.snapshot_claim(updated)
         if result is not None:
@@ -227,10 +231,10 @@ class Writes:
                 clear_allocation(body["status"])
             drop_stray_device_statuses(body["status"])
             try:
-                updated = await self.client.replace_status(CLAIMS, body)
+                updated = await self.client.replace_status(self.flavour.claims, body)
             except Conflict:
                 try:
-                    fresh = await self.client.get(CLAIMS, name, namespace)
+                    fresh = await self.client.get(self.flavour.claims, name, namespace)
                 except NotFound:
                     return
                 self.claims.upsert(fresh)
@@ -300,7 +304,11 @@ class Writes:
                 pods.queue.add(key, current)
 
     def _annotations(self, pod: JSON, attempt: Attempt) -> dict[str, str]:
-        """The per-container devices annotations for the pod (kdra.dra.scheduling)."""
+        """The per-container devices annotations for the pod (kdra.dra.scheduling); none
+        where the kubelet gives containers their devices (the flavour's
+        ``device_annotations``)."""
+        if not self.flavour.device_annotations:
+            return {}
         namespace = pod["metadata"]["namespace"]
         results: dict[str, list[tuple[str, str, str, str]]] = {}
         uuids: dict[tuple[str, str, str], str] = {}

@@ -28,9 +28,9 @@ from typing import Any
 
 from kdra.dra.errors import InvalidObject
 from kdra.kube.client import KubeClient
-from kdra.kube.core.podclaims import PodClaim, generated_for, pod_claims
+from kdra.kube.core.flavours import KDRA, Flavour
+from kdra.kube.core.podclaims import PodClaim
 from kdra.kube.errors import ApiError
-from kdra.kube.resources import CLAIMS, CLASSES, TEMPLATES
 from kdra.operator.core import admission
 
 TIMEOUT = 2.0
@@ -40,8 +40,10 @@ MAX_LOOKUPS = 16
 
 
 class GpuClaimLookup:
-    def __init__(self, client: KubeClient) -> None:
+    def __init__(self, client: KubeClient, flavour: Flavour = KDRA) -> None:
         self.client = client
+        self.flavour = flavour
+        """Where the pod's claims are and where claims, templates and classes live."""
         self.foreign: dict[str, tuple[str, str]] = {}
         """Entry name → (claim, pod it was generated for), for the claims read that a pod
         being created may not use (filled by :meth:`gpu_claims`)."""
@@ -49,19 +51,10 @@ class GpuClaimLookup:
     async def gpu_claims(self, body: Any) -> frozenset[str] | None:
         """Names of the claim entries of the AdmissionReview's pod that may get GPUs; None
         when the pod cannot be read (the webhook then treats every entry so)."""
-        request = body.get("request") if isinstance(body, Mapping) else None
-        if not isinstance(request, Mapping) or request.get("operation") != "CREATE":
+        found = self._pod_claims(body)
+        if found is None:
             return None
-        pod = request.get("object")
-        if not isinstance(pod, Mapping):
-            return None
-        namespace = request.get("namespace") or (pod.get("metadata") or {}).get("namespace")
-        try:
-            entries = pod_claims(pod)
-        except InvalidObject:
-            return None
-        if not isinstance(namespace, str) or not namespace:
-            return None
+        namespace, entries = found
         budget = _Budget(MAX_LOOKUPS)
         try:
             async with asyncio.timeout(TIMEOUT):
@@ -70,21 +63,64 @@ class GpuClaimLookup:
         except TimeoutError:
             return None
 
+    async def foreign_claims(self, body: Any) -> dict[str, tuple[str, str]]:
+        """Only the check of :attr:`foreign` (no classes read): entry name → (claim, the pod
+        it was generated for) for the AdmissionReview's pod being created; bounded as
+        :meth:`gpu_claims` (a claim that cannot be read counts as not foreign: the scheduler
+        refuses it all the same)."""
+        found = self._pod_claims(body)
+        if found is None:
+            return {}
+        namespace, entries = found
+        budget = _Budget(MAX_LOOKUPS)
+        try:
+            async with asyncio.timeout(TIMEOUT):
+                for entry in entries:
+                    if entry.resource_claim_name:
+                        self._note_foreign(entry, await budget.get(
+                            self.client, self.flavour.claims, entry.resource_claim_name,
+                            namespace))
+        except TimeoutError:
+            pass
+        return dict(self.foreign)
+
+    def _pod_claims(self, body: Any) -> tuple[str, tuple[PodClaim, ...]] | None:
+        """(namespace, claims) of the pod an AdmissionReview creates; None when there is none
+        or its claims do not parse."""
+        request = body.get("request") if isinstance(body, Mapping) else None
+        if not isinstance(request, Mapping) or request.get("operation") != "CREATE":
+            return None
+        pod = request.get("object")
+        if not isinstance(pod, Mapping):
+            return None
+        namespace = request.get("namespace") or (pod.get("metadata") or {}).get("namespace")
+        try:
+            entries = self.flavour.pod_claims(pod)
+        except InvalidObject:
+            return None
+        if not isinstance(namespace, str) or not namespace:
+            return None
+        return namespace, entries
+
+    def _note_foreign(self, entry: PodClaim, claim: dict[str, Any] | None) -> None:
+        owner = self.flavour.generated_for(claim) if claim is not None else None
+        if owner is not None and entry.resource_claim_name:  # a pod being created owns nothing
+            self.foreign[entry.name] = (entry.resource_claim_name, str(owner.get("name")))
+
     async def _may_get_gpus(self, namespace: str, entry: PodClaim, budget: _Budget) -> bool:
         if entry.extended is not None:  # a generated extended-resource claim: its classes
             return await self._classes_may_get_gpus(
                 [r.device_class for r in entry.extended], budget)
         if entry.resource_claim_template_name:
-            template = await budget.get(self.client, TEMPLATES,
+            template = await budget.get(self.client, self.flavour.templates,
                                         entry.resource_claim_template_name, namespace)
             spec = (template or {}).get("spec")
             claim_spec = spec.get("spec") if isinstance(spec, Mapping) else None
         elif entry.resource_claim_name:
-            claim = await budget.get(self.client, CLAIMS, entry.resource_claim_name, namespace)
+            claim = await budget.get(self.client, self.flavour.claims,
+                                     entry.resource_claim_name, namespace)
             claim_spec = (claim or {}).get("spec")
-            owner = generated_for(claim) if claim is not None else None
-            if owner is not None:  # a pod being created owns nothing yet
-                self.foreign[entry.name] = (entry.resource_claim_name, str(owner.get("name")))
+            self._note_foreign(entry, claim)
         else:
             return True
         classes = admission.claim_request_classes(claim_spec, entry.request)
@@ -94,7 +130,7 @@ class GpuClaimLookup:
 
     async def _classes_may_get_gpus(self, classes: Iterable[str], budget: _Budget) -> bool:
         for name in classes:
-            device_class = await budget.get(self.client, CLASSES, name)
+            device_class = await budget.get(self.client, self.flavour.classes, name)
             if admission.class_may_select(device_class):
                 return True
         return False

@@ -33,6 +33,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from kdra.kube.client import KubeClient
+from kdra.kube.core.flavours import KDRA, Flavour
 from kdra.kube.errors import ApiError, Conflict, NotFound
 from kdra.kube.resources import MUTATING_WEBHOOKS, SECRETS, SERVICES, VALIDATING_WEBHOOKS, Resource
 from kdra.operator.core.webhook_configs import (
@@ -141,18 +142,21 @@ def _secret(namespace: str, bundle: TlsBundle) -> dict[str, Any]:
 
 
 async def apply_configurations(client: KubeClient | None, namespace: str, endpoint: Endpoint,
-                               bundle: TlsBundle, trusted: Sequence[str]) -> None:
-    """Bring both webhook configurations and the CRDs' conversion webhook up to date with
-    ``bundle``'s CA (``trusted``: kdra's identities, exempt from the validating webhook's
-    owned-key checks)."""
+                               bundle: TlsBundle, trusted: Sequence[str],
+                               flavour: Flavour = KDRA,
+                               scheduler_for_claims: str = "namespaces") -> None:
+    """Bring both webhook configurations (the ``flavour``'s) and the CRDs' conversion webhook
+    up to date with ``bundle``'s CA (``trusted``: kdra's identities, exempt from the
+    validating webhook's owned-key checks)."""
     if not bundle.ca_pem.strip():
         raise WebhookError("no CA bundle for the webhook configurations: put ca.crt in "
                            "webhook_cert_dir, or turn webhook_manage_config off")
     assert client is not None
     for resource, desired in (
-        (MUTATING_WEBHOOKS, mutating_configuration(endpoint, bundle.ca_pem)),
+        (MUTATING_WEBHOOKS, mutating_configuration(endpoint, bundle.ca_pem, flavour,
+                                                   scheduler_for_claims)),
         (VALIDATING_WEBHOOKS, validating_configuration(endpoint, bundle.ca_pem,
-                                                       tuple(trusted))),
+                                                       tuple(trusted), flavour)),
     ):
         await _apply(client, resource, desired)
     await point_crds(client, endpoint, bundle.ca_pem, endpoint.url or

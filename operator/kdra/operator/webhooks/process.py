@@ -19,6 +19,8 @@ import signal
 
 from kdra.kube import loops
 from kdra.kube.client import KubeClient, connect
+from kdra.kube.core.flavours import KDRA
+from kdra.kube.flavour import resolve
 from kdra.operator.settings import OperatorSettings
 from kdra.operator.webhooks.server import WebhookServer
 
@@ -45,7 +47,8 @@ async def _serve(settings: OperatorSettings) -> int:
     try:
         if needs_client:
             client = await connect(settings.kubeconfig, component="webhooks")
-        server = WebhookServer(settings, client)
+        flavour = KDRA if client is None else await resolve(client, settings.flavour)
+        server = WebhookServer(settings, client, flavour=flavour)
         await server.start()
     except Exception as exc:  # any start-up failure: say why and exit
         log.error("kdra webhooks cannot start: %s", exc)

@@ -65,6 +65,7 @@ from urllib.parse import urlparse
 
 from kdra.dra.errors import InvalidObject
 from kdra.kube.client import KubeClient
+from kdra.kube.core.flavours import KDRA, Flavour
 from kdra.kube.errors import ApiError, NotFound
 from kdra.kube.resources import NAMESPACES, PODS
 from kdra.kube.webhook_intake import ADMISSION, CONVERSION, Intake, Undecodable
@@ -102,13 +103,13 @@ def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-async def start_webhooks(settings: OperatorSettings,
-                         client: KubeClient) -> WebhookServer | None:
+async def start_webhooks(settings: OperatorSettings, client: KubeClient,
+                         flavour: Flavour = KDRA) -> WebhookServer | None:
     """Start the webhook server the settings ask for (None when ``webhook_port`` is 0)."""
     if not settings.webhook_port:
         log.info("admission webhooks are off (webhook_port 0)")
         return None
-    server = WebhookServer(settings, client)
+    server = WebhookServer(settings, client, flavour=flavour)
     await server.start()
     return server
 
@@ -120,12 +121,15 @@ class WebhookServer:
 
     def __init__(self, settings: OperatorSettings, client: KubeClient | None, *,
                  check_interval: float = CHECK_INTERVAL,
-                 clock: Callable[[], dt.datetime] = _utcnow) -> None:
+                 clock: Callable[[], dt.datetime] = _utcnow,
+                 flavour: Flavour = KDRA) -> None:
         if client is None and (settings.webhook_manage_config or not settings.webhook_cert_dir):
             raise ValueError("an API client is needed unless certificates are supplied and "
                              "the configurations are not managed")
         self.settings = settings
         self.client = client
+        self.flavour = flavour
+        """The API flavour the webhooks serve (which pods have claims, which configurations)."""
         self.check_interval = check_interval
         self.clock = clock
         self.endpoint = Endpoint(namespace=settings.namespace, url=settings.webhook_url)
@@ -244,7 +248,8 @@ class WebhookServer:
         """The webhook configurations and the CRDs' conversion with ``bundle``'s CA
         (:func:`kdra.operator.webhooks.maintenance.apply_configurations`)."""
         await apply_configurations(self.client, self.settings.namespace, self.endpoint, bundle,
-                                   self.trusted)
+                                   self.trusted, self.flavour,
+                                   self.settings.scheduler_for_claims)
 
     def _load(self, bundle: TlsBundle) -> None:
         """Switch the server's TLS context to ``bundle`` (new connections use it)."""
@@ -295,12 +300,25 @@ class WebhookServer:
             except (ApiError, OSError) as exc:  # the API server applies the failure policy
                 return Reply({"error": f"reading pod {namespace}/{name}: {exc}"}, status=503)
         try:
-            answer = admission.review(body, lambda request: binding_decision(request, pod))
+            answer = admission.review(body, lambda request: binding_decision(request, pod,
+                                                                              self.flavour))
         except InvalidObject as exc:
             return Reply({"error": str(exc)}, status=400)
         if not answer["response"]["allowed"]:
             log.warning("denied %s: %s", _describe(body), answer["response"]["status"]["message"])
         return Reply(answer)
+
+    async def _foreign_claims(self, body: Any) -> dict[str, tuple[str, str]] | None:
+        """Native flavour: the entries of a pod being created that name a claim generated for
+        another pod (:meth:`GpuClaimLookup.foreign_claims`); None elsewhere (the kdra flavour
+        checks them in the mutating webhook, with the GPU lookup)."""
+        request = body.get("request") if isinstance(body, Mapping) else None
+        kind = request.get("kind") if isinstance(request, Mapping) else None
+        if (self.client is None or self.flavour.device_annotations
+                or not isinstance(kind, Mapping) or kind.get("kind") != "Pod"
+                or kind.get("group", "") != ""):
+            return None
+        return await GpuClaimLookup(self.client, self.flavour).foreign_claims(body)
 
     async def _mutate_pods(self, body: Any) -> Reply:
         return await self._review(body, admission.mutate_pod, gpu_lookup=True)
@@ -317,12 +335,18 @@ class WebhookServer:
             if isinstance(review, Mapping) and (is_binding(review) or is_eviction(review)):
                 return await self._validate_binding(body, review)
         if objects:  # the validating webhook: kdra's identities, the namespace's labels
-            labels, quotas = await asyncio.gather(self._namespace_labels(body),
-                                                  namespace_quotas(self.client, body))
+            labels, quotas, foreign = await asyncio.gather(
+                self._namespace_labels(body), namespace_quotas(self.client, body),
+                self._foreign_claims(body))
             decide = functools.partial(admission.validate, trusted=frozenset(self.trusted),
-                                       namespace_labels=labels)
+                                       namespace_labels=labels, flavour=self.flavour,
+                                       foreign_claims=foreign)
             decide = with_quotas(decide, quotas)
-        if gpu_lookup and self.client is not None:  # which claims may get GPUs (env vars),
+        if gpu_lookup and not self.flavour.device_annotations:  # native: schedulerName only
+            foreign = await self._foreign_claims(body)
+            decide = functools.partial(admission.mutate_pod, foreign_claims=foreign,
+                                       flavour=self.flavour)
+        elif gpu_lookup and self.client is not None:  # which claims may get GPUs (env vars),
             lookup = GpuClaimLookup(self.client)  # (and which are other pods' own claims),
             gpu_claims, extended = await asyncio.gather(  # which classes serve extended res.
                 lookup.gpu_claims(body), extended_classes(self.client, body))
