@@ -36,5 +36,6 @@ def test_each_device_class_has_one_definition() -> None:
 
 
 def test_the_demo_uses_the_examples_classes() -> None:
-    assert classes(demo.GPU_OBJECTS) == [], "the demo defines a DeviceClass of its own"
+    for api in ("resource.kdra.dev/v1", "resource.k8s.io/v1"):  # both flavours
+        assert classes(demo.GPU_OBJECTS.format(api=api)) == [], "the demo defines a class"
     assert demo.GPU_CLASS == EXAMPLES / "gpu" / "deviceclass.yaml"
