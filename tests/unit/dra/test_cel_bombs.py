@@ -90,8 +90,9 @@ def _unchecked(expression: str) -> Callable[[Any], Any]:
     tree = _parse.parse(expression)
     checked = _check.check(expression, tree)
     analysis = _cost.analyse(checked, tree)
-    _, function = _codegen.generate(tree, _check.proven_bools(tree, checked), analysis.metered)
-    return function
+    _, function, _ = _codegen.generate(tree, _check.proven_bools(tree, checked),
+                                       analysis.metered)
+    return lambda device: function(device, [COST_LIMIT])
 
 
 def _measured(run: Callable[[], object]) -> tuple[BaseException | None, int, float]:
