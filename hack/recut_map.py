@@ -302,6 +302,7 @@ NEW = (
     "tests.unit.agent", "tests.unit.cli", "tests.unit.devenv", "tests.unit.dra",
     "tests.unit.hack", "tests.unit.operator",
     "tests.unit.agent.nri_runtime_messages",
+    "tests.unit.dra.test_allocator_pacing", "tests.unit.operator.test_binder_cel_pacing",
     "tests.unit.test_wheel", "tests.unit.hack.test_recut",
 )
 """Modules that exist only after the re-cut (no old module moves there)."""

@@ -25,8 +25,9 @@ Invariants:
   256 considered, as the binder's), and the node's answer is the smallest; it is minimal
   only when every combination's answer is.
 - Bounded: at most three searches per node (and combination of alternatives), the caller
-  chooses the nodes, and ``steps`` caps the search steps
-  (devices tried) of all searches together, as the binder's budget caps its own: a node
+  chooses the nodes, and ``steps`` caps the search steps (devices tried, and the selectors'
+  run-time cost as steps: :mod:`.pacing`) of all searches together, as the binder's budget
+  caps its own: a node
   whose search the budget cuts short is left out and the answer says it is incomplete
   (:attr:`WhatIf.complete`).
 - Admin-access requests take devices in use anyway: they never need anything freed.
@@ -39,6 +40,7 @@ from dataclasses import dataclass
 
 from kdra.dra.allocator.choices import MAX_COMBINATIONS, ChoiceSearch, combinations
 from kdra.dra.allocator.nodeselector import NodeInfo
+from kdra.dra.allocator.pacing import Meter, Paused
 from kdra.dra.allocator.pools import DeviceId, NodePools
 from kdra.dra.allocator.prepared import PreparedClaim, prepare
 from kdra.dra.allocator.reasons import Unallocatable
@@ -97,13 +99,21 @@ class _Budget:
         self.spent = 0
 
     def run(self, search: ChoiceSearch | NodeSearch) -> list[list[Pick]] | None:
-        """Run ``search`` within what is left; raises _OutOfSteps when it is not enough."""
+        """Run ``search`` within what is left (its selectors' run-time cost counted as steps,
+        :mod:`.pacing`); raises _OutOfSteps when it is not enough."""
         if self.left is not None and self.left <= 0:
             raise _OutOfSteps
-        finished = search.advance(self.left)
-        self.spent += search.steps
-        if self.left is not None:
-            self.left -= search.steps
+        meter = Meter(search.stats, self.left)
+        try:
+            finished = search.advance(self.left)
+        except Paused:
+            finished = False
+        finally:
+            meter.close()
+            spent = search.steps + meter.steps()
+            self.spent += spent
+            if self.left is not None:
+                self.left -= spent
         if not finished:
             raise _OutOfSteps
         return search.result
