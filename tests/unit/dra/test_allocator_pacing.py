@@ -50,6 +50,7 @@ from tests.unit.builders import (
     slice_with,
     sub,
 )
+from tests.unit.dra.test_cel_bombs import close, shared
 
 GPU = f'device.attributes["{DRIVER}"]'
 LOOP = "lists.range(50).all(i, i >= 0)"
@@ -63,10 +64,7 @@ BOMB_LEVELS = 6
 def shared_format(levels: int = BOMB_LEVELS) -> str:
     """A list holding one list ten times, nested: admitted by its estimate, stopped at run time
     at the cost limit (tests/e2e/test_hostile_cel.py's bomb, smaller leaves)."""
-    text = 'cel.bind(l0, ["a", "a", "a", "a", "a", "a", "a", "a", "a", "a"], '
-    for level in range(1, levels):
-        text += f"cel.bind(l{level}, [{', '.join([f'l{level - 1}'] * 10)}], "
-    return text + f'"%s".format([l{levels - 1}]).size() > 0' + ")" * levels
+    return shared(levels, '"a"') + f'"%s".format([l{levels - 1}]).size() > 0' + close(levels)
 
 
 def loop_cost() -> int:

@@ -45,11 +45,11 @@ Invariants:
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Final
+from typing import Final, Protocol
 
 from kdra.dra.allocator.stats import Stats
 
-__all__ = ["UNITS_PER_STEP", "Meter", "Paused", "steps_of"]
+__all__ = ["UNITS_PER_STEP", "Meter", "Paused", "StepBudget", "steps_of"]
 
 UNITS_PER_STEP: Final = 2
 """CEL cost units worth one search step (see the module doc for the measurement)."""
@@ -98,3 +98,43 @@ class Meter:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
         self.close()
+
+
+class _Search(Protocol):
+    """A node's search (:class:`~.choices.ChoiceSearch`, :class:`~.search.NodeSearch`)."""
+
+    stats: Stats
+    steps: int
+
+    def advance(self, steps: int | None) -> bool: ...
+
+
+class StepBudget:
+    """Steps several searches may spend together, their selectors' run-time cost included
+    (``left``: None for no limit)."""
+
+    __slots__ = ("left", "spent")
+
+    def __init__(self, steps: int | None) -> None:
+        self.left = steps
+        self.spent = 0
+
+    @property
+    def out(self) -> bool:
+        return self.left is not None and self.left <= 0
+
+    def advance(self, search: _Search) -> bool:
+        """``search.advance`` within what is left: True once it finished, False when it
+        paused or ran out first. What it spent is counted also when it raises."""
+        before = search.steps
+        meter = Meter(search.stats, self.left)
+        try:
+            return search.advance(self.left)
+        except Paused:
+            return False
+        finally:
+            meter.close()
+            spent = search.steps - before + meter.steps()
+            self.spent += spent
+            if self.left is not None:
+                self.left -= spent

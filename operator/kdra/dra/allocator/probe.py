@@ -24,7 +24,7 @@ from collections.abc import Collection, Sequence
 from kdra.dra.allocator.busy import InUse
 from kdra.dra.allocator.choices import ChoiceSearch
 from kdra.dra.allocator.nodeselector import NodeInfo
-from kdra.dra.allocator.pacing import Meter, Paused
+from kdra.dra.allocator.pacing import StepBudget
 from kdra.dra.allocator.pools import DeviceId
 from kdra.dra.allocator.prepared import prepare
 from kdra.dra.allocator.reasons import Unallocatable
@@ -64,34 +64,28 @@ class FitProbe:
         self.snapshot = snapshot
         self.prepared = prepare(claims, snapshot)  # Unallocatable: node-independent
         self.reserved = reserved
-        self.left = steps
-        self.spent = 0
-        """Search steps spent so far."""
+        self.budget = StepBudget(steps)
         self.probes = 0
         """Searches run so far."""
 
     def fits(self, node: NodeInfo, freed: Collection[DeviceId] = frozenset()) -> bool:
         """Whether the claims fit ``node`` with ``freed`` devices free (in use or not now).
         Raises OutOfSteps when the budget runs out first."""
-        if self.left is not None and self.left <= 0:
+        if self.budget.out:
             raise OutOfSteps
         busy = _Busy(self.snapshot, self.reserved, freed)
-        stats = self.snapshot.stats
-        search = ChoiceSearch(self.prepared, self.snapshot.node_pools(node), busy, stats)
+        search = ChoiceSearch(self.prepared, self.snapshot.node_pools(node), busy,
+                              self.snapshot.stats)
         self.probes += 1
-        meter = Meter(stats, self.left)
         try:
-            finished = search.advance(self.left)
+            finished = self.budget.advance(search)
         except Unallocatable:
             return False  # bad input met on this node: it does not fit
-        except Paused:
-            finished = False  # its selectors' cost spent the budget
-        finally:
-            meter.close()
-            spent = search.steps + meter.steps()
-            self.spent += spent
-            if self.left is not None:
-                self.left -= spent
         if not finished:
             raise OutOfSteps
         return search.result is not None
+
+    @property
+    def spent(self) -> int:
+        """Search steps spent so far (the selectors' run-time cost included)."""
+        return self.budget.spent

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from kdra.dra.allocator.choices import MAX_COMBINATIONS, ChoiceSearch, combinations
 from kdra.dra.allocator.nodeselector import NodeInfo
-from kdra.dra.allocator.pacing import Meter, Paused
+from kdra.dra.allocator.pacing import StepBudget
 from kdra.dra.allocator.pools import DeviceId, NodePools
 from kdra.dra.allocator.prepared import PreparedClaim, prepare
 from kdra.dra.allocator.reasons import Unallocatable
@@ -91,30 +91,13 @@ class _OutOfSteps(Exception):
     """Internal: the budget ran out in the middle of a node's searches."""
 
 
-class _Budget:
-    __slots__ = ("left", "spent")
-
-    def __init__(self, steps: int | None) -> None:
-        self.left = steps
-        self.spent = 0
+class _Budget(StepBudget):
+    __slots__ = ()
 
     def run(self, search: ChoiceSearch | NodeSearch) -> list[list[Pick]] | None:
         """Run ``search`` within what is left (its selectors' run-time cost counted as steps,
         :mod:`.pacing`); raises _OutOfSteps when it is not enough."""
-        if self.left is not None and self.left <= 0:
-            raise _OutOfSteps
-        meter = Meter(search.stats, self.left)
-        try:
-            finished = search.advance(self.left)
-        except Paused:
-            finished = False
-        finally:
-            meter.close()
-            spent = search.steps + meter.steps()
-            self.spent += spent
-            if self.left is not None:
-                self.left -= spent
-        if not finished:
+        if self.out or not self.advance(search):
             raise _OutOfSteps
         return search.result
 
