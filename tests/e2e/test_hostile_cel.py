@@ -175,14 +175,27 @@ class BigNode:
 
 def test_attack2_a_costly_selector_on_a_node_with_128_devices(hostile: Hostile) -> None:
     ns = hostile.namespace
-    big = BigNode(hostile).create()
+    costly, pod = unique("costly"), unique("costly-pod")
+    big = BigNode(hostile)
+    try:
+        big.create()
+        _costly_selector_meets_128_devices(hostile, costly, pod)
+    finally:  # also on a failure: later tests must not meet the big node or its class
+        hostile.plane.kubectl("delete", "pod", pod, "-n", ns, "--grace-period=0", "--force",
+                              "--ignore-not-found", check=False)
+        hostile.plane.kubectl("delete", CLAIMS, costly, "-n", ns, "--ignore-not-found",
+                              check=False)
+        big.delete()
+    hostile.after_attack(f"a costly selector on {DEVICES} devices")
+
+
+def _costly_selector_meets_128_devices(hostile: Hostile, costly: str, pod: str) -> None:
+    ns = hostile.namespace
     memory = Memory(hostile).start()
     probe = TenantProbe(hostile).start()
     try:
-        costly = unique("costly")
         created = hostile.create_as_user(claim_body(costly, ns, RUNTIME_BOMB, BIG_DRIVER))
         assert created.returncode == 0, created.stderr  # admitted: its estimate is 184
-        pod = unique("costly-pod")
         started = time.monotonic()
         assert hostile.create_as_user(pod_body(pod, ns, [
             {"name": "gpu", "resourceClaimName": costly}])).returncode == 0
@@ -202,7 +215,3 @@ def test_attack2_a_costly_selector_on_a_node_with_128_devices(hostile: Hostile) 
     finally:
         probe.stop(f"a costly selector on {DEVICES} devices")
     assert memory.growth_kib(f"a costly selector on {DEVICES} devices") <= 100 * MIB
-    hostile.plane.kubectl("delete", "pod", pod, "-n", ns, "--grace-period=0", "--force")
-    hostile.plane.kubectl("delete", CLAIMS, costly, "-n", ns)
-    big.delete()
-    hostile.after_attack(f"a costly selector on {DEVICES} devices")
