@@ -33,6 +33,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check operator devenv tests bench hack
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(PY) -m hack.crdgen --check
 
 unit: $(STAMP)
 	$(PY) -m pytest tests/unit -q

@@ -34,13 +34,14 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
+from kdra.agent.backends.registry import make_backends
 from kdra.agent.cdi import CdiDir
 from kdra.agent.checkpoint import CheckpointFile
-from kdra.agent.core.inventory import parse_inventory
 from kdra.agent.core.nodeprep import our_results
 from kdra.agent.exposure import ExposurePolicy
 from kdra.agent.nri.plugin import NriPlugin
 from kdra.agent.prepare import Preparer
+from kdra.agent.settings import AgentSettings
 from kdra_devenv.containerd import SANDBOX_IMAGE, Containerd, missing_prerequisites
 from kdra_devenv.images import busybox_files, oci_archive, static_pause
 
@@ -85,9 +86,11 @@ def main() -> int:
     oci_archive(home / "pause.tar", SANDBOX_IMAGE, {"pause": static_pause()},
                 entrypoint=["/pause"])
     oci_archive(home / "image.tar", IMAGE, busybox_files(), entrypoint=["/bin/sh"])
-    inventory = parse_inventory(
+    (home / "inventory.yaml").write_text(
         "gpus: ['8 x H100-80GB']\ndevices:\n- name: kitten\n  count: 200\n"
-        f"  driver: {CATS}\n  attributes: {{color: white}}\n", NODE)
+        f"  driver: {CATS}\n  attributes: {{color: white}}\n")
+    backends = make_backends(AgentSettings(inventory=str(home / "inventory.yaml")), [NODE])
+    inventory = backends.discover(NODE)
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, daemon=True).start()
 
@@ -96,7 +99,8 @@ def main() -> int:
 
     preparer = Preparer(NoApi(), NODE, cdi=CdiDir(home / "cdi"),  # type: ignore[arg-type]
                         checkpoint_file=CheckpointFile(home / "state", NODE),
-                        inventory=lambda: inventory, drivers=lambda: (GPU, CATS))
+                        inventory=lambda: inventory, drivers=lambda: (GPU, CATS),
+                        backends=backends)
     claims = [claim("gpu", "pod-uid", GPU, "gpu-0"), claim("cat", "pod-uid", CATS, "kitten-0")]
     claims += [claim(f"other-{i}", f"other-pod-{i}", CATS, f"kitten-{i + 1}")
                for i in range(max(0, args.claims - 2))]
@@ -104,7 +108,7 @@ def main() -> int:
         call(preparer.prepare(obj, our_results(obj, NODE, (GPU, CATS))))
     policy = ExposurePolicy(NODE, claims=lambda: claims,
                             checkpoint=lambda: preparer.checkpoint,
-                            drivers=lambda: (GPU, CATS))
+                            drivers=lambda: (GPU, CATS), backends=backends)
     plugin = NriPlugin(str(home / "nri.sock"), policy, first_delay=0.05, max_delay=0.5)
     answers: list[float] = []
     handler = plugin._create_container  # timed around the plugin's own handler

@@ -247,7 +247,7 @@ def test_hundred_pods_on_eighty_gpus(control_plane: ControlPlane, agents: AgentF
     assert not doubles
     assert len(devices) == 80
     assert set(per_node.values()) == {8}
-    assert re.match(r"0/\d+ nodes available: 10 matching devices all allocated", message), \
+    assert re.match(r"0/\d+ nodes are available: 10 matching devices all allocated", message), \
         message
 
     # No kubelet here: force the deletion, as a kubelet would finish it.

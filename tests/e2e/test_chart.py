@@ -13,10 +13,10 @@ Helm's own bookkeeping labels):
 | manifests/overlays/servicemonitor  | serviceMonitor.enabled, dashboard.enabled (those)     |
 | manifests/simulation               | simulation.enabled (those objects)                   |
 
-A difference fails with a unified diff per object. Fix it where it comes from: the copied
-parts (CRDs, RBAC, admission policies, Services, webhook configurations, the simulation
-agent's objects, the dashboard) with
-``hack/sync-chart.py``; the templated workloads in ``charts/kdra/templates/``.
+A difference fails with a unified diff per object. Fix it where it comes from: the CRDs with
+``python -m hack.crdgen`` (they come from the models), the copied parts (RBAC, admission
+policies, Services, webhook configurations, the simulation agent's objects, the dashboard)
+with ``hack/sync-chart.py``; the templated workloads in ``charts/kdra/templates/``.
 
 helm is built from Go modules by ``hack/build-helm.sh`` (cached in ~/.cache/kdra/bin).
 """
@@ -105,9 +105,9 @@ def drift(chart: Sequence[dict[str, Any]], manifests: Sequence[dict[str, Any]],
     if not report:
         return ""
     return (f"charts/kdra and {what} have drifted apart:\n" + "\n".join(report) +
-            "\n\nRun .venv/bin/python hack/sync-chart.py for the copied parts (CRDs, RBAC, "
-            "policies, Services, webhooks, dashboard); edit charts/kdra/templates/ for the "
-            "workloads.")
+            "\n\nRun .venv/bin/python -m hack.crdgen for the CRDs, .venv/bin/python "
+            "hack/sync-chart.py for the copied parts (RBAC, policies, Services, webhooks, "
+            "dashboard); edit charts/kdra/templates/ for the workloads.")
 
 
 def test_helm_lint(helm: str) -> None:

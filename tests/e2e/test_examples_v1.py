@@ -12,6 +12,9 @@ support yet.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -79,7 +82,7 @@ def test_v1_examples_schedule_as_described(control_plane: ControlPlane,
                                            examples: Any) -> None:
     node = unique("v1-examples")
     agents(node, INVENTORY)
-    kdra(webhooks=True)
+    operator = kdra(webhooks=True)
     out = control_plane.kubectl("apply", "-k", str(EXAMPLES)).stdout
     print(out)
 
@@ -114,6 +117,8 @@ def test_v1_examples_schedule_as_described(control_plane: ControlPlane,
     # gpu-test5: every H100 of the node with admin access, in use or not.
     monitor = results(control_plane, "gpu-test5", bound(control_plane, "gpu-test5", "monitor"))
     assert len(monitor) == 8 and all(r["adminAccess"] is True for r in monitor), monitor
+    admin_access_holds_nothing(control_plane, operator, node)
+    claim_columns(control_plane)
 
     # A second gpu-test3 pod once no H100 is free falls back to two A100s.
     taken = [r["device"] for ns in ("gpu-test1", "gpu-test2", "gpu-test3", "gpu-test4")
@@ -146,6 +151,82 @@ def test_v1_examples_schedule_as_described(control_plane: ControlPlane,
     assert all("adminAccess" not in r for r in old["status"]["allocation"]["devices"]["results"])
     kept = json.loads(old["metadata"]["annotations"]["resource.kdra.dev/v1-fields"])
     assert all(r["adminAccess"] for r in kept["status.allocation"]["devices"]["results"])
+
+
+def held_devices(plane: ControlPlane, node: str) -> set[str]:
+    """The devices of ``node`` the examples' claims hold (not those seen by admin access)."""
+    held = set()
+    for namespace in NAMESPACES:
+        for claim in get_json(plane, CLAIMS, "-n", namespace)["items"]:
+            admin = {r["name"] for r in claim["spec"]["devices"]["requests"]
+                     if (r.get("exactly") or {}).get("adminAccess")}
+            for r in ((claim.get("status") or {}).get("allocation") or {}).get(
+                    "devices", {}).get("results", []):
+                if r["pool"] == node and not r.get("adminAccess") and \
+                        r["request"].split("/")[0] not in admin:
+                    held.add(r["device"])
+    return held
+
+
+def plugin(plane: ControlPlane, *args: str) -> Any:
+    result = subprocess.run([str(Path(sys.executable).parent / "kubectl-kdra"), *args,
+                             "-o", "json", "--kubeconfig", str(plane.kubeconfig)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def admin_access_holds_nothing(plane: ControlPlane, operator: Any, node: str) -> None:
+    """Issue 41: a monitoring claim with admin access to every H100 counts as holding none —
+    kdra check is clean, top / describe / the gauges count each device once."""
+    held = held_devices(plane, node)
+    assert held, "the examples hold devices on the node"
+    check = subprocess.run([sys.executable, "-m", "kdra", "check", "--kubeconfig",
+                            str(plane.kubeconfig), "-o", "json"],
+                           capture_output=True, text=True, timeout=120)
+    ours = [v for v in json.loads(check.stdout or "[]")
+            if "gpu-test" in v["message"] or node in v["message"]]
+    assert ours == [], ours  # (other tests' leftovers in the shared cluster are not ours)
+    tops = {n["namespace"]: n for n in plugin(plane, "top", "-A")["namespaces"]}
+    assert (tops["gpu-test5"]["devices"], tops["gpu-test5"]["claims"]) == (0, 1)
+    assert sum(tops[ns]["devices"] for ns in NAMESPACES if ns in tops) == len(held)
+    (pool,) = plugin(plane, "describe", "-A", "--node", node)["pools"]
+    assert pool["allocated"] == len(held)
+    allocated = {d["name"] for d in pool["devices"] if d["state"].startswith("allocated")}
+    assert allocated == held
+    samples = wait_for(lambda: [line for line in operator.metrics().splitlines()
+                                if line.startswith("kdra_devices{") and f'node="{node}"' in line
+                                and 'state="allocated"' in line], timeout=30,
+                       what="the operator's kdra_devices gauge")
+    assert max(float(line.split()[-1]) for line in samples) == len(held), samples
+    gpu_test5 = [line for line in operator.metrics().splitlines() if line.startswith(
+        "kdra_namespace_devices_allocated{") and 'namespace="gpu-test5"' in line]
+    assert all(float(line.split()[-1]) == 0 for line in gpu_test5), gpu_test5
+
+
+def claim_columns(plane: ControlPlane) -> None:
+    """Issue 41: ``kubectl get kclaim`` — a claim shared by two pods lists both (-o wide), a
+    pending claim's row says what it waits for."""
+    plane.kubectl("create", "-f", "-", input=json.dumps({
+        "apiVersion": "resource.kdra.dev/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "unused", "namespace": "gpu-test2"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": "gpu.kdra.dev"}}]}}}))
+    table = plane.kubectl("get", "kclaim", "-n", "gpu-test2", "-o", "wide").stdout
+    print(f"\n[kubectl get kclaim -o wide]\n{table}")
+    header, *lines = table.splitlines()
+    names = header.split()
+    assert names[:6] == ["NAME", "CLASS", "DEVICES", "NODE", "RESERVEDFOR", "CONSUMERS"]
+    starts = [header.index(name) for name in names]  # kubectl leaves empty cells blank
+    rows = {cells[0]: dict(zip(names, cells, strict=True)) for cells in (
+        [line[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)]
+        for line in lines)}
+    assert rows["unused"]["CLASS"] == "gpu.kdra.dev"  # a pending claim: what it waits for
+    assert rows["unused"]["DEVICES"] == rows["unused"]["RESERVEDFOR"] == ""
+    shared = rows["shared-gpu"]
+    assert shared["RESERVEDFOR"] in ("pod0", "pod1")  # a column prints one value ...
+    assert {ref["name"] for ref in json.loads(shared["CONSUMERS"])} == {"pod0", "pod1"}
+    plane.kubectl("delete", "kclaim", "unused", "-n", "gpu-test2", "--wait=false")
 
 
 def test_admin_access_needs_the_label_and_capacity_requests_are_acted_on(

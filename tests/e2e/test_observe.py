@@ -192,11 +192,11 @@ def loaded(demo: Demo, request: pytest.FixtureRequest) -> Demo:
     H100s each, ``big`` wants eight and fits nowhere."""
     if shutil.which("prometheus"):  # scraping before the load, so the rates see it
         request.getfixturevalue("prometheus")
-    template = {"apiVersion": "resource.kdra.dev/v1alpha3", "kind": "ResourceClaimTemplate",
+    template = {"apiVersion": "resource.kdra.dev/v1", "kind": "ResourceClaimTemplate",
                 "metadata": {"name": "eight-h100", "namespace": "default"},
-                "spec": {"spec": {"devices": {"requests": [{
-                    "name": "gpu", "deviceClassName": GPU, "count": 8,
-                    "selectors": [{"cel": {"expression": H100}}]}]}}}}
+                "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                    "deviceClassName": GPU, "count": 8,
+                    "selectors": [{"cel": {"expression": H100}}]}}]}}}}
     demo.kubectl("apply", "-f", "-", input=json.dumps(template))
     time.sleep(PACE)  # a few scrapes before, between and after the steps: the PNG shows them
     for name in ("fill-1", "fill-2"):
@@ -249,8 +249,8 @@ def test_kubectl_kdra_why(loaded: Demo) -> None:
     text = result.stdout
     claim = loaded.get("pod", "big")["metadata"]["annotations"]
     generated = json.loads(claim["resource.kdra.dev/claim-statuses"])["gpu"]
-    assert text.startswith("Pod default/big: 0/4 nodes available: ")
-    assert "kdra-scheduler said: 0/4 nodes available" in text
+    assert text.startswith("Pod default/big: 0/4 nodes are available: ")
+    assert "kdra-scheduler said: 0/4 nodes are available" in text
     table = text.split("Nodes that cannot take it, by reason:", 1)[1]
     assert re.search(rf'too few free matching devices \(request "gpu" of claim "{generated}" '
                      r"needs 8\)\s+gpu-node-0", table), table
@@ -338,7 +338,7 @@ def test_a_user_with_little_rbac_is_told_what_could_not_be_read(loaded: Demo) ->
     assert "could not read nodes (cluster-wide): 403 Forbidden" in why.stderr, why.stderr
     assert "nodes could not be read: taints, node selectors and capacity are not checked" \
         in why.stderr
-    assert "Pod default/big: 0/4 nodes available" in why.stdout  # nodes from the slices
+    assert "Pod default/big: 0/4 nodes are available" in why.stdout  # nodes from the slices
     assert "gpu-node-0 would fit if 3 devices were freed" in why.stdout
 
     nobody = loaded.kubectl("kdra", "free", "--as", "nobody", check=False)

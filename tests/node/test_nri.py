@@ -23,13 +23,14 @@ from typing import Any, TypeVar
 
 import pytest
 
+from kdra.agent.backends.registry import make_backends
 from kdra.agent.cdi import CdiDir
 from kdra.agent.checkpoint import CheckpointFile
-from kdra.agent.core.inventory import parse_inventory
 from kdra.agent.core.nodeprep import our_results
 from kdra.agent.exposure import ExposurePolicy
 from kdra.agent.nri.plugin import NriPlugin
 from kdra.agent.prepare import Preparer
+from kdra.agent.settings import AgentSettings
 from kdra_devenv.containerd import SANDBOX_IMAGE, Containerd, missing_prerequisites
 from kdra_devenv.images import BUSYBOX, busybox_files, oci_archive, static_pause
 
@@ -75,15 +76,17 @@ class Agent:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.inventory = parse_inventory(INVENTORY, NODE)
+        (home / "inventory.yaml").write_text(INVENTORY)
+        backends = make_backends(AgentSettings(inventory=str(home / "inventory.yaml")), [NODE])
+        self.inventory = backends.discover(NODE)
         self.claims: list[dict[str, Any]] = []
         self.preparer = Preparer(NoApi(), NODE, cdi=CdiDir(home / "cdi"),  # type: ignore[arg-type]
                                  checkpoint_file=CheckpointFile(home / "state", NODE),
                                  inventory=lambda: self.inventory,
-                                 drivers=lambda: (GPU, CATS))
+                                 drivers=lambda: (GPU, CATS), backends=backends)
         self.plugin = NriPlugin(str(socket), ExposurePolicy(
             NODE, claims=lambda: self.claims, checkpoint=lambda: self.preparer.checkpoint,
-            drivers=lambda: (GPU, CATS)), first_delay=0.1, max_delay=1.0)
+            drivers=lambda: (GPU, CATS), backends=backends), first_delay=0.1, max_delay=1.0)
         self.task: Future[None] = asyncio.run_coroutine_threadsafe(self.plugin.run(), self.loop)
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float = 30) -> T:

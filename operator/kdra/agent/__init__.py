@@ -8,10 +8,10 @@ Its rooms, each importing only those below it (import-linter)::
     node.py         everything done for one node: devices, health, Leases, slices, prepares
     exposure.py     what a container gets at creation: the NRI plugin's policy and set-up
     nri/            the NRI plugin: wire framing, messages, the ttrpc session, lifecycle
-    node_health.py  one node's health loop: sources, debounce, taints
-    nvml_health.py  GPU health through NVML: XIDs, ECC, lost GPUs
-    discovery.py    devices from NVML (real GPUs) or a fake inventory file
-    nvml_mig.py     MIG devices through NVML
+    node_health.py  one node's health loop: sources (marks, each backend's), debounce, taints
+    backends/       the device backends, one module per kind of device: nvml (real GPUs,
+                    MIG, NVML health), fake-gpu and generic (the inventory file), a vendor's
+                    module:Class; registry.py: which ones run (--backends)
     publisher.py    ResourceSlices of the node's pools (wipe at start, generation bumps)
     heartbeat.py    one Lease per node and driver, read by the operator's slice GC
     prepare.py      prepare/unprepare claims: CDI specs, checkpoint, status.devices
@@ -25,6 +25,9 @@ Its rooms, each importing only those below it (import-linter)::
 
 ``core/`` — decisions, no I/O, no API client, nothing of the shell::
 
+    backend.py                           the DeviceBackend protocol (what a vendor is asked),
+                                         BackendBase, one agent's set of Backends
+    gpu_backend.py                       what the nvml and fake-gpu backends share
     inventory.py, inventory_devices.py   the fake inventory format; the devices a node has
     gpu_profiles.py, gpu_modes.py        GPU models and naming; whole, partitioned or shared
     gpu_partitions.py, shares.py         MIG-like partitions (KEP-4815); shares of a GPU
@@ -35,6 +38,8 @@ Its rooms, each importing only those below it (import-linter)::
     exposure.py                          which devices and env a container gets
     node_check.py                        ``kdra check``'s rules for a node's disk
 
-The agent's Lease names and the pod<->claim conventions it reads are :mod:`kdra.kube.core`'s;
-the models, taints and quantities :mod:`kdra.dra`'s.
+The agent's rooms ask each device's backend (by the name it carries) and never import one; a
+new kind of device is one module (tests/fpga_backend.py). The agent's Lease names and the
+pod<->claim conventions it reads are :mod:`kdra.kube.core`'s; the models, taints and
+quantities :mod:`kdra.dra`'s.
 """

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Sequence
 
+from kdra.agent.core.backend import Backends
 from kdra.agent.core.checkpoint import Checkpoint
 from kdra.agent.core.exposure import (
     Decision,
@@ -40,15 +41,16 @@ log = logging.getLogger(__name__)
 
 class ExposurePolicy:
     """The devices of a container on ``node``, from the agent's claim cache (``claims``)
-    and the node's checkpoint."""
+    and the node's checkpoint; the env conventions of the agent's device ``backends``."""
 
     def __init__(self, node: str, *, claims: Callable[[], Iterable[JSON]],
                  checkpoint: Callable[[], Checkpoint],
-                 drivers: Callable[[], Sequence[str]]) -> None:
+                 drivers: Callable[[], Sequence[str]], backends: Backends) -> None:
         self.node = node
         self.claims = claims
         self.checkpoint = checkpoint
         self.drivers = drivers
+        self.backends = backends
 
     def __call__(self, pod: PodSandbox, container: Container) -> Decision:
         prepared: list[PreparedClaim] = []
@@ -62,7 +64,8 @@ class ExposurePolicy:
                 entry = checkpoint.claims.get(str(meta.get("uid", "")))
                 prepared.append(prepared_claim(claim, entry, self.node, drivers))
         return decide(PodInfo(pod.uid, pod.namespace, pod.name, pod.annotations),
-                      container.name, container.env, prepared, self.node)
+                      container.name, container.env, prepared, self.node,
+                      backends=self.backends)
 
 
 def make_nri_plugin(settings: AgentSettings, nodes: Sequence[str], policy: ExposurePolicy

@@ -8,8 +8,9 @@ result to the node's :class:`~kdra.agent.core.health.HealthDebouncer`:
   ``unhealthy``, a GPU whose NVML queries failed) — degraded;
 - **marks**: the marks file an administrator (or a test, or a demo) writes with
   ``kdra agent health mark <device> unhealthy|lost|healthy``;
-- **NVML** (real GPUs, :mod:`kdra.agent.nvml_health`): XID critical errors, ECC
-  and retired pages, lost GPUs.
+- **each device backend** (:meth:`kdra.agent.core.backend.DeviceBackend.observe_health`,
+  e.g. NVML's XID critical errors, ECC and retired pages, lost GPUs), asked through
+  :mod:`kdra.agent.node_health`.
 
 Marks file (JSON, written atomically; one file per agent state directory)::
 
@@ -42,13 +43,12 @@ from pathlib import Path
 from typing import Protocol
 
 from kdra.agent.checkpoint import atomic_write
+from kdra.agent.core.backend import DeviceKey
 from kdra.agent.core.health import HEALTHY, Health, Observation
 from kdra.agent.core.inventory_devices import Inventory
 from kdra.dra.taints import label_value
 
 log = logging.getLogger(__name__)
-
-DeviceKey = tuple[str, str]  # (driver, device name)
 MAX_MARKS = 4096
 MAX_MARKS_BYTES = 1 << 20
 ANY_NODE = "*"

@@ -19,12 +19,11 @@ from typing import TypeVar
 
 from kdra.agent.cdi import CdiDir
 from kdra.agent.checkpoint import CheckpointFile
+from kdra.agent.core.backend import Backends
 from kdra.agent.core.inventory_devices import Inventory, InventoryDevice
-from kdra.agent.discovery import Discovery, NvmlDiscovery
 from kdra.agent.health import HealthSource, InventoryHealth
 from kdra.agent.heartbeat import Heartbeat
 from kdra.agent.node_health import NodeHealth
-from kdra.agent.nvml_health import NvmlHealth
 from kdra.agent.prepare import HolderIndex, Preparer
 from kdra.agent.publisher import SlicePublisher
 from kdra.agent.settings import AgentSettings
@@ -44,7 +43,7 @@ class NodeAgent:
     """Everything the agent does for one node."""
 
     def __init__(self, client: KubeClient, settings: AgentSettings, node: str,
-                 discovery: Discovery, identity: str, holders: HolderIndex, *,
+                 backends: Backends, identity: str, holders: HolderIndex, *,
                  own_heartbeats: bool = True,
                  claims: Callable[[str, str], JSON | None] | None = None,
                  written: Callable[[JSON], None] | None = None,
@@ -56,7 +55,7 @@ class NodeAgent:
         self.client = client
         self.settings = settings
         self.node = node
-        self.discovery = discovery
+        self.backends = backends
         self.identity = identity
         self.inventory = Inventory()
         self.health = NodeHealth(node, health_sources, debounce=settings.health_debounce,
@@ -68,7 +67,7 @@ class NodeAgent:
             client, node, cdi=CdiDir(Path(settings.cdi_dir)),
             checkpoint_file=CheckpointFile(Path(settings.state_dir), node),
             inventory=lambda: self.inventory, drivers=lambda: self.claim_drivers,
-            holders=holders, claims=claims, written=written)
+            backends=backends, holders=holders, claims=claims, written=written)
         self.preparer.health = self._health_condition
 
     def _health_condition(self, driver: str, device: str) -> tuple[bool, str, str]:
@@ -78,10 +77,11 @@ class NodeAgent:
 
     @property
     def drivers(self) -> tuple[str, ...]:
+        """The drivers whose pools this node publishes: its devices', and those a backend
+        publishes even when empty (NVML's GPU pool), first."""
         drivers = self.inventory.drivers
-        if isinstance(self.discovery, NvmlDiscovery) and self.discovery.driver not in drivers:
-            drivers = (self.discovery.driver, *drivers)  # publish an empty GPU pool too
-        return drivers
+        empty = tuple(d for d in self.backends.drivers if d not in drivers)
+        return (*empty, *drivers)
 
     @property
     def claim_drivers(self) -> tuple[str, ...]:
@@ -98,15 +98,17 @@ class NodeAgent:
                 for driver in self.drivers}
 
     async def check_health(self) -> bool:
-        """One health poll; returns whether a device's applied health changed. NVML is asked
-        from a thread; the other sources read cached files and run inline."""
-        if any(isinstance(source, NvmlHealth) for source in self.health.sources):
+        """One health poll; returns whether a device's applied health changed. A backend
+        whose health calls hardware (NVML) is asked from a thread; otherwise the sources read
+        cached files and run inline."""
+        if self.backends.health_blocks:
             return bool(await asyncio.to_thread(self.health.check, self.inventory))
         return bool(self.health.check(self.inventory))
 
     async def discover(self) -> bool:
-        """Read the devices again; returns whether anything changed."""
-        inventory = await asyncio.to_thread(self.discovery.discover, self.node)
+        """Read the devices again (every backend, from a thread); returns whether anything
+        changed."""
+        inventory = await asyncio.to_thread(self.backends.discover, self.node)
         changed = inventory != self.inventory
         self.inventory = inventory
         return changed

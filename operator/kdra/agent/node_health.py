@@ -22,9 +22,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from kdra.agent import metrics
-from kdra.agent.core.health import Applied, Health, HealthDebouncer, Transition
+from kdra.agent.core.backend import Backends, DeviceBackend
+from kdra.agent.core.health import Applied, Health, HealthDebouncer, Observation, Transition
 from kdra.agent.core.inventory_devices import Inventory, InventoryDevice
-from kdra.agent.discovery import Discovery, NvmlDiscovery
 from kdra.agent.health import (
     DeviceKey,
     HealthSource,
@@ -32,7 +32,6 @@ from kdra.agent.health import (
     MarksFile,
     observe_all,
 )
-from kdra.agent.nvml_health import NvmlHealth
 from kdra.agent.settings import AgentSettings
 from kdra.dra.taints import UNHEALTHY_KEY
 from kdra.dra.timestamps import now as wall_now
@@ -53,8 +52,8 @@ class NodeHealth:
         self._started = False
 
     def check(self, inventory: Inventory) -> list[Transition[DeviceKey]]:
-        """One poll: observe, debounce; returns the transitions applied now (blocking: the
-        sources may call NVML, run it in a thread)."""
+        """One poll: observe, debounce; returns the transitions applied now (blocking where a
+        backend's health is: run it in a thread, :attr:`Backends.health_blocks`)."""
         seen = observe_all(self.sources, self.node, inventory)
         known = {(d.driver, d.name) for d in inventory.devices}
         seen = {key: value for key, value in seen.items() if key in known}
@@ -106,13 +105,23 @@ class NodeHealth:
         return len(inventory.devices) - bad, bad
 
 
-def health_sources(settings: AgentSettings, discovery: Discovery) -> tuple[HealthSource, ...]:
-    """The discovery's verdict, the marks file, and NVML's health for real GPUs."""
+class BackendHealth:
+    """A device backend's health as a source: asked about its own devices only."""
+
+    def __init__(self, backend: DeviceBackend) -> None:
+        self.backend = backend
+        self.description = f"backend {backend.name} ({backend.description})"
+
+    def observe(self, node: str, inventory: Inventory) -> dict[DeviceKey, Observation]:
+        own = Inventory(tuple(d for d in inventory.devices if d.backend == self.backend.name))
+        return dict(self.backend.observe_health(node, own)) if own.devices else {}
+
+
+def health_sources(settings: AgentSettings, backends: Backends) -> tuple[HealthSource, ...]:
+    """The discovery's verdict, the marks file, and each device backend's health (NVML's
+    for real GPUs); a failing one is logged and skipped (:func:`observe_all`)."""
     marks = Path(settings.health_marks or Path(settings.state_dir) / "health-marks.json")
-    sources: list[HealthSource] = [InventoryHealth(), MarksFile(marks)]
-    if isinstance(discovery, NvmlDiscovery):
-        sources.append(NvmlHealth(driver=settings.driver, xid_hold=settings.nvml_xid_hold))
-    return tuple(sources)
+    return (InventoryHealth(), MarksFile(marks), *map(BackendHealth, backends))
 
 
-__all__ = ["NodeHealth", "health_sources"]
+__all__ = ["BackendHealth", "NodeHealth", "health_sources"]

@@ -7,8 +7,14 @@ reserved, or deleted, it removes the CDI files, the checkpoint entry and its sta
 
 Crash consistency — every step is idempotent and the order makes any prefix recoverable:
 
-    prepare:   CDI file(s) → checkpoint "prepared" → status Ready
-    unprepare: CDI file(s) removed → checkpoint entry removed → status entries removed
+    prepare:   backends' node edits → CDI file(s) → checkpoint "prepared" → status Ready
+    unprepare: CDI file(s) removed → backends' node edits undone → checkpoint entry removed
+               → status entries removed
+
+What is vendor-specific (the recorded data, node edits, CDI edits) each device's backend
+says (:mod:`kdra.agent.core.backend`); its node edits run with the CDI file writes, off the
+event loop, and must be idempotent (a crash between them and the checkpoint is mended when
+the claim is synced again).
 
 No "preparing" record is written first: a CDI file no entry names is an orphan, which the
 next start deletes. The in-memory checkpoint changes first, before any ``await``: that is
@@ -52,8 +58,9 @@ from collections.abc import Callable, Sequence
 from kdra.agent import metrics
 from kdra.agent.cdi import CdiDir
 from kdra.agent.checkpoint import CheckpointFile
+from kdra.agent.core.backend import Backends, by_backend
 from kdra.agent.core.cdi import build_cdi_spec, cdi_file_name
-from kdra.agent.core.checkpoint import Checkpoint, ClaimEntry, ClaimRef
+from kdra.agent.core.checkpoint import Checkpoint, ClaimEntry, ClaimRef, PreparedDevice
 from kdra.agent.core.inventory_devices import Inventory, InventoryDevice
 from kdra.agent.core.node_accounting import clashes
 from kdra.agent.core.nodeprep import (
@@ -120,16 +127,19 @@ class Preparer:
 
     def __init__(self, client: KubeClient, node: str, *, cdi: CdiDir,
                  checkpoint_file: CheckpointFile, inventory: Callable[[], Inventory],
-                 drivers: Callable[[], Sequence[str]],
+                 drivers: Callable[[], Sequence[str]], backends: Backends,
                  holders: HolderIndex | None = None,
                  claims: Callable[[str, str], JSON | None] | None = None,
                  written: Callable[[JSON], None] | None = None) -> None:
         """``claims(namespace, name)``: the newest version of a claim the agent has seen (None:
         gone), to tell a device's previous claim that released it from one that still holds
         it. Without it every holder still holds its devices. ``written(claim)``: called with
-        the server's answer to each status write of this preparer (the claim as stored)."""
+        the server's answer to each status write of this preparer (the claim as stored).
+        ``backends``: the agent's device backends (each device's is asked what it records,
+        needs on the node and gives a container)."""
         self.client = client
         self.node = node
+        self.backends = backends
         self.cdi = cdi
         self.file = checkpoint_file
         self.inventory = inventory
@@ -152,7 +162,7 @@ class Preparer:
     def load(self) -> list[tuple[str, str]]:
         """Load the checkpoint and delete orphaned CDI files of this node. Returns the
         (namespace, name) of every checkpointed claim, to be synced."""
-        self.checkpoint = self.file.load()
+        self.checkpoint = self._with_backends(self.file.load())
         self._saved = self._changes
         named = {f for entry in self.checkpoint.claims.values() for f in entry.cdi_files}
         for file, uid in self.cdi.owned(self.node).items():
@@ -165,6 +175,22 @@ class Preparer:
             log.info("node %s: checkpoint has %d claim(s) (%d prepared, %d preparing)",
                      self.node, len(states), states.count("prepared"), states.count("preparing"))
         return [(e.claim.namespace, e.claim.name) for e in self.checkpoint.claims.values()]
+
+    def _with_backends(self, checkpoint: Checkpoint) -> Checkpoint:
+        """``checkpoint`` with each record of an older agent (no ``backend``) given the
+        backend of its device now, where the node still has it."""
+        inventory = self.inventory()
+        for entry in checkpoint.claims.values():
+            if all(d.backend for d in entry.devices):
+                continue
+            devices = []
+            for record in entry.devices:
+                found = inventory.device(record.driver, record.device)
+                devices.append(dataclasses.replace(record, backend=found.backend)
+                               if not record.backend and found is not None else record)
+            checkpoint = checkpoint.with_entry(dataclasses.replace(entry,
+                                                                   devices=tuple(devices)))
+        return checkpoint
 
     @property
     def checkpoint(self) -> Checkpoint:
@@ -272,17 +298,19 @@ class Preparer:
                         "; ".join(m for _, m in problems.values()))
             await self._report(claim, outcomes)
             return False
-        prepared = prepared_devices(ref, results, devices, admin)
+        prepared = prepared_devices(ref, results, devices, admin, backends=self.backends)
         by_driver: dict[str, list[InventoryDevice]] = {}
         for result in results:
             by_driver.setdefault(result.driver, []).append(devices[(result.driver,
                                                                     result.device)])
         specs = {cdi_file_name(driver, ref.uid): build_cdi_spec(
-            node=self.node, claim=ref, driver=driver, devices=found, prepared=prepared)
+            node=self.node, claim=ref, driver=driver, devices=found, prepared=prepared,
+            backends=self.backends)
             for driver, found in by_driver.items()}
         entry = ClaimEntry(ref, "prepared", prepared, tuple(sorted(specs)))
         await self._commit(ref, self.checkpoint.with_entry(entry),
-                           functools.partial(self._write_files, specs), "cdi-written")
+                           functools.partial(self._write_files, ref, prepared, specs),
+                           "cdi-written")
         await self._pause("checkpoint-prepared", ref)
         log.info("node %s: prepared claim %s (%s): %s", self.node, ref.key, ref.uid,
                  ", ".join(f"{d.driver}/{d.device}" for d in prepared))
@@ -315,11 +343,13 @@ class Preparer:
                     ref.key, now - since, ", ".join(released))
 
     def _restore_missing_files(self, entry: ClaimEntry, inventory: Inventory) -> None:
-        """A prepared claim's CDI file vanished (someone deleted it): write it again. Disk
-        reads and writes: called in a worker thread."""
-        for file in entry.cdi_files:
-            if self.cdi.read(file) is not None:
-                continue
+        """A prepared claim's CDI file vanished (someone deleted it, or a crash came between
+        an unprepare's first steps and its checkpoint): prepare the devices' node edits again
+        and write it again. Disk reads and writes: called in a worker thread."""
+        missing = [file for file in entry.cdi_files if self.cdi.read(file) is None]
+        if missing:
+            self._prepare_node(entry.claim, entry.devices)
+        for file in missing:
             driver = next((d.driver for d in entry.devices
                            if cdi_file_name(d.driver, entry.claim.uid) == file), None)
             devices = [inventory.device(d.driver, d.device) for d in entry.devices
@@ -331,7 +361,8 @@ class Preparer:
             self.cdi.write(file, build_cdi_spec(node=self.node, claim=entry.claim,
                                                 driver=driver,
                                                 devices=[d for d in devices if d is not None],
-                                                prepared=entry.devices))
+                                                prepared=entry.devices,
+                                                backends=self.backends))
             log.warning("node %s: rewrote missing CDI spec %s", self.node, file)
 
     async def unprepare(self, entry: ClaimEntry, claim: JSON | None) -> None:
@@ -340,7 +371,8 @@ class Preparer:
         ref = entry.claim
         try:
             await self._commit(ref, self.checkpoint.without(ref.uid),
-                               functools.partial(self._remove_files, entry.cdi_files),
+                               functools.partial(self._remove_files, ref, entry.devices,
+                                                 entry.cdi_files),
                                "cdi-removed")
             log.info("node %s: unprepared claim %s (%s)", self.node, ref.key, ref.uid)
             if claim is not None:
@@ -351,13 +383,35 @@ class Preparer:
 
     # ------------------------------------------------------------------ disk
 
-    def _write_files(self, specs: dict[str, JSON]) -> None:
+    def _prepare_node(self, ref: ClaimRef, devices: Sequence[PreparedDevice]) -> None:
+        """Each backend's node edits for its ``devices`` of ``ref``; when one fails, those
+        made are undone (best effort) and the error raised."""
+        done: list[tuple[str, list[PreparedDevice]]] = []
+        try:
+            for name, own in by_backend(devices):
+                self.backends.named(name).prepare(self.node, ref, own)
+                done.append((name, own))
+        except BaseException:
+            for name, own in reversed(done):
+                try:
+                    self.backends.named(name).unprepare(self.node, ref, own)
+                except Exception as exc:  # the first error is the one to raise
+                    log.warning("node %s: backend %s: undoing the node edits of claim %s "
+                                "failed: %s", self.node, name or "-", ref.key, exc)
+            raise
+
+    def _write_files(self, ref: ClaimRef, devices: Sequence[PreparedDevice],
+                     specs: dict[str, JSON]) -> None:
+        self._prepare_node(ref, devices)
         for file, spec in specs.items():
             self.cdi.write(file, spec)
 
-    def _remove_files(self, files: Sequence[str]) -> None:
+    def _remove_files(self, ref: ClaimRef, devices: Sequence[PreparedDevice],
+                      files: Sequence[str]) -> None:
         for file in files:
             self.cdi.remove(file)
+        for name, own in by_backend(devices):
+            self.backends.named(name).unprepare(self.node, ref, own)
 
     async def _commit(self, ref: ClaimRef, checkpoint: Checkpoint,
                       files: Callable[[], None], pause: str) -> None:

@@ -1,8 +1,9 @@
-"""The ``kdra agent`` process: settings to nodes and discovery, the event loop, signals.
+"""The ``kdra agent`` process: settings to nodes and device backends, the event loop, signals.
 
 Invariants:
-- A bad setting, a malformed inventory or broken NVML stops the agent before it connects,
-  with exit code 2 and a message naming the problem; no connection to the API server: 1.
+- A bad setting (``--backends`` included), a malformed inventory or a backend that cannot
+  list devices (broken NVML) stops the agent before it connects, with exit code 2 and a
+  message naming the problem; no connection to the API server: 1.
 - SIGTERM/SIGINT stop the agent (its Leases are released); SIGHUP re-reads the inventory.
 - The metrics' series exist (zero) before the metrics are served.
 """
@@ -12,16 +13,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from pathlib import Path
 
 from kdra.agent import metrics
+from kdra.agent.backends.registry import BackendSettingsError, make_backends
+from kdra.agent.core.backend import Backends, DiscoveryError
 from kdra.agent.core.inventory import expand_names
-from kdra.agent.discovery import (
-    Discovery,
-    DiscoveryError,
-    FakeDiscovery,
-    NvmlDiscovery,
-)
 from kdra.agent.runner import AgentError, AgentRunner
 from kdra.agent.settings import AgentSettings
 from kdra.dra.errors import InvalidObject
@@ -46,21 +42,13 @@ def served_nodes(settings: AgentSettings) -> list[str]:
     return [settings.node_name]
 
 
-def make_discovery(settings: AgentSettings, nodes: list[str]) -> Discovery:
-    if settings.inventory:
-        return FakeDiscovery(Path(settings.inventory), default_driver=settings.driver)
-    if len(nodes) > 1:
-        raise AgentError("--simulate-nodes needs --inventory (NVML sees one machine's GPUs)")
-    return NvmlDiscovery(driver=settings.driver)
-
-
-async def _main(settings: AgentSettings, nodes: list[str], discovery: Discovery) -> int:
+async def _main(settings: AgentSettings, nodes: list[str], backends: Backends) -> int:
     try:
         client = await connect(settings.kubeconfig, component="agent")
     except Exception as exc:  # any kubeconfig / in-cluster config problem
         log.error("kdra agent cannot connect to the API server: %s", exc)
         return 1
-    runner = AgentRunner(client, settings, nodes, discovery)
+    runner = AgentRunner(client, settings, nodes, backends)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -95,12 +83,15 @@ def run_agent(settings: AgentSettings) -> int:
     metrics.init_agent_series()
     try:
         nodes = served_nodes(settings)
-        discovery = make_discovery(settings, nodes)
-        discovery.discover(nodes[0])  # a bad inventory or broken NVML stops us here
+        backends = make_backends(settings, nodes)
+        backends.discover(nodes[0])  # a bad inventory or broken NVML stops us here
     except (InvalidObject, DiscoveryError) as exc:
         log.error("kdra agent cannot start: %s: %s",
                   "malformed inventory" if isinstance(exc, InvalidObject) else "discovery",
                   exc)
+        return 2
+    except BackendSettingsError as exc:
+        log.error("kdra agent cannot start: --backends: %s", exc)
         return 2
     except AgentError as exc:
         log.error("kdra agent cannot start: %s", exc)
@@ -109,7 +100,7 @@ def run_agent(settings: AgentSettings) -> int:
     memory.start_trimmer(settings.malloc_trim_interval)
     try:
         with runner:
-            return runner.run(_main(settings, nodes, discovery))
+            return runner.run(_main(settings, nodes, backends))
     except AgentError as exc:
         log.error("kdra agent cannot start: %s", exc)
         return 2

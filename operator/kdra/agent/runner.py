@@ -39,17 +39,12 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TypeVar
 
 from kdra.agent import metrics
+from kdra.agent.core.backend import Backends, DiscoveryError
 from kdra.agent.core.nodeprep import pools_of
-from kdra.agent.discovery import (
-    Discovery,
-    DiscoveryError,
-    NvmlDiscovery,
-)
 from kdra.agent.exposure import ExposurePolicy, make_nri_plugin
 from kdra.agent.heartbeat import Heartbeat
 from kdra.agent.node import NodeAgent, ensure_node, retrying
 from kdra.agent.node_health import health_sources
-from kdra.agent.nvml_health import NvmlHealth
 from kdra.agent.prepare import HolderIndex
 from kdra.agent.settings import AgentSettings
 from kdra.dra.errors import InvalidObject
@@ -66,24 +61,25 @@ T = TypeVar("T")
 
 
 class AgentError(Exception):
-    """The agent cannot start: bad settings, inventory or NVML."""
+    """The agent cannot start: bad settings, inventory, or a backend that cannot list
+    devices."""
 
 
 class AgentRunner:
     """One agent process: its nodes, the shared claim watch and the work queue."""
 
     def __init__(self, client: KubeClient, settings: AgentSettings, nodes: list[str],
-                 discovery: Discovery) -> None:
+                 backends: Backends) -> None:
         self.client = client
         self.settings = settings
-        self.discovery = discovery
+        self.backends = backends
         self.identity = settings.identity or f"{socket.gethostname()}-{os.getpid()}"
         self.holders = HolderIndex()
         # Many nodes in one process (simulation): one shared Lease per driver, not one per node.
         self.shared = len(nodes) > 1
         self.heartbeats: dict[str, Heartbeat] = {}  # driver → the shared Lease
-        self.health_sources = health_sources(settings, discovery)
-        self.nodes = {node: NodeAgent(client, settings, node, discovery, self.identity,
+        self.health_sources = health_sources(settings, backends)
+        self.nodes = {node: NodeAgent(client, settings, node, backends, self.identity,
                                       self.holders, own_heartbeats=not self.shared,
                                       claims=self._claim, written=self._wrote,
                                       health_sources=self.health_sources)
@@ -99,12 +95,13 @@ class AgentRunner:
         first = self.nodes[nodes[0]]
         self.nri = make_nri_plugin(settings, nodes, ExposurePolicy(
             first.node, claims=lambda: self.claims.values(),
-            checkpoint=lambda: first.preparer.checkpoint, drivers=lambda: first.claim_drivers))
+            checkpoint=lambda: first.preparer.checkpoint, drivers=lambda: first.claim_drivers,
+            backends=backends))
 
     # ------------------------------------------------------------------ start-up
 
     async def start(self) -> None:
-        self._signature = self.discovery.signature()
+        self._signature = self.backends.signature()
         await self._each(self._discover_first)
         if self.settings.create_nodes:
             await self._each(lambda agent: retrying(
@@ -181,11 +178,11 @@ class AgentRunner:
         await asyncio.gather(*(agent.stop() for agent in self.nodes.values()),
                              *(beat.stop(release=True) for beat in self.heartbeats.values()),
                              return_exceptions=True)
-        if isinstance(self.discovery, NvmlDiscovery):
-            self.discovery.close()
-        for source in self.health_sources:
-            if isinstance(source, NvmlHealth):
-                source.close()
+        for backend in self.backends:
+            try:
+                backend.close()
+            except Exception:  # closing anyway; a backend should not raise here
+                log.exception("device backend %s: closing failed", backend.name)
 
     # ------------------------------------------------------------------ claims
 
@@ -296,7 +293,7 @@ class AgentRunner:
             forced = self.reread.is_set()
             self.reread.clear()
             due = time.monotonic() - last_read >= self.settings.inventory_poll
-            signature = self.discovery.signature() if forced or due else self._signature
+            signature = self.backends.signature() if forced or due else self._signature
             if forced or due:
                 last_read = time.monotonic()
             if forced or (due and (signature is None or signature != self._signature)):

@@ -28,8 +28,15 @@ class AgentSettings:
     """Namespace of the agents' heartbeat Leases."""
 
     inventory: str = ""
-    """Fake inventory file (YAML: GPU profiles like '8 x H100-80GB' and arbitrary devices);
-    empty: discover real GPUs through NVML."""
+    """Fake inventory file (YAML: GPU profiles like '8 x H100-80GB' and arbitrary devices),
+    read by the fake-gpu and generic backends; empty: discover real GPUs through NVML."""
+
+    backends: str = field(default="", metadata={"multi": True})
+    """Device backends, in order, separated by commas or spaces: nvml (real NVIDIA GPUs),
+    fake-gpu (the --inventory's GPU profiles), generic (the --inventory's other devices), or
+    a vendor's 'module:Class' (importable by the agent, called with these settings). Empty:
+    'fake-gpu generic' with --inventory, else 'nvml'. Only whoever deploys the agent sets it
+    (kdra.agent.backends.registry)."""
 
     driver: str = "gpu.kdra.dev"
     """Driver name of the GPUs NVML discovers (and the default driver of inventory entries)."""

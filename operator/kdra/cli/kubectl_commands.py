@@ -7,7 +7,8 @@ and prints a table (default), JSON or YAML:
 - ``free`` — :func:`kdra.dra.usage.utilisation.utilisation`: per class, node and pool;
 - ``describe`` — :func:`kdra.cli.core.describe.describe`: per device, and each claim;
 - ``why POD`` — :func:`kdra.cli.core.why.explain_pod`, within kdra-scheduler's search budget
-  (:class:`kdra.dra.scheduling.SearchBudget`, default or ``--search-steps``);
+  (:class:`kdra.dra.scheduling.SearchBudget`, default or ``--search-steps``), with the
+  namespace's DeviceQuotas (the binder's check) and templates (a missing one is named);
 - ``top`` — :func:`kdra.dra.usage.utilisation.top`: per namespace and pod;
 - ``check`` — ``kdra check`` (:mod:`kdra.cli.check`), as is.
 
@@ -38,7 +39,8 @@ from typing import Any, TextIO
 
 from kdra.cli.core.describe import describe, render
 from kdra.cli.core.tables import Painter, table
-from kdra.cli.core.why import explain_pod, render_why
+from kdra.cli.core.why import explain_pod
+from kdra.cli.core.why_render import render_why
 from kdra.dra.allocator import Snapshot
 from kdra.dra.errors import InvalidObject
 from kdra.dra.models import parse_class, parse_slice
@@ -52,7 +54,9 @@ from kdra.kube.reader import (
     CLASSES,
     NODES,
     PODS,
+    QUOTAS,
     SLICES,
+    TEMPLATES,
     ClusterError,
     Kind,
     NotFound,
@@ -202,11 +206,14 @@ def cmd_why(session: Session, args: argparse.Namespace) -> int:
         session.optional(SLICES, meaning="no devices are known: nothing can fit"))
     nodes = session.optional(NODES)
     pods = session.optional(PODS, meaning="the nodes' cpu/memory/pod capacity is not checked")
+    quotas = session.optional(QUOTAS, namespace, meaning="DeviceQuotas are not checked")
+    templates = session.optional(TEMPLATES, namespace)
     budget = SearchBudget() if args.search_steps is None else \
         SearchBudget(steps=max(1, args.search_steps))
     explanation = explain_pod(pod, claims=claims, classes=classes or [], slices=slices or [],
                               nodes=nodes, pods=pods, steps=budget.steps,
-                              node_steps=budget.node_steps)
+                              node_steps=budget.node_steps, quotas=quotas or [],
+                              templates=templates)
     emit(args, explanation.to_json(), lambda paint: render_why(explanation, bold=bool(paint)),
          [*session.notes, *explanation.notes])
     return 0

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from kdra.dra.allocator import NodeInfo, Placement, selector_matches
+from kdra.dra.allocator import NodeInfo, Placement, nodes_available, selector_matches
 from kdra.dra.errors import InvalidObject
 from kdra.dra.models import NodeSelector, ResourceClaim
 from kdra.dra.quantity import InvalidQuantity, parse_quantity
@@ -192,9 +192,9 @@ class PodFit:
         if node.unschedulable and not tolerates(self.tolerations, _UNSCHEDULABLE_TAINT):
             return "node(s) were unschedulable"
         for taint in node.taints:
-            if not tolerates(self.tolerations, taint):
-                value = f"={taint['value']}" if taint.get("value") else ""
-                return f"node(s) had untolerated taint {{{taint.get('key')}{value}}}"
+            if not tolerates(self.tolerations, taint):  # kube-scheduler's {%s: %s}
+                return (f"node(s) had untolerated taint {{{taint.get('key')}: "
+                        f"{taint.get('value') or ''}}}")
         if self.node_selector:
             labels = node.info.labels
             if any(labels.get(k) != v for k, v in self.node_selector.items()):
@@ -322,12 +322,9 @@ def best(placements: Mapping[str, Placement], policy: str,
 
 
 def explain(messages: Counter[str], total: int, available: int = 0) -> str:
-    """``"0/12 nodes available: 7 <why>, 4 <why>"`` — most frequent reason first."""
-    head = f"{available}/{total} nodes available"
-    if not messages:
-        return head + ": no nodes" if total == 0 else head
-    groups = sorted(messages.items(), key=lambda kv: (-kv[1], kv[0]))
-    return head + ": " + ", ".join(f"{n} {message}" for message, n in groups)
+    """``"0/12 nodes are available: 7 <why>, 4 <why>."`` — kube-scheduler's wording, most
+    frequent reason first (:func:`kdra.dra.allocator.nodes_available`)."""
+    return nodes_available(messages, total, available)
 
 
 # --------------------------------------------------------------------------- search budget

@@ -46,6 +46,7 @@ CLAIMS = Kind("ResourceClaims", f"{GROUP}/{VERSION}", "resourceclaims", True)
 SLICES = Kind("ResourceSlices", f"{GROUP}/{VERSION}", "resourceslices", False)
 CLASSES = Kind("DeviceClasses", f"{GROUP}/{VERSION}", "deviceclasses", False)
 TEMPLATES = Kind("ResourceClaimTemplates", f"{GROUP}/{VERSION}", "resourceclaimtemplates", True)
+QUOTAS = Kind("DeviceQuotas", f"{GROUP}/v1alpha1", "devicequotas", True)
 
 
 class ClusterError(Exception):

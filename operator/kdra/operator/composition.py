@@ -32,6 +32,7 @@ from kdra.kube.resources import CLAIMS, CLASSES, LEASES, NODES, PODS, SLICES, TE
 from kdra.kube.store import JSON, Store
 from kdra.operator import metrics, utilisation
 from kdra.operator.claim_controller import ClaimController, claim_store, pod_store
+from kdra.operator.notices import PodNotices
 from kdra.operator.scheduler import Binder, BinderSettings
 from kdra.operator.scheduler.preemption import PreemptionSettings
 from kdra.operator.scheduler.quota import DEVICE_QUOTAS, QuotaStatusWriter
@@ -86,6 +87,7 @@ class Operator:
                                                       pods=self.pods,
                                                       nodes=self.binder.cluster.nodes)
         self.quota_status = QuotaStatusWriter(client, self.binder.quotas)
+        self.notices = PodNotices(self.events)  # pods whose claims kdra would not see
         self.informers: list[Informer] = []  # kdra.operator.handlers.routes starts them (watch())
         self.primed: dict[str, list[JSON]] = {}
         """Resource plural → the objects of the start-up LIST (until its informer starts)."""
@@ -200,6 +202,7 @@ class Operator:
         await self.slice_gc.stop()
         await self.taint_eviction.stop()
         await self.quota_status.stop()
+        await self.notices.stop()
         await self.binder.stop()
         await self.claim_controller.stop()
         if self.webhook is not None:  # after the controllers: their last writes are admitted

@@ -9,21 +9,34 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
+from kdra.agent.backends.registry import make_backends
 from kdra.agent.cdi import CdiDir
 from kdra.agent.checkpoint import CheckpointFile
+from kdra.agent.core.backend import Backends
 from kdra.agent.core.checkpoint import ClaimRef
-from kdra.agent.core.inventory import parse_inventory
 from kdra.agent.core.inventory_devices import Inventory
 from kdra.agent.prepare import Preparer
+from kdra.agent.settings import AgentSettings
 from kdra.kube.errors import Conflict, NotFound
 from kdra.kube.resources import CLAIMS, Resource
 
 NODE = "node-1"
 GPU = "gpu.kdra.dev"
 UID = "3d9f7a10-1111-2222-3333-444455556666"
+
+
+def discovered(inventory: str, node: str = NODE) -> tuple[Backends, Inventory]:
+    """The backends an agent runs for an inventory file holding ``inventory`` (fake-gpu,
+    generic) and ``node``'s devices as they found them (each tagged with its backend)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "inventory.yaml"
+        path.write_text(inventory)
+        backends = make_backends(AgentSettings(inventory=str(path)), [node])
+        return backends, backends.discover(node)
 
 
 class FakeClient:
@@ -97,16 +110,22 @@ class CrashingPreparer(Preparer):
 class Node:
     """One node's agent state on disk (survives 'restarts') and in the fake API."""
 
-    def __init__(self, tmp: Path, inventory: str = "gpus: ['4 x H100-80GB']") -> None:
+    def __init__(self, tmp: Path, inventory: str = "gpus: ['4 x H100-80GB']",
+                 backends: Backends | None = None) -> None:
+        """``backends``: the agent's (their devices); else those of ``inventory``."""
         self.tmp = tmp
         self.client = FakeClient()
-        self.inventory: Inventory = parse_inventory(inventory, NODE)
+        if backends is None:
+            self.backends, self.inventory = discovered(inventory)
+        else:
+            self.backends, self.inventory = backends, backends.discover(NODE)
 
     def preparer(self, crash_at: str = "") -> CrashingPreparer:
         preparer = CrashingPreparer(
             self.client, NODE, cdi=CdiDir(self.tmp / "cdi"),  # type: ignore[arg-type]
             checkpoint_file=CheckpointFile(self.tmp / "state", NODE),
-            inventory=lambda: self.inventory, drivers=lambda: self.inventory.drivers)
+            inventory=lambda: self.inventory, drivers=lambda: self.inventory.drivers,
+            backends=self.backends)
         preparer.crash_at = crash_at
         preparer.load()
         return preparer

@@ -9,11 +9,10 @@ from typing import Any
 
 import pytest
 
+from kdra.agent.backends.registry import make_backends
 from kdra.agent.core.checkpoint import ClaimEntry, ClaimRef
 from kdra.agent.core.exposure import Adjustment, Refusal
-from kdra.agent.core.inventory import parse_inventory
 from kdra.agent.core.nodeprep import Result, prepared_devices
-from kdra.agent.discovery import FakeDiscovery
 from kdra.agent.exposure import make_nri_plugin
 from kdra.agent.nri.messages import Container, PodSandbox
 from kdra.agent.runner import AgentRunner
@@ -29,9 +28,9 @@ def runner(tmp_path: Path, **settings: Any) -> AgentRunner:
     agent_settings = AgentSettings(cdi_dir=str(tmp_path / "cdi"),
                                    state_dir=str(tmp_path / "state"),
                                    inventory=str(inventory), **settings)
-    made = AgentRunner(None, agent_settings, [NODE],  # type: ignore[arg-type]
-                       FakeDiscovery(inventory))
-    made.nodes[NODE].inventory = parse_inventory(inventory.read_text(), NODE)
+    backends = make_backends(agent_settings, [NODE])
+    made = AgentRunner(None, agent_settings, [NODE], backends)  # type: ignore[arg-type]
+    made.nodes[NODE].inventory = backends.discover(NODE)
     return made
 
 
@@ -68,7 +67,8 @@ def test_policy_reads_the_runners_cache_and_checkpoint(tmp_path: Path) -> None:
     assert isinstance(decision, Refusal) and decision.claim == "ns/c"  # not prepared yet
     ref = ClaimRef("u1", "ns", "c")
     devices = {(d.driver, d.name): d for d in agent.inventory.devices}
-    prepared = prepared_devices(ref, [Result("gpu", GPU, NODE, "gpu-1")], devices)
+    prepared = prepared_devices(ref, [Result("gpu", GPU, NODE, "gpu-1")], devices,
+                                backends=made.backends)
     agent.preparer.checkpoint = agent.preparer.checkpoint.with_entry(
         ClaimEntry(ref, "prepared", prepared, ("kdra.dev-u1.json",)))
     decision = made.nri.policy(pod, Container("id", "sb", "main"))

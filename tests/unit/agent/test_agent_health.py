@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
+from kdra.agent.backends.nvml_health import NvmlHealth, classify_xid
+from kdra.agent.core.backend import DiscoveryError
 from kdra.agent.core.health import Health, Observation
 from kdra.agent.core.inventory import parse_inventory
 from kdra.agent.core.inventory_devices import Inventory, InventoryDevice
-from kdra.agent.discovery import DiscoveryError
 from kdra.agent.health import (
     InventoryHealth,
     Mark,
@@ -24,7 +25,6 @@ from kdra.agent.health import (
     worst,
     write_mark,
 )
-from kdra.agent.nvml_health import NvmlHealth, classify_xid
 
 GPU = "gpu.kdra.dev"
 

@@ -173,7 +173,7 @@ def slow_disk(tmp_path: Path, count: int) -> tuple[Node, SlowCheckpointFile, Pre
     preparer = CheckingPreparer(
         node.client, NODE, cdi=CdiDir(tmp_path / "cdi"),  # type: ignore[arg-type]
         checkpoint_file=file, inventory=lambda: node.inventory,
-        drivers=lambda: node.inventory.drivers)
+        drivers=lambda: node.inventory.drivers, backends=node.backends)
     preparer.load()
     claims = []
     for i in range(count):

@@ -162,6 +162,7 @@ def handover(tmp_path: Path) -> tuple[Node, Preparer, dict[str, Any]]:
         node.client, NODE, cdi=CdiDir(tmp_path / "cdi"),  # type: ignore[arg-type]
         checkpoint_file=CheckpointFile(tmp_path / "state", NODE),
         inventory=lambda: node.inventory, drivers=lambda: node.inventory.drivers,
+        backends=node.backends,
         claims=lambda namespace, name: node.client.objects.get((namespace, name)))
     preparer.load()
     old = claim_obj(["gpu-0"])

@@ -21,7 +21,7 @@ from kdra.agent.core.node_accounting import clashes
 from kdra.agent.core.nodeprep import Result
 from kdra.agent.core.shares import fake_partition_uuid
 from kdra.agent.prepare import Preparer, WaitForRelease
-from tests.unit.agent.prepare_helpers import NODE, FakeClient
+from tests.unit.agent.prepare_helpers import NODE, FakeClient, discovered
 
 GPU = "gpu.kdra.dev"
 
@@ -30,11 +30,12 @@ class Node:
     def __init__(self, tmp: Path, inventory: str) -> None:
         self.tmp = tmp
         self.client = FakeClient()
-        self.inventory = parse_inventory(inventory, NODE)
+        backends, self.inventory = discovered(inventory)
         self.preparer = Preparer(
             self.client, NODE, cdi=CdiDir(tmp / "cdi"),  # type: ignore[arg-type]
             checkpoint_file=CheckpointFile(tmp / "state", NODE),
             inventory=lambda: self.inventory, drivers=lambda: self.inventory.drivers,
+            backends=backends,
             claims=lambda namespace, name: self.client.objects.get((namespace, name)))
         self.preparer.load()
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kdra.agent.core.inventory import parse_inventory
-from kdra.agent.discovery import FakeDiscovery
+from kdra.agent.backends.registry import make_backends
 from kdra.agent.runner import AgentRunner
 from kdra.agent.settings import AgentSettings
 
@@ -19,8 +18,9 @@ def make_runner(tmp_path: Path) -> AgentRunner:
     inventory.write_text("gpus: ['2 x H100-80GB']")
     settings = AgentSettings(cdi_dir=str(tmp_path / "cdi"), state_dir=str(tmp_path / "state"),
                              inventory=str(inventory))
-    runner = AgentRunner(None, settings, [NODE], FakeDiscovery(inventory))  # type: ignore[arg-type]
-    runner.nodes[NODE].inventory = parse_inventory(inventory.read_text(), NODE)
+    backends = make_backends(settings, [NODE])
+    runner = AgentRunner(None, settings, [NODE], backends)  # type: ignore[arg-type]
+    runner.nodes[NODE].inventory = backends.discover(NODE)
     return runner
 
 

@@ -1,4 +1,5 @@
-"""NVML discovery through a fake NVML module: two GPU models, a failing GPU, a lost GPU."""
+"""NVML discovery through a fake NVML module: two GPU models, a failing GPU, a lost GPU (the
+nvml backend); the fake-gpu backend's file signature."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ from typing import Any
 
 import pytest
 
+from kdra.agent.backends.fake_gpu import FakeGpuBackend
+from kdra.agent.backends.inventory_file import InventoryFile
+from kdra.agent.backends.nvml import NvmlBackend
+from kdra.agent.core.backend import DiscoveryError
 from kdra.agent.core.health import Health
 from kdra.agent.core.publication import build_slices
-from kdra.agent.discovery import DiscoveryError, FakeDiscovery, NvmlDiscovery
 from kdra.agent.health import InventoryHealth
 from kdra.dra.models import parse_slice
 
@@ -121,7 +125,7 @@ def sysfs(tmp_path: Path) -> Path:
 
 def test_two_gpu_models(sysfs: Path) -> None:
     nvml = FakeNvml([H100, A100])
-    inventory = NvmlDiscovery(nvml=nvml, sysfs=sysfs).discover("node-1")
+    inventory = NvmlBackend(nvml=nvml, sysfs=sysfs).discover("node-1")
     h100, a100 = inventory.devices
     assert (h100.name, a100.name) == ("gpu-0", "gpu-1")
     assert {k: h100.attribute(k) for k in h100.attributes} == {
@@ -146,7 +150,7 @@ def test_two_gpu_models(sysfs: Path) -> None:
 
 def test_a_failing_gpu_is_marked_unhealthy_not_a_crash(tmp_path: Path) -> None:
     broken = {**A100, "fail": {"memory"}}
-    inventory = NvmlDiscovery(nvml=FakeNvml([H100, broken]), sysfs=tmp_path).discover("n")
+    inventory = NvmlBackend(nvml=FakeNvml([H100, broken]), sysfs=tmp_path).discover("n")
     assert [d.healthy for d in inventory.devices] == [True, False]
     bad = inventory.devices[1]
     assert bad.name == "gpu-1" and bad.attribute("uuid") == A100["uuid"]
@@ -162,25 +166,25 @@ def test_a_failing_gpu_is_marked_unhealthy_not_a_crash(tmp_path: Path) -> None:
 
 def test_a_gpu_nvml_cannot_identify_is_skipped(tmp_path: Path) -> None:
     lost = {**H100, "fail": {"handle"}}
-    inventory = NvmlDiscovery(nvml=FakeNvml([lost, A100]), sysfs=tmp_path).discover("n")
+    inventory = NvmlBackend(nvml=FakeNvml([lost, A100]), sysfs=tmp_path).discover("n")
     assert [d.name for d in inventory.devices] == ["gpu-1"]
 
 
 def test_unsupported_enum_queries_are_unknown_not_unhealthy(tmp_path: Path) -> None:
     old = {**A100, "fail": {"arch", "brand"}}
-    device = NvmlDiscovery(nvml=FakeNvml([old]), sysfs=tmp_path).discover("n").devices[0]
+    device = NvmlBackend(nvml=FakeNvml([old]), sysfs=tmp_path).discover("n").devices[0]
     assert device.healthy
     assert device.attribute("architecture") == "Unknown" and device.attribute("brand") == "Unknown"
 
 
 def test_nvml_unusable_is_a_discovery_error(tmp_path: Path) -> None:
     with pytest.raises(DiscoveryError, match="Driver Not Loaded"):
-        NvmlDiscovery(nvml=FakeNvml([], init_fails=True), sysfs=tmp_path).discover("n")
+        NvmlBackend(nvml=FakeNvml([], init_fails=True), sysfs=tmp_path).discover("n")
 
 
 def test_init_once_and_shutdown(tmp_path: Path) -> None:
     nvml = FakeNvml([H100])
-    discovery = NvmlDiscovery(nvml=nvml, sysfs=tmp_path)
+    discovery = NvmlBackend(nvml=nvml, sysfs=tmp_path)
     discovery.discover("n")
     discovery.discover("n")
     discovery.close()
@@ -191,7 +195,7 @@ def test_init_once_and_shutdown(tmp_path: Path) -> None:
 def test_fake_discovery_signature_follows_the_file(tmp_path: Path) -> None:
     path = tmp_path / "inventory.yaml"
     path.write_text("gpus: ['1 x T4-16GB']\n")
-    discovery = FakeDiscovery(path)
+    discovery = FakeGpuBackend(InventoryFile(path))
     first = discovery.signature()
     assert len(discovery.discover("n").devices) == 1
     path.write_text("gpus: ['2 x T4-16GB']\n")
@@ -271,7 +275,7 @@ def test_a_gpu_in_mig_mode_publishes_the_mig_devices_that_exist(tmp_path: Path) 
     ]}
     off = {**H100, "uuid": "GPU-22222222-2222-3333-4444-555555555555", "mig_mode": 0,
            "mig": [("MIG-dddd", 7, 0, 8)]}
-    inventory = NvmlDiscovery(nvml=FakeMigNvml([mig, off, A100]),
+    inventory = NvmlBackend(nvml=FakeMigNvml([mig, off, A100]),
                               sysfs=tmp_path).discover("n")
     names = [d.name for d in inventory.devices]
     assert names == ["gpu-0-mig-1g-10gb-0", "gpu-0-mig-3g-40gb-4", "gpu-1", "gpu-2"]
@@ -290,5 +294,5 @@ def test_a_gpu_in_mig_mode_publishes_the_mig_devices_that_exist(tmp_path: Path) 
 
 def test_a_gpu_in_mig_mode_without_a_layout_publishes_nothing(tmp_path: Path) -> None:
     other = {**H100, "name": b"NVIDIA H200", "mig_mode": 1, "mig": [("MIG-x", 1, 0, 1)]}
-    inventory = NvmlDiscovery(nvml=FakeMigNvml([other, A100]), sysfs=tmp_path).discover("n")
+    inventory = NvmlBackend(nvml=FakeMigNvml([other, A100]), sysfs=tmp_path).discover("n")
     assert [d.name for d in inventory.devices] == ["gpu-1"]

@@ -21,6 +21,7 @@ from kdra.agent.core.exposure import (
     prepared_claim,
     reserved_for,
 )
+from tests.unit.agent.prepare_helpers import discovered
 
 GPU = "gpu.kdra.dev"
 CATS = "resource-driver.example.com"
@@ -28,13 +29,17 @@ NODE = "node-1"
 POD_UID = "pod-uid-1"
 
 
+BACKENDS, _ = discovered("")  # fake-gpu, generic: the GPUs' env convention
+
+
 def gpu(claim_uid: str, name: str, uuid: str, request: str = "gpu") -> PreparedDevice:
     return PreparedDevice(request, GPU, NODE, name, (cdi_device_id(GPU, claim_uid, name),),
-                          {"uuid": uuid})
+                          {"uuid": uuid}, backend="fake-gpu")
 
 
 def cat(claim_uid: str, name: str, request: str = "cat") -> PreparedDevice:
-    return PreparedDevice(request, CATS, NODE, name, (cdi_device_id(CATS, claim_uid, name),))
+    return PreparedDevice(request, CATS, NODE, name, (cdi_device_id(CATS, claim_uid, name),),
+                          backend="generic")
 
 
 SHARED = PreparedClaim("ns", "shared-gpus", "uid-s", devices=(
@@ -133,7 +138,17 @@ CASES: list[tuple[str, PodInfo, str, list[str], list[PreparedClaim], Decision]] 
                          [case[1:] for case in CASES], ids=[case[0] for case in CASES])
 def test_decide(pod_info: PodInfo, container: str, env: list[str],
                 claims: list[PreparedClaim], expected: Decision) -> None:
-    assert decide(pod_info, container, env, claims, NODE) == expected
+    assert decide(pod_info, container, env, claims, NODE, backends=BACKENDS) == expected
+
+
+def test_the_gpu_variable_is_the_gpu_backends_convention() -> None:
+    """Without the GPU backends (an agent of other vendors only), GPUs' UUIDs are nobody's
+    list: the container gets its devices and KDRA_DEVICES, no NVIDIA variable."""
+    decision = decide(pod([SHARED_ENTRY]), "main", ["NVIDIA_VISIBLE_DEVICES=all"], [SHARED],
+                      NODE)
+    assert isinstance(decision, Adjustment)
+    assert decision.cdi_devices == ids(*SHARED.devices or ())
+    assert decision.env == (("KDRA_DEVICES", f"{GPU}/{NODE}/gpu-0,{GPU}/{NODE}/gpu-1"),)
 
 
 def test_outcome_names_the_metric_result() -> None:
@@ -207,11 +222,11 @@ def test_prepared_claim(claim: dict[str, Any], entry: ClaimEntry | None,
 def test_two_shares_of_one_gpu_give_both_cdi_devices_and_one_listing() -> None:
     shares = tuple(PreparedDevice("gpu", GPU, NODE, "gpu-0",
                                   (cdi_device_id(GPU, "uid-h", "gpu-0", share),),
-                                  {"uuid": "GPU-0000"}, share_id=share)
+                                  {"uuid": "GPU-0000"}, share_id=share, backend="fake-gpu")
                    for share in ("s-1", "s-2"))
     claim = PreparedClaim("ns", "halves", "uid-h", devices=shares)
     decision = decide(pod([{"name": "g", "resourceClaimName": "halves"}]), "main", [],
-                      [claim], NODE)
+                      [claim], NODE, backends=BACKENDS)
     assert decision == Adjustment(
         ("kdra.dev/gpu=uid-h-gpu-0-s-1", "kdra.dev/gpu=uid-h-gpu-0-s-2"),
         (("KDRA_DEVICES", f"{GPU}/{NODE}/gpu-0"), ("NVIDIA_VISIBLE_DEVICES", "GPU-0000")),

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from kdra.agent.backends.registry import make_backends
 from kdra.agent.core.cdi import build_cdi_spec, cdi_device_id, cdi_file_name, cdi_kind
 from kdra.agent.core.checkpoint import Checkpoint, CheckpointCorrupt, ClaimEntry, ClaimRef
-from kdra.agent.core.inventory import parse_inventory
 from kdra.agent.core.inventory_devices import InventoryDevice
 from kdra.agent.core.nodeprep import (
     DeviceOutcome,
@@ -21,6 +21,8 @@ from kdra.agent.core.nodeprep import (
     ready_outcomes,
     wants_prepared,
 )
+from kdra.agent.settings import AgentSettings
+from tests.unit.agent.prepare_helpers import discovered
 
 GPU = "gpu.kdra.dev"
 CATS = "resource-driver.example.com"
@@ -54,8 +56,11 @@ def test_our_results_filter_driver_and_pool() -> None:
     assert not wants_prepared(None, "node-1", [GPU])
 
 
+BACKENDS, _ = discovered("")  # fake-gpu, generic
+
+
 def gpus(node: str = "node-1") -> dict[tuple[str, str], InventoryDevice]:
-    inventory = parse_inventory("gpus: ['4 x H100-80GB']", node)
+    _, inventory = discovered("gpus: ['4 x H100-80GB']", node)
     return {(d.driver, d.name): d for d in inventory.devices}
 
 
@@ -63,7 +68,8 @@ def test_gpu_cdi_spec() -> None:
     ref = ClaimRef(UID, "ns", "c")
     devices = gpus()
     chosen = [devices[(GPU, "gpu-1")], devices[(GPU, "gpu-3")]]
-    spec = build_cdi_spec(node="node-1", claim=ref, driver=GPU, devices=chosen)
+    spec = build_cdi_spec(node="node-1", claim=ref, driver=GPU, devices=chosen,
+                          backends=BACKENDS)
     uuids = [d.attribute("uuid") for d in chosen]
     assert spec == {
         "cdiVersion": "0.6.0",
@@ -91,12 +97,15 @@ def test_gpu_cdi_spec() -> None:
 
 
 def test_real_gpus_get_device_nodes_and_other_drivers_their_own_kind() -> None:
+    nvml = make_backends(AgentSettings(), ["n"])  # NVML is not asked: nothing is discovered
     real = InventoryDevice(GPU, "gpu-0", {"uuid": {"string": "GPU-x"}},
-                           device_nodes=("/dev/nvidia0",))
-    spec = build_cdi_spec(node="n", claim=ClaimRef(UID, "ns", "c"), driver=GPU, devices=[real])
+                           device_nodes=("/dev/nvidia0",), backend="nvml")
+    spec = build_cdi_spec(node="n", claim=ClaimRef(UID, "ns", "c"), driver=GPU, devices=[real],
+                          backends=nvml)
     assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [{"path": "/dev/nvidia0"}]
-    cat = InventoryDevice(CATS, "kitten-1", {"color": {"string": "black"}})
-    spec = build_cdi_spec(node="n", claim=ClaimRef(UID, "ns", "c"), driver=CATS, devices=[cat])
+    cat = InventoryDevice(CATS, "kitten-1", {"color": {"string": "black"}}, backend="generic")
+    spec = build_cdi_spec(node="n", claim=ClaimRef(UID, "ns", "c"), driver=CATS, devices=[cat],
+                          backends=BACKENDS)
     assert spec["kind"] == cdi_kind(CATS) == "kdra.dev/resource-driver-example-com"
     assert spec["devices"][0]["containerEdits"] == {"env": [  # cats: env only
         f"KDRA_DEVICE_KITTEN_1={CATS}/n/kitten-1", "KDRA_DEVICE_KITTEN_1_CLAIM=ns/c",
@@ -107,7 +116,8 @@ def test_real_gpus_get_device_nodes_and_other_drivers_their_own_kind() -> None:
 
 def entry(state: str = "prepared") -> ClaimEntry:
     ref = ClaimRef(UID, "ns", "c")
-    devices = prepared_devices(ref, [Result("req-0", GPU, "node-1", "gpu-2")], gpus())
+    devices = prepared_devices(ref, [Result("req-0", GPU, "node-1", "gpu-2")], gpus(),
+                               backends=BACKENDS)
     return ClaimEntry(ref, state, devices, (cdi_file_name(GPU, UID),))  # type: ignore[arg-type]
 
 

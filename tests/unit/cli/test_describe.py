@@ -233,10 +233,11 @@ def test_json_shape() -> None:
         "node": "worker-1", "driver": GPU, "pool": "worker-1", "total": 2, "allocated": 1,
         "free": 1, "complete": True}
     assert pool["devices"][0]["claims"] == [
-        {"claim": "default/c", "request": "gpu", "pods": ["default/p"], "ready": None}]
+        {"claim": "default/c", "request": "gpu", "pods": ["default/p"], "ready": None,
+         "adminAccess": False}]
     assert data["claims"][0]["devices"] == [
         {"request": "gpu", "driver": GPU, "pool": "worker-1", "device": "gpu-0", "ready": None,
-         "published": True}]
+         "published": True, "adminAccess": False}]
 
 
 def test_unhealthy_devices_show_their_taints() -> None:
@@ -272,3 +273,27 @@ def test_a_prioritized_claims_devices_carry_the_chosen_alternatives_class() -> N
         {"name": "cat", "exactly": {"deviceClassName": "cats"}}]}}
     (row,) = claims_of([claim])
     assert [d.device_class for d in row.devices] == ["a100", "cats"]
+
+
+def test_admin_access_holds_no_device() -> None:
+    """Issue 41: a device a pod uses and a monitor sees through admin access is listed once,
+    as the pod's claim's; the monitor's claim says how it sees its devices."""
+    train = raw_claim("train", ("gpu", GPU, "worker-1", "gpu-0"), pods=("p",), node="worker-1")
+    monitor = raw_claim("monitor", ("gpus", GPU, "worker-1", "gpu-0"),
+                        ("gpus", GPU, "worker-1", "gpu-1"), pods=("m",), node="worker-1")
+    monitor["spec"] = {"devices": {"requests": [{"name": "gpus", "exactly": {
+        "deviceClassName": GPU, "allocationMode": "All", "adminAccess": True}}]}}
+    view = describe([raw_slice("worker-1", *gpus(2))], [train, monitor])
+    (pool,) = view.pools
+    assert (pool.total, pool.allocated, pool.free) == (2, 1, 1)
+    assert [d.state for d in pool.devices] == ["allocated", "free"]
+    text = render(view)
+    device_rows = [line.split() for line in text.splitlines()
+                   if line.startswith(f"worker-1   {GPU}/worker-1")]
+    assert [(r[2], r[-4]) for r in device_rows] == [("gpu-0", "default/train"),
+                                                    ("gpu-1", "-")]
+    assert f"{GPU}/worker-1/gpu-0 (admin access),{GPU}/worker-1/gpu-1 (admin access)" in text
+    data = view.to_json()
+    holders = data["pools"][0]["devices"][0]["claims"]
+    assert [(h["claim"], h["adminAccess"]) for h in holders] == [
+        ("default/train", False), ("default/monitor", True)]

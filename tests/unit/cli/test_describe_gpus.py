@@ -54,10 +54,13 @@ def test_partitioned_gpus_show_partitions_in_use_and_counters() -> None:
     assert states["gpu-0-mig-3g-40gb-0"] == "blocked (gpu-0 memory-slice-0 in use)"
     assert states["gpu-0-mig-2g-20gb-2"] == "free"  # slices 2-3 are free, 3 compute left
     assert states["gpu-1-mig-1g-10gb-0"] == "blocked (gpu-1 compute-slices in use)"
-    assert states["gpu-0-mig-1g-10gb-1"] == "allocated"  # held, by adminAccess
+    # Seen through admin access: held by nobody, so free (issue 41; upstream's rule).
+    assert states["gpu-0-mig-1g-10gb-1"] == "free"
     free = {d.name for d in pool.devices if d.state == "free"}
-    assert free == {"gpu-0-mig-1g-10gb-2", "gpu-0-mig-1g-10gb-3", "gpu-0-mig-2g-20gb-2"}
-    assert pool.free == 3
+    assert free == {"gpu-0-mig-1g-10gb-1", "gpu-0-mig-1g-10gb-2", "gpu-0-mig-1g-10gb-3",
+                    "gpu-0-mig-2g-20gb-2"}
+    assert pool.free == 4
+    assert "gpu-0-mig-1g-10gb-1 (admin access)" in text  # the claims table says how c sees it
     assert next(d for d in data["pools"][0]["devices"] if d["name"] == "gpu-0")["blocked"] \
         == "gpu-0 compute-slices"
 

@@ -98,13 +98,17 @@ def test_a_healthy_cluster_has_no_violations() -> None:
     # the same device name on another node is another device
     ([claim("a", ["gpu-0"], reserved=["p"]),
       claim("b", ["gpu-0"], node_name="n2", reserved=["q"])], []),
-    # admin access may share a device ...
+    # admin access holds no device (upstream): it may see a device with others ...
     ([claim("a", ["gpu-0"], reserved=["p"], admin=True),
       claim("b", ["gpu-0"], reserved=["q"], admin=True)], []),
-    # ... but not with a normal allocation of it
-    ([claim("a", ["gpu-0"], reserved=["p"], admin=True),
-      claim("b", ["gpu-0"], reserved=["q"])], ["double-allocation"]),
-], ids=["distinct", "two-claims", "twice-in-one", "other-node", "admin", "admin-and-normal"])
+    # ... also one a normal allocation holds (a monitor beside the workload: issue 41) ...
+    ([claim("m", ["gpu-0"], reserved=["q"], admin=True),
+      claim("a", ["gpu-0"], reserved=["p"])], []),
+    # ... but two normal allocations of it are still one too many
+    ([claim("a", ["gpu-0"], reserved=["p"]), claim("c", ["gpu-0"], reserved=["q"]),
+      claim("m", ["gpu-0"], reserved=["q"], admin=True)], ["double-allocation"]),
+], ids=["distinct", "two-claims", "twice-in-one", "other-node", "admin", "admin-and-normal",
+        "admin-and-two-normal"])
 def test_double_allocation(claims: list[dict[str, Any]], expected: list[str]) -> None:
     pods = [pod("p", claims={}), pod("q", claims={})]
     found = check(claims=claims, pods=pods, nodes=[node("n1"), node("n2")])
@@ -112,6 +116,7 @@ def test_double_allocation(claims: list[dict[str, Any]], expected: list[str]) ->
     if expected:
         assert "gpu.kdra.dev/n1/gpu-0" in found[0].message
         assert "ns/a" in found[0].message
+        assert "ns/m" not in found[0].message  # the admin-access claim holds nothing
 
 
 # --------------------------------------------------------------------------- bound pods

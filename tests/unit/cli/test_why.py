@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kdra.cli.core.why import explain_pod, render_why
+from kdra.cli.core.why import explain_pod
+from kdra.cli.core.why_render import render_why
 from kdra.dra.allocator.pacing import UNITS_PER_STEP
 from kdra.dra.cel import DeviceSelector
 from kdra.kube.core.podclaims import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION
@@ -46,7 +47,8 @@ def pod(entries: list[dict[str, Any]], statuses: dict[str, str] | None = None,
             "spec": spec,
             "status": {"conditions": [{"type": "PodScheduled", "status": "False",
                                        "reason": "Unschedulable",
-                                       "message": "0/3 nodes available: (what the binder said)"}]}}
+                                       "message":
+                                           "0/3 nodes are available: (what the binder said)"}]}}
 
 
 SLICES = [raw_slice("node-a", *gpus(2)), raw_slice("node-b", *gpus(2)),
@@ -68,9 +70,9 @@ def test_unschedulable_pod_groups_nodes_and_names_the_nearest_fit() -> None:
     big = pending_claim("big-gpu", count=2)
     found = explain(pod([{"name": "gpu", "resourceClaimName": "big-gpu"}]), [big, *HELD])
     assert found.verdict == "unschedulable"
-    assert found.summary.startswith("0/3 nodes available: ")
+    assert found.summary.startswith("0/3 nodes are available: ")
     groups = {g.reason: g.nodes for g in found.groups}
-    assert groups["node(s) had untolerated taint {maintenance=yes}"] == ("node-c",)
+    assert groups["node(s) had untolerated taint {maintenance: yes}"] == ("node-c",)
     busy = [reason for reason in groups if "free matching devices" in reason
             or "all allocated" in reason]
     assert sorted(n for reason in busy for n in groups[reason]) == ["node-a", "node-b"]
@@ -83,7 +85,7 @@ def test_unschedulable_pod_groups_nodes_and_names_the_nearest_fit() -> None:
     assert (claim.entry, claim.state, claim.requests[0].count) == ("gpu", "pending", "2")
     assert claim.requests[0].selectors == (f'class: device.driver == "{GPU}"',)
     text = render_why(found)
-    assert "kdra-scheduler said: 0/3 nodes available: (what the binder said)" in text
+    assert "kdra-scheduler said: 0/3 nodes are available: (what the binder said)" in text
     assert "  node-b would fit if 1 device was freed: " \
            f"{GPU}/node-b: gpu-0 — held by default/held-b-0 (pod p-b0)" in text
     assert f"  node-a would fit if 2 devices were freed: {GPU}/node-a: gpu-0, gpu-1 — " in text
@@ -162,7 +164,7 @@ def test_out_of_search_budget_is_its_own_verdict_with_a_hint() -> None:
     found = explain(target, claims, **cluster, steps=2, node_steps=lambda candidates: 100)
     assert found.verdict == "search-exhausted" and not found.fits
     assert found.summary.startswith("no placement found within the search budget (")
-    assert "of 2); 0/5 nodes available: " in found.summary
+    assert "of 2); 0/5 nodes are available: " in found.summary
     groups = {g.reason: g.nodes for g in found.groups}
     assert groups['allocation search gave up (claims "c0", "c1", "c2")'] == ("node-d",)
     assert groups["not evaluated: the search budget ran out first"] == ("node-e",)
@@ -258,3 +260,47 @@ def test_a_costly_selector_is_explained_within_the_budget(
     assert 5 <= runs.count(costly) <= 6  # its budget, and at most one evaluation more
     whole = explain(target, [pending_claim("costly", selector=costly)], **cluster)
     assert whole.fits == ("node-d",)
+
+
+def quota(devices: int, name: str = "gpus", namespace: str = "default") -> dict[str, Any]:
+    return {"apiVersion": "resource.kdra.dev/v1alpha1", "kind": "DeviceQuota",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"limits": [{"deviceClassName": GPU, "devices": devices}]}}
+
+
+def test_why_applies_the_binders_quota_check() -> None:
+    """Issue 41: ``why`` said "fits now" while kdra-scheduler held the pod with
+    DeviceQuotaExceeded; it now applies the same check (HELD: 3 GPUs of namespace default)."""
+    one = pod([{"name": "gpu", "resourceClaimName": "c"}])
+    claims = [pending_claim("c"), *HELD]
+    assert explain(one, claims).verdict == "fits"
+    assert explain(one, claims, quotas=[quota(4)]).verdict == "fits"  # 3 used + 1 <= 4
+    assert explain(one, claims, quotas=[quota(1, namespace="other")]).verdict == "fits"
+    over = explain(one, claims, quotas=[quota(3)])
+    assert over.verdict == "over-quota" and not over.fits
+    message = ("DeviceQuota default/gpus: class 'gpu.kdra.dev' devices: 3 used + 1 asked > 3 "
+               "hard (DeviceQuotaExceeded)")
+    assert over.summary == message
+    assert {g.reason: g.nodes for g in over.groups}[message] == ("node-b",)  # the only fit
+    assert any(h.startswith("DeviceQuotaExceeded: ") for h in over.hints)
+    assert over.to_json()["verdict"] == "over-quota"
+    bad = {"metadata": {"name": "broken", "namespace": "default"},
+           "spec": {"limits": [{"deviceClassName": GPU, "devices": -1}]}}
+    loose = explain(one, claims, quotas=[bad])
+    assert loose.verdict == "fits"
+    assert any("DeviceQuota 'default/broken' is invalid" in n for n in loose.notes)
+
+
+def test_a_template_missing_from_the_namespace_is_named_missing() -> None:
+    """Issue 41: ``why`` said "not created yet (the claim controller creates it)" for a
+    template that does not exist: waiting would not help."""
+    entry = [{"name": "gpu", "resourceClaimTemplateName": "t"}]
+    elsewhere = {"metadata": {"name": "t", "namespace": "other"}}
+    found = explain(pod(entry), [], templates=[elsewhere])
+    assert found.verdict == "waiting"
+    assert found.claims[0].problem.startswith(
+        "template 't' does not exist in namespace default: create it there")
+    assert found.summary.startswith("waiting for its claims: gpu (template 't' does not exist")
+    here = {"metadata": {"name": "t", "namespace": "default"}}
+    assert "not created yet from template 't'" in explain(pod(entry), [],
+                                                          templates=[here]).claims[0].problem

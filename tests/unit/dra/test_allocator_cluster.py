@@ -86,9 +86,9 @@ def test_summary_groups_nodes_by_message() -> None:
     snapshot.upsert_claim(allocated(claim_with(name="old"), ("gpu", "gpu-0"), pool="worker-3"))
     outcome = place(snapshot, [claim_with(request("gpu", H100), name="train-gpu")], nodes)
     assert outcome.summary() == (
-        f'0/4 nodes available: 3 no device of class "{CLASS}" matches request "gpu" of claim '
+        f'0/4 nodes are available: 3 no device of class "{CLASS}" matches request "gpu" of claim '
         f'"train-gpu" (selector {H100}), 1 matching devices all allocated '
-        '(request "gpu" of claim "train-gpu")'
+        '(request "gpu" of claim "train-gpu").'
     )
 
 
@@ -96,8 +96,8 @@ def test_summarize_orders_by_count_then_text() -> None:
     reasons = [Reason(ReasonCode.DEVICES_BUSY, "b busy"),
                Reason(ReasonCode.NO_MATCHING_DEVICE, "a none"),
                Reason(ReasonCode.DEVICES_BUSY, "b busy")]
-    assert summarize(reasons, 12) == "0/12 nodes available: 2 b busy, 1 a none"
-    assert summarize([], 3, 3) == "3/3 nodes available"
+    assert summarize(reasons, 12) == "0/12 nodes are available: 2 b busy, 1 a none."
+    assert summarize([], 3, 3) == "3/3 nodes are available"
 
 
 def test_too_few_free_and_too_few_matching() -> None:
@@ -180,8 +180,8 @@ def test_missing_class_is_fatal_once() -> None:
     assert outcome.fatal.code is ReasonCode.CLASS_MISSING
     assert not outcome.placements and not outcome.reasons
     assert outcome.summary(2) == (
-        "0/2 nodes available: device class nope.kdra.dev not found (request gpu of claim "
-        "default/c)")
+        "0/2 nodes are available: device class nope.kdra.dev not found (request gpu of claim "
+        "default/c).")
 
 
 def test_too_many_devices_by_count_is_fatal() -> None:
@@ -266,7 +266,7 @@ def test_cached_counts_follow_allocations_in_shared_pools() -> None:
     second = place(snapshot, [claim_with(name="b")], nodes)
     assert not second.placements
     assert second.summary() == (
-        '0/2 nodes available: 2 matching devices all allocated (request "gpu" of claim "b")')
+        '0/2 nodes are available: 2 matching devices all allocated (request "gpu" of claim "b").')
     assert second.reasons["worker-1"] is second.reasons["worker-2"]  # shared, not rebuilt
 
 

@@ -155,9 +155,33 @@ def test_literals(expression: str) -> None:
     assert compile_selector(expression).matches(GPU) is True
 
 
+def test_a_missing_key_message_is_bounded_whatever_the_map() -> None:
+    """However large the map (a selector can build one) and however long its keys, the
+    message shows a few keys, cut short, and counts the rest; and it is only built when the
+    error is reported, not when ``||`` absorbs it."""
+    from kdra.dra.cel._rt_core import KEYS_SHOWN, MissingKey
+
+    huge = {f"{'k' * 500}{i}": i for i in range(100_000)}
+    message = str(MissingKey("k" * 10_000, huge))
+    assert message.startswith("no such key: 'kkk")
+    assert f"and {100_000 - KEYS_SHOWN} more" in message
+    assert len(message) < 1000
+    assert compile_selector(f"{A}.missing == 1 || true").matches(GPU) is True
+
+
 @pytest.mark.parametrize(
     ("expression", "message"),
     [
+        # Issue 41: the message names the missing key, lists the keys there are (sorted) and
+        # the nearest one.
+        (f'{A}.modle == "a100"',
+         "no such key: 'modle' (the map has 'driverVersion', 'healthy', 'index', 'mig', "
+         "'model', 'uuid'; did you mean 'model'?)"),
+        (f'{A}["index "] == 3', "no such key: 'index ' (the map has "),
+        (CATS, "no such key: 'color' (the device has nothing in that domain)"),
+        ('{"b": 1, "a": 2}.c == 1', "no such key: 'c' (the map has 'a', 'b')"),
+        ("{1: 1}[2] == 1", "no such key: 2 (the map has 1)"),
+        ('{"\u202eevil": 1}.x == 1', "the map has '\\u202eevil'"),  # escaped, not raw
         (f"{A}.missing == 1", "no such key: 'missing'"),
         (CATS, "no such key: 'color'"),  # an unknown domain is empty; its names are missing
         (f"true && {A}.missing == 1", "no such key"),

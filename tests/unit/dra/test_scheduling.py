@@ -73,7 +73,7 @@ NO_USE = Resources()
     (pod(), node(), NO_USE, None),
     (pod(), node(unschedulable=True), NO_USE, "node(s) were unschedulable"),
     (pod(), node(taints=[{"key": "dedicated", "value": "infra", "effect": "NoSchedule"}]),
-     NO_USE, "node(s) had untolerated taint {dedicated=infra}"),
+     NO_USE, "node(s) had untolerated taint {dedicated: infra}"),
     (pod(tolerations=[{"key": "dedicated", "operator": "Exists"}]),
      node(taints=[{"key": "dedicated", "value": "infra", "effect": "NoSchedule"}]),
      NO_USE, None),
@@ -118,11 +118,11 @@ def test_policy_annotation() -> None:
 
 def test_explain_groups_most_frequent_first() -> None:
     messages = Counter({"matching devices all allocated": 4, "no device matches": 7,
-                        "node(s) had untolerated taint {dedicated=infra}": 1})
+                        "node(s) had untolerated taint {dedicated: infra}": 1})
     assert explain(messages, 12) == (
-        "0/12 nodes available: 7 no device matches, 4 matching devices all allocated, "
-        "1 node(s) had untolerated taint {dedicated=infra}")
-    assert explain(Counter(), 0) == "0/0 nodes available: no nodes"
+        "0/12 nodes are available: 7 no device matches, 4 matching devices all allocated, "
+        "1 node(s) had untolerated taint {dedicated: infra}.")
+    assert explain(Counter(), 0) == "no nodes available to schedule pods"
 
 
 def test_container_devices() -> None:

@@ -121,3 +121,37 @@ def test_namespace_usage_and_top() -> None:
     assert [(p.pod, p.devices, p.claims) for p in found[0].pods] == [
         ("p1", 3, ("a", "shared")), ("p2", 1, ("shared",))]
     assert found[0].by_class == {"cats": 1, GPU: 2}
+
+
+def admin_claim(name: str, namespace: str, *results: tuple[str, str, str, str],
+                flagged: bool = True) -> dict[str, Any]:
+    """A claim of allocationMode All with ``exactly.adminAccess`` (its results flagged
+    ``adminAccess: true`` as kdra's allocator writes them, or not: older writers)."""
+    claim = raw_claim(name, *results, namespace=namespace, node="node-a", pods=("monitor",))
+    claim["spec"] = {"devices": {"requests": [{"name": "gpus", "exactly": {
+        "deviceClassName": GPU, "allocationMode": "All", "adminAccess": True}}]}}
+    for result in claim["status"]["allocation"]["devices"]["results"]:
+        if flagged:
+            result["adminAccess"] = True
+    return claim
+
+
+def test_admin_access_holds_no_device() -> None:
+    """Issue 41: a monitoring claim with admin access to every GPU of a node beside a pod
+    using one of them: the GPU is allocated once, the others stay free; ``top`` and the
+    namespace gauge count the monitor's namespace no devices (its claim still counts)."""
+    slices = [raw_slice("node-a", *gpus(3))]
+    train = with_class(raw_claim("train", ("gpu", GPU, "node-a", "gpu-1"), node="node-a",
+                                 pods=("p",)), GPU)
+    everything = [("gpus", GPU, "node-a", f"gpu-{i}") for i in range(3)]
+    for flagged in (True, False):
+        monitor = admin_claim("monitor", "ops", *everything, flagged=flagged)
+        claims = claims_of([train, monitor])
+        assert rows(utilisation(snapshot(slices, [GPU_CLASS]), claims)) == [
+            (GPU, "node-a", "node-a", 3, 1, 2, 0)]
+        assert namespace_usage(claims) == {("default", GPU): 1}
+        default, ops = sorted(top(claims), key=lambda n: n.namespace)
+        assert (ops.namespace, ops.devices, ops.claims, dict(ops.by_class)) == ("ops", 0, 1, {})
+        assert [(p.pod, p.devices, p.claims) for p in ops.pods] == [("monitor", 0,
+                                                                      ("monitor",))]
+        assert (default.devices, dict(default.by_class)) == (1, {GPU: 1})

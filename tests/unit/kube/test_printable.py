@@ -107,7 +107,7 @@ def test_kdra_describe_shows_an_agents_escape_sequences_escaped() -> None:
 
 
 def test_kubectl_kdra_why_shows_a_tenants_cel_literal_escaped() -> None:
-    from kdra.cli.core.why import render_why
+    from kdra.cli.core.why_render import render_why
     from tests.unit.cli.test_why import explain, pending_claim, pod
 
     target = pod([{"name": "gpu", "resourceClaimName": "c"}])

@@ -39,8 +39,8 @@ from unittest import mock
 import kdra.dra.allocator.cluster
 import kdra.dra.cel._selector
 import kdra.dra.models
+import kdra.dra.quota
 import kdra.kube.resources
-import kdra.operator.core.quota
 import kdra.operator.scheduler.cluster
 import kdra.operator.scheduler.quota
 from kdra.kube.core.podclaims import CLAIMS_ANNOTATION, SCHEDULER_NAME
@@ -218,7 +218,9 @@ def counting(counts: Counts) -> Iterator[None]:
             mock.patch.object(kdra.operator.scheduler.cluster, "parse_claim",
                               spy("claim_parses", kdra.dra.models.parse_claim)), \
             mock.patch.object(kdra.operator.scheduler.quota, "claim_charge",
-                              spy("quota_charges", kdra.operator.core.quota.claim_charge)):
+                              spy("quota_charges", kdra.dra.quota.claim_charge)), \
+            mock.patch.object(kdra.dra.quota, "claim_charge",  # the shared check's own calls
+                              spy("quota_charges", kdra.dra.quota.claim_charge)):
         yield
 
 

@@ -443,3 +443,56 @@ def test_errors_are_capped_and_values_cut_short() -> None:
     assert response.errors[-1].message == "... and 251 more error(s)"
     assert "and 92 more)" in response.errors[0].message  # the pod's containers, listed
     assert len(response.message) < 3000
+
+
+# --------------------------------------------------------------------------- notices (issue 41)
+
+
+@pytest.mark.parametrize(("annotations", "spec_claims", "expected"), [
+    # a typo of the claims key, in kdra's domain and in a kdra-like one
+    ({"resource.kdra.dev/claim": "[]"}, None,
+     ["metadata.annotations['resource.kdra.dev/claim'] is not an annotation kdra reads: "
+      "did you mean "
+      "'resource.kdra.dev/claims'? kdra allocates devices only for pods with "
+      "resource.kdra.dev/claims; without it this pod gets none"]),
+    ({"resources.kdra.dev/claims": "[]"}, None, ["did you mean 'resource.kdra.dev/claims'?"]),
+    ({"kdra.dev/claim": "[]"}, None, ["did you mean 'resource.kdra.dev/claims'?"]),
+    # another key in kdra's domain: the closest of kdra's, or the list of them
+    ({CLAIMS_ANNOTATION: "[]", "resource.kdra.dev/placement-polcy": "spread"}, None,
+     ["did you mean 'resource.kdra.dev/placement-policy'?"]),
+    ({"resource.kdra.dev/zzz": "1"}, None, ["kdra's pod annotations are "]),
+    # spec.resourceClaims, which kdra's flavour does not read
+    ({}, [{"name": "gpu", "resourceClaimName": "x"}],
+     ["spec.resourceClaims ('gpu') is not served by kdra's resource.kdra.dev flavour"]),
+    # nothing to say: kdra's own keys, other domains that merely mention kdra
+    ({CLAIMS_ANNOTATION: "[]", "devices.resource.kdra.dev/main": "x",
+      "metrics.kdra.dev/scrape": "true", "example.com/claims": "x"}, [], []),
+], ids=["typo-claim", "typo-domain", "short-domain", "typo-policy", "unknown-key",
+        "spec-resource-claims", "nothing"])
+def test_pod_notices(annotations: dict[str, str], spec_claims: list[dict[str, str]] | None,
+                     expected: list[str]) -> None:
+    from kdra.operator.core.pod_notices import pod_notices
+
+    obj = pod(None)
+    obj["metadata"]["annotations"] = annotations
+    if spec_claims is not None:
+        obj["spec"]["resourceClaims"] = spec_claims
+    found = [n.message for n in pod_notices(obj)]
+    assert len(found) == len(expected), found
+    for message, part in zip(found, expected, strict=True):
+        assert part in message
+    # The mutating webhook says the same at admission (and changes nothing for these).
+    answer = mutate_pod(request_for(obj))
+    assert answer.allowed
+    assert list(answer.warnings) == found
+
+
+def test_pod_notices_are_bounded() -> None:
+    from kdra.operator.core.pod_notices import MAX_NOTICES, pod_notices
+
+    obj = pod(None)
+    obj["metadata"]["annotations"] = {f"resource.kdra.dev/{'x' * 5000}{i}": "1"
+                                      for i in range(100)}
+    found = pod_notices(obj)
+    assert len(found) == MAX_NOTICES
+    assert all(len(n.message) < 700 for n in found)

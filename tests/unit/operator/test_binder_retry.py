@@ -221,5 +221,5 @@ def test_an_unschedulable_condition_the_server_refused_is_written_on_the_retry()
     assert subresource == "status"
     condition = body["status"]["conditions"][0]
     assert (condition["type"], condition["status"]) == ("PodScheduled", "False")
-    assert condition["message"] == "0/0 nodes available: no nodes"
+    assert condition["message"] == "no nodes available to schedule pods"
     assert binder.pending[key]["status"]["conditions"] == [condition]

@@ -156,10 +156,10 @@ def test_other_pods_are_allocated_while_one_pods_search_runs_out_of_budget(
         "allocation search for claims 'one-0', 'one-1', 'one-2', 'one-3', 'one-4', "
         "'everything' exhausted its budget (80000 steps, 40000 per node, 60s; spent ")
     assert condition["message"].endswith(
-        "0/2 nodes available: 1 allocation search gave up (claims \"one-0\", \"one-1\", "
+        "0/2 nodes are available: 1 allocation search gave up (claims \"one-0\", \"one-1\", "
         "\"one-2\", \"one-3\", \"one-4\", \"everything\"), 1 no device of class "
         "\"gpu.kdra.dev\" matches request \"gpu\" of claim \"one-0\" (selector "
-        "device.driver == \"gpu.kdra.dev\")")
+        "device.driver == \"gpu.kdra.dev\").")
     assert exhausted_count("node-steps") == before + 1
 
 

@@ -1,5 +1,6 @@
-"""DeviceQuota arithmetic (kdra.operator.core.quota): charges, the ledger with shared claims and
-in-flight allocations, the check and its message, the early check at admission, the status."""
+"""DeviceQuota arithmetic (kdra.dra.quota; the status: kdra.operator.core.quota): charges, the
+ledger with shared claims and in-flight allocations, the check and its message, the early
+check at admission, the status."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 from kdra.dra.errors import InvalidObject
 from kdra.dra.models import AllocationResult, ResourceClaim, parse_claim
 from kdra.dra.quantity import parse_quantity
-from kdra.operator.core.quota import (
+from kdra.dra.quota import (
     DeviceFacts,
     DeviceQuota,
     Ledger,
@@ -25,8 +26,8 @@ from kdra.operator.core.quota import (
     early_denials,
     least_devices,
     parse_quota,
-    quota_status,
 )
+from kdra.operator.core.quota import quota_status
 from tests.unit.builders import (
     CLASS,
     DRIVER,

@@ -36,7 +36,7 @@ class Recorder:
 
 def fake_operator() -> tuple[Any, list[tuple[str, str, str | None]]]:
     calls: list[tuple[str, str, str | None]] = []
-    services = ("claim_controller", "binder", "slice_gc", "taint_eviction")
+    services = ("claim_controller", "binder", "slice_gc", "taint_eviction", "notices")
     return SimpleNamespace(**{s: Recorder(calls, s) for s in services}), calls
 
 
@@ -52,12 +52,14 @@ def test_every_kind_has_exactly_one_route() -> None:
 
 
 def test_a_pod_without_claims_reaches_the_binder_only() -> None:
+    """(and the notices, which warn about claims kdra would not see: issue 41)"""
     op, calls = fake_operator()
     route_pod(op, "ADDED", pod())
-    assert calls == [("binder", "on_pod", "ADDED")]
+    assert calls == [("binder", "on_pod", "ADDED"), ("notices", "on_pod", "ADDED")]
     calls.clear()
     route_pod(op, None, pod({CLAIMS_ANNOTATION: "[]"}))
-    assert calls == [("claim_controller", "on_pod", None), ("binder", "on_pod", None)]
+    assert calls == [("claim_controller", "on_pod", None), ("binder", "on_pod", None),
+                     ("notices", "on_pod", None)]
 
 
 def test_a_claim_reaches_the_claim_controller_before_the_binder() -> None:

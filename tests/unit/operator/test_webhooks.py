@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from kdra.operator.core.pod_notices import NOTICE_POD_CONDITION
 from kdra.operator.core.webhook_configs import (
     CRD_NAMES,
     MUTATE_POD_CONDITION,
@@ -58,12 +59,22 @@ def test_policies() -> None:
     webhooks = (mutating_configuration(Endpoint(), None)["webhooks"]
                 + validating_configuration(Endpoint(), None)["webhooks"])
     assert {w["name"] for w in webhooks} == {"mutate-pods.resource.kdra.dev",
+                                             "notice-pods.resource.kdra.dev",
                                              "validate-pods.resource.kdra.dev",
                                              "protect-pods.resource.kdra.dev",
                                              "validate.resource.kdra.dev",
                                              "validate-bindings.resource.kdra.dev",
                                              "validate-claim-status.resource.kdra.dev"}
     for webhook in webhooks:
+        if webhook["name"] == "notice-pods.resource.kdra.dev":
+            # Warnings only (issue 41): fails open, for pods no other kdra webhook gets.
+            assert webhook["failurePolicy"] == "Ignore"
+            assert webhook["matchConditions"] == [
+                {"name": "not-served-by-mutate-pods",
+                 "expression": f"!({MUTATE_POD_CONDITION})"},
+                {"name": "claims-kdra-would-not-see", "expression": NOTICE_POD_CONDITION}]
+            assert webhook["rules"][0]["operations"] == ["CREATE"]
+            continue
         assert webhook["failurePolicy"] == "Fail"
         assert webhook["sideEffects"] == "None"
         assert webhook["timeoutSeconds"] == 5

@@ -2,9 +2,9 @@
 
 - :func:`build_cdi_spec`: the CDI spec (``cdiVersion 0.6.0``) of one claim and driver: one
   CDI device per claim+device named ``<claim-uid>-<device>`` (``-<shareID>`` added for a
-  share of a device several claims hold), with env named after the device
-  (``KDRA_DEVICE_GPU_0_UUID``; a partition's or share's from :mod:`kdra.agent.core.shares`), host
-  ``deviceNodes`` for real (NVML) GPUs and a ``/dev/kdra/<device>`` node for fake ones.
+  share of a device several claims hold), with kdra's env named after the device
+  (``KDRA_DEVICE_GPU_0_UUID``) and what the device's backend adds
+  (:mod:`kdra.agent.core.backend`: env, device nodes, mounts).
 - :func:`cdi_file_name` / :func:`cdi_device_id`: the spec file of a claim and driver, and the
   fully qualified CDI name a runtime is asked for.
 
@@ -22,10 +22,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kdra.agent.core.backend import NO_BACKENDS, Backends, ContainerEdits
 from kdra.agent.core.checkpoint import ClaimRef, PreparedDevice
 from kdra.agent.core.gpu_profiles import GPU_DRIVER
 from kdra.agent.core.inventory_devices import InventoryDevice
-from kdra.agent.core.shares import share_env
 
 CDI_VERSION = "0.6.0"
 CDI_VENDOR = "kdra.dev"
@@ -68,13 +68,6 @@ def cdi_file_name(driver: str, claim_uid: str) -> str:
     return f"{CDI_FILE_PREFIX}{cdi_class(driver)}-{claim_uid}.json"
 
 
-FAKE_DEVICE_DIR = "/dev/kdra"
-FAKE_DEVICE_NODE = {"type": "c", "major": 1, "minor": 3, "fileMode": 0o666}
-"""A fake GPU's device node in the container: ``/dev/kdra/<device>``, a character device
-with /dev/null's numbers (1:3). runc creates it inside the container (nothing is created on
-the host) and the device-cgroup rule CDI adds allows exactly it."""
-
-
 def env_name(device: str) -> str:
     """``KDRA_DEVICE_<NAME>``: the device name upper-cased, every other character ``_``."""
     return "KDRA_DEVICE_" + re.sub(r"[^A-Z0-9]", "_", device.upper())
@@ -82,24 +75,26 @@ def env_name(device: str) -> str:
 
 def build_cdi_spec(*, node: str, claim: ClaimRef, driver: str,
                    devices: Sequence[InventoryDevice],
-                   prepared: Sequence[PreparedDevice] = ()) -> JSON:
+                   prepared: Sequence[PreparedDevice] = (),
+                   backends: Backends = NO_BACKENDS) -> JSON:
     """The CDI spec of ``claim``'s ``devices`` of ``driver`` on ``node``: the single
     description of what each device gives a container (containerd injects it when the
     agent's NRI plugin names the device at container creation).
 
-    Each device (``NAME`` = :func:`env_name`) gives ``KDRA_DEVICE_NAME=driver/pool/device``,
-    ``KDRA_DEVICE_NAME_CLAIM=<namespace>/<name>``, ``KDRA_DEVICE_NAME_UUID`` when it has a
-    ``uuid`` attribute, and for other drivers than GPUs each attribute as
-    ``KDRA_DEVICE_NAME_<ATTRIBUTE>`` (the seed's cats: ``..._COLOR=white``); a real GPU its
-    host device nodes, a fake GPU the node ``/dev/kdra/<device>`` (:data:`FAKE_DEVICE_NODE`).
-    Every variable is named after its device, so a container with several claims' devices
-    gets them all (CDI env edits replace a variable of the same name). The lists over a
-    container's devices, ``KDRA_DEVICES`` and ``NVIDIA_VISIBLE_DEVICES``, are set by the NRI
-    plugin (:mod:`kdra.agent.core.exposure`), never by a spec. Spec-wide: ``KDRA_NODE_NAME``.
+    Each device (``NAME`` = :func:`env_name`) gives kdra's env —
+    ``KDRA_DEVICE_NAME=driver/pool/device``, ``KDRA_DEVICE_NAME_CLAIM=<namespace>/<name>``,
+    ``KDRA_DEVICE_NAME_UUID`` when it has a ``uuid`` (recorded, else its attribute) — then what
+    its backend adds (:meth:`~kdra.agent.core.backend.DeviceBackend.container_edits`, the
+    backend named by ``device.backend`` in ``backends``): env, device nodes, mounts. Every
+    variable is named after its device, so a container with several claims' devices gets
+    them all (CDI env edits replace a variable of the same name). The lists over a
+    container's devices (``KDRA_DEVICES``, a backend's such as the GPUs' UUID list) are
+    set by the NRI plugin (:mod:`kdra.agent.core.exposure`), never by a spec. Spec-wide:
+    ``KDRA_NODE_NAME``.
 
     ``prepared`` (the recorded results of ``devices``, in claim order): one CDI device per
-    result — a share gets its own (named with its ``shareID``) — with the partition's or
-    share's env from its recorded data (:func:`kdra.agent.core.shares.share_env`)."""
+    result — a share gets its own (named with its ``shareID``) — whose backend reads the
+    recorded data (a partition's or share's env)."""
     by_name = {device.name: device for device in devices}
     pairs: list[tuple[InventoryDevice, PreparedDevice | None]] = (
         [(by_name[p.device], p) for p in prepared
@@ -113,23 +108,11 @@ def build_cdi_spec(*, node: str, claim: ClaimRef, driver: str,
         uuid = data.get("uuid", device.attribute("uuid"))
         if isinstance(uuid, str):
             env.append(f"{name}_UUID={uuid}")
-        if driver != GPU_DRIVER:
-            for attribute in sorted(device.attributes):
-                value = device.attribute(attribute)
-                suffix = re.sub(r"[^A-Z0-9]", "_", attribute.rsplit("/", 1)[-1].upper())
-                if attribute != "uuid" and value is not None:
-                    text = str(value).lower() if isinstance(value, bool) else str(value)
-                    env.append(f"{name}_{suffix}={text}")
-        env += share_env(name, data)
-        edits: JSON = {"env": env}
-        if device.device_nodes:
-            edits["deviceNodes"] = [{"path": path} for path in device.device_nodes]
-        elif driver == GPU_DRIVER:
-            edits["deviceNodes"] = [{"path": f"{FAKE_DEVICE_DIR}/{device.name}",
-                                     **FAKE_DEVICE_NODE}]
+        edits = ContainerEdits(tuple(env)) + backends.named(device.backend).container_edits(
+            device, record, name)
         share = record.share_id if record is not None else ""
         cdi_devices.append({"name": cdi_device_name(claim.uid, device.name, share),
-                            "containerEdits": edits})
+                            "containerEdits": edits.to_cdi()})
     return {
         "cdiVersion": CDI_VERSION,
         "kind": cdi_kind(driver),
@@ -138,4 +121,3 @@ def build_cdi_spec(*, node: str, claim: ClaimRef, driver: str,
         "devices": cdi_devices,
         "containerEdits": {"env": [f"KDRA_NODE_NAME={node}"]},
     }
-

@@ -74,6 +74,9 @@ class PreparedDevice:
     """A share of a device several claims hold (the result's ``shareID``)."""
     consumed_capacity: tuple[tuple[str, str], ...] = ()
     """What the share takes of the device's capacity (the result's ``consumedCapacity``)."""
+    backend: str = ""
+    """The backend that prepared the device (:mod:`kdra.agent.core.backend`); empty in
+    checkpoints of older agents (the agent fills it in from its devices at start)."""
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -89,6 +92,8 @@ class PreparedDevice:
             out["shareID"] = self.share_id
         if self.consumed_capacity:
             out["consumedCapacity"] = dict(self.consumed_capacity)
+        if self.backend:
+            out["backend"] = self.backend
         return out
 
     @classmethod
@@ -98,7 +103,8 @@ class PreparedDevice:
                    str(data["device"]), tuple(str(i) for i in data.get("cdiDeviceIDs", ())),
                    dict(data.get("data") or {}), bool(data.get("adminAccess", False)),
                    str(data.get("shareID") or ""),
-                   tuple(sorted((str(k), str(v)) for k, v in consumed.items())))
+                   tuple(sorted((str(k), str(v)) for k, v in consumed.items())),
+                   str(data.get("backend") or ""))
 
 
 ClaimState = Literal["preparing", "prepared"]

@@ -24,19 +24,21 @@ for the pod on this node, or not prepared
 every consumer entry prepared                  :class:`Adjustment`: the entries' devices
                                                (``request`` narrows to that request's
                                                devices), CDI names in claim order without
-                                               duplicates, ``KDRA_DEVICES`` and (GPUs)
-                                               ``NVIDIA_VISIBLE_DEVICES``
+                                               duplicates, ``KDRA_DEVICES`` and the
+                                               backends' env (the GPUs' UUID list)
 no consumer entry (another container's claims) :class:`Adjustment` without devices, as in
                                                the first row
 =============================================  =============================================
 
-Env: ``KDRA_DEVICES`` = ``driver/pool/device,...`` (the binder's annotation format) and
-``NVIDIA_VISIBLE_DEVICES`` = the container's GPU UUIDs. A container without devices gets
-``KDRA_DEVICES=""`` and ``NVIDIA_VISIBLE_DEVICES=void`` (NVIDIA's "no GPU") where it set
-them itself: containerd 2.2 cannot remove a variable the pod set (containerd#13432), so
-kdra overrides it. The CDI specs never set these two: a CDI env edit replaces a variable
-of the same name, and these two are lists over all of a container's devices, from many
-claims.
+Env: ``KDRA_DEVICES`` = ``driver/pool/device,...`` (the binder's annotation format), then
+each device backend's conventions over the container's devices of that backend
+(:meth:`~kdra.agent.core.backend.DeviceBackend.container_env`; the GPU backends' list of the
+container's GPU UUIDs, :mod:`kdra.agent.core.gpu_backend`). A container without devices gets
+``KDRA_DEVICES=""`` (and a backend's "nothing", the GPUs' ``void``) where it set the variable
+itself: containerd 2.2 cannot remove a variable the pod set (containerd#13432), so kdra
+overrides it. The CDI specs never
+set these lists: a CDI env edit replaces a variable of the same name, and these are lists
+over all of a container's devices, from many claims.
 
 Init containers: NRI does not say whether a container is an init container, so an entry
 without ``containers`` applies to every container of the pod here (the webhook's env path
@@ -57,6 +59,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from kdra.agent.core.backend import NO_BACKENDS, Backends
 from kdra.agent.core.checkpoint import ClaimEntry, PreparedDevice
 from kdra.agent.core.nodeprep import our_results
 from kdra.dra.errors import InvalidObject
@@ -64,8 +67,6 @@ from kdra.kube.core.podclaims import (
     CLAIM_STATUSES_ANNOTATION,
     CLAIMS_ANNOTATION,
     DEVICES_ENV,
-    GPU_DRIVER,
-    GPU_UUIDS_ENV,
     POD_CLAIM_NAME_ANNOTATION,
     PodClaim,
     claim_statuses,
@@ -76,9 +77,6 @@ MAX_ANNOTATION = 256 * 1024
 """The API server's limit on all of an object's annotations together; a claims annotation
 larger than that did not come from a pod the API server admitted."""
 MAX_MESSAGE = 1024
-NO_GPUS = "void"
-"""``NVIDIA_VISIBLE_DEVICES`` for a container without GPUs (NVIDIA's container toolkit then
-exposes nothing)."""
 
 Outcome = Literal["adjusted", "no_devices"]
 
@@ -158,14 +156,16 @@ def prepared_claim(claim: Mapping[str, Any], entry: ClaimEntry | None, node: str
 
 
 def decide(pod: PodInfo, container: str, env: Sequence[str],
-           claims: Sequence[PreparedClaim], node: str) -> Decision:
+           claims: Sequence[PreparedClaim], node: str, *,
+           backends: Backends = NO_BACKENDS) -> Decision:
     """The container's devices (see the module's decision table). ``env``: the container's
     ``KEY=value`` environment as created; ``claims``: the claims in the pod's namespace
-    whose ``reservedFor`` holds ``pod.uid`` and that allocate devices on ``node``."""
+    whose ``reservedFor`` holds ``pod.uid`` and that allocate devices on ``node``;
+    ``backends``: the node agent's device backends (their env conventions)."""
     who = f"container {container!r} of pod {pod.namespace}/{pod.name}"
     text = pod.annotations.get(CLAIMS_ANNOTATION)
     if text is None:
-        return _adjustment((), env)
+        return _adjustment((), env, backends)
     if len(text) > MAX_ANNOTATION:
         return Refusal(_bounded(f"kdra: {who}: annotation {CLAIMS_ANNOTATION} is "
                                 f"{len(text)} bytes (at most {MAX_ANNOTATION})"))
@@ -200,7 +200,7 @@ def decide(pod: PodInfo, container: str, env: Sequence[str],
             if not entry.shows(container, device.request):
                 continue
             devices.setdefault((device.key, device.share_id), device)
-    return _adjustment(tuple(devices.values()), env)
+    return _adjustment(tuple(devices.values()), env, backends)
 
 
 def _resolve(entry: PodClaim, statuses: Mapping[str, str],
@@ -214,16 +214,15 @@ def _resolve(entry: PodClaim, statuses: Mapping[str, str],
     return next((c for c in by_name.values() if c.pod_claim_name == entry.name), None)
 
 
-def _adjustment(devices: Sequence[PreparedDevice], env: Sequence[str]) -> Adjustment:
+def _adjustment(devices: Sequence[PreparedDevice], env: Sequence[str],
+                backends: Backends) -> Adjustment:
     present = {item.split("=", 1)[0] for item in env}
     listed = tuple(dict.fromkeys(f"{d.driver}/{d.pool}/{d.device}" for d in devices))
-    uuids = list(dict.fromkeys(str(d.data["uuid"]) for d in devices
-                               if d.driver == GPU_DRIVER and isinstance(d.data.get("uuid"), str)))
     settings: list[tuple[str, str]] = []
     if listed or DEVICES_ENV in present:
         settings.append((DEVICES_ENV, ",".join(listed)))
-    if uuids or GPU_UUIDS_ENV in present:
-        settings.append((GPU_UUIDS_ENV, ",".join(uuids) or NO_GPUS))
+    settings += [(k, v) for k, v in backends.container_env(devices, present)
+                 if k != DEVICES_ENV]
     cdi = tuple(dict.fromkeys(i for d in devices for i in d.cdi_device_ids))
     return Adjustment(cdi, tuple(settings), listed)
 

@@ -23,6 +23,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from kdra.agent.core.inventory_devices import (
+    AttributeValue,
+    int_attr,
+    string_attr,
+    version_attr,
+)
+from kdra.dra.models import MAX_ATTRIBUTE_STRING_LENGTH
 from kdra.dra.semver import is_valid_version
 
 GPU_DRIVER = "gpu.kdra.dev"
@@ -134,3 +141,31 @@ def cuda_version_from_int(value: int) -> str:
 def compute_capability(major: int, minor: int) -> str:
     """``(9, 0)`` → ``"9.0.0"``."""
     return f"{major}.{minor}.0"
+
+
+def gpu_attributes(*, uuid: str, product_name: str, brand: str, architecture: str,
+                   cuda_compute_capability: str, driver_version: str,
+                   cuda_driver_version: str, pci_bus_id: str, index: int, minor: int,
+                   pcie_root: str | None = None,
+                   numa_node: int | None = None) -> dict[str, AttributeValue]:
+    """The attributes of one full GPU, named after NVIDIA's DRA driver (shared by the NVML
+    backend and the fake profiles, so both publish the same shape); ``productName`` is cut to
+    the API's string limit."""
+    attributes: dict[str, AttributeValue] = {
+        "type": string_attr(GPU_DEVICE_TYPE),
+        "uuid": string_attr(uuid),
+        "productName": string_attr(product_name[:MAX_ATTRIBUTE_STRING_LENGTH]),
+        "brand": string_attr(brand),
+        "architecture": string_attr(architecture),
+        "cudaComputeCapability": version_attr(cuda_compute_capability),
+        "driverVersion": version_attr(driver_version),
+        "cudaDriverVersion": version_attr(cuda_driver_version),
+        "pciBusID": string_attr(pci_bus_id),
+        "index": int_attr(index),
+        "minor": int_attr(minor),
+    }
+    if pcie_root is not None:
+        attributes["pcieRoot"] = string_attr(pcie_root)
+    if numa_node is not None:
+        attributes["numaNode"] = int_attr(numa_node)
+    return attributes

@@ -6,7 +6,9 @@ with no I/O:
 
 - :func:`parse_inventory` reads the inventory YAML (GPU profiles like ``8 x H100-80GB`` and
   arbitrary devices of any driver, e.g. the seed's cats with ``color``/``size``) and returns
-  an :class:`Inventory`, or raises InvalidObject naming the file, line and field.
+  an :class:`Inventory`, or raises InvalidObject naming the file, line and field;
+  :func:`parse_inventory_sections` the two sections apart (``gpus``: the ``fake-gpu``
+  backend's, ``devices``: the ``generic`` backend's, :mod:`kdra.agent.backends`).
 - :func:`expand_names` reads the node names one agent process simulates (``node-{0..99}``).
 
 The devices themselves (:class:`InventoryDevice`, and the attributes both discovery backends
@@ -47,6 +49,7 @@ Invariants:
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 import yaml
@@ -59,13 +62,13 @@ from kdra.agent.core.gpu_profiles import (
     GPU_PROFILES,
     fake_gpu_uuid,
     fake_pci_bus_id,
+    gpu_attributes,
     parse_gpu_shorthand,
 )
 from kdra.agent.core.inventory_devices import (
     AttributeValue,
     Inventory,
     InventoryDevice,
-    gpu_attributes,
 )
 from kdra.dra.errors import InvalidObject
 from kdra.dra.models import (
@@ -145,32 +148,51 @@ _DEVICE_KEYS = {"name", "driver", "attributes", "capacity", "count", "healthy"}
 _ATTRIBUTE_KINDS = ("int", "bool", "string", "version")
 
 
+@dataclass(frozen=True)
+class InventorySections:
+    """An inventory file's devices by section: what the ``fake-gpu`` backend publishes
+    (``gpus``) and what the ``generic`` backend does (``devices``)."""
+
+    gpus: Inventory = field(default_factory=Inventory)
+    devices: Inventory = field(default_factory=Inventory)
+
+
 def parse_inventory(text: str, node: str, *, source: str = "inventory",
                     default_driver: str = GPU_DRIVER) -> Inventory:
-    """Parse a fake inventory for ``node`` (its name seeds the fake GPU UUIDs).
-    ``default_driver`` applies where neither the entry nor the file names a driver.
+    """Parse a fake inventory for ``node`` (its name seeds the fake GPU UUIDs): every device,
+    GPUs first. ``default_driver`` applies where neither the entry nor the file names a
+    driver.
 
     Raises InvalidObject whose ``obj`` names ``source`` and the line, and whose ``field`` is
     the path of the offending value (``gpus[0].profile``).
     """
+    sections = parse_inventory_sections(text, node, source=source,
+                                        default_driver=default_driver)
+    return Inventory(sections.gpus.devices + sections.devices.devices)
+
+
+def parse_inventory_sections(text: str, node: str, *, source: str = "inventory",
+                             default_driver: str = GPU_DRIVER) -> InventorySections:
+    """:func:`parse_inventory`, the ``gpus`` and ``devices`` sections apart."""
     doc = _Doc(text, source)
     data = doc.data
     if data is None:
-        return Inventory()
+        return InventorySections()
     if not isinstance(data, dict):
         doc.fail("", "the inventory must be a mapping with keys " + ", ".join(sorted(_TOP_KEYS)))
     _check_keys(doc, data, "", _TOP_KEYS)
     default_driver = _driver(doc, data.get("driver", default_driver), "driver")
-    devices = _parse_gpus(doc, data.get("gpus") or [], node, default_driver)
-    devices += _parse_devices(doc, data.get("devices") or [], default_driver)
+    gpus = _parse_gpus(doc, data.get("gpus") or [], node, default_driver)
+    devices = _parse_devices(doc, data.get("devices") or [], default_driver)
     seen: dict[tuple[str, str], str] = {}
-    for device, path in devices:
+    for device, path in gpus + devices:
         key = (device.driver, device.name)
         if key in seen:
             doc.fail(path, f"device {device.name!r} of driver {device.driver!r} is defined "
                            f"twice (first at {seen[key]})")
         seen[key] = path
-    return Inventory(tuple(device for device, _ in devices))
+    return InventorySections(Inventory(tuple(device for device, _ in gpus)),
+                             Inventory(tuple(device for device, _ in devices)))
 
 
 def _check_keys(doc: _Doc, data: dict[str, Any], path: str, allowed: set[str]) -> None:

@@ -1,12 +1,11 @@
-"""The devices a node agent knows: :class:`InventoryDevice` (one device as discovery found it,
+"""The devices a node agent knows: :class:`InventoryDevice` (one device as a backend found it,
 with what the agent publishes about it) and :class:`Inventory` (all of one node's), and the
-attribute values discovery builds them with (:func:`gpu_attributes`: one full GPU's, the same
-for the NVML backend and the fake inventory, :mod:`kdra.agent.core.inventory`).
+attribute values backends build them with (a GPU's: :func:`kdra.agent.core.gpu_profiles.
+gpu_attributes`).
 
 Invariants:
 - Immutable values: discovery builds them, the health loop derives tainted copies.
-- Every attribute is in the API's form (exactly one of int, bool, string, version); a GPU's
-  ``productName`` is cut to the API's string limit.
+- Every attribute is in the API's form (exactly one of int, bool, string, version).
 - :meth:`InventoryDevice.to_api` gives the device exactly as a v1 ``ResourceSlice`` lists it;
   the counter sets a device provides (``counter_sets``) are not part of it (v1 publishes them
   in slices of their own, see :mod:`kdra.agent.core.pool_layout`).
@@ -18,8 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kdra.agent.core.gpu_profiles import GPU_DEVICE_TYPE
-from kdra.dra.models import MAX_ATTRIBUTE_STRING_LENGTH
 from kdra.dra.taints import Taint
 
 AttributeValue = Mapping[str, int | bool | str]
@@ -39,33 +36,6 @@ def version_attr(value: str) -> AttributeValue:
     return {"version": value}
 
 
-def gpu_attributes(*, uuid: str, product_name: str, brand: str, architecture: str,
-                   cuda_compute_capability: str, driver_version: str,
-                   cuda_driver_version: str, pci_bus_id: str, index: int, minor: int,
-                   pcie_root: str | None = None,
-                   numa_node: int | None = None) -> dict[str, AttributeValue]:
-    """The attributes of one full GPU, named after NVIDIA's DRA driver (shared by the NVML
-    backend and the fake profiles, so both publish the same shape)."""
-    attributes: dict[str, AttributeValue] = {
-        "type": string_attr(GPU_DEVICE_TYPE),
-        "uuid": string_attr(uuid),
-        "productName": string_attr(product_name[:MAX_ATTRIBUTE_STRING_LENGTH]),
-        "brand": string_attr(brand),
-        "architecture": string_attr(architecture),
-        "cudaComputeCapability": version_attr(cuda_compute_capability),
-        "driverVersion": version_attr(driver_version),
-        "cudaDriverVersion": version_attr(cuda_driver_version),
-        "pciBusID": string_attr(pci_bus_id),
-        "index": int_attr(index),
-        "minor": int_attr(minor),
-    }
-    if pcie_root is not None:
-        attributes["pcieRoot"] = string_attr(pcie_root)
-    if numa_node is not None:
-        attributes["numaNode"] = int_attr(numa_node)
-    return attributes
-
-
 @dataclass(frozen=True)
 class InventoryDevice:
     """One device a node has, as the agent knows it (published or not)."""
@@ -78,7 +48,8 @@ class InventoryDevice:
     health_reason: str = ""
     """Why the device is unhealthy (empty when healthy)."""
     device_nodes: tuple[str, ...] = ()
-    """Host device nodes a container needs (``/dev/nvidia3``): set only for real GPUs."""
+    """Host device nodes a container needs (a real GPU's ``/dev/nvidia3``); the backend's
+    default CDI edits pass them on (:class:`kdra.agent.core.backend.BackendBase`)."""
     taints: tuple[Taint, ...] = ()
     """Taints to publish (the agent's health loop sets them; discovery never does)."""
     consumes_counters: tuple[CounterUse, ...] = ()
@@ -93,6 +64,9 @@ class InventoryDevice:
     """capacity name → its ``requestPolicy`` in the API's form (shared devices)."""
     parent: str = ""
     """The physical device a partition is carved from (``gpu-0``); empty otherwise."""
+    backend: str = ""
+    """The name of the backend that found the device (:mod:`kdra.agent.core.backend`): the
+    one asked how to prepare and expose it. Not published."""
 
     def attribute(self, name: str) -> int | bool | str | None:
         value = self.attributes.get(name)
@@ -156,5 +130,5 @@ class Inventory:
 
 
 
-__all__ = ["AttributeValue", "CounterUse", "Inventory", "InventoryDevice", "gpu_attributes",
-           "int_attr", "string_attr", "version_attr"]
+__all__ = ["AttributeValue", "CounterUse", "Inventory", "InventoryDevice", "int_attr",
+           "string_attr", "version_attr"]

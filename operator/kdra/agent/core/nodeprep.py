@@ -30,10 +30,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kdra.agent.core.backend import NO_BACKENDS, Backends
 from kdra.agent.core.cdi import cdi_device_id
 from kdra.agent.core.checkpoint import Checkpoint, ClaimRef, PreparedDevice
 from kdra.agent.core.inventory_devices import InventoryDevice
-from kdra.agent.core.shares import share_data
 from kdra.dra.binding_conditions import READY
 from kdra.dra.timestamps import transition_time
 from kdra.kube.core.printable import MAX_LINE, printable
@@ -129,27 +129,38 @@ def wants_prepared(claim: Mapping[str, Any] | None, node: str, drivers: Iterable
     return bool(status.get("reservedFor")) and bool(our_results(claim, node, drivers))
 
 
+MAX_SHARE_ID = 64
+"""A ``shareID`` longer than this is cut (upstream's are UIDs: 36 characters)."""
+
+
 def prepared_devices(claim: ClaimRef, results: Sequence[Result],
                      devices: Mapping[tuple[str, str], InventoryDevice],
-                     admin_requests: frozenset[str] = frozenset(),
-                     ) -> tuple[PreparedDevice, ...]:
+                     admin_requests: frozenset[str] = frozenset(), *,
+                     backends: Backends = NO_BACKENDS) -> tuple[PreparedDevice, ...]:
     """The recorded result of preparing ``results`` (every device must be in ``devices``,
-    keyed by (driver, name)); results of ``admin_requests`` are marked admin access."""
+    keyed by (driver, name)); results of ``admin_requests`` are marked admin access.
+
+    Each record's ``data``: the device's ``uuid`` attribute, what its backend records
+    (:meth:`~kdra.agent.core.backend.DeviceBackend.device_data`, e.g. a GPU's
+    ``productName``, a partition's UUID), a share's ``shareID`` and ``consumedCapacity``,
+    and the ``cdiDeviceIDs``; ``backend``: the device's backend."""
     prepared = []
     for result in results:
         device = devices[(result.driver, result.device)]
         ids = (cdi_device_id(result.driver, claim.uid, result.device, result.share_id),)
         data: dict[str, Any] = {}
-        for name in ("uuid", "productName"):
-            value = device.attribute(name)
-            if value is not None:
-                data[name] = value
-        data.update(share_data(device, result.pool, result.share_id, result.consumed_capacity))
+        uuid = device.attribute("uuid")
+        if uuid is not None:
+            data["uuid"] = uuid
+        data.update(backends.named(device.backend).device_data(device, result.pool))
+        if result.share_id:
+            data["shareID"] = result.share_id[:MAX_SHARE_ID]
+            data["consumedCapacity"] = dict(result.consumed_capacity)
         data["cdiDeviceIDs"] = list(ids)
         admin = result.request.split("/", 1)[0] in admin_requests
         prepared.append(PreparedDevice(result.request, result.driver, result.pool,
                                        result.device, ids, data, admin, result.share_id,
-                                       result.consumed_capacity))
+                                       result.consumed_capacity, device.backend))
     return tuple(prepared)
 
 

@@ -1,7 +1,10 @@
-"""What a partition or a share of a GPU tells its container: the recorded data and the env.
+"""What a partition or a share of a GPU tells its container: the recorded data and the env
+(for the GPU backends, :mod:`kdra.agent.core.gpu_backend`).
 
 When the node agent prepares a device it records ``data`` (kept in its checkpoint and
-reported in ``status.devices[].data``) and writes the device's CDI env from it:
+reported in ``status.devices[].data``; a share's ``shareID`` and ``consumedCapacity`` are
+recorded by kdra for any device, :func:`kdra.agent.core.nodeprep.prepared_devices`) and writes
+the device's CDI env from it:
 
 =====================  ===========================================  ===========================
 device                 data                                         env (``NAME`` =
@@ -41,7 +44,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from kdra.agent.core.gpu_partitions import PARTITION_DEVICE_TYPE
@@ -50,8 +53,6 @@ from kdra.agent.core.inventory_devices import InventoryDevice
 SHARE_ID_ENV = "KDRA_SHARE_ID"
 MEMORY_LIMIT_ENV = "KDRA_GPU_MEMORY_LIMIT"
 PROFILE_ENV = "KDRA_GPU_PROFILE"
-MAX_SHARE_ID = 64
-"""A ``shareID`` longer than this is cut (upstream's are UIDs: 36 characters)."""
 
 
 def fake_partition_uuid(node: str, device: str) -> str:
@@ -64,22 +65,18 @@ def is_partition(device: InventoryDevice) -> bool:
     return device.attribute("type") == PARTITION_DEVICE_TYPE
 
 
-def share_data(device: InventoryDevice, node: str, share_id: str,
-               consumed: Sequence[tuple[str, str]]) -> dict[str, Any]:
-    """The data to record for ``device`` prepared on ``node`` as a partition and/or a share
-    (empty for a plain device)."""
-    data: dict[str, Any] = {}
-    if is_partition(device):
-        uuid = device.attribute("uuid")
-        data["uuid"] = uuid if isinstance(uuid, str) else fake_partition_uuid(node,
-                                                                              device.name)
-        for name in ("profile", "parentUUID", "placement"):
-            value = device.attribute(name)
-            if value is not None:
-                data[name] = value
-    if share_id:
-        data["shareID"] = share_id[:MAX_SHARE_ID]
-        data["consumedCapacity"] = dict(consumed)
+def partition_data(device: InventoryDevice, node: str) -> dict[str, Any]:
+    """The data to record for ``device`` prepared on ``node`` as a partition (empty for any
+    other device): a fake partition is created here, its UUID minted."""
+    if not is_partition(device):
+        return {}
+    uuid = device.attribute("uuid")
+    data: dict[str, Any] = {
+        "uuid": uuid if isinstance(uuid, str) else fake_partition_uuid(node, device.name)}
+    for name in ("profile", "parentUUID", "placement"):
+        value = device.attribute(name)
+        if value is not None:
+            data[name] = value
     return data
 
 
@@ -115,6 +112,6 @@ __all__ = [
     "SHARE_ID_ENV",
     "fake_partition_uuid",
     "is_partition",
-    "share_data",
+    "partition_data",
     "share_env",
 ]

@@ -10,10 +10,12 @@ Rules:
 - Per pool (driver, pool name) only the slices of the highest ``pool.generation`` count, as for
   the allocator. A pool whose newest generation has fewer (or more) slices than
   ``resourceSliceCount`` is shown but marked incomplete: the allocator does not use it yet.
-- A device is *allocated* while any claim's ``status.allocation`` names it (several claims may
-  hold one device with adminAccess); *free* otherwise. Holders list the claim, its request, the
-  pods in its ``reservedFor`` and whether the node agent reported the device Ready in
-  ``status.devices[]`` (None: not reported yet).
+- A device is *allocated* while a claim's ``status.allocation`` holds it; *free* otherwise. A
+  result of an admin-access request holds no device (upstream's rule): the device table and
+  the counts leave it out, the claims table marks such devices ``(admin access)`` and the JSON
+  lists such a claim among the device's ``claims`` with ``adminAccess: true``. Holders list
+  the claim, its request, the pods in its ``reservedFor`` and whether the node agent reported
+  the device Ready in ``status.devices[]`` (None: not reported yet).
 - A claim can hold a device that no current slice publishes (the node or its agent went away):
   it is listed with the claim as not published, and counted in no pool.
 - A claim's node is the one its allocation's node selector names (``matchFields metadata.name
@@ -75,6 +77,8 @@ class Holder:
     """``namespace/name`` of the pods the claim is reserved for."""
     ready: bool | None
     """The node agent's Ready condition for the device; None while it reported nothing."""
+    admin_access: bool = False
+    """The claim sees the device through admin access: it does not hold it."""
 
 
 @dataclass(frozen=True)
@@ -89,8 +93,13 @@ class DeviceRow:
     another partition occupies the slice)."""
 
     @property
+    def held_by(self) -> tuple[Holder, ...]:
+        """The holders that hold it (admin access holds nothing)."""
+        return tuple(h for h in self.holders if not h.admin_access)
+
+    @property
     def state(self) -> str:
-        state = "allocated" if self.holders else "free"
+        state = "allocated" if self.held_by else "free"
         if self.blocked:
             state = f"blocked ({self.blocked} in use)"
         return f"{state} (tainted {', '.join(self.taints)})" if self.taints else state
@@ -112,14 +121,14 @@ class PoolRow:
 
     @property
     def allocated(self) -> int:
-        return sum(1 for device in self.devices if device.holders)
+        return sum(1 for device in self.devices if device.held_by)
 
     @property
     def free(self) -> int:
         """Devices nobody holds and neither an acting taint nor a full counter keeps from new
         claims (as ``kubectl kdra free`` counts them)."""
         return sum(1 for device in self.devices
-                   if not device.holders and not device.taints and not device.blocked)
+                   if not device.held_by and not device.taints and not device.blocked)
 
 
 @dataclass(frozen=True)
@@ -142,14 +151,16 @@ class Description:
                     "name": device.name, "details": device.details, "state": device.state,
                     "taints": list(device.taints), "blocked": device.blocked,
                     "claims": [{"claim": h.claim, "request": h.request, "pods": list(h.pods),
-                                "ready": h.ready} for h in device.holders],
+                                "ready": h.ready, "adminAccess": h.admin_access}
+                               for h in device.holders],
                 } for device in pool.devices],
             } for pool in self.pools],
             "claims": [{
                 "namespace": claim.namespace, "name": claim.name, "state": claim.state,
                 "node": claim.node, "pods": list(claim.pods),
                 "devices": [{"request": d.request, "driver": d.driver, "pool": d.pool,
-                             "device": d.device, "ready": d.ready, "published": d.published}
+                             "device": d.device, "ready": d.ready, "published": d.published,
+                             "adminAccess": d.admin_access}
                             for d in claim.devices],
             } for claim in self.claims],
             **gpus_json(self.gpus, self.shared),
@@ -174,7 +185,7 @@ def describe(slices: Iterable[JSON], claims: Iterable[JSON], *, node: str | None
         for device in row.devices:
             holders.setdefault((device.driver, device.pool, device.device), []).append(
                 Holder(claim=row.key, request=device.request, pods=row.pods,
-                       ready=device.ready))
+                       ready=device.ready, admin_access=device.admin_access))
     newest = _newest_pools(slices)
     views = gpu_views(newest, claims)
     every_pool = [_pool_row(key, members, holders, views.blocked)
@@ -189,7 +200,8 @@ def describe(slices: Iterable[JSON], claims: Iterable[JSON], *, node: str | None
         devices = tuple(
             ClaimDevice(d.request, d.driver, d.pool, d.device, d.ready,
                         published=(d.driver, d.pool, d.device) in published,
-                        device_class=d.device_class, unhealthy=d.unhealthy)
+                        device_class=d.device_class, unhealthy=d.unhealthy,
+                        admin_access=d.admin_access)
             for d in row.devices)
         row = ClaimRow(row.namespace, row.name, row.state, row.node, devices, row.pods)
         unfiltered = node is None and driver is None
@@ -319,7 +331,7 @@ def render(description: Description, *, devices: bool = True) -> str:
               str(p.total), str(p.allocated), str(p.free)) for p in description.pools]))
         if devices:
             rows = [_device_row(pool, device, holder) for pool in description.pools
-                    for device in pool.devices for holder in (device.holders or (None,))]
+                    for device in pool.devices for holder in (device.held_by or (None,))]
             out.append(_table(("NODE", "POOL", "DEVICE", "DETAILS", "STATE", "CLAIM", "REQUEST",
                                "PODS", "READY"), rows))
         out += render_gpus(description.gpus, description.shared)
@@ -330,6 +342,7 @@ def render(description: Description, *, devices: bool = True) -> str:
             ("NAMESPACE", "CLAIM", "STATE", "NODE", "DEVICES", "READY", "PODS"),
             [(c.namespace, c.name, c.state, c.node or "-",
               ",".join(str(d) + ("" if d.published else " (not published)")
+                       + (" (admin access)" if d.admin_access else "")
                        for d in c.devices) or "-",
               f"{c.ready}/{len(c.devices)}" if c.devices else "-",
               ",".join(pod.split("/", 1)[1] for pod in c.pods) or "-")

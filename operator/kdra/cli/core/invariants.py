@@ -10,7 +10,8 @@ each a short sentence naming the objects. The rules (``Violation.rule``):
 
 ``double-allocation``
     No device (driver/pool/device) appears in two allocation results — of two claims, or
-    twice in one — unless every result holding it comes from an ``adminAccess`` request.
+    twice in one — that hold it: a result of an ``adminAccess`` request holds no device
+    (upstream's rule), so a monitoring claim beside the claim that uses a device is fine.
     Results with a ``shareID`` (shares of a device that allows multiple allocations) are
     checked by :mod:`kdra.cli.core.invariants_shared` instead: ``counter-exceeded``,
     ``capacity-exceeded``, ``share-conflict``.
@@ -74,6 +75,7 @@ from kdra.dra.binding_conditions import unready_devices
 from kdra.dra.errors import InvalidObject
 from kdra.dra.models import NodeSelector
 from kdra.dra.timestamps import parse_time
+from kdra.dra.usage.claims import admin_requests
 from kdra.kube.core.objects import allocation_results as _results
 from kdra.kube.core.objects import metadata as _meta
 from kdra.kube.core.objects import object_name as _name
@@ -176,15 +178,6 @@ def _device(result: JSON) -> DeviceKey:
     return (str(result.get("driver")), str(result.get("pool")), str(result.get("device")))
 
 
-def _admin_requests(claim: JSON) -> set[str]:
-    spec = claim.get("spec")
-    devices = spec.get("devices") if isinstance(spec, Mapping) else None
-    requests = devices.get("requests") if isinstance(devices, Mapping) else None
-    return {str(r.get("name")) for r in requests or ()
-            if isinstance(r, Mapping) and isinstance(r.get("exactly"), Mapping)
-            and r["exactly"].get("adminAccess") is True}
-
-
 def _reserved(claim: JSON) -> list[JSON]:
     return [r for r in _status(claim).get("reservedFor") or () if isinstance(r, Mapping)]
 
@@ -203,20 +196,22 @@ def _finished(pod: JSON) -> bool:
 
 
 def _double_allocations(claims: Sequence[JSON]) -> list[Violation]:
-    holders: dict[DeviceKey, list[tuple[str, bool]]] = defaultdict(list)
+    holders: dict[DeviceKey, list[str]] = defaultdict(list)
     for claim in claims:
-        admin = _admin_requests(claim)
+        devices = _spec(claim).get("devices")
+        admin = admin_requests(devices if isinstance(devices, Mapping) else {})
         for result in _results(claim):
             if result.get("shareID"):
                 continue  # a share: invariants_shared checks those
-            is_admin = (result.get("adminAccess") is True
-                        or str(result.get("request")).split("/", 1)[0] in admin)
-            holders[_device(result)].append((_name(claim), is_admin))
+            if result.get("adminAccess") is True \
+                    or str(result.get("request")).split("/", 1)[0] in admin:
+                continue  # admin access holds no device
+            holders[_device(result)].append(_name(claim))
     found = []
     for device, held in holders.items():
-        if len(held) < 2 or all(is_admin for _, is_admin in held):
+        if len(held) < 2:
             continue
-        names = sorted(name for name, _ in held)
+        names = sorted(held)
         found.append(Violation("double-allocation", f"device {'/'.join(device)} is allocated "
                                f"{len(held)} times: to claims {', '.join(names)}"))
     return found

@@ -28,8 +28,7 @@ Invariants:
 - Never raises on bad input: an unparsable annotation, claim, class or slice becomes a note
   or the explanation's ``problem``; invalid slices and classes are left out as the binder
   leaves them out.
-- Rendered text holds no control sequences: every cluster string in it passes through
-  :func:`kdra.kube.core.printable.printable` (table cells in :func:`~kdra.cli.core.tables.table`).
+- Rendered text (:mod:`kdra.cli.core.why_render`) holds no control sequences.
 - The explanation is a recomputation, not the binder's memory: it can differ from the
   condition when the cluster changed since (both are shown).
 """
@@ -41,7 +40,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kdra.cli.core.tables import table
+from kdra.cli.core.why_quota import QUOTA_HINT, quota_denials
 from kdra.dra.allocator import (
     DeviceId,
     NodeInfo,
@@ -52,6 +51,7 @@ from kdra.dra.allocator import (
 )
 from kdra.dra.errors import InvalidObject
 from kdra.dra.models import ResourceClaim, parse_claim, parse_class, parse_slice
+from kdra.dra.quota import QUOTA_REASON
 from kdra.dra.scheduling import (
     SEARCH_EXHAUSTED,
     NodeView,
@@ -69,10 +69,8 @@ from kdra.kube.core.podclaims import (
     claim_statuses,
     pod_claims,
 )
-from kdra.kube.core.printable import MAX_LINE, printable
 
-__all__ = ["ClaimInfo", "Explanation", "Group", "Nearest", "RequestInfo", "explain_pod",
-           "render_why"]
+__all__ = ["ClaimInfo", "Explanation", "Group", "Nearest", "RequestInfo", "explain_pod"]
 
 JSON = Mapping[str, Any]
 MAX_NODES_LISTED = 6
@@ -134,9 +132,10 @@ class Nearest:
 class Explanation:
     pod: str
     verdict: str
-    """``bound``, ``fits`` (some node can take it now), ``unschedulable``,
-    ``search-exhausted`` (no node found within the search budget), ``waiting`` (for its
-    claims), ``invalid`` or ``not-kdra`` (kdra does not schedule it)."""
+    """``bound``, ``fits`` (some node can take it now), ``unschedulable``, ``over-quota``
+    (it fits, but its namespace's DeviceQuotas refuse every placement, as the binder's check
+    does), ``search-exhausted`` (no node found within the search budget), ``waiting`` (for
+    its claims), ``invalid`` or ``not-kdra`` (kdra does not schedule it)."""
     summary: str
     node: str = ""
     condition: str = ""
@@ -180,16 +179,22 @@ def explain_pod(pod: JSON, *, claims: Iterable[JSON], classes: Iterable[JSON],
                 slices: Iterable[JSON], nodes: Iterable[JSON] | None,
                 pods: Iterable[JSON] | None, notes: Sequence[str] = (),
                 steps: int | None = None,
-                node_steps: Callable[[int], int] | None = None) -> Explanation:
+                node_steps: Callable[[int], int] | None = None,
+                quotas: Iterable[JSON] = (),
+                templates: Iterable[JSON] | None = None) -> Explanation:
     """Evaluate ``pod`` against the cluster as given (module doc). ``claims`` should hold
     every claim (the pod's, and those holding devices); ``nodes`` / ``pods`` None: not read.
-    ``steps`` / ``node_steps(candidates)``: the search budget (None: unbounded)."""
+    ``steps`` / ``node_steps(candidates)``: the search budget (None: unbounded).
+    ``quotas``: the DeviceQuotas of the pod's namespace (the binder's check is applied);
+    ``templates``: the ResourceClaimTemplates of its namespace (None: not read)."""
     found = _evaluate(pod, claims, classes, slices, nodes, pods, list(notes),
-                      _Budget(steps, node_steps))
+                      _Budget(steps, node_steps), list(quotas), templates)
     reason = _scheduled_condition(pod)[1]
     exhausted = found.verdict == "search-exhausted"
     if exhausted or (reason == SEARCH_EXHAUSTED and found.verdict != "bound"):
         found = replace(found, hints=(*found.hints, SEARCH_EXHAUSTED_HINT))
+    if found.verdict == "over-quota" or (reason == QUOTA_REASON and found.verdict != "bound"):
+        found = replace(found, hints=(*found.hints, QUOTA_HINT))
     return replace(found, condition_reason=reason)
 
 
@@ -201,7 +206,9 @@ class _Budget:
 
 def _evaluate(pod: JSON, claims: Iterable[JSON], classes: Iterable[JSON],
               slices: Iterable[JSON], nodes: Iterable[JSON] | None,
-              pods: Iterable[JSON] | None, notes: list[str], budget: _Budget) -> Explanation:
+              pods: Iterable[JSON] | None, notes: list[str], budget: _Budget,
+              quotas: list[JSON], templates: Iterable[JSON] | None) -> Explanation:
+    slices = list(slices)  # read twice: the snapshot, and the devices' facts for quotas
     meta = pod.get("metadata") or {}
     key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
     namespace = str(meta.get("namespace") or "")
@@ -223,14 +230,24 @@ def _evaluate(pod: JSON, claims: Iterable[JSON], classes: Iterable[JSON],
     infos: list[ClaimInfo] = []
     parsed: list[ResourceClaim] = []
     classes_by_name = _classes(classes, notes)
+    template_names = None if templates is None else {
+        str((t.get("metadata") or {}).get("name")) for t in templates
+        if isinstance(t, Mapping) and (t.get("metadata") or {}).get("namespace") == namespace}
     for entry in entries:
         name = entry.resource_claim_name or statuses.get(entry.name, "")
         raw = by_key.get((namespace, name)) if name else None
         if raw is None:
-            source = (f"template {entry.resource_claim_template_name!r}"
-                      if entry.from_template else "the pod's extended resources")
-            problem = (f"claim {name!r} does not exist" if name else
-                       f"not created yet from {source} (the claim controller creates it)")
+            template = entry.resource_claim_template_name
+            source = (f"template {template!r}" if entry.from_template
+                      else "the pod's extended resources")
+            if name:
+                problem = f"claim {name!r} does not exist"
+            elif template and template_names is not None and template not in template_names:
+                problem = (f"template {template!r} does not exist in namespace {namespace}: "
+                           "create it there (the claim controller then creates the pod's "
+                           "claim from it)")
+            else:
+                problem = f"not created yet from {source} (the claim controller creates it)"
             infos.append(ClaimInfo(entry.name, name, "missing", problem=problem))
             continue
         try:
@@ -248,8 +265,9 @@ def _evaluate(pod: JSON, claims: Iterable[JSON], classes: Iterable[JSON],
         notes.append(f"spec.schedulerName is {spec.get('schedulerName')!r}, not "
                      f"{SCHEDULER_NAME!r}: kdra's binder does not schedule this pod")
     if any(info.state in ("missing", "invalid") for info in infos):
-        waiting = [i.entry for i in infos if i.state in ("missing", "invalid")]
-        return Explanation(key, "waiting", "waiting for its claims: " + ", ".join(waiting),
+        waiting = [f"{i.entry} ({i.problem})" if i.state == "missing" else i.entry
+                   for i in infos if i.state in ("missing", "invalid")]
+        return Explanation(key, "waiting", "waiting for its claims: " + "; ".join(waiting),
                            condition=condition, claims=tuple(infos), notes=tuple(notes))
     try:
         fit = PodFit.of(pod)
@@ -302,7 +320,16 @@ def _evaluate(pod: JSON, claims: Iterable[JSON], classes: Iterable[JSON],
                                groups=_sorted_groups(groups), notes=tuple(notes))
         for node, reason in outcome.reasons.items():
             groups[reason.message].append(node)
-        fits = sorted(outcome.placements, key=natural)
+        denials = quota_denials(namespace, quotas, raw_claims, slices, unallocated,
+                                outcome.placements, notes)
+        for node, denial in denials.items():  # the binder's DeviceQuota check (issue 41)
+            groups[f"{denial.message} ({QUOTA_REASON})"].append(node)
+        fits = sorted((n for n in outcome.placements if n not in denials), key=natural)
+        if denials and not fits:
+            first = denials[min(denials, key=natural)]
+            return Explanation(key, "over-quota", f"{first.message} ({QUOTA_REASON})",
+                               condition=condition, claims=tuple(infos),
+                               groups=_sorted_groups(groups), notes=tuple(notes))
         busy = [node for node in candidates if node.name in outcome.reasons
                 and outcome.reasons[node.name].code in (ReasonCode.DEVICES_BUSY,
                                                         ReasonCode.CONSTRAINT_UNSATISFIABLE)]
@@ -392,7 +419,7 @@ def _nearest(snapshot: Snapshot, claims: Sequence[ResourceClaim], nodes: Sequenc
     for row in claims_of(raw_claims):
         pods = ", ".join(pod.split("/", 1)[-1] for pod in row.pods)
         text = f"{row.key}" + (f" (pod {pods})" if pods else "")
-        for device in row.devices:
+        for device in row.held:  # admin access holds nothing: freeing it frees nothing
             holders[DeviceId(device.driver, device.pool, device.device)].append(text)
     found = []
     whatif = nearest_fits(snapshot, claims, nodes, steps=steps)
@@ -409,78 +436,3 @@ def _nearest(snapshot: Snapshot, claims: Sequence[ResourceClaim], nodes: Sequenc
 def _sorted_groups(groups: Mapping[str, list[str]]) -> tuple[Group, ...]:
     return tuple(Group(reason, tuple(sorted(nodes, key=natural)))
                  for reason, nodes in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])))
-
-
-# --------------------------------------------------------------------------- rendering
-
-
-def render_why(explanation: Explanation, *, bold: bool = False) -> str:
-    """The explanation as text: a headline, what kdra-scheduler said (and why, unless plainly
-    Unschedulable), the claims, the node groups, the nearest fits, hints on what a reason
-    means, and notes on what could not be read."""
-    def strong(text: str) -> str:
-        return f"\033[1m{text}\033[0m" if bold else text
-
-    def line(text: str) -> str:  # a line of kdra's holding cluster strings (tables: cells)
-        return printable(text, MAX_LINE)
-
-    out = [strong(line(f"Pod {explanation.pod}: {explanation.summary}"))]
-    if explanation.condition:
-        reason = explanation.condition_reason
-        shown = f" ({reason})" if reason not in ("", "Unschedulable", explanation.condition) \
-            else ""
-        out.append(line(f"kdra-scheduler said{shown}: {explanation.condition}"))
-    if explanation.claims:
-        rows = []
-        for claim in explanation.claims:
-            detail = claim.problem or ", ".join(claim.devices) or "-"
-            if not claim.requests:
-                rows.append((claim.entry, claim.name or "-", claim.state, claim.node or "-",
-                             "-", "-", "-", detail))
-            for request in claim.requests:
-                for index, selector in enumerate(request.selectors or ("-",)):
-                    first = index == 0
-                    rows.append((claim.entry if first else "", claim.name if first else "",
-                                 claim.state if first else "", "-" if first else "",
-                                 request.name if first else "", request.device_class
-                                 if first else "", request.count if first else "", selector))
-        out.append(strong("Claims:") + "\n" + table(
-            ("ENTRY", "CLAIM", "STATE", "NODE", "REQUEST", "CLASS", "COUNT",
-             "DEVICES / SELECTORS"), rows))
-    if explanation.groups:
-        groups = [(str(len(group.nodes)), group.reason, _names(group.nodes))
-                  for group in explanation.groups]
-        out.append(strong("Nodes that cannot take it, by reason:") + "\n"
-                   + table(("NODES", "WHY", "WHICH"), groups))
-    if explanation.fits and explanation.verdict == "fits":
-        out.append(line(f"Fits now on {len(explanation.fits)} node(s): "
-                        f"{_names(explanation.fits)} (kdra-scheduler binds it on its next "
-                        "attempt)"))
-    if explanation.nearest:
-        lines = [strong("Nearest fit, if devices were freed:")]
-        for nearest in explanation.nearest:
-            n = len(nearest.devices)
-            held = "; ".join(nearest.holders) or "no claim found"
-            lines.append(line(f"  {nearest.node} would fit if {n} device"
-                              f"{'s' if n != 1 else ''} {'were' if n != 1 else 'was'} freed"
-                              f"{'' if nearest.minimal else ' (or fewer)'}: "
-                              f"{_by_pool(nearest.devices)} — held by {held}"))
-        out.append("\n".join(lines))
-    out.extend(line(f"Hint: {hint}") for hint in explanation.hints)
-    out.extend(line(f"Note: {note}") for note in explanation.notes)
-    return "\n\n".join(out) + "\n"
-
-
-def _by_pool(devices: Sequence[str]) -> str:
-    """``driver/pool/a``, ``driver/pool/b`` → ``driver/pool: a, b`` (pools in order)."""
-    pools: dict[str, list[str]] = {}
-    for device in devices:
-        pool, _, name = device.rpartition("/")
-        pools.setdefault(pool, []).append(name)
-    return "; ".join(f"{pool}: {', '.join(names)}" for pool, names in pools.items())
-
-
-def _names(nodes: Sequence[str]) -> str:
-    shown = ", ".join(nodes[:MAX_NODES_LISTED])
-    more = len(nodes) - MAX_NODES_LISTED
-    return shown + (f" and {more} more" if more > 0 else "")

@@ -36,12 +36,19 @@ from kdra.dra.allocator.choices import allocate, preference
 from kdra.dra.allocator.cluster import ClusterOutcome, Placement, Placing, place, summarize
 from kdra.dra.allocator.nodeselector import NodeInfo, node_name_selector, selector_matches
 from kdra.dra.allocator.pools import DeviceId
-from kdra.dra.allocator.reasons import Reason, ReasonCode
+from kdra.dra.allocator.reasons import (
+    NO_NODES,
+    Reason,
+    ReasonCode,
+    nodes_available,
+    none_available,
+)
 from kdra.dra.allocator.snapshot import Snapshot, devices_in_use
 from kdra.dra.allocator.stats import Stats
 from kdra.dra.allocator.whatif import Freeing, WhatIf, nearest_fits
 
 __all__ = [
+    "NO_NODES",
     "ClusterOutcome",
     "DeviceId",
     "Freeing",
@@ -57,6 +64,8 @@ __all__ = [
     "devices_in_use",
     "nearest_fits",
     "node_name_selector",
+    "nodes_available",
+    "none_available",
     "place",
     "preference",
     "selector_matches",

@@ -65,7 +65,7 @@ from kdra.dra.allocator.pacing import UNITS_PER_STEP, Paused, steps_of
 from kdra.dra.allocator.placement import Placement
 from kdra.dra.allocator.pools import DeviceId, NodePools
 from kdra.dra.allocator.prepared import PreparedClaim, PreparedRequest, prepare
-from kdra.dra.allocator.reasons import Reason, ReasonCode, Unallocatable
+from kdra.dra.allocator.reasons import Reason, ReasonCode, Unallocatable, none_available
 from kdra.dra.allocator.results import Pick
 from kdra.dra.allocator.search import busy_view
 from kdra.dra.allocator.snapshot import Snapshot
@@ -101,7 +101,7 @@ class ClusterOutcome:
             len(self.placements) + len(self.reasons) + self.unevaluated
         )
         if self.fatal is not None:
-            return f"0/{count} nodes available: {self.fatal.detail or self.fatal.message}"
+            return none_available(self.fatal.detail or self.fatal.message, count)
         return summarize(self.reasons.values(), count, len(self.placements))
 
 

@@ -28,7 +28,7 @@ from typing import Literal, overload
 from kdra.dra.allocator.ledger import Ledger
 from kdra.dra.allocator.pools import DeviceEntry, DeviceId, MatchItem, NodePools, Selector
 from kdra.dra.allocator.prepared import PreparedClaim, PreparedRequest
-from kdra.dra.allocator.reasons import Reason, ReasonCode
+from kdra.dra.allocator.reasons import Reason, ReasonCode, nodes_available
 from kdra.dra.allocator.search import shares_of
 from kdra.dra.allocator.stats import Stats
 from kdra.dra.allocator.tainting import DeviceTaints
@@ -351,10 +351,6 @@ def _short(text: str, limit: int = 120) -> str:
 
 
 def summarize(reasons: Iterable[Reason], total: int, available: int = 0) -> str:
-    """``"<available>/<total> nodes available: <n> <message>, ..."``, most frequent first."""
-    counts = Counter(reason.message for reason in reasons)
-    head = f"{available}/{total} nodes available"
-    if not counts:
-        return head
-    groups = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    return head + ": " + ", ".join(f"{n} {message}" for message, n in groups)
+    """``"<available>/<total> nodes are available: <n> <message>, ..."``, most frequent
+    first (:func:`~kdra.dra.allocator.reasons.nodes_available`)."""
+    return nodes_available(Counter(reason.message for reason in reasons), total, available)

@@ -295,7 +295,8 @@ def selector_failed(
     problem = Unallocatable(
         ReasonCode.CEL_ERROR,
         f"selector {_short(selector.expression, 80)} fails at run time: "
-        f'{_short(reason)} (request "{request.name}" of claim "{request.claim_name}")',
+        f'{_short(reason, RUNTIME_ERROR_CHARS)} (request "{request.name}" of claim '
+        f'"{request.claim_name}")',
         f"claim {request.claim_key}, request {request.name}: {selector.origin} on device "
         f"{entry.id}: {what} (expression: {_short(selector.expression)})",
     )
@@ -355,6 +356,11 @@ def _matches_quietly(entry: DeviceEntry, request: PreparedRequest, stats: Stats)
         return all(entry.evaluate(selector, stats) for selector in request.selectors)
     except (CelRuntimeError, InvalidObject):
         return False
+
+
+RUNTIME_ERROR_CHARS = 400
+"""Characters of a CEL runtime error kept in a reason: room for a ``no such key`` message's
+keys and its "did you mean" (:class:`kdra.dra.cel._rt_core.MissingKey`)."""
 
 
 def _short(text: str, limit: int = 120) -> str:

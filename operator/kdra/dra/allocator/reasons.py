@@ -9,10 +9,14 @@ where upstream's allocator returns an error rather than "does not fit" — ``err
 :class:`Unallocatable` is the package-internal exception that carries a reason out of the
 search; it never leaves the package: :func:`~kdra.dra.allocator.choices.allocate` turns it
 into an AllocationError, the cluster entry point into a Reason.
+
+:func:`nodes_available` words the verdict over many nodes as kube-scheduler words its
+``FailedScheduling`` events, so alerts and greps written for upstream find kdra's too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -86,3 +90,32 @@ class Unallocatable(Exception):
 
     def to_reason(self) -> Reason:
         return Reason(self.code, self.summary, self.error_text, self.to_error())
+
+
+NO_NODES = "no nodes available to schedule pods"
+"""kube-scheduler's message when the cluster has no node at all (``ErrNoNodesAvailable``)."""
+
+
+def nodes_available(messages: Mapping[str, int], total: int, available: int = 0) -> str:
+    """``"0/12 nodes are available: 7 <why>, 4 <why>."`` — kube-scheduler's FitError wording
+    (``0/%v nodes are available: %v.``), the groups most frequent first (kube-scheduler sorts
+    them as text; kdra puts what stops most nodes first). ``available`` nodes fit (``why``
+    says ``2/4 nodes are available``); no node at all is kube-scheduler's
+    :data:`NO_NODES`."""
+    if total == 0 and not messages:
+        return NO_NODES
+    head = f"{available}/{total} nodes are available"
+    if not messages:
+        return head
+    groups = sorted(messages.items(), key=lambda kv: (-kv[1], kv[0]))
+    return f"{head}: {_sentence(', '.join(f'{n} {message}' for message, n in groups))}"
+
+
+def none_available(message: str, total: int) -> str:
+    """``"0/4 nodes are available: <message>."`` for a reason that holds on every node alike
+    (kube-scheduler's PreFilter message: no count), however many nodes there are."""
+    return f"0/{total} nodes are available: {_sentence(message)}"
+
+
+def _sentence(text: str) -> str:
+    return text if text.endswith(".") else text + "."

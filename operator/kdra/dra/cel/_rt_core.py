@@ -32,6 +32,8 @@ Invariants:
 
 from __future__ import annotations
 
+import difflib
+import itertools
 import math
 from collections.abc import Iterable
 from typing import Any, Final, NoReturn
@@ -80,6 +82,52 @@ made in a loop, about a microsecond; upstream does not charge matches)."""
 
 class EvalError(Exception):
     """A CEL evaluation error ("no such key", "no such overload", ...)."""
+
+
+class MissingKey(EvalError):
+    """``no such key``: the message names the key and what the map has — at most
+    :data:`KEYS_SHOWN` of its keys (sorted, each cut short and escaped with ``repr``: keys come
+    from slices and users) and the closest one, "did you mean" — or says the device publishes
+    nothing in that domain. Built only when asked (``str``), so an error that ``||`` or
+    ``exists`` absorbs costs what it did before; the work is bounded by :data:`KEYS_LOOKED_AT`
+    keys, whatever the size of the map."""
+
+    def __init__(self, key: object, mapping: dict[Any, Any]) -> None:
+        super().__init__(key)
+        self.key = key
+        self.mapping = mapping
+
+    def __str__(self) -> str:
+        head = f"no such key: {_shown(self.key)}"
+        if self.mapping is EMPTY_MAP:
+            return f"{head} (the device has nothing in that domain)"
+        total = len(self.mapping)
+        if not total:
+            return f"{head} (the map is empty)"
+        keys = sorted(_shown(k) for k in itertools.islice(self.mapping, KEYS_LOOKED_AT))
+        listed = ", ".join(keys[:KEYS_SHOWN])
+        more = total - min(total, KEYS_SHOWN)
+        text = f"{head} (the map has {listed}{f' and {more} more' if more else ''}"
+        if isinstance(self.key, str):
+            names = [str(k)[:KEY_CHARS] for k in itertools.islice(self.mapping, KEYS_LOOKED_AT)
+                     if isinstance(k, str)]
+            close = difflib.get_close_matches(self.key[:KEY_CHARS], names, n=1)
+            if close:
+                text += f"; did you mean {close[0]!r}?"
+        return text + ")"
+
+
+KEYS_SHOWN: Final = 8
+"""Keys a ``no such key`` message lists."""
+KEYS_LOOKED_AT: Final = 64
+"""Keys a ``no such key`` message sorts and compares the missing one with."""
+KEY_CHARS: Final = 40
+"""Characters of a key a ``no such key`` message shows."""
+
+
+def _shown(key: object) -> str:
+    text = repr(key)  # quotes a string and escapes what is not printable
+    return text if len(text) <= KEY_CHARS else text[: KEY_CHARS - 3] + "..."
 
 
 class BudgetExceeded(Exception):
@@ -152,7 +200,7 @@ def select(obj: Any, name: str) -> object:
     if kind in MAP_TYPES:
         found = dict.get(obj, name, _MISSING)
         if found is _MISSING:
-            raise EvalError(f"no such key: {name!r}")
+            raise MissingKey(name, obj)
         return found
     if kind is CelDevice and name in _DEVICE_FIELDS:
         return getattr(obj, name)
@@ -207,7 +255,7 @@ def _map_lookup(mapping: dict[Any, Any], key: Any) -> object:
             return found
     else:
         raise no_overload("_[_]", mapping, key)
-    raise EvalError(f"no such key: {key!r}")
+    raise MissingKey(key, mapping)
 
 
 def iterate(source: Any) -> Iterable[Any]:

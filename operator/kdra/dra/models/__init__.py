@@ -6,9 +6,13 @@ Parse once at the edge (``parse_claim(obj)`` ...), then work with typed, frozen 
 
 Modules, one job each:
 
+- ``crd`` — how the models carry their CustomResourceDefinition schema (they are its one
+  source: ``python -m hack.crdgen`` writes ``crds/`` and the chart's copies from them);
 - ``base`` — the model base, metadata, node selectors, limits, :func:`parse` / :func:`dump`;
 - ``v1`` — ResourceClaim, ResourceClaimTemplate, DeviceClass;
-- ``v1_slices`` — ResourceSlice and its devices;
+- ``v1_claim_spec`` / ``v1_claim_status`` — a claim's spec (requests, constraints, config)
+  and status (allocation, reservations, device statuses);
+- ``v1_slices`` / ``v1_devices`` — ResourceSlice, and its devices;
 - ``v1alpha3`` — the 1.31 shape: how each part of a v1 object looks in v1alpha3 and back;
 - ``conversion`` — whole objects and ConversionReviews, with the annotation that carries
   what v1alpha3 cannot express.
@@ -42,28 +46,10 @@ from kdra.dra.models.base import (
     qualified_name_problem,
 )
 from kdra.dra.models.v1 import (
-    AllocatedDeviceStatus,
-    AllocationResult,
-    BaseDeviceRequest,
-    CapacityRequirements,
-    DeviceAllocationConfiguration,
-    DeviceAllocationResult,
-    DeviceClaim,
-    DeviceClaimConfiguration,
     DeviceClass,
     DeviceClassConfiguration,
     DeviceClassSpec,
-    DeviceConstraint,
-    DeviceRequest,
-    DeviceRequestAllocationResult,
-    DeviceSubRequest,
-    DeviceToleration,
-    ExactDeviceRequest,
-    NetworkDeviceData,
     ResourceClaim,
-    ResourceClaimConsumerReference,
-    ResourceClaimSpec,
-    ResourceClaimStatus,
     ResourceClaimTemplate,
     ResourceClaimTemplateSpec,
     TemplateMeta,
@@ -71,11 +57,35 @@ from kdra.dra.models.v1 import (
     parse_class,
     parse_template,
 )
-from kdra.dra.models.v1_slices import (
+from kdra.dra.models.v1_claim_spec import (
+    BaseDeviceRequest,
+    CapacityRequirements,
+    DeviceClaim,
+    DeviceClaimConfiguration,
+    DeviceConstraint,
+    DeviceRequest,
+    DeviceSubRequest,
+    DeviceToleration,
+    ExactDeviceRequest,
+    ResourceClaimSpec,
+)
+from kdra.dra.models.v1_claim_status import (
+    AllocatedDeviceStatus,
+    AllocationResult,
+    DeviceAllocationConfiguration,
+    DeviceAllocationResult,
+    DeviceRequestAllocationResult,
+    NetworkDeviceData,
+    ResourceClaimConsumerReference,
+    ResourceClaimStatus,
+)
+from kdra.dra.models.v1_devices import (
     Device,
     DeviceAttribute,
     DeviceCapacity,
     DeviceTaint,
+)
+from kdra.dra.models.v1_slices import (
     ResourcePool,
     ResourceSlice,
     ResourceSliceSpec,

@@ -1,5 +1,7 @@
 """Pieces every kdra API model shares: the model base, object metadata, node selectors,
 selectors and opaque configuration, conditions, upstream's limits, and parsing / dumping.
+Like every model, they are the source of the CRD schemas where they appear (docstrings
+describe, ``crd(...)`` adds what only the API server checks: :mod:`kdra.dra.models.crd`).
 
 Invariants:
 - Models are immutable (``frozen``); lists are tuples. A parsed object never changes; a new
@@ -15,12 +17,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from kdra.dra.errors import InvalidObject
+from kdra.dra.models.crd import CONDITION_REASON, CONDITION_TYPE, crd, crd_object, item
+from kdra.dra.models.crd import DNS_LABEL as DNS_LABEL_PATTERN
+from kdra.dra.models.crd import DNS_SUBDOMAIN as DNS_SUBDOMAIN_PATTERN
 
 # Upstream limits (resource.k8s.io/v1 validation, Kubernetes 1.36).
 MAX_REQUESTS = 32
@@ -48,8 +53,8 @@ MAX_BINDING_CONDITIONS = 4
 MAX_VALID_VALUES = 10
 MAX_DEVICES_PER_CLAIM = 32
 
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DNS_LABEL = re.compile(DNS_LABEL_PATTERN)
+DNS_SUBDOMAIN = re.compile(DNS_SUBDOMAIN_PATTERN)
 C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 ExactCount: Literal["ExactCount"] = "ExactCount"
@@ -78,6 +83,9 @@ class OwnerReference(_Model):
 
 
 class ObjectMeta(_Model):
+    # The API server owns metadata's schema: a CRD may say only that it is an object.
+    model_config = crd_object(properties=None, required=None)
+
     name: str = ""
     generate_name: str | None = None
     namespace: str | None = None
@@ -95,53 +103,135 @@ class ObjectMeta(_Model):
         return next((ref for ref in self.owner_references if ref.controller), None)
 
 
+class APIObject(_Model):
+    # What every kind has: apiVersion, kind (each kind's model sets its own) and metadata.
+
+    api_version: str = ""
+    """Version of the schema this object uses (`resource.kdra.dev/v1`)."""
+    kind: str = ""
+    """Kind of the object."""
+    metadata: ObjectMeta = Field(json_schema_extra=crd(required=False))
+
+
 # --------------------------------------------------------------------------- node selectors
 
-
 class NodeSelectorRequirement(_Model):
-    key: str
-    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
-    values: tuple[str, ...] = ()
+    """A requirement on one node label."""
+
+    key: str = Field(json_schema_extra=crd(min_length=1, max_length=317))
+    """The label key, for example `topology.kubernetes.io/zone`."""
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"] = Field(
+        json_schema_extra=crd(max_length=16))
+    """How `key` relates to `values`: `In` / `NotIn` (the value is / is not one of `values`),
+    `Exists` / `DoesNotExist` (`values` must be empty), `Gt` / `Lt` (one value, compared as an
+    integer)."""
+    values: tuple[Annotated[str, item("One value.", max_length=253)], ...] = Field(
+        default=(), json_schema_extra=crd(max_items=64))
+    """The values to compare against; see `operator`."""
 
 
 class NodeSelectorTerm(_Model):
-    match_expressions: tuple[NodeSelectorRequirement, ...] = ()
-    match_fields: tuple[NodeSelectorRequirement, ...] = ()
+    """One term. All of its requirements must hold for a node to match the term. A term with
+    no requirements matches no node."""
+
+    model_config = crd_object(map_type="atomic")
+
+    match_expressions: tuple[NodeSelectorRequirement, ...] = Field(
+        default=(), json_schema_extra=crd(max_items=32))
+    """Requirements on node labels."""
+    match_fields: tuple[NodeSelectorRequirement, ...] = Field(default=(), json_schema_extra=crd(
+        max_items=32, items={"description": "A requirement on one node field.", "properties": {
+            "key": {"description": "The field path; only `metadata.name` is supported."}}}))
+    """Requirements on node fields. Only `metadata.name` is supported, so `{key: metadata.name,
+    operator: In, values: [worker-1]}` pins to one node."""
 
 
 class NodeSelector(_Model):
-    node_selector_terms: tuple[NodeSelectorTerm, ...] = Field(min_length=1)
+    model_config = crd_object(map_type="atomic")
+
+    node_selector_terms: tuple[NodeSelectorTerm, ...] = Field(
+        min_length=1, json_schema_extra=crd(max_items=32, minItems=None))
+    """The terms, ORed: a node matches when it matches at least one term."""
 
 
 # --------------------------------------------------------------------------- shared pieces
 
 
 class CELDeviceSelector(_Model):
-    expression: str = Field(min_length=1)
+    """Selects devices with a Common Expression Language (CEL) expression."""
+
+    expression: str = Field(min_length=1, json_schema_extra=crd(max_length=10240))
+    """A CEL expression that looks at one candidate device and returns true when the device is
+    acceptable and false when it is not. Returning anything else, or failing (for example by
+    reading an attribute the device does not have), is an error that stops the allocation
+    instead of merely skipping the device. The expression sees a single variable, `device`,
+    with three fields: `device.driver` (the driver name string), `device.attributes` and
+    `device.capacity`. Attributes and capacities are grouped by their domain: an attribute
+    published as `model` by driver `gpu.example.com` is read as
+    `device.attributes["gpu.example.com"].model`, one published as `acme.io/family` as
+    `device.attributes["acme.io"].family`. Looking up a domain the device does not have yields
+    an empty map, but looking up a missing name inside a domain is an error, so guard optional
+    attributes with `has()` or optional chaining
+    (`device.attributes["acme.io"].?family.orValue("")`). Attribute values are int, bool,
+    string or semantic versions (compare versions with `semver("1.2.3")`, `.isGreaterThan()`,
+    `.major()` ...); capacities are quantities (`quantity("8Gi")`, `.compareTo()`). Example:
+    `device.driver == "resource-driver.example.com" &&
+    device.attributes["resource-driver.example.com"].color == "white"`. At most 10240
+    characters. kdra's admission webhook compiles the expression when the object is written;
+    the CRD schema alone only checks its length."""
 
 
 class DeviceSelector(_Model):
+    """One condition a device must satisfy. Exactly one kind of selector must be given; today
+    the only kind is `cel`."""
+
     cel: CELDeviceSelector
 
 
 class OpaqueDeviceConfiguration(_Model):
-    driver: str = Field(min_length=1, max_length=63)
-    parameters: dict[str, Any] = Field(default_factory=dict)
+    """Configuration in a format only the named driver understands. kdra never interprets it;
+    the allocator copies it into the claim's allocation so that the driver finds it when it
+    prepares the devices."""
+
+    driver: str = Field(min_length=1, max_length=63,
+                        json_schema_extra=crd(pattern=DNS_SUBDOMAIN.pattern))
+    """The driver this configuration is meant for, for example `gpu.kdra.dev`. Drivers ignore
+    configuration addressed to other drivers, so one claim can carry settings for several
+    drivers. A DNS subdomain of at most 63 characters, normally a domain owned by the driver's
+    vendor."""
+    parameters: dict[str, Any] = Field(default_factory=dict,
+                                       json_schema_extra=crd(required=True))
+    """The configuration itself: any JSON object, whose fields the driver defines (drivers
+    usually expect `apiVersion` and `kind` so they can tell formats apart). Keep it under 10
+    KiB (10240 bytes when serialized): upstream enforces that limit and kdra's admission
+    webhook does too, but a CRD schema cannot measure the size of a free-form object, so the
+    API server alone does not."""
 
 
 class DeviceConfiguration(_Model):
-    """Configuration for a driver; exactly one kind, and today the only kind is ``opaque``."""
+    # Configuration for a driver; exactly one kind, and today the only kind is ``opaque``.
 
     opaque: OpaqueDeviceConfiguration
 
 
 class Condition(_Model):
-    type: str
-    status: Literal["True", "False", "Unknown"]
-    observed_generation: int | None = None
-    last_transition_time: str | None = None
-    reason: str = ""
-    message: str = ""
+    """A condition in the standard Kubernetes shape (metav1.Condition)."""
+
+    type: str = Field(json_schema_extra=crd(min_length=1, max_length=316,
+                                            pattern=CONDITION_TYPE))
+    """Kind of condition in CamelCase, for example `Ready`."""
+    status: Literal["True", "False", "Unknown"] = Field(json_schema_extra=crd(max_length=8))
+    """Whether the condition holds: `True`, `False` or `Unknown`."""
+    observed_generation: int | None = Field(default=None, json_schema_extra=crd(minimum=0))
+    """The claim's `metadata.generation` the writer looked at when it set the condition."""
+    last_transition_time: str | None = Field(default=None, json_schema_extra=crd(
+        required=True, fmt="date-time", max_length=64))
+    """When `status` last changed (RFC 3339)."""
+    reason: str = Field(default="", json_schema_extra=crd(
+        required=True, min_length=1, max_length=1024, pattern=CONDITION_REASON))
+    """Machine-readable CamelCase reason for the last transition."""
+    message: str = Field(default="", json_schema_extra=crd(required=True, max_length=32768))
+    """Human-readable details; may be empty."""
 
 
 def qualified_name_problem(name: str, *, fully: bool) -> str | None:
@@ -161,6 +251,20 @@ def qualified_name_problem(name: str, *, fully: bool) -> str | None:
     if not C_IDENTIFIER.match(ident) or len(ident) > 32:
         return f"the name part of {name!r} must be a C identifier of at most 32 characters"
     return None
+
+
+class StatusCondition(_Model):
+    # A condition kdra's operator writes into the status of its own kinds (DeviceTaintRule,
+    # DeviceQuota): the schema those statuses have; nothing parses them.
+
+    type: str = Field(json_schema_extra=crd(max_length=316))
+    status: Literal["True", "False", "Unknown"]
+    reason: str | None = Field(default=None, json_schema_extra=crd(max_length=1024))
+    message: str | None = Field(default=None, json_schema_extra=crd(max_length=32768))
+    last_transition_time: str | None = Field(default=None, json_schema_extra=crd(
+        fmt="date-time"))
+    observed_generation: int | None = Field(default=None, json_schema_extra=crd(
+        minimum=0, format=None))
 
 
 # --------------------------------------------------------------------------- parsing

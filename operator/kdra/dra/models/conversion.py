@@ -36,13 +36,9 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from kdra import GROUP
 from kdra.dra.errors import InvalidObject
 from kdra.dra.models import v1alpha3 as alpha
-from kdra.dra.models.v1 import (
-    AllocatedDeviceStatus,
-    AllocationResult,
-    DeviceConstraint,
-    DeviceRequest,
-)
-from kdra.dra.models.v1_slices import CounterSet, Device
+from kdra.dra.models.v1_claim_spec import DeviceConstraint, DeviceRequest
+from kdra.dra.models.v1_claim_status import AllocatedDeviceStatus, AllocationResult
+from kdra.dra.models.v1_devices import CounterSet, Device
 
 V1 = f"{GROUP}/v1"
 V1ALPHA3 = f"{GROUP}/v1alpha3"
@@ -91,7 +87,8 @@ def to_v1alpha3(obj: Mapping[str, Any]) -> dict[str, Any]:
     elif kind == "ResourceClaimTemplate" and isinstance(spec, dict):
         _claim_spec_down(spec.get("spec"), "spec.spec", lost)
     elif kind == "DeviceClass" and isinstance(spec, dict):
-        _pop_into(spec, "extendedResourceName", "spec.extendedResourceName", lost)
+        for key in alpha.CLASS_V1_ONLY:
+            _pop_into(spec, key, f"spec.{key}", lost)
     elif kind == "ResourceSlice" and isinstance(spec, dict):
         _slice_spec_down(spec, lost)
     _set_annotation(out, lost)
@@ -133,8 +130,8 @@ def _claim_status_down(status: JSON, lost: Lost) -> None:
 
 
 def _slice_spec_down(spec: dict[str, Any], lost: Lost) -> None:
-    _pop_into(spec, "perDeviceNodeSelection", "spec.perDeviceNodeSelection", lost)
-    _pop_into(spec, "sharedCounters", "spec.sharedCounters", lost)
+    for key in alpha.SLICE_V1_ONLY:
+        _pop_into(spec, key, f"spec.{key}", lost)
     devices = spec.get("devices")
     if not isinstance(devices, list):
         return

@@ -1,24 +1,13 @@
 """Typed model of a ResourceSlice in ``resource.kdra.dev/v1`` — upstream
-``resource.k8s.io/v1`` (Kubernetes 1.36) field for field.
-
-Devices are flat: ``{name, attributes, capacity: {name: {value, requestPolicy}}, ...}``, plus
-counters (``consumesCounters``; the slice's ``sharedCounters``) and multiple allocations,
-per-device node selection (``perDeviceNodeSelection``; a device's ``nodeName`` /
-``nodeSelector`` / ``allNodes``) and binding conditions (``bindingConditions``,
-``bindingFailureConditions``, ``bindsToNode``), which the allocator and the binder act on
-(issues 26, 39), and the fields of features kdra does not act on yet (node-allocatable
-mappings, list-typed attributes). Those are parsed and kept, and :meth:`Device.unsupported`
-names them: the allocator never selects such a device until kdra implements the feature,
-and says why.
+``resource.k8s.io/v1`` (Kubernetes 1.36) field for field: the driver, the pool, which nodes
+can reach the devices, and the devices (:mod:`kdra.dra.models.v1_devices`) or the pool's
+shared counters. The source of the ResourceSlice CRD's schema (:mod:`kdra.dra.models.crd`).
 
 Invariants:
-- Parsing enforces upstream's one-of and size rules (exactly one attribute value, exactly
-  one node scope — for the slice, and with ``perDeviceNodeSelection`` for each device, none
-  without it —, node selectors of exactly one term, ``devices`` xor ``sharedCounters``,
-  ≤ 128 devices per slice — 64 when a device uses taints, counters or list attributes —
-  ≤ 32 attributes and capacities and ≤ 48 attribute values per device).
-- :meth:`DeviceAttribute.scalar` is ``(kind, value)`` only for the four scalar kinds;
-  list-typed attributes have none (CEL and matchAttribute see scalars only).
+- Parsing enforces upstream's one-of and size rules: exactly one node scope — for the slice,
+  and with ``perDeviceNodeSelection`` for each device, none without it —, node selectors of
+  exactly one term, ``devices`` xor ``sharedCounters``, ≤ 128 devices per slice — 64 when a
+  device uses taints, counters or list attributes.
 """
 
 from __future__ import annotations
@@ -26,193 +15,122 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import Field, StrictBool, StrictInt, StrictStr, model_validator
+from pydantic import Field, model_validator
 
 from kdra.dra.models.base import (
-    DNS_LABEL,
     DNS_SUBDOMAIN,
-    MAX_ATTRIBUTE_STRING_LENGTH,
-    MAX_ATTRIBUTE_VALUES,
-    MAX_ATTRIBUTES_AND_CAPACITY,
-    MAX_BINDING_CONDITIONS,
-    MAX_COUNTER_CONSUMPTIONS,
     MAX_COUNTER_SETS,
-    MAX_COUNTERS,
     MAX_DEVICES_PER_SLICE,
     MAX_DEVICES_PER_SLICE_ADVANCED,
-    MAX_TAINTS,
-    MAX_VALID_VALUES,
+    APIObject,
     NodeSelector,
-    ObjectMeta,
     _Model,
     parse,
 )
-
-SCALAR_KINDS = ("int", "bool", "string", "version")
-LIST_KINDS = ("ints", "bools", "strings", "versions")
-UNSCHEDULABLE_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
-"""Taint effects that keep a device from being allocated unless tolerated (upstream treats
-unknown effects like ``None``: informational)."""
-
-
-class DeviceAttribute(_Model):
-    """One attribute value: exactly one of ``int``, ``bool``, ``string``, ``version`` or (1.36)
-    the list forms ``ints``, ``bools``, ``strings``, ``versions``."""
-
-    int_: StrictInt | None = Field(default=None, alias="int")
-    bool_: StrictBool | None = Field(default=None, alias="bool")
-    string: StrictStr | None = Field(default=None, max_length=MAX_ATTRIBUTE_STRING_LENGTH)
-    version: StrictStr | None = Field(default=None, max_length=MAX_ATTRIBUTE_STRING_LENGTH)
-    ints: tuple[StrictInt, ...] | None = Field(default=None, min_length=1)
-    bools: tuple[StrictBool, ...] | None = Field(default=None, min_length=1)
-    strings: tuple[StrictStr, ...] | None = Field(default=None, min_length=1)
-    versions: tuple[StrictStr, ...] | None = Field(default=None, min_length=1)
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> DeviceAttribute:
-        set_ = [k for k, v in self._values().items() if v is not None]
-        if len(set_) != 1:
-            given = ", ".join(set_) or "none"
-            raise ValueError("exactly one of int, bool, string, version, ints, bools, strings, "
-                             f"versions must be set (got {given})")
-        for item in (self.strings or ()) + (self.versions or ()):
-            if len(item) > MAX_ATTRIBUTE_STRING_LENGTH:
-                raise ValueError(f"list items must be at most {MAX_ATTRIBUTE_STRING_LENGTH} "
-                                 "characters")
-        return self
-
-    def _values(self) -> dict[str, Any]:
-        return {"int": self.int_, "bool": self.bool_, "string": self.string,
-                "version": self.version, "ints": self.ints, "bools": self.bools,
-                "strings": self.strings, "versions": self.versions}
-
-    @property
-    def kind(self) -> str:
-        """``int`` | ``bool`` | ``string`` | ``version`` | ``ints`` | ... (the one set)."""
-        return next(k for k, v in self._values().items() if v is not None)
-
-    @property
-    def value(self) -> Any:
-        return next(v for v in self._values().values() if v is not None)
-
-    def scalar(self) -> tuple[str, int | bool | str] | None:
-        """``(kind, value)`` for a scalar attribute, None for a list-typed one."""
-        kind = self.kind
-        return (kind, self.value) if kind in SCALAR_KINDS else None
-
-    @property
-    def size(self) -> int:
-        """How many values it counts for against the per-device limit."""
-        value = self.value
-        return len(value) if isinstance(value, tuple) else 1
-
-
-class CapacityRequestPolicyRange(_Model):
-    min: str | None = None
-    max: str | None = None
-    step: str | None = None
-
-
-class CapacityRequestPolicy(_Model):
-    default: str | None = None
-    valid_values: tuple[str, ...] = Field(default=(), max_length=MAX_VALID_VALUES)
-    valid_range: CapacityRequestPolicyRange | None = None
-
-
-class DeviceCapacity(_Model):
-    value: str
-    request_policy: CapacityRequestPolicy | None = None
-
-
-class Counter(_Model):
-    value: str
-
-
-class CounterSet(_Model):
-    name: str = Field(pattern=DNS_LABEL.pattern, max_length=63)
-    counters: dict[str, Counter] = Field(default_factory=dict, max_length=MAX_COUNTERS)
-
-
-class DeviceCounterConsumption(_Model):
-    counter_set: str = Field(pattern=DNS_LABEL.pattern, max_length=63)
-    counters: dict[str, Counter] = Field(default_factory=dict, max_length=MAX_COUNTERS)
-
-
-class DeviceTaint(_Model):
-    key: str
-    value: str = ""
-    effect: str
-    time_added: str | None = None
-
-
-class NodeAllocatableResourceMapping(_Model):
-    capacity_key: str | None = None
-    allocation_multiplier: str | None = None
-
-
-class Device(_Model):
-    name: str = Field(pattern=DNS_LABEL.pattern, max_length=63)
-    attributes: dict[str, DeviceAttribute] = Field(default_factory=dict)
-    capacity: dict[str, DeviceCapacity] = Field(default_factory=dict)
-    consumes_counters: tuple[DeviceCounterConsumption, ...] = Field(
-        default=(), max_length=MAX_COUNTER_CONSUMPTIONS)
-    node_name: str | None = None
-    node_selector: NodeSelector | None = None
-    all_nodes: bool | None = None
-    taints: tuple[DeviceTaint, ...] = Field(default=(), max_length=MAX_TAINTS)
-    binds_to_node: bool | None = None
-    binding_conditions: tuple[str, ...] = Field(default=(), max_length=MAX_BINDING_CONDITIONS)
-    binding_failure_conditions: tuple[str, ...] = Field(default=(),
-                                                        max_length=MAX_BINDING_CONDITIONS)
-    allow_multiple_allocations: bool | None = None
-    node_allocatable_resource_mappings: dict[str, NodeAllocatableResourceMapping] | None = None
-
-    @model_validator(mode="after")
-    def _size(self) -> Device:
-        total = len(self.attributes) + len(self.capacity)
-        if total > MAX_ATTRIBUTES_AND_CAPACITY:
-            raise ValueError(
-                f"a device may have at most {MAX_ATTRIBUTES_AND_CAPACITY} attributes and "
-                f"capacities together (has {total})"
-            )
-        values = sum(attribute.size for attribute in self.attributes.values())
-        if values > MAX_ATTRIBUTE_VALUES:
-            raise ValueError(f"a device may have at most {MAX_ATTRIBUTE_VALUES} attribute "
-                             f"values (has {values})")
-        return self
-
-    @property
-    def advanced(self) -> bool:
-        """Uses taints, counters or list attributes (the slice then holds at most 64)."""
-        return bool(self.taints or self.consumes_counters or any(
-            a.scalar() is None for a in self.attributes.values()))
-
-    def unsupported(self) -> list[str]:
-        """The features this device uses that kdra does not implement yet (empty: none).
-        Such a device is never allocated: kdra cannot honour what the driver declared."""
-        found = []
-        if self.node_allocatable_resource_mappings:
-            found.append("nodeAllocatableResourceMappings")
-        if any(a.scalar() is None for a in self.attributes.values()):
-            found.append("list-typed attributes")
-        return found
+from kdra.dra.models.crd import POOL_NAME, JsonDict, crd, crd_object, immutable, rule
+from kdra.dra.models.v1_devices import (
+    LIST_KINDS,
+    NODE_NAME,
+    ONE_TERM,
+    CounterSet,
+    Device,
+)
 
 
 class ResourcePool(_Model):
-    name: str = Field(min_length=1, max_length=253)
+    """The pool this slice is part of. A pool is a group of devices that the driver publishes
+    together, possibly in several slices; for node-local devices it is usually all devices of
+    one driver on one node, named after the node."""
+
+    name: str = Field(min_length=1, max_length=253, json_schema_extra=crd(pattern=POOL_NAME))
+    """Name of the pool, unique per driver. At most 253 characters: one or more DNS subdomains
+    separated by '/'."""
     generation: int = Field(ge=0)
+    """Version of the pool's contents. The driver increments it whenever it republishes the
+    pool; the allocator only looks at the slices with the highest generation and ignores older
+    ones. Starts at 0."""
     resource_slice_count: int = Field(ge=1)
+    """How many slices the pool has in this generation. The allocator treats the pool as
+    incomplete until it sees that many (requests with allocationMode All cannot use an
+    incomplete pool). At least 1."""
+
+
+def _slice_rules() -> list[JsonDict]:
+    scopes = ("(has(self.nodeName) ? 1 : 0) + (has(self.nodeSelector) ? 1 : 0) + "
+              "(has(self.allNodes) && self.allNodes ? 1 : 0) + "
+              "(has(self.perDeviceNodeSelection) && self.perDeviceNodeSelection ? 1 : 0) == 1")
+    return [
+        rule(scopes, "exactly one of spec.nodeName, spec.nodeSelector, spec.allNodes: true or "
+             "spec.perDeviceNodeSelection: true must be set: nodeName for devices local to one "
+             "node, nodeSelector for devices several nodes can reach, allNodes for devices "
+             "every node can reach, perDeviceNodeSelection when each device says it"),
+        rule("has(self.nodeName) == has(oldSelf.nodeName) && (!has(self.nodeName) || "
+             "self.nodeName == oldSelf.nodeName)",
+             "spec.nodeName is immutable; publish a new ResourceSlice for the other node and "
+             "delete this one", field_path=".nodeName", reason="FieldValueForbidden"),
+        rule("!(has(self.devices) && size(self.devices) > 0 && has(self.sharedCounters))",
+             "only one of devices and sharedCounters may be set"),
+        rule("!has(self.devices) || ((has(self.perDeviceNodeSelection) && "
+             "self.perDeviceNodeSelection) ? self.devices.all(d, (has(d.nodeName) ? 1 : 0) + "
+             "(has(d.nodeSelector) ? 1 : 0) + (has(d.allNodes) ? 1 : 0) == 1) : "
+             "self.devices.all(d, !has(d.nodeName) && !has(d.nodeSelector) && "
+             "!has(d.allNodes)))",
+             "with perDeviceNodeSelection every device must set exactly one of nodeName, "
+             "nodeSelector and allNodes; without it no device may set them",
+             field_path=".devices"),
+    ]
+
+
+_LIST_TYPED = " || ".join(f"has(d.attributes[k].{kind})" for kind in LIST_KINDS)
 
 
 class ResourceSliceSpec(_Model):
-    driver: str = Field(pattern=DNS_SUBDOMAIN.pattern, max_length=63)
+    """What the driver publishes: the driver, the pool, which nodes can reach the devices, and
+    the devices (or the pool's shared counters). Exactly one of `nodeName`, `nodeSelector`,
+    `allNodes: true` and `perDeviceNodeSelection: true` must be set."""
+
+    model_config = crd_object(rules=_slice_rules())
+
+    driver: str = Field(pattern=DNS_SUBDOMAIN.pattern, max_length=63, json_schema_extra=crd(
+        min_length=1, rules=[immutable("spec.driver is immutable; publish a new ResourceSlice "
+                                       "for the other driver and delete this one")]))
+    """Name of the driver that publishes these devices and prepares them on nodes, for example
+    `gpu.kdra.dev`. A DNS subdomain of at most 63 characters, normally a domain the vendor
+    owns. Immutable. Selectable: `kubectl get kslice --field-selector
+    spec.driver=gpu.kdra.dev`."""
     pool: ResourcePool
-    node_name: str | None = None
-    node_selector: NodeSelector | None = None
+    node_name: str | None = Field(default=None, json_schema_extra=NODE_NAME)
+    """Name of the node that has these devices, for node-local devices. Pods using them must
+    run there. Immutable. Selectable: `kubectl get kslice --field-selector
+    spec.nodeName=worker-1`."""
+    node_selector: NodeSelector | None = Field(default=None, json_schema_extra=ONE_TERM)
+    """The nodes that can reach these devices, for devices shared by several nodes
+    (network-attached). Must have exactly one term."""
     all_nodes: bool = False
+    """Set to true when every node in the cluster can reach these devices."""
     per_device_node_selection: bool = False
-    devices: tuple[Device, ...] = Field(default=(), max_length=MAX_DEVICES_PER_SLICE)
-    shared_counters: tuple[CounterSet, ...] = Field(default=(), max_length=MAX_COUNTER_SETS)
+    """Each device says itself which nodes can reach it (`nodeName`, `nodeSelector` or
+    `allNodes` on the device; only `true` may be set)."""
+    devices: tuple[Device, ...] = Field(
+        default=(), max_length=MAX_DEVICES_PER_SLICE, json_schema_extra=crd(rules=[
+            rule("self.all(d, self.exists_one(o, o.name == d.name))",
+                 "devices[].name values must be unique within a slice (and within the whole "
+                 "pool); rename one of the devices that share a name"),
+            rule(f"size(self) <= {MAX_DEVICES_PER_SLICE_ADVANCED} || !self.exists(d, "
+                 "has(d.taints) || has(d.consumesCounters) || (has(d.attributes) && "
+                 f"d.attributes.exists(k, {_LIST_TYPED})))",
+                 f"at most {MAX_DEVICES_PER_SLICE_ADVANCED} devices per slice when a device "
+                 "has taints, consumes counters or has list-typed attributes")]))
+    """The devices of this slice (some or all of the pool's). At most 128, or 64 when a device
+    has taints, consumes counters or has list-typed attributes. Not together with
+    `sharedCounters`."""
+    shared_counters: tuple[CounterSet, ...] = Field(
+        default=(), max_length=MAX_COUNTER_SETS, json_schema_extra=crd(rules=[rule(
+            "self.all(c, self.exists_one(o, o.name == c.name))",
+            "sharedCounters[].name values must be unique")]))
+    """Counter sets of the pool that partitionable devices consume from (published in a slice
+    of their own, without devices). At most 8, names unique. Devices of the pool that consume
+    from a set the pool does not publish are never allocated."""
 
     @model_validator(mode="after")
     def _one_node_scope(self) -> ResourceSliceSpec:
@@ -255,10 +173,14 @@ class ResourceSliceSpec(_Model):
         return self
 
 
-class ResourceSlice(_Model):
-    api_version: str = ""
+class ResourceSlice(APIObject):
+    """A ResourceSlice is how a driver tells the cluster which devices exist: it lists some or
+    all devices of one pool, with their attributes and capacities, and says which nodes can
+    reach them. kdra's node agent publishes one pool per node (at most 128 devices per slice);
+    the binder reads the slices to allocate claims; kdra garbage-collects slices whose node or
+    agent is gone. Users normally only read them: `kubectl get kslice`."""
+
     kind: str = "ResourceSlice"
-    metadata: ObjectMeta
     spec: ResourceSliceSpec
 
 
@@ -267,18 +189,6 @@ def parse_slice(obj: Mapping[str, Any]) -> ResourceSlice:
 
 
 __all__ = [
-    "LIST_KINDS",
-    "SCALAR_KINDS",
-    "CapacityRequestPolicy",
-    "CapacityRequestPolicyRange",
-    "Counter",
-    "CounterSet",
-    "Device",
-    "DeviceAttribute",
-    "DeviceCapacity",
-    "DeviceCounterConsumption",
-    "DeviceTaint",
-    "NodeAllocatableResourceMapping",
     "ResourcePool",
     "ResourceSlice",
     "ResourceSliceSpec",

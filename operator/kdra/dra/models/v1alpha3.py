@@ -34,7 +34,10 @@ from typing import Any
 
 JSON = Any
 
+# What v1 has and v1alpha3 does not, part by part (the conversion drops these going down and
+# keeps them in the annotation; ``python -m hack.crdgen`` drops them from the v1alpha3 schema).
 REQUEST_V1_ONLY = ("tolerations", "capacity")
+CONSTRAINT_V1_ONLY = ("distinctAttribute",)
 RESULT_V1_ONLY = ("adminAccess", "tolerations", "bindingConditions", "bindingFailureConditions",
                   "shareID", "consumedCapacity")
 ALLOCATION_V1_ONLY = ("allocationTimestamp",)
@@ -42,6 +45,10 @@ DEVICE_STATUS_V1_ONLY = ("shareID",)
 DEVICE_V1_ONLY = ("consumesCounters", "nodeName", "nodeSelector", "allNodes", "taints",
                   "bindsToNode", "bindingConditions", "bindingFailureConditions",
                   "allowMultipleAllocations", "nodeAllocatableResourceMappings")
+ATTRIBUTE_V1_ONLY = ("ints", "bools", "strings", "versions")
+"""List-typed attribute values."""
+CLASS_V1_ONLY = ("extendedResourceName",)
+SLICE_V1_ONLY = ("perDeviceNodeSelection", "sharedCounters")
 SCALAR_KINDS = frozenset({"int", "bool", "string", "version"})
 
 
@@ -84,7 +91,7 @@ def constraints_down(constraints: JSON) -> JSON:
     out = []
     for constraint in constraints:
         if isinstance(constraint, Mapping):
-            constraint = _without(constraint, ("distinctAttribute",))
+            constraint = _without(constraint, CONSTRAINT_V1_ONLY)
             if "matchAttribute" not in constraint:
                 continue  # a distinctAttribute constraint: v1alpha3 has none
         out.append(constraint)
@@ -152,8 +159,7 @@ def _scalar_or_odd(attribute: JSON) -> bool:
     if not isinstance(attribute, Mapping):
         return True
     kinds = set(attribute)
-    return not kinds or bool(kinds & SCALAR_KINDS) or not kinds <= {"ints", "bools", "strings",
-                                                                     "versions"}
+    return not kinds or bool(kinds & SCALAR_KINDS) or not kinds <= set(ATTRIBUTE_V1_ONLY)
 
 
 def device_up(device: JSON) -> JSON:

@@ -10,6 +10,11 @@ Invariants:
   ``unhealthy`` when it reported ``Ready=False`` with reason ``DeviceUnhealthy`` or
   ``Healthy=False``.
 - ``published`` is False here: only a view that reads the slices knows (``describe``).
+- A result of an admin-access request (``adminAccess: true`` in the result, or a request
+  with ``exactly.adminAccess: true``) is marked ``admin_access``: it holds no device — the
+  device stays free for others, as upstream's allocator counts it — and every view built on
+  these rows (utilisation, ``top``, ``describe``, the invariants) leaves it out of what is
+  allocated.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["UNHEALTHY_REASON", "ClaimDevice", "ClaimRow", "claims_of", "natural"]
+__all__ = ["UNHEALTHY_REASON", "ClaimDevice", "ClaimRow", "admin_requests", "claims_of",
+           "natural"]
 
 JSON = Mapping[str, Any]
 
@@ -37,6 +43,9 @@ class ClaimDevice:
     """The DeviceClass its request asks for (empty when the claim's spec does not say)."""
     unhealthy: bool = False
     """The node agent reported it unhealthy (``Ready=False``, reason ``DeviceUnhealthy``)."""
+    admin_access: bool = False
+    """Allocated for an admin-access request: the claim sees the device, it does not hold it
+    (upstream: such results never make a device busy)."""
 
     def __str__(self) -> str:
         return f"{self.driver}/{self.pool}/{self.device}"
@@ -60,6 +69,11 @@ class ClaimRow:
     @property
     def ready(self) -> int:
         return sum(1 for device in self.devices if device.ready)
+
+    @property
+    def held(self) -> tuple[ClaimDevice, ...]:
+        """The devices the claim holds: its results but those of admin-access requests."""
+        return tuple(device for device in self.devices if not device.admin_access)
 
 
 def claims_of(claims: Iterable[JSON]) -> list[ClaimRow]:
@@ -94,7 +108,9 @@ def _claim_row(claim: JSON) -> ClaimRow:
                        if c.get("type") == "Healthy"), None)
         if health is not None and health.get("status") == "False":
             unhealthy.add(key)  # the agent's applied health (issue 25)
-    classes = _request_classes(_map(_map(claim.get("spec")).get("devices")))
+    spec_devices = _map(_map(claim.get("spec")).get("devices"))
+    classes = _request_classes(spec_devices)
+    admin = admin_requests(spec_devices)
     devices = []
     for result in map(_map, _list(_map(_map(allocation).get("devices")).get("results"))):
         key = (str(result.get("driver") or ""), str(result.get("pool") or ""),
@@ -104,7 +120,9 @@ def _claim_row(claim: JSON) -> ClaimRow:
                                    pool=key[1], device=key[2], ready=ready.get(key),
                                    published=False,
                                    device_class=classes.get(request, ""),
-                                   unhealthy=key in unhealthy))
+                                   unhealthy=key in unhealthy,
+                                   admin_access=result.get("adminAccess") is True
+                                   or request.split("/", 1)[0] in admin))
     if meta.get("deletionTimestamp"):
         state = "deleting"
     elif not allocation:
@@ -129,6 +147,17 @@ def _request_classes(devices: JSON) -> dict[str, str]:
         for sub in map(_map, _list(request.get("firstAvailable"))):
             classes[f"{name}/{sub.get('name')}"] = str(sub.get("deviceClassName") or "")
     return classes
+
+
+def admin_requests(devices: JSON) -> set[str]:
+    """The names of a claim's admin-access requests, from its ``spec.devices`` (v1:
+    ``exactly.adminAccess``; v1alpha3: ``adminAccess`` on the request)."""
+    names = set()
+    for request in map(_map, _list(devices.get("requests"))):
+        if _map(request.get("exactly")).get("adminAccess") is True \
+                or request.get("adminAccess") is True:
+            names.add(str(request.get("name")))
+    return names
 
 
 def _allocated_node(allocation: JSON) -> str:

@@ -18,6 +18,8 @@ Rules (also in ``docs/user-guide.md``):
   device once.
 - Only the newest generation of a pool counts (as for the allocator); a device name repeated
   in a pool counts once.
+- A claim's admin-access results hold nothing (:attr:`ClaimRow.held`, upstream's rule): a
+  device a monitoring claim sees counts as whatever else makes it so, free if nothing does.
 - State, one per device: ``unhealthy`` when its slice carries the agent's acting health
   taint (``gpu.kdra.dev/unhealthy``, NoSchedule or NoExecute: issue 25), or a claim holds
   it and either no current slice publishes it any more or the agent reported it
@@ -135,7 +137,7 @@ def utilisation(snapshot: Snapshot, claims: Sequence[ClaimRow],
     stats = stats if stats is not None else Stats()
     held: dict[DeviceId, tuple[bool, str, str]] = {}  # device → (unhealthy, class, node)
     for claim in claims:
-        for device in claim.devices:
+        for device in claim.held:
             key = DeviceId(device.driver, device.pool, device.device)
             was = held.get(key)
             unhealthy = device.unhealthy or (was is not None and was[0])
@@ -197,10 +199,11 @@ def _matches(entry: Any, selectors: tuple[Selector, ...], stats: Stats) -> bool:
 
 
 def namespace_usage(claims: Iterable[ClaimRow]) -> Counter[tuple[str, str]]:
-    """(namespace, class) → devices allocated to the namespace's claims."""
+    """(namespace, class) → devices allocated to the namespace's claims (admin access
+    holds none)."""
     usage: Counter[tuple[str, str]] = Counter()
     for claim in claims:
-        for device in claim.devices:
+        for device in claim.held:
             usage[(claim.namespace, device.device_class)] += 1
     return usage
 
@@ -238,21 +241,22 @@ class NamespaceTop:
 def top(claims: Iterable[ClaimRow]) -> list[NamespaceTop]:
     """Per namespace (most devices first, then name): devices held, allocated and pending
     claims, devices per class, and per pod (most first) the devices of the claims reserved
-    for it — a shared claim counts for each of its pods, once for the namespace."""
+    for it — a shared claim counts for each of its pods, once for the namespace; devices
+    seen through admin access are held by nobody (the claim counts, its devices do not)."""
     rows = list(claims)
     namespaces = sorted({claim.namespace for claim in rows})
     result = []
     for namespace in namespaces:
         mine = [claim for claim in rows if claim.namespace == namespace]
-        devices = {(d.driver, d.pool, d.device) for claim in mine for d in claim.devices}
-        by_class = Counter(d.device_class or NO_CLASS for claim in mine for d in claim.devices)
+        devices = {(d.driver, d.pool, d.device) for claim in mine for d in claim.held}
+        by_class = Counter(d.device_class or NO_CLASS for claim in mine for d in claim.held)
         pods: dict[str, list[ClaimRow]] = defaultdict(list)
         for claim in mine:
             for pod in claim.pods:
                 pods[pod.split("/", 1)[-1]].append(claim)
         pod_rows = sorted(
             (PodTop(namespace, pod, len({(d.driver, d.pool, d.device)
-                                         for claim in held for d in claim.devices}),
+                                         for claim in held for d in claim.held}),
                     tuple(claim.name for claim in held))
              for pod, held in pods.items()),
             key=lambda p: (-p.devices, natural(p.pod)))

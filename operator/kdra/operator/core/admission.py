@@ -23,7 +23,10 @@ kdra's own objects are in :mod:`kdra.operator.core.admission_objects`:
   ``devices.resource.kdra.dev/*``, ``gpus.resource.kdra.dev/*``) may be created, changed or
   removed by kdra's own identities only (``trusted``: the operator's username, from the
   request's ``userInfo``).
-* **mutating** (:func:`mutate_pod`): extended resources a DeviceClass serves become the
+* **mutating** (:func:`mutate_pod`): warns about claims kdra would not see
+  (:mod:`kdra.operator.core.pod_notices`: ``spec.resourceClaims``, a mistyped kdra annotation
+  key; also for pods it otherwise leaves alone, through a warn-only webhook); extended
+  resources a DeviceClass serves become the
   pod's ``extended-resources`` claim entry (:mod:`kdra.operator.core.extended`); then a pod with
   claims gets ``schedulerName: kdra-scheduler``
   (when unset or ``default-scheduler``) and, in every container that consumes a claim, the env
@@ -102,6 +105,7 @@ from kdra.operator.core.admission_objects import (
 )
 from kdra.operator.core.extended import ENTRY_NAME as EXTENDED_ENTRY
 from kdra.operator.core.extended import convert_pod, extended_names
+from kdra.operator.core.pod_notices import pod_notices
 
 __all__ = [
     "ADMIN_ACCESS_LABEL",
@@ -310,6 +314,7 @@ def mutate_pod(request: Mapping[str, Any], *,
         return AdmissionResponse(uid)
     meta = pod.get("metadata") or {}
     name = str(meta.get("name") or meta.get("generateName") or "")
+    notices = tuple(notice.message for notice in pod_notices(pod))  # as the user wrote it
     if extended_error is not None and extended_names(pod):
         return AdmissionResponse(uid, (FieldError("spec", extended_error),), kind="Pod",
                                  name=name)
@@ -325,7 +330,7 @@ def mutate_pod(request: Mapping[str, Any], *,
     try:
         claims = pod_claims(pod)
     except InvalidObject:
-        return AdmissionResponse(uid, patch=converted.patch)
+        return AdmissionResponse(uid, patch=converted.patch, warnings=notices)
     stolen = [FieldError(f"{_ANNOTATION_FIELD}[{i}].resourceClaimName",
                          f"claim {claim_name!r} was generated for pod {owner!r} and serves "
                          "only that pod; name a claim of this pod's own, or a "
@@ -336,7 +341,8 @@ def mutate_pod(request: Mapping[str, Any], *,
     if stolen:
         return AdmissionResponse(uid, _capped(stolen), kind="Pod", name=name)
     patch = (*converted.patch, *pod_patch(pod, claims, gpu_claims=gpu_claims))
-    return AdmissionResponse(uid, patch=patch, warnings=tuple(pod_warnings(pod, claims)))
+    return AdmissionResponse(uid, patch=patch,
+                             warnings=(*pod_warnings(pod, claims), *notices))
 
 
 # --------------------------------------------------------------------------- pods

@@ -1,6 +1,6 @@
 """The early DeviceQuota check at admission: a ResourceClaim that alone exceeds a DeviceQuota of
 its namespace could never be allocated there, so the validating webhook refuses it when it is
-created, with the message the binder would give (:func:`kdra.operator.core.quota.early_denials`).
+created, with the message the binder would give (:func:`kdra.dra.quota.early_denials`).
 
 Only what is sure from the claim alone is decided here: ExactCount requests' devices (and a
 ``firstAvailable`` request's smallest alternative when all its alternatives are of one class).
@@ -28,10 +28,10 @@ from typing import Any
 from kdra import GROUP
 from kdra.dra.errors import InvalidObject
 from kdra.dra.models import parse_claim
+from kdra.dra.quota import DeviceQuota, early_denials, parse_quota
 from kdra.kube.core.podclaims import POD_CLAIM_NAME_ANNOTATION
 from kdra.operator.core.admission import AdmissionResponse, Decide
 from kdra.operator.core.admission_objects import FieldError
-from kdra.operator.core.quota import DeviceQuota, early_denials, parse_quota
 
 
 def quota_namespace(body: Any) -> str | None:

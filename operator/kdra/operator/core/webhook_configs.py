@@ -30,6 +30,10 @@ Failure policy — the trade-off, written down once:
   anyone but kdra's own identities (the ``trusted`` usernames: the operator's
   ServiceAccount), so kdra's own writes (the claim controller's claim-statuses) never wait
   for a webhook, and users' are denied.
+* The one exception to ``Fail``: ``notice-pods`` (the same ``/mutate-pods``, for pods no
+  other kdra webhook gets) only warns — ``spec.resourceClaims``, which kdra's flavour does not
+  read, or an annotation key mentioning kdra that is none of kdra's (a typo of the claims
+  key): ``failurePolicy: Ignore``, since nothing is lost while it is down but the warning.
 * For DeviceClasses, an update that leaves ``spec`` unchanged (labels, finalizers) is not sent
   either, so metadata edits keep working during an outage.
 
@@ -58,6 +62,7 @@ from kdra.kube.core.podclaims import (
     GPU_UUIDS_ANNOTATION_PREFIX,
     SCHEDULER_NAME,
 )
+from kdra.operator.core.pod_notices import NOTICE_POD_CONDITION
 
 __all__ = [
     "CONVERT_PATH",
@@ -102,6 +107,7 @@ CRD_NAMES = tuple(f"{plural}.{GROUP}" for plural in (
 """The CRDs whose versions the operator's ``/convert`` webhook converts."""
 
 MUTATE_PODS_WEBHOOK = f"mutate-pods.{GROUP}"
+NOTICE_PODS_WEBHOOK = f"notice-pods.{GROUP}"
 VALIDATE_PODS_WEBHOOK = f"validate-pods.{GROUP}"
 PROTECT_PODS_WEBHOOK = f"protect-pods.{GROUP}"
 VALIDATE_WEBHOOK = f"validate.{GROUP}"
@@ -285,16 +291,24 @@ def _claim_status_webhook(endpoint: Endpoint, ca_bundle: bytes | None,
 
 def mutating_configuration(endpoint: Endpoint, ca_bundle: bytes | None) -> dict[str, Any]:
     """``kdra-mutating``: pods with the claims annotation get schedulerName and env; pods
-    with extended resources a DeviceClass serves get their claim entry first."""
+    with extended resources a DeviceClass serves get their claim entry first; other pods
+    whose claims kdra would not see (``spec.resourceClaims``, a mistyped kdra annotation key:
+    :mod:`kdra.operator.core.pod_notices`) get warnings from a webhook that changes nothing
+    and fails open."""
     webhook = _pod_webhook(MUTATE_PODS_WEBHOOK, endpoint, MUTATE_PODS_PATH, ca_bundle,
                            conditions=(("claims-or-extended-resources", MUTATE_POD_CONDITION),))
     # Another webhook may add containers after kdra's ran; run again so they get env too.
     webhook["reinvocationPolicy"] = "IfNeeded"
+    notice = _pod_webhook(NOTICE_PODS_WEBHOOK, endpoint, MUTATE_PODS_PATH, ca_bundle,
+                          conditions=(("not-served-by-mutate-pods", f"!({MUTATE_POD_CONDITION})"),
+                                      ("claims-kdra-would-not-see", NOTICE_POD_CONDITION)))
+    notice["failurePolicy"] = "Ignore"  # it only warns: an outage must not block these pods
+    notice["reinvocationPolicy"] = "Never"
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": MUTATING_CONFIG, "labels": dict(LABELS)},
-        "webhooks": [webhook],
+        "webhooks": [webhook, notice],
     }
 
 

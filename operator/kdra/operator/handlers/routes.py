@@ -72,10 +72,12 @@ Route = Callable[[Operator, str | None, JSON], None]
 def route_pod(op: Operator, event: str | None, pod: JSON) -> None:
     """Pods: the claim controller keeps those with claims (it generates and releases their
     claims); the binder keeps every pod (pending ones to schedule, bound ones as holders of
-    node resources and as preemption victims)."""
+    node resources and as preemption victims); a new pod whose claims kdra would not see
+    gets a warning event (kdra.operator.notices)."""
     if CLAIMS_ANNOTATION in (pod["metadata"].get("annotations") or {}):
         op.claim_controller.on_pod(event, pod)
     op.binder.on_pod(event, pod)
+    op.notices.on_pod(event, pod)
 
 
 def route_claim(op: Operator, event: str | None, claim: JSON) -> None:

@@ -17,6 +17,9 @@ Invariants:
   written, so the next pod never gets the same device while the write is in flight; the
   pod's claims are *in flight* meanwhile, and another pod sharing one waits for the write,
   then builds on it.
+- A pod naming a claim that does not exist gets ``PodScheduled=False`` (``Unschedulable``,
+  kube-scheduler's ``resourceclaim... not found``) and an event, and waits for the claim; a
+  template's claim not created yet is the claim controller's to make (nothing is written).
 - A pod that fits nowhere gets a ``FailedScheduling`` event and a ``PodScheduled=False``
   condition saying why, node group by node group, and waits until slices, claims, classes or
   nodes change (or a periodic flush) — never a busy retry loop; while devices are being
@@ -42,7 +45,8 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 
-from kdra.dra.allocator import ClusterOutcome, Placement, Placing
+from kdra import GROUP
+from kdra.dra.allocator import ClusterOutcome, Placement, Placing, none_available
 from kdra.dra.errors import InvalidObject
 from kdra.dra.models import ResourceClaim
 from kdra.dra.scheduling import (
@@ -300,6 +304,14 @@ class Binder:
                 if name:
                     self.pods.waiting_for_claim[(namespace, name)].add(key)
                 log.debug("pod %s/%s waits for claim %s", *key, name or entry.name)
+                if entry.resource_claim_name:
+                    # Named by the user and not there: nobody creates it but them. Say so,
+                    # as kube-scheduler's PreFilter does (a generated claim not recorded yet
+                    # is the claim controller's to make: no report, no write per pod).
+                    await self.reporter.unschedulable(pod, none_available(
+                        f'resourceclaim.{GROUP} "{shorten(name, 253)}" not found (entry '
+                        f'"{shorten(entry.name, 63)}"): the pod waits until it is created',
+                        len(self.cluster.nodes)), park=False)  # its creation re-enqueues it
                 return "waiting"  # the pod or claim event re-enqueues it
             if entry.generated and not owned_by(raw, uid):
                 # Upstream's IsForPod: a generated claim serves only the pod that owns it.
@@ -323,7 +335,9 @@ class Binder:
                 self.pods.waiting_for_claim[(namespace, name)].add(key)
                 return "waiting"
             if raw["metadata"].get("deletionTimestamp"):
-                await self.reporter.unschedulable(pod, f"claim {name!r} is being deleted")
+                await self.reporter.unschedulable(pod, none_available(  # kube-scheduler's
+                    f'resourceclaim "{shorten(name, 253)}" is being deleted',
+                    len(self.cluster.nodes)))
                 return "unschedulable"
             resolved.append((entry, name, raw))
         try:
@@ -432,8 +446,8 @@ class Binder:
             message = explain(attempt.reasons, attempt.total)
             preempting = await self.preemption.preempt(key, pod, attempt.unallocated,
                                                        attempt.candidates)
-            await self.reporter.unschedulable(
-                pod, f"{message}; {preempting}" if preempting else message)
+            await self.reporter.unschedulable(  # kube-scheduler's "<fit error> preemption: ..."
+                pod, f"{message} preemption: {preempting}" if preempting else message)
             return "unschedulable"
         return self._reserve(key, pod, attempt.resolved, attempt.parsed, attempt.unallocated,
                              choice)

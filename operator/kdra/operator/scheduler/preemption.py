@@ -60,6 +60,7 @@ from kdra.dra.allocator import DeviceId, NodeInfo, Snapshot
 from kdra.dra.allocator.probe import FitProbe, OutOfSteps
 from kdra.dra.allocator.reasons import Unallocatable
 from kdra.dra.models import ResourceClaim
+from kdra.dra.quota import Denial
 from kdra.kube.client import KubeClient
 from kdra.kube.errors import ApiError, NotFound
 from kdra.kube.events import EventRecorder
@@ -76,7 +77,6 @@ from kdra.operator.core.preemption import (
     pod_priority,
     select_victims,
 )
-from kdra.operator.core.quota import Denial
 from kdra.operator.scheduler.quota import QuotaBook
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """Device quotas in the operator: the binder's quota book and the DeviceQuota status writer.
 
 :class:`QuotaBook` belongs to the binder (one scheduling loop, no locks): it keeps the
-namespaces' DeviceQuotas (from their informer) and a :class:`~kdra.operator.core.quota.Ledger` of
+namespaces' DeviceQuotas (from their informer) and a :class:`~kdra.dra.quota.Ledger` of
 what each claim holds, fed by the binder at the same points as its allocator snapshot — every claim
 version it sees, every allocation it assumes before writing it and forgets afterwards — so the
 check at allocation time counts in-flight allocations and counts a shared claim once.
@@ -39,14 +39,8 @@ from kdra import GROUP
 from kdra.dra.allocator import Placement
 from kdra.dra.errors import InvalidObject
 from kdra.dra.models import AllocationResult, DeviceRequestAllocationResult, ResourceClaim
-from kdra.dra.timestamps import status_update
-from kdra.kube.client import KubeClient
-from kdra.kube.core.printable import MAX_LINE, printable
-from kdra.kube.errors import ApiError
-from kdra.kube.resources import Resource
-from kdra.kube.store import JSON, Store, key_of
-from kdra.operator import metrics
-from kdra.operator.core.quota import (
+from kdra.dra.quota import (
+    QUOTA_REASON,
     Charge,
     Denial,
     DeviceFacts,
@@ -54,20 +48,26 @@ from kdra.operator.core.quota import (
     Ledger,
     Usage,
     add_charges,
+    allocation_denial,
     check,
     claim_charge,
-    device_facts,
+    entry_facts,
     least_charge,
     parse_quota,
-    quota_status,
 )
+from kdra.dra.timestamps import status_update
+from kdra.kube.client import KubeClient
+from kdra.kube.core.printable import MAX_LINE, printable
+from kdra.kube.errors import ApiError
+from kdra.kube.resources import Resource
+from kdra.kube.store import JSON, Store, key_of
+from kdra.operator import metrics
+from kdra.operator.core.quota import quota_status
 from kdra.operator.core.quota_admission import quota_namespace
 
 log = logging.getLogger(__name__)
 
 DEVICE_QUOTAS = Resource(GROUP, "v1alpha1", "devicequotas", True, "DeviceQuota")
-QUOTA_REASON = "DeviceQuotaExceeded"
-"""The ``PodScheduled=False`` reason of a pod whose allocation a DeviceQuota refuses."""
 TRIES = 8
 """Nodes whose placements are checked against the quotas per scheduling attempt."""
 MIN_INTERVAL = 0.5
@@ -194,10 +194,7 @@ class QuotaBook:
         for slice_ in self.slices.index("pool", f"{driver}/{pool}"):
             for entry in (slice_.get("spec") or {}).get("devices") or ():
                 if isinstance(entry, dict) and entry.get("name") == device:
-                    capacity = entry.get("capacity")
-                    counters = entry.get("consumesCounters")
-                    return device_facts(driver, capacity if isinstance(capacity, dict) else {},
-                                        counters if isinstance(counters, list) else ())
+                    return entry_facts(driver, entry)
         return None
 
     # ------------------------------------------------------------------ the check
@@ -226,10 +223,8 @@ class QuotaBook:
                 rest.pop(current.node, None)
                 current = choose(rest)
                 continue
-            asked: dict[str, Any] = {}
-            for claim, result in zip(claims, current.results, strict=True):
-                asked = add_charges(asked, claim_charge(claim, result, self.facts))
-            denial = check(quotas.values(), used, asked)
+            denial = allocation_denial(quotas.values(), used, claims, current.results,
+                                       self.facts)
             if denial is None:
                 return current, None
             first = first or denial
@@ -244,7 +239,7 @@ class QuotaBook:
                      freed: Iterable[str] = ()) -> Denial | None:
         """The denial that any allocation of ``claims`` would meet even if the claims
         ``freed`` (keys ``namespace/name``; others' namespaces change nothing) held nothing:
-        their least charge (:func:`~kdra.operator.core.quota.least_charge`) against what the
+        their least charge (:func:`~kdra.dra.quota.least_charge`) against what the
         namespace holds without them. None: an allocation might be admitted (the check at
         allocation time, :meth:`admit`, has the last word). For preemption: evicting pods
         for a pod its quotas refuse anyway frees nothing it may take."""

@@ -7,6 +7,8 @@ Invariants:
 - A pod reported unschedulable is parked (waits for a change in the cluster) unless the
   caller retries it on a timer; its condition is written only when its reason or message
   changed, and the event is emitted on every report.
+- The condition carries a ``lastTransitionTime``, as kube-scheduler's: the time it became
+  ``False``, kept while it stays ``False`` (a new reason or message is no transition).
 - A condition write the API server refuses as busy or restarting (429, 5xx) raises, so the
   pod is retried after a backoff and the condition written then; any other refusal is
   logged and the event still emitted.
@@ -24,6 +26,7 @@ from collections import Counter
 
 from kdra.dra.allocator import ClusterOutcome
 from kdra.dra.scheduling import SearchBudget, explain
+from kdra.dra.timestamps import api_time
 from kdra.kube.client import KubeClient
 from kdra.kube.core.printable import printable
 from kdra.kube.errors import ApiError
@@ -55,10 +58,14 @@ class Reporter:
         if park:
             self.pods.parked.add(key)
         log.info("pod %s/%s is unschedulable: %s", *key, message)
-        condition = {"type": "PodScheduled", "status": "False", "reason": reason,
-                     "message": message}
         current = next((c for c in pod.get("status", {}).get("conditions") or []
                         if c.get("type") == "PodScheduled"), None)
+        # kube-scheduler's UpdatePodCondition: the transition time changes with the status.
+        since = current.get("lastTransitionTime") if current is not None \
+            and current.get("status") == "False" else None
+        condition = {"type": "PodScheduled", "status": "False", "reason": reason,
+                     "message": message, "lastProbeTime": None,
+                     "lastTransitionTime": since or api_time()}
         if current is None or current.get("message") != message or \
                 current.get("reason") != reason:
             try:

@@ -21,7 +21,7 @@ Invariants:
   (a fake in tests); a query a GPU does not support (``NVML_ERROR_NOT_SUPPORTED``) is
   skipped, never taken for a fault.
 - NVML not usable at all (library missing, driver not loaded) raises
-  :class:`~kdra.agent.discovery.DiscoveryError` with NVML's message; a failure on
+  :class:`~kdra.agent.core.backend.DiscoveryError` with NVML's message; a failure on
   one GPU only affects that GPU's observation.
 - Never blocks: event waits use a zero timeout.
 """
@@ -33,13 +33,23 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from kdra.agent.core.backend import DeviceKey, DiscoveryError
 from kdra.agent.core.gpu_profiles import GPU_DRIVER
 from kdra.agent.core.health import Health, Observation
 from kdra.agent.core.inventory_devices import Inventory
-from kdra.agent.discovery import DiscoveryError, load_pynvml
-from kdra.agent.health import DeviceKey, worst
+from kdra.agent.health import worst
 
 log = logging.getLogger(__name__)
+
+
+def load_pynvml() -> Any:
+    """The ``pynvml`` module (nvidia-ml-py), imported on first use: an agent that never asks
+    NVML never loads it. Raises :class:`DiscoveryError` when it is not installed."""
+    try:
+        import pynvml
+    except ImportError as exc:  # pragma: no cover - nvidia-ml-py is a dependency
+        raise DiscoveryError("nvidia-ml-py (pynvml) is not installed") from exc
+    return pynvml
 
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 """XIDs caused by the application (illegal address, MMU fault, ...): not the GPU's health."""

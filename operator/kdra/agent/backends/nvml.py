@@ -1,9 +1,12 @@
-"""Device discovery backends of the node agent: NVML for real GPUs, a fake inventory file.
+"""The ``nvml`` backend: real NVIDIA GPUs through NVML (nvidia-ml-py) — discovery, MIG and
+health.
 
-Both return a :class:`~kdra.agent.core.inventory_devices.Inventory` with the same device shape
-(names ``gpu-<index>``, NVIDIA's attribute names, capacity ``memory``), so nothing downstream knows
-which backend ran. A GPU in MIG mode is published as its existing MIG devices
-(:mod:`kdra.agent.nvml_mig`), shaped like the fake inventory's partitions.
+Its devices have the shape the ``fake-gpu`` backend gives its profiles (names ``gpu-<index>``,
+NVIDIA's attribute names, capacity ``memory``), so nothing downstream knows which one ran; what
+both do with a prepared GPU (data, CDI edits, ``NVIDIA_VISIBLE_DEVICES``) is
+:class:`~kdra.agent.core.gpu_backend.GpuBackend`'s. A GPU in MIG mode is published as its
+existing MIG devices (:mod:`kdra.agent.backends.nvml_mig`); health is
+:mod:`kdra.agent.backends.nvml_health`'s (XIDs, ECC, lost GPUs), asked from a worker thread.
 
 Invariants:
 - NVML is reached only through the module object handed in (``pynvml`` by default, imported
@@ -12,87 +15,34 @@ Invariants:
   (logged); a GPU whose other queries fail is reported *unhealthy* with the error as its
   reason (the agent's health loop then taints it in the slices). Only a failure of NVML
   itself (init, device count, driver version) raises :class:`DiscoveryError`.
-- The fake backend re-reads its file only when its modification time or size changed, and a
-  malformed file raises InvalidObject naming the line and field.
+- The GPU driver's pool is published even when no GPU is found (``drivers``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
+from kdra.agent.backends.nvml_health import NvmlHealth, load_pynvml
+from kdra.agent.backends.nvml_mig import mig_partitions
+from kdra.agent.core.backend import DeviceKey, DiscoveryError
+from kdra.agent.core.gpu_backend import GpuBackend
 from kdra.agent.core.gpu_profiles import (
     GPU_DEVICE_TYPE,
     GPU_DRIVER,
     compute_capability,
     cuda_version_from_int,
+    gpu_attributes,
     to_semver,
 )
-from kdra.agent.core.inventory import parse_inventory
-from kdra.agent.core.inventory_devices import (
-    Inventory,
-    InventoryDevice,
-    gpu_attributes,
-    int_attr,
-    string_attr,
-)
-from kdra.agent.nvml_mig import mig_partitions
+from kdra.agent.core.health import Observation
+from kdra.agent.core.inventory_devices import Inventory, InventoryDevice, int_attr, string_attr
 from kdra.dra.quantity import Format, Quantity
 
 log = logging.getLogger(__name__)
-
-
-class DiscoveryError(Exception):
-    """The backend cannot list devices at all (NVML missing or failing, file unreadable)."""
-
-
-def load_pynvml() -> Any:
-    """The ``pynvml`` module (nvidia-ml-py), imported on first use: an agent that never asks
-    NVML never loads it. Raises :class:`DiscoveryError` when it is not installed."""
-    try:
-        import pynvml
-    except ImportError as exc:  # pragma: no cover - nvidia-ml-py is a dependency
-        raise DiscoveryError("nvidia-ml-py (pynvml) is not installed") from exc
-    return pynvml
-
-
-class Discovery(Protocol):
-    description: str
-
-    def discover(self, node: str) -> Inventory:
-        """Every device of ``node`` now. Raises DiscoveryError (or InvalidObject)."""
-
-    def signature(self) -> object | None:
-        """Changes when a new discovery may give a different answer; None: always ask."""
-
-
-# --------------------------------------------------------------------------- fake inventory
-
-
-class FakeDiscovery:
-    """Devices from an inventory YAML file (for kind, tests, demos and simulated nodes)."""
-
-    def __init__(self, path: Path, default_driver: str = GPU_DRIVER) -> None:
-        self.path = path
-        self.default_driver = default_driver
-        self.description = f"fake inventory {path}"
-
-    def signature(self) -> object | None:
-        try:
-            stat = self.path.stat()
-        except OSError:
-            return ("missing",)
-        return (stat.st_mtime_ns, stat.st_size, stat.st_ino)
-
-    def discover(self, node: str) -> Inventory:
-        try:
-            text = self.path.read_text()
-        except OSError as exc:
-            raise DiscoveryError(f"cannot read inventory {self.path}: {exc}") from exc
-        return parse_inventory(text, node, source=str(self.path),
-                               default_driver=self.default_driver)
 
 
 # --------------------------------------------------------------------------- NVML
@@ -141,17 +91,24 @@ def normalise_bus_id(bus_id: str) -> str:
     return f"{int(domain, 16):04x}:{rest}" if rest else bus_id.lower()
 
 
-class NvmlDiscovery:
-    """Real GPUs through NVML (nvidia-ml-py). ``nvml`` is the module to use (a fake in tests);
-    ``sysfs`` is where the PCI topology (``pcieRoot``, ``numaNode``) is read from."""
+class NvmlBackend(GpuBackend):
+    """Real GPUs through NVML (nvidia-ml-py), published under ``driver``. ``nvml`` is the
+    module to use (a fake in tests); ``sysfs`` is where the PCI topology (``pcieRoot``,
+    ``numaNode``) is read from; ``xid_hold``: how long an XID keeps its GPU degraded."""
+
+    name = "nvml"
+    description = "NVML"
+    health_blocks = True  # NVML calls: asked from a worker thread
 
     def __init__(self, driver: str = GPU_DRIVER, nvml: Any = None,
-                 sysfs: Path = Path("/sys")) -> None:
+                 sysfs: Path = Path("/sys"), xid_hold: float = 300.0) -> None:
         self.driver = driver
+        self.drivers = (driver,)
         self.sysfs = sysfs
-        self.description = "NVML"
         self._nvml = nvml
         self._initialised = False
+        self._health: NvmlHealth | None = None
+        self._xid_hold = xid_hold
 
     def signature(self) -> object | None:
         return None  # health can change at any time: ask NVML on every poll
@@ -161,7 +118,15 @@ class NvmlDiscovery:
             self._nvml = load_pynvml()
         return self._nvml
 
+    def observe_health(self, node: str, devices: Inventory) -> Mapping[DeviceKey, Observation]:
+        if self._health is None:
+            self._health = NvmlHealth(nvml=self._module(), driver=self.driver,
+                                      xid_hold=self._xid_hold)
+        return self._health.observe(node, devices)
+
     def close(self) -> None:
+        if self._health is not None:
+            self._health.close()
         if self._initialised:
             try:
                 self._module().nvmlShutdown()
