@@ -299,6 +299,13 @@ NEW = (
     "kdra.operator.claim_pods", "kdra.operator.claim_release",
     "kdra.agent.settings",
     "kdra.agent.core.node_check",
+    # issue 38: the agent as the kubelet's DRA plugin (native flavour)
+    "kdra.agent.kubelet", "kdra.agent.kubelet.gate", "kdra.agent.kubelet.messages",
+    "kdra.agent.kubelet.plugin", "kdra.agent.kubelet.server", "kdra.agent.kubelet.service",
+    "kdra.agent.core.kubelet", "kdra.agent.protodesc",
+    "tests.unit.agent.kubelet_side", "tests.unit.agent.test_kubelet_core",
+    "tests.unit.agent.test_kubelet_messages", "tests.unit.agent.test_kubelet_plugin",
+    "tests.unit.agent.wire_bytes",
     # the device-backend seam (issue 37, point 4): the protocol, the backends, the registry
     "kdra.agent.core.backend", "kdra.agent.core.gpu_backend",
     "kdra.agent.backends", "kdra.agent.backends.registry", "kdra.agent.backends.fake_gpu",

@@ -41,7 +41,8 @@ def _node(args: argparse.Namespace) -> int:
 
     if args.action == "down":
         return node_down()
-    return node_up(workdir=args.dir, deploy=not args.no_deploy, examples=args.examples)
+    return node_up(workdir=args.dir, deploy=not args.no_deploy, examples=args.examples,
+                   native=args.flavour == "native")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -90,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="only the node: do not build the image or apply kdra's manifests")
     node.add_argument("--examples", action="store_true",
                       help="also apply the GPU examples and the seed's cats")
+    node.add_argument("--flavour", choices=("kdra", "native"), default="kdra",
+                      help="native: resource.k8s.io/v1, the agent as the kubelet's DRA plugin "
+                           "(manifests/overlays/node-native; claims allocated by kube-scheduler)")
     node.set_defaults(func=_node)
     return parser
 

@@ -139,6 +139,8 @@ class ControlPlane:
     controller_manager_args: tuple[str, ...] = ()
     #: Extra kube-apiserver flags, e.g. an audit policy for a diagnostic run.
     apiserver_args: tuple[str, ...] = ()
+    #: Extra kube-scheduler flags, e.g. ``("--feature-gates", "DRADeviceTaints=true")``.
+    scheduler_args: tuple[str, ...] = ()
     api_port: int = 0
     etcd_port: int = 0
     processes: list[_Process] = field(default_factory=list)
@@ -294,6 +296,7 @@ class ControlPlane:
                 "--leader-elect=false",
                 "--bind-address", "127.0.0.1", "--secure-port", str(free_port()),
                 "--v=1",
+                *self.scheduler_args,
             ])
 
     def _admission_config(self) -> Path:

@@ -155,12 +155,26 @@ def ensure_packages() -> list[str]:
     return missing
 
 
-def control_plane(workdir: Path, bin_dir: Path) -> ControlPlane:
-    """A control plane for a real node (see the module docstring); not started."""
+#: Feature gates of a native node (``native=True``): device taints (alpha in 1.35) so that the
+#: API server keeps and kube-scheduler honours the agent's health taints in native slices,
+#: and the kubelet's resource health (alpha) so that pods report their devices' health in
+#: ``allocatedResourcesStatus`` (the API server drops the field while the gate is off).
+NATIVE_GATES = "DRADeviceTaints=true,ResourceHealthStatus=true"
+
+
+def control_plane(workdir: Path, bin_dir: Path, *, native: bool = False) -> ControlPlane:
+    """A control plane for a real node (see the module docstring); not started. ``native``:
+    DRA on ``resource.k8s.io/v1`` as upstream runs it — kube-controller-manager's
+    resourceclaim-controller makes the pods' claims, kube-scheduler allocates them — with
+    :data:`NATIVE_GATES`."""
+    gates = ("--feature-gates", NATIVE_GATES) if native else ()
     return ControlPlane(
-        workdir, bin_dir, with_scheduler=True, controllers=NODE_CONTROLLERS,
+        workdir, bin_dir, with_scheduler=True,
+        controllers=(*NODE_CONTROLLERS, "resourceclaim-controller") if native
+        else NODE_CONTROLLERS,
         apiserver_args=("--enable-aggregator-routing=true",
-                        "--kubelet-preferred-address-types=InternalIP"),
+                        "--kubelet-preferred-address-types=InternalIP", *gates),
+        scheduler_args=gates,
     )
 
 
@@ -196,11 +210,16 @@ class Node:
     """One kubelet node; :meth:`start` and :meth:`stop` (or use it as a context manager)."""
 
     def __init__(self, plane: ControlPlane, workdir: Path, *,
-                 images: Sequence[Path] = (), host: HostLedger | None = None) -> None:
-        """``images``: OCI archives imported into containerd before kubelet starts."""
+                 images: Sequence[Path] = (), host: HostLedger | None = None,
+                 native: bool = False) -> None:
+        """``images``: OCI archives imported into containerd before kubelet starts.
+        ``native``: the kubelet gives containers their devices (kdra's agent is its DRA
+        plugin): containerd requires no NRI plugin, and the kubelet reports device health
+        (gate ResourceHealthStatus)."""
         self.plane = plane
         self.workdir = workdir
         self.images = tuple(images)
+        self.native = native
         self.host = host or ledger()
         # containerd's and kubelet's state, sockets included: a short path (a unix socket's
         # is at most 104 bytes) of its own on the host, as there is one node per host.
@@ -288,7 +307,7 @@ class Node:
         host.containerd(containerd_dir)
         self.containerd = Containerd(containerd_dir, nri_socket=NRI_SOCKET,
                                      cdi_spec_dirs=(CDI_DIR,), cni_conf_dir=cni_dir / "net.d",
-                                     nri_required_plugins=("kdra",),
+                                     nri_required_plugins=() if self.native else ("kdra",),
                                      nri_tolerate_missing_annotation=TOLERATE_ANNOTATION)
         try:
             self.containerd.start()
@@ -313,6 +332,24 @@ class Node:
         serving = ca.issue(f"kubelet-{NODE_NAME}-serving", f"system:node:{NODE_NAME}",
                            server_names=(NODE_IP, NODE_NAME))
         return client, serving
+
+    @property
+    def plugins_registry(self) -> Path:
+        """Where the kubelet's plugin watcher looks for registration sockets."""
+        return self.kubelet_dir / "plugins_registry"
+
+    @property
+    def plugins_dir(self) -> Path:
+        """The kubelet's own plugins directory (kdra's DRA sockets go below it)."""
+        return self.kubelet_dir / "plugins"
+
+    def restart_kubelet(self, timeout: float = 120.0) -> None:
+        """Stop the kubelet (SIGTERM) and start it again with the same configuration, as a
+        kubelet upgrade or crash would: the pods keep running; it finds its plugins again."""
+        assert self.kubelet is not None and self._kubelet_log is not None
+        terminate(self.kubelet, grace=10)
+        self._spawn_kubelet()
+        self._wait_ready(timeout)
 
     def _start_kubelet(self) -> None:
         assert self.containerd is not None
@@ -361,13 +398,17 @@ class Node:
             "nodeStatusUpdateFrequency": "5s",
             "maxPods": 110,
         }
-        config_path = root / "config.yaml"
-        config_path.write_text(json.dumps(config, indent=2))
-        bin_dir = self.plane.bin_dir
+        if self.native:
+            config["featureGates"] = {"ResourceHealthStatus": True}
+        (root / "config.yaml").write_text(json.dumps(config, indent=2))
         self._kubelet_log = self.kubelet_log.open("ab")
+        self._spawn_kubelet()
+
+    def _spawn_kubelet(self) -> None:
+        root = self.kubelet_dir
         self.kubelet = spawn([
-            bin_dir / "kubelet", "--config", config_path, "--kubeconfig", kubeconfig,
-            "--root-dir", root, "--cert-dir", root / "pki",
+            self.plane.bin_dir / "kubelet", "--config", root / "config.yaml",
+            "--kubeconfig", root / "kubeconfig", "--root-dir", root, "--cert-dir", root / "pki",
             "--hostname-override", NODE_NAME, "--node-ip", NODE_IP, "--v=1",
         ], run_dir=self.workdir, stdout=self._kubelet_log, stderr=subprocess.STDOUT)
 

@@ -2,12 +2,12 @@
 machine, from a shell.
 
 ``up`` starts a control plane and the node (:class:`kdra_devenv.realcluster.RealCluster`),
-deploys kdra with its manifests unless ``--no-deploy``, applies the examples with
-``--examples``, prints ``export KUBECONFIG=...`` and the set-up times, and runs until Ctrl-C,
-SIGTERM or SIGHUP, which stop everything it started and undo every host change. ``down``
-stops a running node from another shell (it asks it to stop, and waits), or - when the one
-that ran was killed - undoes what it left on the host (the ledger in
-``~/.cache/kdra/node``). Both need root.
+deploys kdra with its manifests unless ``--no-deploy`` (``--flavour native``: the native
+flavour, manifests/overlays/node-native), applies the examples with ``--examples``, prints
+``export KUBECONFIG=...`` and the set-up times, and runs until Ctrl-C, SIGTERM or SIGHUP,
+which stop everything it started and undo every host change. ``down`` stops a running node
+from another shell (it asks it to stop, and waits), or - when the one that ran was killed -
+undoes what it left on the host (the ledger in ``~/.cache/kdra/node``). Both need root.
 
 Invariants:
 - ``up`` exits non-zero, with the host as it was, when any step fails.
@@ -47,14 +47,15 @@ def _say(line: str) -> None:
     print(f"kdra node: {line}", file=sys.stderr, flush=True)
 
 
-def node_up(*, workdir: str | None, deploy: bool, examples: bool, wait: bool = True) -> int:
+def node_up(*, workdir: str | None, deploy: bool, examples: bool, wait: bool = True,
+            native: bool = False) -> int:
     if os.geteuid() != 0:
         _say("needs root (containerd, runc, kubelet, the pod network)")
         return 2
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _stop_on_signal)
     directory = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="kdra-node-"))
-    cluster = RealCluster(directory, progress=_say)
+    cluster = RealCluster(directory, progress=_say, native=native)
     try:
         cluster.start(deploy=deploy)
         if examples:

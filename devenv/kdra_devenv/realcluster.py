@@ -10,6 +10,13 @@ leader election, agent DaemonSet, RBAC, policies, webhooks) and waits until the 
 agent pods are Ready and the agent's ResourceSlices are published. The examples
 (``manifests/overlays/node/examples``) are applied on request.
 
+``native=True`` runs the native flavour: the control plane and the node as
+:func:`kdra_devenv.node.control_plane` and :class:`kdra_devenv.node.Node` make them with
+``native`` (kube-scheduler and kube-controller-manager's resourceclaim-controller allocate
+``resource.k8s.io/v1`` claims, the kubelet reports device health), and
+``manifests/overlays/node-native`` (the agent as the kubelet's DRA plugin), its kubelet paths
+pointed at this node's kubelet root directory (:func:`at_kubelet_root`).
+
 Used by ``python -m kdra_devenv node up``, ``python -m kdra_devenv demo --node real``,
 ``tests/node`` and ``bench/node.py``.
 
@@ -29,6 +36,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from kdra_devenv.containerd import SANDBOX_IMAGE
 from kdra_devenv.containerd import binaries as containerd_binaries
 from kdra_devenv.controlplane import ControlPlane, binaries, repo_root
@@ -44,7 +53,7 @@ from kdra_devenv.node import (
     ledger,
 )
 
-__all__ = ["BUSYBOX_IMAGE", "NAMESPACE", "RealCluster", "busybox_applets"]
+__all__ = ["BUSYBOX_IMAGE", "NAMESPACE", "RealCluster", "at_kubelet_root", "busybox_applets"]
 
 BUSYBOX_IMAGE = "localhost/busybox:static"
 """The test image of user pods (manifests/overlays/node/examples): Debian's static busybox."""
@@ -62,11 +71,42 @@ def busybox_applets() -> list[str]:
                   - {"busybox"})
 
 
+KUBELET_ROOT = "/var/lib/kubelet"
+
+
+def at_kubelet_root(objects: list[dict[str, Any]], root: Path) -> list[dict[str, Any]]:
+    """``objects`` with every DaemonSet's paths below the kubelet's standard root directory
+    (hostPath volumes, mount paths, env values) moved below ``root``, a kubelet's
+    ``--root-dir``: what an administrator does for a kubelet with another root."""
+
+    def moved(path: str) -> str:
+        if path == KUBELET_ROOT or path.startswith(KUBELET_ROOT + "/"):
+            return str(root) + path[len(KUBELET_ROOT):]
+        return path
+
+    for obj in objects:
+        if obj.get("kind") != "DaemonSet":
+            continue
+        pod = obj["spec"]["template"]["spec"]
+        for volume in pod.get("volumes") or ():
+            if "hostPath" in volume:
+                volume["hostPath"]["path"] = moved(volume["hostPath"]["path"])
+        for container in pod.get("containers") or ():
+            for mount in container.get("volumeMounts") or ():
+                mount["mountPath"] = moved(mount["mountPath"])
+            for env in container.get("env") or ():
+                if isinstance(env.get("value"), str):
+                    env["value"] = moved(env["value"])
+    return objects
+
+
 class RealCluster:
     """See the module docstring. ``progress`` gets one line per step."""
 
-    def __init__(self, workdir: Path, *, progress: Callable[[str], None] | None = None) -> None:
+    def __init__(self, workdir: Path, *, progress: Callable[[str], None] | None = None,
+                 native: bool = False) -> None:
         self.workdir = workdir
+        self.native = native
         self.progress = progress or (lambda _line: None)
         self.plane: ControlPlane | None = None
         self.node: Node | None = None
@@ -132,12 +172,13 @@ class RealCluster:
                                " (cached)" if self.image_cached else " (built)"), started)
 
         started = time.monotonic()
-        self.plane = control_plane(self.workdir / "control-plane", bin_dir).start()
+        self.plane = control_plane(self.workdir / "control-plane", bin_dir,
+                                   native=self.native).start()
         self._step("control plane", started)
 
         started = time.monotonic()
         self.node = Node(self.plane, self.workdir / "node", images=archives,
-                         host=self.host).start()
+                         host=self.host, native=self.native).start()
         self.timings.update({f"node: {k}": v for k, v in self.node.timings.items()})
         self._step("node", started)
         if deploy:
@@ -175,7 +216,15 @@ class RealCluster:
         self.kubectl("apply", "--server-side", "-k", str(manifests / "base" / "crds"))
         self.kubectl("wait", "--for", "condition=Established", "--timeout", "60s", "crd",
                      "-l", "app.kubernetes.io/part-of=kdra")
-        self.kubectl("apply", "--server-side", "-k", str(manifests / "overlays" / "node"))
+        if self.native:
+            assert self.node is not None
+            rendered = self.kubectl("kustomize", str(manifests / "overlays" / "node-native"))
+            objects = at_kubelet_root([o for o in yaml.safe_load_all(rendered.stdout) if o],
+                                      self.node.kubelet_dir)
+            self.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(
+                {"apiVersion": "v1", "kind": "List", "items": objects}))
+        else:
+            self.kubectl("apply", "--server-side", "-k", str(manifests / "overlays" / "node"))
         for workload in ("deployment/kdra-operator", "daemonset/kdra-agent"):
             result = self.kubectl("-n", NAMESPACE, "rollout", "status", workload,
                                   f"--timeout={int(timeout)}s", check=False)
@@ -185,7 +234,9 @@ class RealCluster:
         self.wait_for(self._slices_published, "the agent's ResourceSlices", timeout)
 
     def _slices_published(self) -> bool:
-        slices = self.get_json("resourceslices.resource.kdra.dev")["items"]
+        kind = "resourceslices.resource.k8s.io" if self.native else \
+            "resourceslices.resource.kdra.dev"
+        slices = self.get_json(kind)["items"]
         drivers = {s["spec"]["driver"] for s in slices
                    if s["spec"].get("nodeName") == NODE_NAME}
         return {"gpu.kdra.dev", "resource-driver.example.com"} <= drivers

@@ -12,6 +12,8 @@ Helm's own bookkeeping labels):
 |                                    | overlay's inventory files, namespace.create          |
 | manifests/overlays/servicemonitor  | serviceMonitor.enabled, dashboard.enabled (those)     |
 | manifests/simulation               | simulation.enabled (those objects)                   |
+| overlays/nvidia + components/      | flavour=native                                       |
+| native-agent                       |                                                      |
 
 A difference fails with a unified diff per object. Fix it where it comes from: the CRDs with
 ``python -m hack.crdgen`` (they come from the models), the copied parts (RBAC, admission
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -157,6 +160,23 @@ def test_the_chart_renders_what_the_simulation_kustomization_renders(
              if key(doc) not in plain]
     assert chart, "simulation.enabled adds nothing"
     report = drift(chart, kustomize(control_plane, "simulation"), "manifests/simulation")
+    assert not report, report
+
+
+def test_the_chart_renders_the_native_agent_as_the_native_agent_component_does(
+        helm: str, control_plane: ControlPlane, tmp_path: Path) -> None:
+    """flavour=native: the agent mounts the kubelet's plugin directories instead of the NRI
+    socket, as overlays/nvidia with components/native-agent."""
+    kustomization = tmp_path / "native"
+    kustomization.mkdir()
+    (kustomization / "kustomization.yaml").write_text(yaml.safe_dump({
+        "resources": [os.path.relpath(MANIFESTS / "overlays" / "nvidia", kustomization)],
+        "components": [os.path.relpath(MANIFESTS / "components" / "native-agent",
+                                       kustomization)]}))
+    out = control_plane.kubectl("kustomize", str(kustomization)).stdout
+    manifests = [doc for doc in yaml.safe_load_all(out) if doc]
+    chart = render(helm, "--set", "namespace.create=true", "--set", "flavour=native")
+    report = drift(chart, manifests, "overlays/nvidia + components/native-agent")
     assert not report, report
 
 

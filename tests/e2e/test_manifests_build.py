@@ -30,12 +30,14 @@ from tests.e2e.manifests_helpers import MANIFESTS, SERVICEMONITOR_CRD, build, in
 __all__ = ["installed"]  # the module fixture
 
 KUSTOMIZATIONS = ("base", "base/crds", "overlays/kind", "overlays/nvidia", "overlays/node",
-                  "overlays/node/examples", "overlays/servicemonitor", "webhooks",
+                  "overlays/node/examples", "overlays/node-native", "overlays/servicemonitor",
+                  "webhooks",
                   "examples/gpu", "examples/extended", "examples/seed",
                   "examples/seed-static-slice", "examples/v1", "examples/quota",
                   "examples/partitions", "examples/sharing", "examples/priority",
                   "simulation")
-DRY_RUN = ("base", "overlays/kind", "overlays/nvidia", "overlays/node", "examples/gpu",
+DRY_RUN = ("base", "overlays/kind", "overlays/nvidia", "overlays/node", "overlays/node-native",
+           "examples/gpu",
            "examples/extended", "examples/quota", "examples/priority")
 
 

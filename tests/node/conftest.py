@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from kdra_devenv.containerd import missing_prerequisites
+from kdra_devenv.realcluster import RealCluster
 from tests.node import hoststate
 
 #: Seconds a test of the tier may take, its fixtures included: the first one builds kdra's image
@@ -61,3 +63,37 @@ def require_node() -> None:
 def host_before() -> dict[str, str]:
     require_node()
     return hoststate.snapshot()
+
+
+def deployed_cluster(workdir: Path, *, native: bool = False) -> Iterator[RealCluster]:
+    """A package's cluster: kdra deployed on the real node (``native``: the native flavour),
+    its set-up times printed (cold: nothing cached; cached: image and binaries there), stopped
+    at the end with every host change undone."""
+    require_node()
+    lines: list[str] = []
+    real = RealCluster(workdir, progress=lines.append, native=native)
+    try:
+        real.start(deploy=True)
+    except BaseException:
+        print("\n".join(lines))
+        raise
+    figures = ", ".join(f"{k} {v:.1f} s" for k, v in real.timings.items())
+    print(f"\nnode tier set-up{' (native)' if native else ''} "
+          f"({'cached' if real.image_cached else 'image built'}): {figures}")
+    try:
+        yield real
+    finally:
+        errors = real.stop()
+        assert not errors, f"host changes not undone: {errors}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test of a real cluster (fixture ``cluster``) gets the cluster's pods, events
+    and kubelet lines in its report."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and hasattr(item, "funcargs"):
+        real = item.funcargs.get("cluster")
+        if isinstance(real, RealCluster):
+            report.sections.append(("real node", real.diagnose()))

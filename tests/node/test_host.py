@@ -2,8 +2,8 @@
 links, mounts, cgroups, sysctls, /var/run/cdi and the other directories kubelet, containerd,
 CNI and the agent write to, and processes (tests.node.hoststate):
 
-- after the deployed cluster of tests/node/deployed stopped (this file runs after that
-  package, whose fixture is torn down first);
+- after the deployed clusters of tests/node/deployed and tests/node/native stopped (this file
+  runs after those packages, whose fixtures are torn down first);
 - after a start that failed half-way (kubelet started, never Ready);
 - after ``python -m kdra_devenv node up`` was SIGKILLed with a pod running: something is left
   then (the test checks that it looks), and ``python -m kdra_devenv node down`` removes all of
@@ -34,7 +34,7 @@ def _assert_as_found(before: dict[str, str]) -> None:
                                   for key, (old, new) in changed.items())
 
 
-def test_the_host_is_as_found_after_the_deployed_cluster(host_before: dict[str, str]) -> None:
+def test_the_host_is_as_found_after_the_deployed_clusters(host_before: dict[str, str]) -> None:
     _assert_as_found(host_before)
 
 

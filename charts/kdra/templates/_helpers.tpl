@@ -11,3 +11,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end }}
+
+{{/* The agent's volume of a driver's DRA socket directory (flavour native): plugin-<driver
+     with dots as dashes>, as components/native-agent names gpu.kdra.dev's. */}}
+{{- define "kdra.pluginVolume" -}}
+{{ printf "plugin-%s" (replace "." "-" (index . 1)) | trunc 63 | trimSuffix "-" }}
+{{- end }}

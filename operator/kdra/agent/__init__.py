@@ -1,5 +1,6 @@
 """The node agent (``kdra agent``): kdra's kubelet plugin — it publishes a node's devices,
-prepares the claims allocated to it and exposes them to containers.
+prepares the claims allocated to it and exposes them to containers (kdra flavour: from a
+claim watch, through NRI; native flavour: as the kubelet's DRA plugin).
 
 Its rooms, each importing only those below it (import-linter)::
 
@@ -8,10 +9,12 @@ Its rooms, each importing only those below it (import-linter)::
     node.py         everything done for one node: devices, health, Leases, slices, prepares
     exposure.py     what a container gets at creation: the NRI plugin's policy and set-up
     nri/            the NRI plugin: wire framing, messages, the ttrpc session, lifecycle
+    kubelet/        (native flavour) the kubelet's DRA plugin: gRPC services, sockets, health
     node_health.py  one node's health loop: sources (marks, each backend's), debounce, taints
     backends/       the device backends, one module per kind of device: nvml (real GPUs,
                     MIG, NVML health), fake-gpu and generic (the inventory file), a vendor's
                     module:Class; registry.py: which ones run (--backends)
+    protodesc.py    protobuf messages declared as tables (NRI's, the kubelet's)
     publisher.py    ResourceSlices of the node's pools (wipe at start, generation bumps)
     heartbeat.py    one Lease per node and driver, read by the operator's slice GC
     prepare.py      prepare/unprepare claims: CDI specs, checkpoint, status.devices
@@ -35,6 +38,7 @@ Its rooms, each importing only those below it (import-linter)::
     health.py                            health states, the debounce, the taints
     nodeprep.py, node_accounting.py      which claims to prepare, what is recorded; the fit
     checkpoint.py, cdi.py                the checkpoint model; the CDI spec content
+    kubelet.py                           the kubelet plugin's decisions: claims, answers, callers
     exposure.py                          which devices and env a container gets
     node_check.py                        ``kdra check``'s rules for a node's disk
 

@@ -1,4 +1,5 @@
-"""The node agent's metrics (``kdra agent``): prepares, devices and their health, slices, NRI.
+"""The node agent's metrics (``kdra agent``): prepares, devices and their health, slices, NRI,
+the kubelet plugin.
 
 Served by `kdra agent` (one process per node, or one for many simulated nodes) with the
 watch metrics every process shares (:mod:`kdra.kube.metrics`, whose :func:`serve` and
@@ -7,7 +8,7 @@ operator's metrics are not the agent's: it neither imports nor serves them.
 
 Invariants:
 - Label values come from the fixed sets declared here (an unknown NRI result counts as
-  ``error``; an unknown health state is not counted).
+  ``error``; an unknown health state or kubelet method is not counted).
 - :func:`init_agent_series` creates every labelled series with a zero value at start-up
   (the watches' too).
 """
@@ -79,6 +80,28 @@ agent_nri_connected = Gauge(
 )
 
 
+KUBELET_METHODS = ("GetInfo", "NotifyRegistrationStatus", "NodePrepareResources",
+                   "NodeUnprepareResources", "NodeWatchResources")
+KUBELET_RESULTS = ("ok", "error")
+
+agent_kubelet_calls = Counter(
+    "kdra_agent_kubelet_calls_total",
+    "gRPC calls the kubelet made to the agent as its DRA plugin (native flavour), by method "
+    "and result: error when the call failed or any of its claims got an error (the kubelet "
+    "retries them).",
+    ["method", "result"],
+)
+agent_kubelet_registrations = Counter(
+    "kdra_agent_kubelet_registrations_total",
+    "Registrations of the agent's DRA plugins the kubelet confirmed (NotifyRegistrationStatus "
+    "with plugin_registered: one per driver, again after each kubelet restart).",
+)
+agent_kubelet_refused = Counter(
+    "kdra_agent_kubelet_refused_connections_total",
+    "Connections to the agent's kubelet plugin sockets refused because the caller's uid/gid "
+    "is not allowed by the permissions of the socket and its directory.",
+)
+
 HEALTH_STATES = ("healthy", "degraded", "lost")
 
 device_health_transitions = Counter(
@@ -102,6 +125,22 @@ def init_agent_series() -> None:
     for result in NRI_RESULTS:
         agent_nri_adjustments.labels(result=result)
     agent_nri_connected.set(0)
+    for method in KUBELET_METHODS:
+        for result in KUBELET_RESULTS:
+            agent_kubelet_calls.labels(method=method, result=result)
+
+
+def record_kubelet_call(method: str, ok: bool) -> None:
+    if method in KUBELET_METHODS:
+        agent_kubelet_calls.labels(method=method, result="ok" if ok else "error").inc()
+
+
+def record_kubelet_registration() -> None:
+    agent_kubelet_registrations.inc()
+
+
+def record_kubelet_refusal() -> None:
+    agent_kubelet_refused.inc()
 
 
 def record_agent_slice_deletion(reason: str) -> None:
@@ -152,6 +191,9 @@ __all__ = [
     "observe_prepare",
     "record_agent_slice_deletion",
     "record_health_transition",
+    "record_kubelet_call",
+    "record_kubelet_refusal",
+    "record_kubelet_registration",
     "record_slice_publish",
     "record_unprepare_error",
     "serve",

@@ -31,7 +31,7 @@ from kdra.dra.timestamps import api_time
 from kdra.kube.client import KubeClient
 from kdra.kube.core.backoff import backoff_delay
 from kdra.kube.errors import ApiError, Conflict, NotFound
-from kdra.kube.resources import NODES
+from kdra.kube.resources import NATIVE_SLICES, NODES, SLICES
 from kdra.kube.store import JSON
 
 log = logging.getLogger(__name__)
@@ -60,14 +60,16 @@ class NodeAgent:
         self.inventory = Inventory()
         self.health = NodeHealth(node, health_sources, debounce=settings.health_debounce,
                                  settle=settings.health_settle)
-        self.publisher = SlicePublisher(client, node)
+        native = settings.flavour == "native"
+        self.publisher = SlicePublisher(client, node, NATIVE_SLICES if native else SLICES)
         self.heartbeats: dict[str, Heartbeat] = {}
         self._stopping: set[asyncio.Task[None]] = set()
         self.preparer = Preparer(
             client, node, cdi=CdiDir(Path(settings.cdi_dir)),
             checkpoint_file=CheckpointFile(Path(settings.state_dir), node),
             inventory=lambda: self.inventory, drivers=lambda: self.claim_drivers,
-            backends=backends, holders=holders, claims=claims, written=written)
+            backends=backends, holders=holders, claims=claims, written=written,
+            report_status=not native)  # native: the kubelet asks, and reads the answer
         self.preparer.health = self._health_condition
 
     def _health_condition(self, driver: str, device: str) -> tuple[bool, str, str]:
@@ -91,6 +93,12 @@ class NodeAgent:
         held = {d.driver for entry in self.preparer.checkpoint.claims.values()
                 for d in entry.devices}
         return (*self.drivers, *sorted(held - set(self.drivers)))
+
+    def device_health(self, driver: str) -> list[tuple[str, bool]]:
+        """(name, healthy by the applied health) of the node's devices of ``driver``."""
+        return [(device.name, self.health.condition(device.driver, device.name,
+                                                    device.parent)[0])
+                for device in self.inventory.for_driver(driver)]
 
     def pools(self) -> dict[str, tuple[InventoryDevice, ...]]:
         """What to publish per driver: the inventory's devices with their health taints."""

@@ -130,11 +130,14 @@ class Preparer:
                  drivers: Callable[[], Sequence[str]], backends: Backends,
                  holders: HolderIndex | None = None,
                  claims: Callable[[str, str], JSON | None] | None = None,
-                 written: Callable[[JSON], None] | None = None) -> None:
+                 written: Callable[[JSON], None] | None = None,
+                 report_status: bool = True) -> None:
         """``claims(namespace, name)``: the newest version of a claim the agent has seen (None:
         gone), to tell a device's previous claim that released it from one that still holds
         it. Without it every holder still holds its devices. ``written(claim)``: called with
         the server's answer to each status write of this preparer (the claim as stored).
+        ``report_status``: write ``status.devices`` (kdra flavour: the binder waits for it);
+        off where the kubelet asks for the prepare and reads its answer (native flavour).
         ``backends``: the agent's device backends (each device's is asked what it records,
         needs on the node and gives a container)."""
         self.client = client
@@ -147,6 +150,7 @@ class Preparer:
         self.holders = holders or HolderIndex()
         self.claims = claims
         self.written = written
+        self.report_status = report_status
         self._waiting: dict[tuple[str, str], tuple[str, float]] = {}  # key → (uid, since)
         self._checkpoint = Checkpoint(node)  # empty: nothing for the holder index yet
         self._write_lock = asyncio.Lock()
@@ -228,11 +232,15 @@ class Preparer:
         elif claim is not None:
             await self._report(claim, [])
 
-    async def prepare(self, claim: JSON, results: list[Result]) -> None:
+    async def prepare(self, claim: JSON, results: list[Result]) -> list[DeviceOutcome]:
+        """Prepare ``results`` of ``claim``; returns how each device went (all ready: the
+        claim is prepared and checkpointed)."""
         started: float | None = time.monotonic()
         ok = False
         try:
-            ok = await self._prepare(claim, results)
+            outcomes = await self._prepare(claim, results)
+            ok = all(outcome.ready for outcome in outcomes)
+            return outcomes
         except WaitForRelease:
             started = None  # nothing tried yet: neither a duration nor an error to count
             raise
@@ -240,14 +248,15 @@ class Preparer:
             if started is not None:
                 metrics.observe_prepare(time.monotonic() - started, ok)
 
-    async def _prepare(self, claim: JSON, results: list[Result]) -> bool:
+    async def _prepare(self, claim: JSON, results: list[Result]) -> list[DeviceOutcome]:
         ref = ClaimRef.of(claim)
         entry = self.checkpoint.claims.get(ref.uid)
         inventory = self.inventory()
         if entry is not None and entry.state == "prepared":
             await asyncio.to_thread(self._restore_missing_files, entry, inventory)
-            await self._report(claim, ready_outcomes(entry.devices))
-            return True
+            done = ready_outcomes(entry.devices)
+            await self._report(claim, done)
+            return done
         devices: dict[tuple[str, str], InventoryDevice] = {}
         problems: dict[tuple[str, str, str], tuple[str, str]] = {}
         admin = admin_requests(claim)
@@ -297,7 +306,7 @@ class Preparer:
             log.warning("node %s: cannot prepare claim %s: %s", self.node, ref.key,
                         "; ".join(m for _, m in problems.values()))
             await self._report(claim, outcomes)
-            return False
+            return outcomes
         prepared = prepared_devices(ref, results, devices, admin, backends=self.backends)
         by_driver: dict[str, list[InventoryDevice]] = {}
         for result in results:
@@ -314,8 +323,9 @@ class Preparer:
         await self._pause("checkpoint-prepared", ref)
         log.info("node %s: prepared claim %s (%s): %s", self.node, ref.key, ref.uid,
                  ", ".join(f"{d.driver}/{d.device}" for d in prepared))
-        await self._report(claim, ready_outcomes(prepared))
-        return True
+        done = ready_outcomes(prepared)
+        await self._report(claim, done)
+        return done
 
     def _holds(self, holder: ClaimRef) -> bool:
         """Does ``holder`` still hold any of its prepared devices (by the newest version of
@@ -455,7 +465,10 @@ class Preparer:
 
     async def _report(self, claim: JSON, outcomes: Sequence[DeviceOutcome]) -> None:
         """Make the claim's ``status.devices`` entries of this node say ``outcomes`` (no
-        outcomes: remove them). PUT with resourceVersion; re-read on Conflict."""
+        outcomes: remove them). PUT with resourceVersion; re-read on Conflict. Nothing without
+        ``report_status``."""
+        if not self.report_status:
+            return
         drivers = list(self.drivers())
         if self.health is not None:
             outcomes = [dataclasses.replace(o, health=self.health(o.driver, o.device))

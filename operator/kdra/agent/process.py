@@ -18,12 +18,13 @@ from kdra.agent import metrics
 from kdra.agent.backends.registry import BackendSettingsError, make_backends
 from kdra.agent.core.backend import Backends, DiscoveryError
 from kdra.agent.core.inventory import expand_names
-from kdra.agent.runner import AgentError, AgentRunner
+from kdra.agent.runner import AgentError, AgentRunner, resolve_flavour
 from kdra.agent.settings import AgentSettings
 from kdra.dra.errors import InvalidObject
 from kdra.kube import loops, memory
 from kdra.kube.client import connect
 from kdra.kube.core.printable import PrintableFormatter
+from kdra.kube.errors import ApiError
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,15 @@ async def _main(settings: AgentSettings, nodes: list[str], backends: Backends) -
     except Exception as exc:  # any kubeconfig / in-cluster config problem
         log.error("kdra agent cannot connect to the API server: %s", exc)
         return 1
+    try:
+        settings = await resolve_flavour(client, settings)
+    except (ApiError, OSError) as exc:
+        log.error("kdra agent cannot ask the API server which flavour it serves: %s", exc)
+        await client.close()
+        return 1
+    except AgentError:
+        await client.close()
+        raise
     runner = AgentRunner(client, settings, nodes, backends)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -7,7 +7,9 @@ Invariants:
   fresh slices for stale ones.
 - A publication writes nothing when the pool is unchanged; otherwise every slice of the pool
   is written with the new generation and slices the new generation does not use are deleted
-  (the allocator ignores an incomplete newest generation meanwhile).
+  (the allocator ignores an incomplete newest generation meanwhile). A pool's generation only
+  grows, also when all its slices were deleted behind the agent's back (the kubelet deletes
+  its node's native slices when it starts).
 - Nothing is published while the Node object does not exist: slices carry an owner reference
   to the Node, and a node that was deleted must not get its slices back.
 - The agent writes only slices with its own deterministic names and node; other slices of the
@@ -30,16 +32,18 @@ from kdra.agent.core.inventory_devices import InventoryDevice
 from kdra.agent.core.publication import Publication, plan_publication, slice_name
 from kdra.kube.client import KubeClient
 from kdra.kube.errors import Conflict, NotFound
-from kdra.kube.resources import NODES, SLICES
+from kdra.kube.resources import NODES, SLICES, Resource
 from kdra.kube.store import JSON
 
 log = logging.getLogger(__name__)
 
 
 class SlicePublisher:
-    def __init__(self, client: KubeClient, node: str) -> None:
+    def __init__(self, client: KubeClient, node: str, resource: Resource = SLICES) -> None:
+        """``resource``: kdra's ResourceSlices, or ``resource.k8s.io/v1``'s (native flavour)."""
         self.client = client
         self.node = node
+        self.resource = resource
         self._published: dict[str, list[JSON]] = {}
         self._min_generation: dict[str, int] = {}
         self._node_missing_logged = False
@@ -54,7 +58,7 @@ class SlicePublisher:
         return max((int(s["spec"]["pool"]["generation"]) for s in slices), default=None)
 
     async def _list(self) -> list[JSON]:
-        return await self.client.list(SLICES, field_selector=f"spec.nodeName={self.node}")
+        return await self.client.list(self.resource, field_selector=f"spec.nodeName={self.node}")
 
     async def wipe(self, drivers: Iterable[str]) -> int:
         """Delete this node's slices of ``drivers``; returns how many were deleted."""
@@ -69,7 +73,7 @@ class SlicePublisher:
                                                generation + 1)
             meta = obj["metadata"]
             try:
-                await self.client.delete(SLICES, meta["name"], uid=meta.get("uid"))
+                await self.client.delete(self.resource, meta["name"], uid=meta.get("uid"))
             except (NotFound, Conflict):
                 continue
             deleted += 1
@@ -98,7 +102,8 @@ class SlicePublisher:
               owner: dict[str, str]) -> Publication:
         return plan_publication(node=self.node, driver=driver, devices=devices,
                                 published=self._published.get(driver, []), owner=owner,
-                                min_generation=self._min_generation.get(driver, 0))
+                                min_generation=self._min_generation.get(driver, 0),
+                                api_version=self.resource.api_version)
 
     async def publish(self, devices: dict[str, tuple[InventoryDevice, ...]]) -> int:
         """Make the node's pools match ``devices`` (driver → devices); drivers no longer in
@@ -162,25 +167,25 @@ class SlicePublisher:
         for _ in range(5):
             if existing is None:
                 try:
-                    return await self.client.create(SLICES, body)
+                    return await self.client.create(self.resource, body)
                 except Conflict as exc:
                     if not exc.already_exists:
                         raise
-                    existing = await self.client.get(SLICES, name)
+                    existing = await self.client.get(self.resource, name)
             body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
             try:
-                return await self.client.replace(SLICES, body)
+                return await self.client.replace(self.resource, body)
             except NotFound:
                 existing = None
                 body["metadata"].pop("resourceVersion", None)
             except Conflict:
-                existing = await self.client.get(SLICES, name)
+                existing = await self.client.get(self.resource, name)
         raise RuntimeError(f"slice {name} keeps changing under the agent")
 
     async def _delete(self, name: str, reason: str, why: str) -> None:
         """Delete one slice, saying which and why (``reason``: the metric's label)."""
         try:
-            await self.client.delete(SLICES, name)
+            await self.client.delete(self.resource, name)
         except NotFound:
             return
         metrics.record_agent_slice_deletion(reason)
@@ -197,5 +202,10 @@ class SlicePublisher:
             driver = obj["spec"].get("driver")
             if driver in actual and obj["spec"].get("pool", {}).get("name") == self.node:
                 actual[driver].append(obj)
+        for driver, found in actual.items():
+            known = self.generation(driver)
+            if not found and known is not None:  # all deleted (a kubelet's wipe): a newer one
+                self._min_generation[driver] = max(self._min_generation.get(driver, 0),
+                                                   known + 1)
         self._published = actual
         return await self.publish(devices)

@@ -13,6 +13,13 @@ the whole process feeds a work queue keyed by (node, namespace, name); the inven
 SIGTERM/SIGINT stop the loops and release the Leases (the slices stay: the operator's slice
 GC removes them only if the agent does not come back within its grace period).
 
+The native flavour (``--flavour native``) starts the same way, with ``resource.k8s.io/v1``
+slices, then serves the kubelet as its DRA plugin (:mod:`kdra.agent.kubelet`, one plugin per
+driver) instead of watching claims: the kubelet asks for each pod's claims to be prepared
+before its containers start, and has the runtime inject their CDI devices (no NRI). A watch of
+the node's native slices re-publishes at once what someone deleted — the kubelet deletes
+every slice of its node when it starts.
+
 Why a plain asyncio watch rather than kopf: an agent serves the claims of *its* pools only,
 with an explicit start-up order (checkpoint before the first prepare, wipe before publish)
 and, in simulation, hundreds of nodes behind one watch stream. kopf would cache and dispatch
@@ -24,18 +31,22 @@ Invariants:
   checkpoint is written only by that node's Preparer.
 - After every (re)list of claims, every claim a node holds in its checkpoint or that names
   one of its pools is synced, so missed events and restarts converge.
+- Native flavour: the kubelet plugins start only after the checkpoint is loaded and the
+  slices are published, and stop (deregister) before the Leases are released.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
 from typing import TypeVar
 
 from kdra.agent import metrics
@@ -43,14 +54,16 @@ from kdra.agent.core.backend import Backends, DiscoveryError
 from kdra.agent.core.nodeprep import pools_of
 from kdra.agent.exposure import ExposurePolicy, make_nri_plugin
 from kdra.agent.heartbeat import Heartbeat
+from kdra.agent.kubelet.plugin import HealthFeed, KubeletPlugins
+from kdra.agent.kubelet.service import KubeletService
 from kdra.agent.node import NodeAgent, ensure_node, retrying
 from kdra.agent.node_health import health_sources
 from kdra.agent.prepare import HolderIndex
-from kdra.agent.settings import AgentSettings
+from kdra.agent.settings import FLAVOURS, AgentSettings
 from kdra.dra.errors import InvalidObject
 from kdra.kube.client import KubeClient
-from kdra.kube.errors import ApiError
-from kdra.kube.resources import CLAIMS, SLICES
+from kdra.kube.errors import ApiError, NotFound
+from kdra.kube.resources import CLAIMS, NATIVE_CLAIMS, NATIVE_SLICES, SLICES
 from kdra.kube.store import JSON, Key, is_not_newer, key_of
 from kdra.kube.workqueue import WorkQueue
 
@@ -63,6 +76,28 @@ T = TypeVar("T")
 class AgentError(Exception):
     """The agent cannot start: bad settings, inventory, or a backend that cannot list
     devices."""
+
+
+RESYNC_SOON = 0.5
+"""Seconds between a deleted native slice and its re-publication (deletions come in bursts:
+the kubelet deletes every slice of its node at once)."""
+
+
+async def resolve_flavour(client: KubeClient, settings: AgentSettings) -> AgentSettings:
+    """``settings`` with ``flavour`` ``kdra`` or ``native`` (``auto``: native when the API
+    server serves ``resource.k8s.io/v1`` ResourceSlices)."""
+    if settings.flavour not in FLAVOURS:
+        raise AgentError(f"--flavour {settings.flavour!r}: use one of {', '.join(FLAVOURS)}")
+    if settings.flavour != "auto":
+        return settings
+    try:
+        served = await client.request("GET", f"/apis/{NATIVE_SLICES.api_version}")
+    except NotFound:
+        served = {}
+    native = any(r.get("name") == NATIVE_SLICES.plural for r in served.get("resources") or ())
+    log.info("--flavour auto: %s", "native (the API server serves resource.k8s.io/v1)"
+             if native else "kdra (the API server does not serve resource.k8s.io/v1)")
+    return dataclasses.replace(settings, flavour="native" if native else "kdra")
 
 
 class AgentRunner:
@@ -90,13 +125,23 @@ class AgentRunner:
                                                     workers=settings.workers)
         self.synced = asyncio.Event()
         self.reread = asyncio.Event()
+        self.resync_now = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._signature: object | None = None
         first = self.nodes[nodes[0]]
-        self.nri = make_nri_plugin(settings, nodes, ExposurePolicy(
+        self.native = settings.flavour == "native"
+        self.nri = None if self.native else make_nri_plugin(settings, nodes, ExposurePolicy(
             first.node, claims=lambda: self.claims.values(),
             checkpoint=lambda: first.preparer.checkpoint, drivers=lambda: first.claim_drivers,
             backends=backends))
+        self.kubelet: KubeletPlugins | None = None
+        if self.native and len(nodes) == 1 and not settings.simulate_nodes:
+            self.kubelet = KubeletPlugins(
+                KubeletService(first.node, first.preparer, self._read_native_claim,
+                               lambda: first.claim_drivers),
+                HealthFeed(first.node, first.device_health),
+                registry_dir=Path(settings.kubelet_registry_dir),
+                plugins_dir=Path(settings.kubelet_plugins_dir))
 
     # ------------------------------------------------------------------ start-up
 
@@ -109,15 +154,26 @@ class AgentRunner:
         await self.sync_shared_heartbeats()  # renewed before anything is published
         await self._each(lambda agent: agent.start())
         self.update_gauges()
-        # Claims are synced only once the first LIST is cached: before that, "not cached"
-        # would read as "gone" and unprepare claims that are still in use.
-        self._tasks = [asyncio.create_task(self._watch_claims(), name="agent-claim-watch")]
+        if self.native:  # the kubelet says what to prepare: no claim watch
+            self.synced.set()
+            if len(self.nodes) == 1:
+                self._tasks = [asyncio.create_task(self._watch_native_slices(),
+                                                   name="agent-slice-watch")]
+        else:
+            # Claims are synced only once the first LIST is cached: before that, "not cached"
+            # would read as "gone" and unprepare claims that are still in use.
+            self._tasks = [asyncio.create_task(self._watch_claims(), name="agent-claim-watch")]
         await self.synced.wait()
         self.queue.start()
         self._tasks += [asyncio.create_task(self._poll(), name="agent-inventory-poll"),
                         asyncio.create_task(self._resync(), name="agent-resync")]
         if self.nri is not None:  # after the first LIST: see services.agent.exposure
             self._tasks.append(asyncio.create_task(self.nri.run(), name="agent-nri"))
+        if self.kubelet is not None:  # checkpoint loaded, slices published: serve the kubelet
+            try:
+                await self.kubelet.sync(self._only_node().drivers)
+            except OSError as exc:
+                raise AgentError(f"cannot serve the kubelet as its DRA plugin: {exc}") from exc
         devices = sum(len(agent.inventory.devices) for agent in self.nodes.values())
         log.info("kdra agent started: %d node(s), %d device(s), drivers %s", len(self.nodes),
                  devices, ", ".join(sorted({d for a in self.nodes.values() for d in a.drivers})))
@@ -171,6 +227,8 @@ class AgentRunner:
         return list(await asyncio.gather(*(one(agent) for agent in self.nodes.values())))
 
     async def stop(self) -> None:
+        if self.kubelet is not None:  # deregistered first: the kubelet stops calling
+            await self.kubelet.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -183,6 +241,34 @@ class AgentRunner:
                 backend.close()
             except Exception:  # closing anyway; a backend should not raise here
                 log.exception("device backend %s: closing failed", backend.name)
+
+    def _only_node(self) -> NodeAgent:
+        """The node of a process that serves one (a DaemonSet pod)."""
+        (agent,) = self.nodes.values()
+        return agent
+
+    # ------------------------------------------------------------------ native flavour
+
+    async def _read_native_claim(self, namespace: str, name: str) -> JSON | None:
+        try:
+            return await self.client.get(NATIVE_CLAIMS, name, namespace)
+        except NotFound:
+            return None
+
+    async def _watch_native_slices(self) -> None:
+        """Re-publish soon after one of the node's own slices is deleted (the kubelet wipes
+        its node's slices when it starts; someone may delete one by hand)."""
+        agent = self._only_node()
+        async for event, obj in self.client.watch(
+                NATIVE_SLICES, field_selector=f"spec.nodeName={agent.node}"):
+            if event != "DELETED":
+                continue
+            spec = obj.get("spec") or {}
+            if spec.get("driver") in agent.drivers and \
+                    (spec.get("pool") or {}).get("name") == agent.node:
+                log.info("node %s: ResourceSlice %s was deleted; publishing it again",
+                         agent.node, (obj.get("metadata") or {}).get("name"))
+                self.resync_now.set()
 
     # ------------------------------------------------------------------ claims
 
@@ -314,6 +400,8 @@ class AgentRunner:
         except (ApiError, OSError) as exc:
             log.warning("node %s: publishing health taints failed (%s); retried at the next "
                         "resync", agent.node, exc)
+        if self.kubelet is not None:  # the kubelet's health streams send their lists now
+            self.kubelet.health_changed()
         for key, claim in self.claims.items():  # their Healthy conditions change
             if agent.node in self._interested(claim):
                 self.queue.add((agent.node, key[0], key[1]))
@@ -328,6 +416,12 @@ class AgentRunner:
             return
         log.info("node %s: devices changed; publishing", agent.node)
         agent.sync_heartbeats()
+        if self.kubelet is not None:  # a driver may have come or gone
+            try:
+                await self.kubelet.sync(agent.drivers)
+            except OSError as exc:
+                log.error("node %s: kubelet plugin sockets: %s", agent.node, exc)
+            self.kubelet.health_changed()
         try:
             await agent.publisher.publish(agent.pools())
         except (ApiError, OSError) as exc:
@@ -339,7 +433,11 @@ class AgentRunner:
 
     async def _resync(self) -> None:
         while True:
-            await asyncio.sleep(self.settings.resync_period)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.resync_now.wait(), self.settings.resync_period)
+            if self.resync_now.is_set():
+                await asyncio.sleep(RESYNC_SOON)  # the rest of a burst of deletions
+                self.resync_now.clear()
             listed = None
             if len(self.nodes) > 1:
                 listed = await self._slices_by_node()

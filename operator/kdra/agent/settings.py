@@ -107,13 +107,35 @@ class AgentSettings:
     workers: int = 4
     """Concurrent claim prepare/unprepare operations per process."""
 
+    flavour: str = "kdra"
+    """The API the agent serves: ``kdra`` (kdra's resource.kdra.dev objects: it prepares the
+    claims allocated to its node from a claim watch, reports status.devices and gives
+    containers their devices through NRI) or ``native`` (resource.k8s.io/v1: it publishes
+    native ResourceSlices and is the kubelet's DRA plugin — the kubelet asks it to prepare
+    each pod's claims and has the runtime inject their CDI devices; no NRI); ``auto``:
+    native when the API server serves resource.k8s.io/v1, else kdra. The operator's flag of
+    the same name (KDRA_FLAVOUR) must agree."""
+
+    kubelet_registry_dir: str = "/var/lib/kubelet/plugins_registry"
+    """(native) The kubelet's plugin registration directory: the agent's registration socket
+    for each driver is <dir>/<driver>-reg.sock (the kubelet's root directory +
+    /plugins_registry)."""
+
+    kubelet_plugins_dir: str = "/var/lib/kubelet/plugins"
+    """(native) Where the agent's DRA service sockets go: <dir>/<driver>/dra.sock, the path
+    the registration gives the kubelet (the same inside and outside the agent's container)."""
+
     nri_socket: str = "/var/run/nri/nri.sock"
     """The container runtime's NRI socket: the agent registers there as NRI plugin
     '10-kdra' and gives each container exactly the CDI devices of its pod's prepared claims
     (and refuses containers whose claims are not prepared). Empty turns it off; a missing
     socket is retried in the background. Never used for simulated nodes (--simulate-nodes,
-    --create-nodes: there is no runtime). Without it, containers see their devices only
-    through the webhook's env (not tamper-proof)."""
+    --create-nodes: there is no runtime) nor in the native flavour (the kubelet has the
+    runtime inject the devices). Without it, containers see their devices only through the
+    webhook's env (not tamper-proof)."""
+
+
+FLAVOURS = ("kdra", "native", "auto")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -77,3 +77,7 @@ CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", False
 VALIDATING_WEBHOOKS = Resource("admissionregistration.k8s.io", "v1",
                                "validatingwebhookconfigurations", False,
                                "ValidatingWebhookConfiguration")
+NATIVE_CLAIMS = Resource("resource.k8s.io", "v1", "resourceclaims", True, "ResourceClaim")
+NATIVE_SLICES = Resource("resource.k8s.io", "v1", "resourceslices", False, "ResourceSlice")
+"""Native DRA (``resource.k8s.io/v1``, the native flavour): what the agent publishes and the
+kubelet asks it to prepare."""

@@ -4,7 +4,7 @@ The cluster (:class:`kdra_devenv.realcluster.RealCluster`) builds kdra's image f
 Dockerfile (cached by its inputs), starts a control plane and the node, applies the CRDs, the
 node overlay and waits for the operator's and agent's pods and the agent's slices. Its set-up
 times are printed (cold: nothing cached; cached: image and binaries there). When a test fails,
-the cluster's pods, events and kubelet lines are attached to its report.
+the cluster's pods, events and kubelet lines are attached to its report (tests/node/conftest.py).
 """
 
 from __future__ import annotations
@@ -17,37 +17,13 @@ import pytest
 
 from kdra_devenv.controlplane import repo_root
 from kdra_devenv.realcluster import RealCluster
-from tests.node.conftest import require_node
+from tests.node.conftest import deployed_cluster
 
 
 @pytest.fixture(scope="package")
 def cluster(tmp_path_factory: pytest.TempPathFactory,
             host_before: dict[str, str]) -> Iterator[RealCluster]:
-    require_node()
-    lines: list[str] = []
-    real = RealCluster(tmp_path_factory.mktemp("real-node"), progress=lines.append)
-    try:
-        real.start(deploy=True)
-    except BaseException:
-        print("\n".join(lines))
-        raise
-    figures = ", ".join(f"{k} {v:.1f} s" for k, v in real.timings.items())
-    print(f"\nnode tier set-up ({'cached' if real.image_cached else 'image built'}): {figures}")
-    try:
-        yield real
-    finally:
-        errors = real.stop()
-        assert not errors, f"host changes not undone: {errors}"
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    outcome = yield
-    report = outcome.get_result()
-    if report.failed and hasattr(item, "funcargs"):
-        real = item.funcargs.get("cluster")
-        if isinstance(real, RealCluster):
-            report.sections.append(("real node", real.diagnose()))
+    yield from deployed_cluster(tmp_path_factory.mktemp("real-node"))
 
 
 @pytest.fixture

@@ -130,7 +130,7 @@ def container_devices(cluster: RealCluster, pod: JSON, container: str) -> list[D
     return devices
 
 
-def _spec_device(device: Device) -> tuple[JSON, JSON]:
+def spec_device(device: Device) -> tuple[JSON, JSON]:
     """(spec, device entry) of ``device`` in the agent's CDI spec files on the host."""
     uid = device.claim["metadata"]["uid"]
     wanted = cdi_device_name(uid, device.name, device.share_id)
@@ -147,7 +147,7 @@ def expected(cluster: RealCluster, pod: JSON, container: str) -> Seen:
     devices = container_devices(cluster, pod, container)
     seen = Seen()
     for device in devices:
-        spec, entry = _spec_device(device)
+        spec, entry = spec_device(device)
         for item in [*spec.get("containerEdits", {}).get("env", []),
                      *entry.get("containerEdits", {}).get("env", [])]:
             key, _, value = item.partition("=")
@@ -188,4 +188,4 @@ def as_sets(seen: Seen) -> tuple[dict[str, Any], set[str]]:
 
 
 __all__ = ["Device", "Seen", "as_sets", "container_devices", "device_facts", "env_name",
-           "expected", "logs", "parse_output", "wait_running"]
+           "expected", "logs", "parse_output", "spec_device", "wait_running"]

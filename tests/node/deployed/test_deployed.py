@@ -124,8 +124,7 @@ def test_examples_run_and_see_exactly_their_devices(cluster: RealCluster) -> Non
     # The two pods of the shared claim see the same GPU; the others one each.
     assert seen_devices["shared-gpu-pod-a/main"] == seen_devices["shared-gpu-pod-b/main"]
     assert len(seen_devices["gpu-pair-pod/main"]) == 2
-    # the node's three A100s (its unhealthy GPU is an H200)
-    assert len(seen_devices["all-a100-pod/main"]) == 3
+    assert len(seen_devices["all-a100-pod/main"]) == 3  # three A100s (the sick GPU is an H200)
 
 
 def test_deleted_pods_free_their_devices(cluster: RealCluster, gpu_class: None) -> None:
@@ -209,9 +208,10 @@ def test_a_pod_asking_for_all_gpus_sees_only_its_own(cluster: RealCluster, gpu_c
                                                       greedy_image: str) -> None:
     """NVIDIA_VISIBLE_DEVICES=all, set by the pod (from a ConfigMap: the webhook sees no
     value) or by its image, is overridden with the container's own GPU, and a container of
-    the pod without devices that sets it itself sees no GPU: the runtime (NRI) decides, not
-    the pod's author. The value written in a consuming container's own env is refused at
-    admission (issue 22: the webhook names the field)."""
+    the pod without devices that sets it itself (from the ConfigMap) sees no GPU: the runtime
+    (NRI) decides, not the pod's author. A value written in a container's own env is refused
+    at admission, in a consuming container (issue 22) and in one that uses no claim (issue
+    36): the webhook names the field."""
     claims = ("- name: gpu\n  resourceClaimTemplateName: one-gpu\n"
               "  containers: [pod-env, image-env]\n")
     greedy = {"name": "pod-env", "image": "localhost/busybox:static",
@@ -227,7 +227,7 @@ def test_a_pod_asking_for_all_gpus_sees_only_its_own(cluster: RealCluster, gpu_c
              "command": ["sh", "-c", PRINT_DEVICES]},
             {"name": "bystander", "image": "localhost/busybox:static",
              "command": ["sh", "-c", PRINT_DEVICES],
-             "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]},
+             "envFrom": [{"configMapRef": {"name": "all-gpus"}}]},
         ]},
     }
     cluster.kubectl("apply", "-f", "-", input=ONE_GPU + "---" + GREEDY_ENV)
@@ -238,6 +238,14 @@ def test_a_pod_asking_for_all_gpus_sees_only_its_own(cluster: RealCluster, gpu_c
     assert refused.returncode != 0, refused.stdout
     assert "spec.containers[0].env[" in refused.stderr, refused.stderr
     assert "NVIDIA_VISIBLE_DEVICES is set by kdra" in refused.stderr, refused.stderr
+
+    bystander_env = json.loads(json.dumps(pod))
+    bystander_env["spec"]["containers"][2]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES",
+                                                      "value": "all"}]
+    refused = cluster.kubectl("apply", "-f", "-", input=json.dumps(bystander_env), check=False)
+    assert refused.returncode != 0, refused.stdout
+    assert "spec.containers[2].env[0]" in refused.stderr, refused.stderr
+    assert "this one uses none" in refused.stderr, refused.stderr
 
     cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))
     pods = wait_running(cluster, ["greedy"])

@@ -101,7 +101,9 @@ def test_a_deleted_slice_is_written_again_owned_by_the_node_as_it_is_now() -> No
                          ("create", "resourceslices")]
     (written,) = api.slices.values()
     assert [ref["uid"] for ref in written["metadata"]["ownerReferences"]] == ["uid-2"]
-    assert written["spec"]["pool"]["generation"] == 0
+    # A newer generation than the deleted one: a pool's generation only grows (a consumer
+    # that still holds the deleted slice never mistakes the new one for it).
+    assert written["spec"]["pool"]["generation"] == 1
 
 
 def deletions(reason: str) -> float:

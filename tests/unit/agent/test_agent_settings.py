@@ -1,10 +1,15 @@
-"""``kdra agent`` settings: flags, KDRA_* and NODE_NAME fallbacks, bool and list flags."""
+"""``kdra agent`` settings: flags, KDRA_* and NODE_NAME fallbacks, bool and list flags, the
+flavour (``auto`` asks the API server)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
+from kdra.agent.runner import AgentError, resolve_flavour
 from kdra.agent.settings import AgentSettings, agent_from_args
+from kdra.kube.errors import NotFound
 from kdra.main import build_parser
 from kdra.operator.settings import from_args
 
@@ -45,3 +50,39 @@ def test_operator_slice_gc_grace(monkeypatch: pytest.MonkeyPatch) -> None:
     assert from_args(args).slice_gc_grace == 5.0
     monkeypatch.delenv("KDRA_SLICE_GC_GRACE", raising=False)
     assert from_args(build_parser().parse_args(["operator"])).slice_gc_grace == 40.0
+
+
+class Discovery:
+    """The API server's answer to GET /apis/resource.k8s.io/v1 (None: not served)."""
+
+    def __init__(self, resources: list[str] | None) -> None:
+        self.resources = resources
+        self.asked: list[str] = []
+
+    async def request(self, method: str, path: str) -> dict[str, object]:
+        self.asked.append(f"{method} {path}")
+        if self.resources is None:
+            raise NotFound(404, "NotFound", path)
+        return {"resources": [{"name": name} for name in self.resources]}
+
+
+@pytest.mark.parametrize(("flavour", "served", "resolved", "asked"), [
+    ("kdra", ["resourceslices"], "kdra", False),
+    ("native", None, "native", False),
+    ("auto", ["deviceclasses", "resourceclaims", "resourceslices"], "native", True),
+    ("auto", ["deviceclasses"], "kdra", True),
+    ("auto", None, "kdra", True),
+])
+def test_the_flavour_and_auto(flavour: str, served: list[str] | None, resolved: str,
+                              asked: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KDRA_FLAVOUR", flavour)
+    client = Discovery(served)
+    settings = asyncio.run(resolve_flavour(client, parse()))  # type: ignore[arg-type]
+    assert settings.flavour == resolved
+    assert client.asked == (["GET /apis/resource.k8s.io/v1"] if asked else [])
+
+
+def test_an_unknown_flavour_stops_the_agent(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(AgentError, match="--flavour 'nativ': use one of kdra, native, auto"):
+        asyncio.run(resolve_flavour(Discovery(None),  # type: ignore[arg-type]
+                                    parse("--flavour", "nativ")))

@@ -34,27 +34,10 @@ from tests.unit.agent.nri_runtime_messages import (
     encode_configure,
     encode_synchronize,
 )
+from tests.unit.agent.wire_bytes import ld, vi
 
-# A hand-written protobuf encoder, independent of the protobuf library: expected bytes are
-# built from NRI's field numbers, so a wrong declaration in kdra fails these tests.
-
-
-def varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def ld(number: int, data: bytes | str) -> bytes:
-    raw = data.encode() if isinstance(data, str) else data
-    return varint(number << 3 | 2) + varint(len(raw)) + raw
-
-
-def vi(number: int, value: int) -> bytes:
-    return varint(number << 3) + varint(value)
+# Expected bytes are built by hand from NRI's field numbers (tests.unit.agent.wire_bytes),
+# so a wrong declaration in kdra fails these tests.
 
 
 def test_register_plugin_wire_layout() -> None:

@@ -35,14 +35,16 @@ def slice_name(node: str, driver: str, index: int) -> str:
 
 def build_slices(*, node: str, driver: str, devices: Sequence[InventoryDevice], generation: int,
                  owner: Mapping[str, str] | None = None,
-                 labels: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+                 labels: Mapping[str, str] | None = None,
+                 api_version: str = API_VERSION) -> list[dict[str, Any]]:
     """The pool ``node`` of ``driver``: every device, at most 128 per slice (64 when a device
     of the pool has taints or consumes counters, upstream's limit), the counter sets the
     devices provide in slices of their own (:mod:`kdra.agent.core.pool_layout`), every slice with
     ``nodeName``, the same ``generation`` and ``resourceSliceCount``.
 
     ``owner`` is the Node (``{"name", "uid"}``): the slices get an owner reference to it, so
-    deleting the Node deletes them (the API server's garbage collector)."""
+    deleting the Node deletes them (the API server's garbage collector). ``api_version``:
+    kdra's group, or ``resource.k8s.io/v1`` in the native flavour (the same content)."""
     parts = layout(devices)
     slices = []
     for index, part in enumerate(parts):
@@ -55,7 +57,7 @@ def build_slices(*, node: str, driver: str, devices: Sequence[InventoryDevice], 
                 "controller": True,
             }]
         slices.append({
-            "apiVersion": API_VERSION, "kind": "ResourceSlice",
+            "apiVersion": api_version, "kind": "ResourceSlice",
             "metadata": metadata,
             "spec": {
                 "driver": driver,
@@ -97,7 +99,8 @@ class Publication:
 def plan_publication(*, node: str, driver: str, devices: Sequence[InventoryDevice],
                      published: Iterable[Mapping[str, Any]], owner: Mapping[str, str] | None,
                      min_generation: int = 0,
-                     labels: Mapping[str, str] | None = None) -> Publication:
+                     labels: Mapping[str, str] | None = None,
+                     api_version: str = API_VERSION) -> Publication:
     """Compare the desired pool with the ``published`` slices of (driver, pool ``node``).
 
     Unchanged (same slices, same content, one generation) → ``changed=False``. Otherwise the
@@ -109,13 +112,13 @@ def plan_publication(*, node: str, driver: str, devices: Sequence[InventoryDevic
     top = max(generations) if generations else None
     base = 0 if top is None else top
     desired = build_slices(node=node, driver=driver, devices=devices, generation=base,
-                           owner=owner, labels=labels)
+                           owner=owner, labels=labels, api_version=api_version)
     if top is not None and len(generations) == 1 and top >= min_generation and \
             sorted(map(_content, current), key=repr) == sorted(map(_content, desired), key=repr):
         return Publication(changed=False, generation=top)
     generation = max(min_generation, 0 if top is None else top + 1)
     desired = build_slices(node=node, driver=driver, devices=devices, generation=generation,
-                           owner=owner, labels=labels)
+                           owner=owner, labels=labels, api_version=api_version)
     names = {s["metadata"]["name"] for s in desired}
     stale = tuple(str(s["metadata"]["name"]) for s in current
                   if s["metadata"]["name"] not in names)

@@ -3,8 +3,8 @@
 NRI (containerd/nri, ``pkg/api/api.proto``) and ttrpc (``request.proto``) define these
 messages; kdra declares only the messages and fields it reads or writes, written here from
 those documented APIs (field numbers and types), and builds their descriptors at import time
-(``descriptor_pb2.FileDescriptorProto`` → a private ``DescriptorPool`` →
-``message_factory.GetMessageClass``): no ``.proto`` file, no protoc step, no generated code.
+(tables turned into descriptors in a private pool by :mod:`kdra.agent.protodesc`): no
+``.proto`` file, no protoc step, no generated code.
 The wire format carries field numbers only, so the runtime's full messages decode into these
 partial ones; fields kdra does not declare are kept as unknown fields and otherwise ignored.
 
@@ -28,8 +28,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-from google.protobuf.message import DecodeError, Message
+from kdra.agent.protodesc import (
+    Field,
+    MessageError,
+    encode,
+    file_descriptor,
+    message_class,
+    message_pool,
+    parse,
+)
 
 __all__ = [
     "CONTAINER_STATE_NAMES",
@@ -55,17 +62,9 @@ __all__ = [
     "encode_synchronize_response",
 ]
 
-_F = descriptor_pb2.FieldDescriptorProto
-_TYPES = {
-    "string": _F.TYPE_STRING, "bytes": _F.TYPE_BYTES, "bool": _F.TYPE_BOOL,
-    "int32": _F.TYPE_INT32, "int64": _F.TYPE_INT64, "uint32": _F.TYPE_UINT32,
-}
+# (field name, number, type, repeated): the tables of kdra.agent.protodesc.
 
-# (field name, number, type, repeated). A type that is not a scalar above names a message of
-# the same file; "map" declares a map<string, string> (a repeated nested entry message).
-_Field = tuple[str, int, str, bool]
-
-_TTRPC: dict[str, list[_Field]] = {
+_TTRPC: dict[str, list[Field]] = {
     # ttrpc's request envelope (github.com/containerd/ttrpc request.proto)
     "KeyValue": [("key", 1, "string", False), ("value", 2, "string", False)],
     "Request": [("service", 1, "string", False), ("method", 2, "string", False),
@@ -76,7 +75,7 @@ _TTRPC: dict[str, list[_Field]] = {
     "Response": [("status", 1, "Status", False), ("payload", 2, "bytes", False)],
 }
 
-_NRI: dict[str, list[_Field]] = {
+_NRI: dict[str, list[Field]] = {
     "Empty": [],
     "RegisterPluginRequest": [("plugin_name", 1, "string", False),
                               ("plugin_idx", 2, "string", False),
@@ -109,46 +108,15 @@ _NRI: dict[str, list[_Field]] = {
     "CreateContainerResponse": [("adjust", 1, "ContainerAdjustment", False)],
 }
 
-
-def _file(name: str, package: str, messages: Mapping[str, list[_Field]]
-          ) -> descriptor_pb2.FileDescriptorProto:
-    proto = descriptor_pb2.FileDescriptorProto(name=name, package=package, syntax="proto3")
-    for message_name, fields in messages.items():
-        message = proto.message_type.add(name=message_name)
-        for field_name, number, kind, repeated in fields:
-            label = _F.LABEL_REPEATED if repeated else _F.LABEL_OPTIONAL
-            if kind == "map":
-                entry = message.nested_type.add(name=_map_entry_name(field_name))
-                entry.options.map_entry = True
-                entry.field.add(name="key", number=1, type=_F.TYPE_STRING,
-                                label=_F.LABEL_OPTIONAL)
-                entry.field.add(name="value", number=2, type=_F.TYPE_STRING,
-                                label=_F.LABEL_OPTIONAL)
-                message.field.add(name=field_name, number=number, label=label,
-                                  type=_F.TYPE_MESSAGE,
-                                  type_name=f".{package}.{message_name}."
-                                            f"{_map_entry_name(field_name)}")
-            elif kind in _TYPES:
-                message.field.add(name=field_name, number=number, label=label,
-                                  type=_TYPES[kind])
-            else:
-                message.field.add(name=field_name, number=number, label=label,
-                                  type=_F.TYPE_MESSAGE, type_name=f".{package}.{kind}")
-    return proto
-
-
-def _map_entry_name(field_name: str) -> str:
-    return "".join(part.capitalize() for part in field_name.split("_")) + "Entry"
-
-
-_POOL = descriptor_pool.DescriptorPool()  # private: never clashes with another library's
-_POOL.Add(_file("kdra/ttrpc.proto", "ttrpc", _TTRPC))
-_POOL.Add(_file("kdra/nri.proto", "nri.pkg.api.v1alpha1", _NRI))
+_POOL = message_pool([  # private: never clashes with another library's
+    file_descriptor("kdra/ttrpc.proto", "ttrpc", _TTRPC),
+    file_descriptor("kdra/nri.proto", "nri.pkg.api.v1alpha1", _NRI),
+])
 
 
 def _class(full_name: str) -> Any:
     """The message class (``Any``: protobuf builds its attributes at run time)."""
-    return message_factory.GetMessageClass(_POOL.FindMessageTypeByName(full_name))
+    return message_class(_POOL, full_name)
 
 
 _Request = _class("ttrpc.Request")
@@ -163,21 +131,8 @@ _CreateContainerRequest = _class("nri.pkg.api.v1alpha1.CreateContainerRequest")
 _CreateContainerResponse = _class("nri.pkg.api.v1alpha1.CreateContainerResponse")
 
 
-class MessageError(ValueError):
-    """Bytes that do not decode as the expected message."""
-
-
-def _parse(cls: Any, data: bytes, what: str) -> Any:
-    message = cls()
-    try:
-        message.ParseFromString(data)
-    except (DecodeError, ValueError, TypeError, RecursionError) as exc:
-        raise MessageError(f"malformed {what}: {exc}") from exc
-    return message
-
-
-def _encode(message: Message) -> bytes:
-    return message.SerializeToString()
+_parse = parse  # the runtime's side (tests) decodes with the same helpers
+_encode = encode
 
 
 # --------------------------------------------------------------------------- ttrpc envelope
