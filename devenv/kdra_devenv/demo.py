@@ -1,11 +1,13 @@
 """``python -m kdra_devenv demo``: the seed article's example, and GPUs, on a local control plane of
 real binaries.
 
-Starts etcd + kube-apiserver + kube-controller-manager on loopback, installs kdra's CRDs, runs
+Starts etcd + kube-apiserver + kube-controller-manager (with the Deployment and ReplicaSet
+controllers) on loopback, installs kdra's CRDs and the users' roles (kdra-user), runs
 ``kdra operator`` (claim controller, binder, webhooks — conversion included, for clients that
 write v1alpha3 once it is served; the examples are v1 — slice GC) and two ``kdra agent``
 processes — one simulating three GPU nodes with two GPU models, one serving the seed's cats on
-``worker-1`` — applies the seed's cats example plus a few GPU pods, waits until the pods are
+``worker-1`` — applies the seed's cats example plus a few GPU pods (the GPUs' DeviceClass
+from manifests/examples/gpu, so the user guide's examples work as written), waits until the pods are
 bound, and prints ``pod → node → devices``. With ``interactive`` it keeps everything running
 until Ctrl-C and prints a KUBECONFIG and the metrics URLs (operator and agents, for a
 Prometheus to scrape); otherwise it stops (what CI runs).
@@ -27,20 +29,30 @@ from typing import Any
 
 import yaml
 
-from kdra_devenv.controlplane import ControlPlane, ControlPlaneError, binaries, free_port, repo_root
+from kdra_devenv.controlplane import (
+    CONTROLLERS,
+    ControlPlane,
+    ControlPlaneError,
+    binaries,
+    free_port,
+    repo_root,
+)
 from kdra_devenv.process import spawn, terminate
 
 GPU_NODES = "gpu-node-{0..2}"
 CATS_NODE = "worker-1"
 
+GPU_CLASS = repo_root() / "manifests" / "examples" / "gpu" / "deviceclass.yaml"
+"""The GPUs' DeviceClass, as the examples define it (one definition: the guide's examples,
+manifests/examples/extended's extended resource included, work on the demo as written)."""
+USER_ROLES = repo_root() / "manifests" / "base" / "user-roles.yaml"
+"""kdra-user / kdra-user-view, aggregated into admin/edit/view: the guide's ``--as`` walkthrough
+works as on an installed cluster."""
+DEMO_CONTROLLERS = (*CONTROLLERS, "deployment-controller", "replicaset-controller")
+"""kube-controller-manager's controllers in the demo: the e2e set plus Deployments and
+ReplicaSets (manifests/examples/extended is a Deployment)."""
+
 GPU_OBJECTS = """
-apiVersion: resource.kdra.dev/v1
-kind: DeviceClass
-metadata: {name: gpu.kdra.dev}
-spec:
-  selectors:
-  - cel: {expression: 'device.driver == "gpu.kdra.dev"'}
----
 apiVersion: resource.kdra.dev/v1
 kind: ResourceClaimTemplate
 metadata: {name: one-h100, namespace: default}
@@ -132,7 +144,7 @@ def run_demo(interactive: bool = True, workdir: str | None = None, timeout: floa
     directory = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="kdra-demo-"))
     _step("starting etcd, kube-apiserver, kube-controller-manager (real binaries)")
     try:
-        plane = ControlPlane(directory, binaries()).start()
+        plane = ControlPlane(directory, binaries(), controllers=DEMO_CONTROLLERS).start()
     except ControlPlaneError as exc:
         print(f"kdra demo: {exc}", file=sys.stderr)
         return 1
@@ -145,6 +157,7 @@ def run_demo(interactive: bool = True, workdir: str | None = None, timeout: floa
         plane.kubectl("wait", "--for", "condition=Established", "--timeout", "60s",
                       "-f", str(crds))
         plane.kubectl("create", "namespace", "kdra-system")
+        plane.kubectl("apply", "--server-side", "-f", str(USER_ROLES))
         _step(f"starting kdra agents: simulated GPU nodes {GPU_NODES} (H100 + A100), "
               f"cats on {CATS_NODE}")
         procs.start("agent-gpus", "agent", "--simulate-nodes", GPU_NODES, "--create-nodes",
@@ -167,6 +180,7 @@ def run_demo(interactive: bool = True, workdir: str | None = None, timeout: floa
         _step("applying the seed's cats (class, shared claim, template, pod-with-cats) and "
               "GPU pods")
         print(plane.kubectl("apply", "-k", str(seed)).stdout, end="")
+        print(plane.kubectl("apply", "-f", str(GPU_CLASS)).stdout, end="")
         print(plane.kubectl("apply", "-f", "-", input=GPU_OBJECTS).stdout, end="")
         pods = [_gpu_pod(name, template) for name, template in DEMO_PODS if template]
         print(plane.kubectl("apply", "-f", "-",

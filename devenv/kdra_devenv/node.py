@@ -280,6 +280,11 @@ class Node:
         host.watch_directory(Path("/run/containerd/s"), stale_sockets=True)
         host.watch_directory(Path("/var/lib/kubelet"))  # kubelet's device-plugin socket
         host.watch_directory(Path("/var/lib/kubelet/device-plugins"), stale_sockets=True)
+        # The DRA plugin directories at the kubelet's standard root, which the native
+        # flavour's agent (its defaults) or a hostPath volume may create on the host although
+        # this node's kubelet has its own --root-dir: removed when this run created them.
+        for name in ("plugins", "plugins_registry"):
+            host.watch_directory(Path("/var/lib/kubelet") / name, owned_if_created=True)
         host.watch_directory(Path("/var/lib/cni"))
         # libcni's cache of each pod's networks (this node's name its netns, under runtime_dir)
         host.watch_directory(Path("/var/lib/cni/results"), mentions=str(self.runtime_dir))

@@ -25,6 +25,17 @@ from kdra import __version__
 Command = Callable[[argparse.Namespace], int]
 
 
+def _logging(args: argparse.Namespace) -> str | None:
+    """Configure the process's logging from its flags (kdra.kube.logs); the error, if bad."""
+    from kdra.kube import flags, logs
+
+    try:
+        logs.configure(flags.settings_from_args(args, logs.LogSettings))
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def _operator(args: argparse.Namespace) -> int:
     from kdra.operator.handlers import run_operator
     from kdra.operator.settings import from_args
@@ -85,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     from kdra.operator import settings as operator_settings
 
     operator_settings.add_arguments(op)
+    _add_logging(op)
     op.set_defaults(func=_operator)
 
     hooks = sub.add_parser(
@@ -96,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         "KDRA_<FLAG> from the environment.",
     )
     operator_settings.add_arguments(hooks)
+    _add_logging(hooks)
     hooks.set_defaults(func=_webhooks)
 
     agent = sub.add_parser(
@@ -107,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
         "flag also reads KDRA_<FLAG> from the environment.",
     )
     agent_settings.add_arguments(agent)
+    _add_logging(agent)
     agent.set_defaults(func=_agent)
     agent_sub = agent.add_subparsers(dest="agent_command", metavar="ADMIN", required=False)
     health = agent_sub.add_parser(
@@ -187,8 +201,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+LOGGING_COMMANDS = ("operator", "webhooks", "agent")
+"""The long-running processes: they take kdra.kube.logs' flags (--log-level, -v,
+--log-format)."""
+
+
+def _add_logging(parser: argparse.ArgumentParser) -> None:
+    from kdra.kube import flags, logs
+
+    flags.add_arguments(parser, logs.LogSettings)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command in LOGGING_COMMANDS and getattr(args, "agent_command", None) is None:
+        problem = _logging(args)
+        if problem:
+            print(f"kdra {args.command}: {problem}", file=sys.stderr)
+            return 2
     func: Command = args.func
     return func(args)
 

@@ -321,15 +321,17 @@ def test_constraints_all_mode_shared_claim_and_explanations(
     # the first): the pair's two A100s and every H100 of the All request — in both served
     # versions (v1, kubectl's default, and v1alpha3 through the conversion webhook).
     for resource in ("kclaim", "resourceclaims.v1alpha3.resource.kdra.dev"):
-        rows = {line.split()[0]: line for line in control_plane.kubectl(
-            "get", resource, "-n", namespace).stdout.splitlines()[1:]}
+        table = control_plane.kubectl("get", resource, "-n", namespace).stdout.splitlines()
+        column = table[0].split().index("DEVICES")  # after NAME and CLASS (issue 41)
+        rows = {line.split()[0]: line for line in table[1:]}
         shown = 0
         for claim in claims(control_plane, namespace):
             results = ((claim.get("status") or {}).get("allocation") or {}).get(
                 "devices", {}).get("results", [])
             if results:
                 devices = ",".join(r["device"] for r in results)
-                assert rows[claim["metadata"]["name"]].split()[1] == devices, (resource, rows)
+                assert rows[claim["metadata"]["name"]].split()[column] == devices, (resource,
+                                                                                    rows)
                 shown += len(results) > 1
         assert shown == 2, (resource, rows)  # the pair and the All claim
     print("nowhere:", nowhere[-1])

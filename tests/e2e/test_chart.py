@@ -1,5 +1,5 @@
-"""The Helm chart (charts/kdra): ``helm lint``, no drift from the kustomize manifests, and its
-rendered manifests applied server-side (dry-run) to a real API server.
+"""The Helm chart (charts/kdra): ``helm lint``, its values schema, no drift from the kustomize
+manifests, and its rendered manifests applied server-side (dry-run) to a real API server.
 
 Drift: the chart and manifests/ must describe the same install. With equivalent settings
 each pair renders the same objects (same kinds, names, namespaces, and contents apart from
@@ -121,6 +121,49 @@ def test_helm_lint(helm: str) -> None:
                                 capture_output=True, text=True)
         assert result.returncode == 0, result.stdout + result.stderr
         assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--set", "operator.replicas=two"], "at '/operator/replicas': got string, want integer"),
+    (["--set", "serviceMonitor.enabled=yes"],
+     "at '/serviceMonitor/enabled': got string, want boolean"),
+    (["--set-json", 'agent.podAnnotations={"checksum": 1}'],
+     "at '/agent/podAnnotations/checksum': got number, want string"),
+    (["--set", "imagePullSecrets=registry"], "at '/imagePullSecrets': got string, want array"),
+    (["--set", "operator.replica=3"], "at '/operator': additional properties 'replica' not"),
+    (["--set", "agent.discovery=nvidia"],
+     "at '/agent/discovery': value must be one of 'nvml', 'inventory'"),
+    (["--set", "flavour=upstream"], "at '/flavour': value must be one of 'kdra', 'native'"),
+])
+def test_the_schema_rejects_a_wrong_value(helm: str, args: list[str], said: str) -> None:
+    """values.schema.json: a wrong type or an unknown key fails lint --strict and template,
+    naming the value, instead of rendering a manifest the API server or kdra refuses later."""
+    for command in (["lint", "--strict"], ["template", "kdra"]):
+        result = subprocess.run([helm, *command, str(CHART), *args], capture_output=True,
+                                text=True)
+        assert result.returncode != 0, (command, args)
+        assert said in result.stdout + result.stderr, result.stdout + result.stderr
+
+
+def test_pull_secrets_priority_classes_and_pod_annotations_reach_the_pods(helm: str) -> None:
+    docs = render(helm, "--set-json", 'imagePullSecrets=[{"name": "my-registry"}]',
+                  "--set", "operator.priorityClassName=system-cluster-critical",
+                  "--set", "agent.priorityClassName=system-node-critical",
+                  "--set-json", 'operator.podAnnotations={"team": "gpu-platform"}',
+                  "--set-json", 'agent.podAnnotations={"scrape": "true"}')
+    pods = {d["kind"]: d["spec"]["template"] for d in docs
+            if d["kind"] in ("Deployment", "DaemonSet")}
+    assert pods["Deployment"]["spec"]["priorityClassName"] == "system-cluster-critical"
+    assert pods["DaemonSet"]["spec"]["priorityClassName"] == "system-node-critical"
+    assert pods["Deployment"]["metadata"]["annotations"] == {"team": "gpu-platform"}
+    assert pods["DaemonSet"]["metadata"]["annotations"] == {"scrape": "true"}
+    for pod in pods.values():
+        assert pod["spec"]["imagePullSecrets"] == [{"name": "my-registry"}]
+    defaults = {d["kind"]: d["spec"]["template"] for d in render(helm)
+                if d["kind"] in ("Deployment", "DaemonSet")}
+    for pod in defaults.values():  # unset: nothing rendered (the kustomize manifests agree)
+        assert "annotations" not in pod["metadata"]
+        assert not {"priorityClassName", "imagePullSecrets"} & set(pod["spec"])
 
 
 def test_the_copied_parts_are_up_to_date() -> None:

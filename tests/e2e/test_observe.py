@@ -1,8 +1,9 @@
 """`python -m kdra_devenv demo`, seen and operated as a user would: ``kubectl kdra free / why /
 top`` (kubectl running the plugin from PATH) print the expected tables; a user with little RBAC sees
-what they may and is told what they may not; a real Prometheus (Debian's ``prometheus``) scrapes
-the demo's operator and agents, and every panel query of the Grafana dashboard parses and
-returns data; the key panels are rendered to a PNG (matplotlib).
+what they may and is told what they may not; ``promtool check metrics`` passes on the operator's
+and the agents' scrapes, each holding only its component's metrics; a real Prometheus
+(Debian's ``prometheus``) scrapes the demo's operator and agents, and every panel query of the
+Grafana dashboard parses and returns data; the key panels are rendered to a PNG (matplotlib).
 
 The demo runs once for the module (its own control plane, as ``make demo``). On top of its
 five pods the module adds load while Prometheus scrapes: two pods taking eight H100s each
@@ -302,9 +303,7 @@ def test_a_user_with_little_rbac_is_told_what_could_not_be_read(loaded: Demo) ->
     manifests/base, aggregated into it: claims and templates) and may list the cluster's
     slices and classes (the user guide's kdra-devices-viewer), not nodes nor other namespaces'
     claims; nobody may read nothing."""
-    loaded.kubectl("apply", "--server-side", "-f",
-                   str(ROOT / "manifests" / "base" / "user-roles.yaml"))
-    rbac = [
+    rbac = [  # the demo installed kdra-user-view (manifests/base/user-roles.yaml)
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
          "metadata": {"name": "alice-view", "namespace": "default"},
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
@@ -345,6 +344,90 @@ def test_a_user_with_little_rbac_is_told_what_could_not_be_read(loaded: Demo) ->
     assert nobody.returncode == 1
     assert "could not read ResourceSlices (cluster-wide): 403 Forbidden" in nobody.stderr
     assert nobody.stdout == ""
+
+
+def test_flags_anywhere_pod_slash_name_and_clear_errors(loaded: Demo) -> None:
+    """kubectl's habits: flags before the command, ``pod/NAME``, ``free -n``; an unknown class
+    is an error (exit 1) and a user who may read the pod but not its claims is told so, not
+    that the pod waits for them."""
+    why = loaded.kubectl("kdra", "-n", "default", "why", "pod/big")
+    assert "Pod default/big: 0/4 nodes are available" in why.stdout, why.stdout + why.stderr
+    free = loaded.kubectl("kdra", "-n", "default", "free")
+    assert [GPU, "36", "21", "12", "3"] in rows(free.stdout)
+    assert free.stdout == loaded.kubectl("kdra", "free", "-n", "default").stdout
+
+    nosuch = loaded.kubectl("kdra", "free", "--class", "nosuch", check=False)
+    assert nosuch.returncode == 1 and nosuch.stdout == ""
+    assert (f"kubectl kdra free: DeviceClass 'nosuch' not found (DeviceClasses: {GPU}"
+            in nosuch.stderr), nosuch.stderr
+    deployment = loaded.kubectl("kdra", "why", "deployment/big", check=False)
+    assert deployment.returncode == 2
+    assert "'deployment/big': why explains a pod: give POD or pod/POD" in deployment.stderr
+
+    rbac = [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": "pod-reader", "namespace": "default"},
+         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "carol-pod-reader", "namespace": "default"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                     "name": "pod-reader"},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                       "name": "carol"}]},
+    ]
+    loaded.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(o) for o in rbac))
+    carol = loaded.kubectl("kdra", "why", "big", "--as", "carol", check=False)
+    assert carol.returncode == 1, carol.stdout + carol.stderr
+    assert ("kubectl kdra why: could not read ResourceClaims in namespace default: "
+            "403 Forbidden") in carol.stderr, carol.stderr
+    assert "waiting for its claims" not in carol.stdout + carol.stderr
+
+
+# --------------------------------------------------------------------------- scrapes
+
+
+def promtool_binary() -> str:
+    found = shutil.which("promtool")  # Debian's prometheus package ships it
+    if found:
+        return found
+    if os.environ.get("KDRA_REQUIRE_PROMETHEUS") == "1":
+        pytest.fail("promtool is not installed (apt-get install prometheus; .ci/run does)")
+    pytest.skip("promtool is not installed (apt-get install prometheus; .ci/run does it "
+                "and sets KDRA_REQUIRE_PROMETHEUS=1)")
+
+
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return str(response.read().decode())
+
+
+def families(text: str) -> set[str]:
+    return {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}
+
+
+def test_each_scrape_follows_prometheus_conventions_and_holds_its_own_metrics(
+        loaded: Demo) -> None:
+    """``promtool check metrics`` finds nothing on the operator's scrape nor an agent's (e.g.
+    no gauge named ``_total``), with every family present after the load; the operator's
+    carries no ``kdra_agent_*`` family and an agent's no ``kdra_scheduler_*`` one."""
+    promtool = promtool_binary()
+    operator = scrape(loaded.operator_metrics)
+    agents = [scrape(url) for url in loaded.agent_metrics]
+    for name, text in (("operator", operator), *(("agent", t) for t in agents)):
+        checked = subprocess.run([promtool, "check", "metrics"], input=text, text=True,
+                                 capture_output=True, timeout=60)
+        assert (checked.returncode, checked.stdout + checked.stderr) == (0, ""), name
+        assert all(f.startswith(("kdra_", "python_", "process_")) for f in families(text))
+    operator_families = families(operator)
+    assert {"kdra_devices", "kdra_pool_devices", "kdra_scheduler_pending_pods"} \
+        <= operator_families
+    assert "kdra_pool_devices_total" not in operator_families  # renamed: a gauge
+    assert not {f for f in operator_families if f.startswith("kdra_agent_")}
+    for text in agents:
+        assert "kdra_agent_prepared_claims" in families(text)
+        assert not {f for f in families(text)
+                    if f.startswith(("kdra_scheduler_", "kdra_resourceclaim_", "kdra_devices",
+                                     "kdra_pool_", "kdra_namespace_"))}
 
 
 # --------------------------------------------------------------------------- dashboard
@@ -449,3 +532,30 @@ def test_key_panels_render_to_a_png(prometheus: Prometheus, loaded: Demo,
     target = os.environ.get("KDRA_DASHBOARD_PNG")
     if target:
         shutil.copyfile(png, ROOT / target if not os.path.isabs(target) else target)
+
+
+def test_the_guides_extended_and_all_a100_examples_run_on_the_demo(loaded: Demo) -> None:
+    """manifests/examples/extended as the user guide says: a Deployment asking for
+    ``gpu.kdra.dev/gpu: 2`` — the demo runs the Deployment and ReplicaSet controllers and
+    defines the GPUs' class as the examples do (with its extendedResourceName), so its pod
+    gets a claim of two GPUs and is bound; then all-a100 (allocationMode All). Last in the
+    module: it changes the counts."""
+    loaded.kubectl("apply", "-k", str(ROOT / "manifests" / "examples" / "extended"))
+
+    def bound() -> dict[str, Any] | None:
+        pods = loaded.get("pods", "-l", "app=train-gpus")["items"]
+        return pods[0] if pods and pods[0]["spec"].get("nodeName") else None
+    pod = wait_for(bound, timeout=90, what="the Deployment's pod bound")
+    assert pod is not None
+    claims = [c for c in loaded.get(
+        "resourceclaims.resource.kdra.dev")["items"]
+        if any(r.get("name") == pod["metadata"]["name"]
+               for r in (c.get("status") or {}).get("reservedFor") or [])]
+    assert len(claims) == 1
+    results = claims[0]["status"]["allocation"]["devices"]["results"]
+    assert len(results) == 2 and {r["driver"] for r in results} == {GPU}
+    # allocationMode All (manifests/examples/gpu/all-a100.yaml): every A100 of a node. The
+    # demo's inventory reports an H200 unhealthy, not an A100, or All could never be met.
+    loaded.kubectl("apply", "-f", str(ROOT / "manifests" / "examples" / "gpu" / "all-a100.yaml"))
+    wait_for(lambda: loaded.get("pod", "all-a100-pod")["spec"].get("nodeName"), timeout=90,
+             what="all-a100-pod bound")

@@ -23,7 +23,6 @@ from kdra.agent.settings import AgentSettings
 from kdra.dra.errors import InvalidObject
 from kdra.kube import loops, memory
 from kdra.kube.client import connect
-from kdra.kube.core.printable import PrintableFormatter
 from kdra.kube.errors import ApiError
 
 log = logging.getLogger(__name__)
@@ -83,8 +82,6 @@ async def _main(settings: AgentSettings, nodes: list[str], backends: Backends) -
 
 def run_agent(settings: AgentSettings) -> int:
     """Run the agent until SIGTERM/SIGINT. Returns the process exit code."""
-    logging.basicConfig(level=logging.INFO, handlers=[PrintableFormatter.handler(
-        "%(asctime)s %(levelname)s %(name)s: %(message)s")])
     try:
         runner = loops.runner(settings.event_loop)
     except ValueError as exc:

@@ -2,8 +2,15 @@
 
 kubectl finds any executable named ``kubectl-<name>`` on PATH and runs it for ``kubectl
 <name>``, handing over every argument; so the flags kubectl users know (``--kubeconfig``,
-``--context``, ``-n``, ``-A``, ``-o``, ``--as``) are parsed here. The commands live in
-:mod:`kdra.cli.kubectl_commands`; a krew manifest is in ``hack/krew/kdra.yaml``.
+``--context``, ``-n``, ``-A``, ``-o``, ``--as``) are parsed here, before or after the command
+(``kubectl kdra -n team-a why big``, as kubectl takes them), and ``why`` takes ``POD`` or
+kubectl's ``pod/POD``. The commands live in :mod:`kdra.cli.kubectl_commands`; a krew
+manifest is in ``hack/krew/kdra.yaml``.
+
+Invariants:
+- Moving the flags written before the command behind it changes nothing else: a flag's
+  value stays with it (``-n why`` names the namespace ``why``), and help, ``--version`` or an
+  unknown word before any command leave the arguments to argparse as given.
 """
 
 from __future__ import annotations
@@ -36,6 +43,42 @@ def _common(parser: argparse.ArgumentParser, *, namespaced: bool = True,
                             help="impersonate GROUP too (with --as)")
 
 
+COMMANDS = ("free", "describe", "why", "top", "check")
+VALUE_FLAGS = frozenset({"-n", "--namespace", "--kubeconfig", "--context", "-o", "--output",
+                         "--color", "--as", "--as-group"})
+"""The flags of :func:`_common` that take the next argument as their value."""
+POD_TYPES = frozenset({"pod", "pods", "po"})
+
+
+def command_first(argv: Sequence[str]) -> list[str]:
+    """``argv`` with the flags written before the command moved behind it (argparse's
+    sub-commands take their flags after their name)."""
+    args = list(argv)
+    before: list[str] = []
+    i = 0
+    while i < len(args):
+        token = args[i]
+        if token in COMMANDS:
+            return [token, *before, *args[i + 1:]]
+        if token in ("-h", "--help", "--version") or not token.startswith("-"):
+            return args
+        take = 2 if token in VALUE_FLAGS else 1
+        before += args[i:i + take]
+        i += take
+    return args
+
+
+def pod_argument(value: str) -> str:
+    """``POD`` or ``pod/POD`` (``pods/``, ``po/``, as kubectl writes it) → the pod's name."""
+    kind, slash, name = value.partition("/")
+    if not slash:
+        return value
+    if kind.lower() not in POD_TYPES or not name or "/" in name:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: why explains a pod: give POD or pod/POD")
+    return name
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kubectl kdra",
@@ -49,10 +92,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Per DeviceClass, node and pool: how many devices there are, how many are "
         "allocated, free and unhealthy (held by a claim but gone from the slices or reported "
         "unhealthy by the node agent), then totals per class. A device is counted for every "
-        "class whose selectors it passes; '-' is the class of devices no class selects.")
-    _common(free, namespaced=False)
+        "class whose selectors it passes; '-' is the class of devices no class selects. Devices "
+        "are the cluster's: -n only names the namespace whose claims are counted when you may "
+        "not list every namespace's.")
+    _common(free)
     free.add_argument("--class", dest="device_class", default=None,
-                      help="only this DeviceClass")
+                      help="only this DeviceClass ('-': devices no class selects); an unknown "
+                      "class is an error")
     free.add_argument("--node", default=None, help="only this node")
 
     desc = sub.add_parser(
@@ -74,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Evaluate POD now as kdra-scheduler would: what it last said, each claim "
         "with its requests and selectors, the nodes grouped by why they cannot take the pod, "
         "and the nearest node that would fit if N devices were freed (and who holds them).")
-    why.add_argument("pod", metavar="POD", help="the pod's name")
+    why.add_argument("pod", metavar="POD", type=pod_argument,
+                     help="the pod: NAME or pod/NAME")
     why.add_argument("--search-steps", type=int, default=None, metavar="N",
                      help="allocation search budget in steps (devices tried), shared as "
                      "kdra-scheduler shares it; default: the operator's default "
@@ -103,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(command_first(sys.argv[1:] if argv is None else argv))
     from kdra.cli.kubectl_commands import run
 
     return run(args)

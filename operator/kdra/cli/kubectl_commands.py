@@ -24,8 +24,9 @@ Invariants:
   JSON and YAML escape them by their own rules.
 - Colour only when asked for or when stdout is a terminal (and ``NO_COLOR`` is unset); the
   layout is the same either way.
-- Exit codes: 0 shown, 1 could not (cluster unreachable, essential kind unreadable, pod not
-  found); ``check`` keeps its own (0 / 1 violations / 2 cannot read).
+- Exit codes: 0 shown, 1 could not (cluster unreachable, essential kind unreadable — for
+  ``why`` the pod's namespace's claims too —, pod or ``free --class`` not found), 2 a bad
+  argument (argparse); ``check`` keeps its own (0 / 1 violations / 2 cannot read).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from kdra.dra.errors import InvalidObject
 from kdra.dra.models import parse_class, parse_slice
 from kdra.dra.scheduling import SearchBudget
 from kdra.dra.usage.claims import claims_of
-from kdra.dra.usage.utilisation import top, utilisation
+from kdra.dra.usage.utilisation import NO_CLASS, top, utilisation
 from kdra.kube.core.pool_ownership import foreign_pool
 from kdra.kube.core.printable import MAX_LINE, printable
 from kdra.kube.reader import (
@@ -100,11 +101,13 @@ class Session:
                 self.notes.append(f"ignored {why}")
         return kept
 
-    def claims(self, namespace: str | None = None, fallback: str | None = None) -> list[JSON]:
+    def claims(self, namespace: str | None = None, fallback: str | None = None, *,
+               need_fallback: bool = False) -> list[JSON]:
         """The claims of ``namespace`` (unreadable: the command fails), or of every namespace
         — falling back, for a user who may not list them all, to ``fallback`` (default: the
         context's namespace), with a note: devices held by claims the user cannot see then
-        count as free."""
+        count as free. ``need_fallback``: the fallback namespace's claims are essential (a
+        pod's own claims): unreadable, the command fails saying so."""
         if namespace is not None:
             return self.reader.list(CLAIMS, namespace)
         own = fallback or self.reader.namespace
@@ -112,6 +115,8 @@ class Session:
                               "devices held by claims of other namespaces show as free")
         if found is not None:
             return found
+        if need_fallback:
+            return self.reader.list(CLAIMS, own)
         return self.optional(CLAIMS, own) or []
 
 
@@ -159,10 +164,15 @@ def _painter(column: str, cell: str) -> str:
 def cmd_free(session: Session, args: argparse.Namespace) -> int:
     slices = session.own_pools(session.reader.list(SLICES)) or []
     classes = session.optional(CLASSES, meaning="every device is shown under no class ('-')")
-    claims = session.claims()
+    claims = session.claims(fallback=args.namespace)
     snapshot = _snapshot(slices, classes or [], session.notes)
+    wanted = NO_CLASS if args.device_class == "-" else args.device_class
+    known = {str((c.get("metadata") or {}).get("name")) for c in classes or []}
+    if wanted not in (None, NO_CLASS) and classes is not None and wanted not in known:
+        raise NotFound(f"DeviceClass {wanted!r} not found (DeviceClasses: "
+                       f"{', '.join(sorted(known)) or 'none'})")
     rows = [row for row in utilisation(snapshot, claims_of(claims))
-            if (args.device_class is None or row.device_class == args.device_class)
+            if (wanted is None or row.device_class == wanted)
             and (args.node is None or row.node == args.node)]
     totals: dict[str, list[int]] = {}
     for row in rows:
@@ -200,7 +210,7 @@ def cmd_describe(session: Session, args: argparse.Namespace) -> int:
 def cmd_why(session: Session, args: argparse.Namespace) -> int:
     namespace = args.namespace or session.reader.namespace
     pod = session.reader.get(PODS, args.pod, namespace)
-    claims = session.claims(fallback=namespace)
+    claims = session.claims(fallback=namespace, need_fallback=True)
     classes = session.optional(CLASSES, meaning="requests whose class is unknown cannot fit")
     slices = session.own_pools(
         session.optional(SLICES, meaning="no devices are known: nothing can fit"))

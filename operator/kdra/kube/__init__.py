@@ -20,6 +20,7 @@
     reader.py         ``kubectl kdra``'s reads as the user (pykube-ng)
     metrics/          the watch metrics and the serving of /metrics
     flags.py          settings from flags and the environment
+    logs.py           the processes' logging: level, klog-like -v, text or JSON lines
     loops.py          the event loop (uvloop)
     memory.py         the C heap: its gauges, malloc_trim
 

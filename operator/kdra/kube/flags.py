@@ -5,7 +5,8 @@ environment variable, falling back to the field's default — for every kdra pro
 Each field comes from a command-line flag (``--<field-with-dashes>``), falling back to an
 environment variable (``KDRA_<FIELD>`` upper-cased, then the names a field lists in its
 ``env`` metadata), falling back to the default its class documents. A field's docstring is
-its flag's ``--help``.
+its flag's ``--help``, followed by its default and environment variable(s); a field's
+``aliases`` metadata adds short flags (``-v``).
 
 Invariants:
 - Built once at start-up: :func:`settings_from_args` returns a frozen object.
@@ -18,7 +19,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from typing import Any
 
 
@@ -33,8 +34,24 @@ def add_arguments(parser: argparse.ArgumentParser, settings_class: type[Any]) ->
             extra = {"nargs": "?", "const": "true", "metavar": "BOOL"}
         elif item.metadata.get("multi"):
             extra = {"nargs": "+"}
-        parser.add_argument(flag, dest=item.name, default=None, help=docs.get(item.name),
-                            **extra)
+        if "metavar" in item.metadata:
+            extra["metavar"] = item.metadata["metavar"]
+        help_text = " ".join(filter(None, (docs.get(item.name), _default_text(item))))
+        parser.add_argument(*item.metadata.get("aliases", ()), flag, dest=item.name,
+                            default=None, help=help_text.replace("%", "%%"), **extra)
+
+
+def _default_text(item: Any) -> str:
+    """``(default: X; env KDRA_X)`` for a field's help: what applies without the flag."""
+    envs = ", ".join((f"KDRA_{item.name.upper()}", *item.metadata.get("env", ())))
+    default = item.default
+    if default is MISSING or default is None or default == "":
+        shown = "unset"
+    elif isinstance(default, bool):
+        shown = str(default).lower()
+    else:
+        shown = str(default)
+    return f"(default: {shown}; env {envs})"
 
 
 def _bool(raw: str) -> bool:

@@ -26,7 +26,7 @@ class OperatorSettings:
     """Port of the Prometheus ``/metrics`` endpoint; 0 turns it off."""
 
     metrics_max_nodes: int = 100
-    """Above this many nodes, the utilisation gauges (kdra_devices, kdra_pool_devices_total)
+    """Above this many nodes, the utilisation gauges (kdra_devices, kdra_pool_devices)
     sum over nodes and pools (their node and pool labels become <all>) instead of one series
     per node: bounded label cardinality on large clusters."""
 

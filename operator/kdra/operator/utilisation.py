@@ -1,6 +1,6 @@
 """The operator's utilisation metrics, computed from its caches when Prometheus scrapes.
 
-``kdra_devices``, ``kdra_pool_devices_total`` and ``kdra_namespace_devices_allocated``
+``kdra_devices``, ``kdra_pool_devices`` and ``kdra_namespace_devices_allocated``
 (:mod:`kdra.operator.metrics`) describe the whole cluster's devices. Keeping them up to date per
 watch event would cost the hot path on every claim change; instead the metrics' collector asks for
 them at scrape time (every 30 s by default), and this module answers from the binder's

@@ -34,7 +34,7 @@ def test_every_state_of_every_class_node_and_pool_is_a_series() -> None:
         assert (f'kdra_devices{{class="{GPU}",driver="{GPU}",node="node-a",pool="node-a",'
                 f'state="{state}"}} {value}.0') in text
     assert 'kdra_devices{class="<none>",driver="cats.dev",node="node-c"' in text
-    assert f'kdra_pool_devices_total{{driver="{GPU}",node="node-a",pool="node-a"}} 4.0' in text
+    assert f'kdra_pool_devices{{driver="{GPU}",node="node-a",pool="node-a"}} 4.0' in text
     assert 'kdra_namespace_devices_allocated{class="<none>",namespace="team-c"} 2.0' in text
 
 
@@ -43,7 +43,7 @@ def test_above_the_limits_nodes_and_namespaces_are_summed() -> None:
     assert (f'kdra_devices{{class="{GPU}",driver="{GPU}",node="<all>",pool="<all>",'
             'state="free"} 5.0') in text
     assert 'node="node-a"' not in text
-    assert f'kdra_pool_devices_total{{driver="{GPU}",node="<all>",pool="<all>"}} 6.0' in text
+    assert f'kdra_pool_devices{{driver="{GPU}",node="<all>",pool="<all>"}} 6.0' in text
     assert f'kdra_namespace_devices_allocated{{class="{GPU}",namespace="team-b"}} 3.0' in text
     assert f'kdra_namespace_devices_allocated{{class="{GPU}",namespace="<all>"}} 1.0' in text
     assert 'kdra_namespace_devices_allocated{class="<none>",namespace="<all>"} 2.0' in text

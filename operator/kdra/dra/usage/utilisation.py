@@ -2,7 +2,7 @@
 namespace and pod (pure, no I/O).
 
 The views behind ``kubectl kdra free`` / ``top`` and the operator's utilisation metrics
-(``kdra_devices``, ``kdra_pool_devices_total``, ``kdra_namespace_devices_allocated``), so
+(``kdra_devices``, ``kdra_pool_devices``, ``kdra_namespace_devices_allocated``), so
 the command line and the dashboards count the same way:
 
 - :func:`utilisation` — per (class, node, driver, pool): devices ``free``, ``allocated`` and
@@ -180,7 +180,7 @@ def utilisation(snapshot: Snapshot, claims: Sequence[ClaimRow],
 
 def pool_totals(snapshot: Snapshot) -> dict[tuple[str, str, str], int]:
     """(node, driver, pool) → devices the pool's newest generation publishes (each once,
-    whatever its classes), for ``kdra_pool_devices_total``."""
+    whatever its classes), for ``kdra_pool_devices``."""
     totals: dict[tuple[str, str, str], int] = {}
     for pool in cluster_pools(snapshot.slice_entries()):
         names = {entry.id.device for entry in pool.entries}

@@ -95,10 +95,3 @@ class PrintableFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         return printable(super().format(record), None, lines=True)
-
-    @classmethod
-    def handler(cls, fmt: str) -> logging.Handler:
-        """A stderr handler with this formatter (for ``logging.basicConfig(handlers=...)``)."""
-        handler = logging.StreamHandler()
-        handler.setFormatter(cls(fmt))
-        return handler

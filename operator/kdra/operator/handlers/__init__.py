@@ -16,7 +16,6 @@ import logging
 import os
 
 from kdra.kube import loops, memory
-from kdra.kube.core.printable import PrintableFormatter
 from kdra.operator import metrics
 from kdra.operator.settings import OperatorSettings
 
@@ -29,10 +28,6 @@ def run_operator(settings: OperatorSettings) -> int:
 
     if settings.kubeconfig:
         os.environ["KUBECONFIG"] = settings.kubeconfig  # for kopf's own login
-    logging.basicConfig(level=logging.INFO, handlers=[PrintableFormatter.handler(
-        "%(asctime)s %(levelname)s %(name)s: %(message)s")])
-    # One INFO line per watch event ("Handler 'pod_event' succeeded") drowns the real logs.
-    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     try:
         runner = loops.runner(settings.event_loop)
     except ValueError as exc:

@@ -1,4 +1,4 @@
-"""The utilisation gauges (``kdra_devices``, ``kdra_pool_devices_total``,
+"""The utilisation gauges (``kdra_devices``, ``kdra_pool_devices``,
 ``kdra_namespace_devices_allocated``): a collector computed at scrape time.
 
 Computed at scrape time from the operator's caches (no API call, nothing per event): a
@@ -51,7 +51,7 @@ class Limits:
     """Label cardinality bounds (settings ``metrics_max_nodes`` / ``metrics_max_namespaces``).
 
     - More nodes than ``max_nodes`` (counting the nodes of ``nodeName`` pools): ``kdra_devices``
-      and ``kdra_pool_devices_total`` drop their ``node`` and ``pool`` labels' values to
+      and ``kdra_pool_devices`` drop their ``node`` and ``pool`` labels' values to
       ``<all>`` and sum over them (per class and state; per driver) — series per class, not
       per node, on large clusters. The per-node view stays in ``kubectl kdra free``.
     - More namespaces holding devices than ``max_namespaces``: the ``max_namespaces`` holding
@@ -103,7 +103,7 @@ _FAMILIES = (
      "counts for every class it matches; class <none>: no class selects it. node and pool are "
      "<all> above metrics_max_nodes nodes.",
      ["class", "node", "driver", "pool", "state"]),
-    ("kdra_pool_devices_total",
+    ("kdra_pool_devices",
      "Devices the newest generation of each pool publishes (each device once).",
      ["node", "driver", "pool"]),
     ("kdra_namespace_devices_allocated",

@@ -19,7 +19,6 @@ import signal
 
 from kdra.kube import loops
 from kdra.kube.client import KubeClient, connect
-from kdra.kube.core.printable import PrintableFormatter
 from kdra.operator.settings import OperatorSettings
 from kdra.operator.webhooks.server import WebhookServer
 
@@ -28,8 +27,6 @@ log = logging.getLogger(__name__)
 
 def run_webhooks(settings: OperatorSettings) -> int:
     """Serve the webhooks until SIGINT/SIGTERM. Returns the process exit code."""
-    logging.basicConfig(level=logging.INFO, handlers=[PrintableFormatter.handler(
-        "%(asctime)s %(levelname)s %(name)s: %(message)s")])
     if not settings.webhook_port:
         log.error("kdra webhooks: webhook_port is 0; nothing to serve")
         return 2
