@@ -315,6 +315,7 @@ NEW = (
     "tests.unit.agent", "tests.unit.cli", "tests.unit.devenv", "tests.unit.dra",
     "tests.unit.hack", "tests.unit.operator",
     "tests.unit.agent.nri_runtime_messages", "tests.unit.agent.test_backends",
+    "tests.unit.dra.test_allocator_pacing", "tests.unit.operator.test_binder_cel_pacing",
     "tests.unit.test_wheel", "tests.unit.hack.test_recut",
     "tests.unit.operator.test_admission_native", "tests.unit.operator.test_native_services",
     # issue 41 (ux1): what a user should hear about pods kdra would pass over in silence

@@ -112,6 +112,23 @@ def template_body(name: str, namespace: str) -> dict[str, Any]:
                 {"name": "gpu", "exactly": {"deviceClassName": GPU_CLASS}}]}}}}
 
 
+def register_node(plane: ControlPlane, name: str) -> None:
+    """A Ready node, as its kubelet registers it."""
+    plane.kubectl("create", "-f", "-", input=json.dumps({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}))
+    plane.kubectl("patch", "node", name, "--subresource=status", "--type=merge",
+                  "-p", json.dumps({"status": {
+                      "capacity": {"cpu": "64", "memory": "512Gi", "pods": "110"},
+                      "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"},
+                      "conditions": [{"type": "Ready", "status": "True",
+                                      "reason": "KubeletReady",
+                                      "message": "kubelet is posting ready status"}]}}))
+    # The API server taints a new Node not-ready; the node lifecycle controller (not run
+    # here) lifts it once the kubelet reports Ready.
+    plane.kubectl("taint", "node", name, "node.kubernetes.io/not-ready:NoSchedule-")
+
+
 def peak_rss_kib(pid: int) -> int:
     """The process's peak resident set size so far (VmHWM), in KiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -155,19 +172,7 @@ class Hostile:
             self.as_user("create", "-f", "-", namespace=namespace, check=True,
                          input=json.dumps(template_body("gpu", namespace)))
         # A node as its kubelet registers it (the agent's RBAC cannot create Nodes).
-        plane.kubectl("create", "-f", "-", input=json.dumps({
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": self.node, "labels": {"kubernetes.io/hostname": self.node}}}))
-        plane.kubectl("patch", "node", self.node, "--subresource=status", "--type=merge",
-                      "-p", json.dumps({"status": {
-                          "capacity": {"cpu": "64", "memory": "512Gi", "pods": "110"},
-                          "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"},
-                          "conditions": [{"type": "Ready", "status": "True",
-                                          "reason": "KubeletReady",
-                                          "message": "kubelet is posting ready status"}]}}))
-        # The API server taints a new Node not-ready; the node lifecycle controller (not run
-        # here) lifts it once the kubelet reports Ready.
-        plane.kubectl("taint", "node", self.node, "node.kubernetes.io/not-ready:NoSchedule-")
+        register_node(plane, self.node)
         # The webhook configurations as an install creates them; the operator may only
         # update these two (its RBAC), which it does at start with its URL and CA bundle.
         endpoint = Endpoint(namespace=SYSTEM, url=f"https://127.0.0.1:{self.webhook_port}")

@@ -59,11 +59,14 @@ class CelRuntimeError(CelError):
     mismatch, a result that is not a bool, or the evaluation budget ran out.
 
     Upstream treats this as an allocation error, not as "does not match".
-    ``device`` names the device (``driver/pool/device``) when known.
+    ``device`` names the device (``driver/pool/device``) when known; ``cost`` is what the
+    evaluation was charged at run time before it failed (CEL cost units).
     """
 
-    def __init__(self, expression: str, message: str, device: str = "") -> None:
+    def __init__(self, expression: str, message: str, device: str = "", *,
+                 cost: int = 0) -> None:
         self.device = device
+        self.cost = cost
         if device:
             message = f"{message} on device {device}"
         super().__init__(expression, message)

@@ -7,10 +7,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 import yaml
 
 from kdra.cli.core.why import explain_pod
 from kdra.cli.core.why_render import render_why
+from kdra.dra.allocator.pacing import UNITS_PER_STEP
+from kdra.dra.cel import DeviceSelector
 from kdra.kube.core.flavours import NATIVE
 from kdra.kube.core.podclaims import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION
 from tests.unit.cli.test_describe import GPU, gpus, raw_claim, raw_slice
@@ -245,6 +248,33 @@ def test_a_native_pod_is_read_where_the_native_flavour_keeps_its_claims() -> Non
     broken = {**native, "spec": {**native["spec"], "resourceClaims": [{"name": "gpu"}]}}
     invalid = explain(broken, [], flavour=NATIVE)
     assert invalid.verdict == "invalid" and "spec.resourceClaims" in invalid.summary
+
+
+def test_a_costly_selector_is_explained_within_the_budget(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The selector's run-time cost counts against ``why``'s search budget as against the
+    binder's (kdra.dra.allocator.pacing): on a node with 128 devices it evaluates a few, not
+    all, and says the search gave up evaluating CEL selectors."""
+    costly = "lists.range(1000).all(i, i >= 0)"  # 4,000 units at run time
+    runs: list[str] = []
+    evaluate = DeviceSelector.evaluate
+
+    def counted(self: DeviceSelector, *args: Any) -> tuple[bool, int]:
+        runs.append(self.expression)
+        return evaluate(self, *args)
+
+    monkeypatch.setattr(DeviceSelector, "evaluate", counted)
+    target = pod([{"name": "gpu", "resourceClaimName": "costly"}])
+    cluster = {"slices": [raw_slice("node-d", *gpus(128))], "nodes": [node("node-d")]}
+    found = explain(target, [pending_claim("costly", selector=costly)], **cluster,
+                    steps=5 * 4000 // UNITS_PER_STEP, node_steps=lambda candidates: 10**6)
+    assert found.verdict == "search-exhausted"
+    groups = {g.reason: g.nodes for g in found.groups}
+    assert groups['allocation search gave up evaluating CEL selectors (claims "costly")'] == (
+        "node-d",)
+    assert 5 <= runs.count(costly) <= 6  # its budget, and at most one evaluation more
+    whole = explain(target, [pending_claim("costly", selector=costly)], **cluster)
+    assert whole.fits == ("node-d",)
 
 
 def quota(devices: int, name: str = "gpus", namespace: str = "default") -> dict[str, Any]:

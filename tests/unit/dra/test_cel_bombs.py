@@ -36,7 +36,7 @@ MIB = 1024 * 1024
 PEAK_LIMIT = 32 * MIB  # what one stopped evaluation may allocate at its peak
 
 
-def _shared(levels: int, leaf: str = S, fan: int = 10) -> str:
+def shared(levels: int, leaf: str = S, fan: int = 10) -> str:
     """``cel.bind`` of ``levels`` lists, each holding the previous one ``fan`` times: a
     few hundred characters that hold fan^levels copies of ``leaf``."""
     text = f"cel.bind(l0, [{', '.join([leaf] * fan)}], "
@@ -45,7 +45,7 @@ def _shared(levels: int, leaf: str = S, fan: int = 10) -> str:
     return text
 
 
-def _close(levels: int) -> str:
+def close(levels: int) -> str:
     return ")" * levels
 
 
@@ -73,14 +73,14 @@ REJECTED = {
 
 # Admitted (their estimate is small, as upstream's is), stopped by the meter.
 STOPPED = {
-    "format of shared lists": _shared(5, HUNDRED) + '"%s".format([l4]).size() > 0' + _close(5),
-    "flatten of shared lists": _shared(6, "1") + "l5.flatten(5).size() > 0" + _close(6),
-    "flatten of shared empty lists": _shared(7, "[]") + "l6.flatten(7).size() < 0"
-    + _close(7),
-    "== on shared lists": _shared(7, "1") + "l6 == [l5, l5, l5, l5, l5, l5, l5, l5, l5, l5]"
-    + _close(7),
-    "in on shared lists": _shared(7, "1") + "l6 in [l6]" + _close(7),
-    "distinct of shared lists": _shared(6, "1") + "l5.distinct().size() > 0" + _close(6),
+    "format of shared lists": shared(5, HUNDRED) + '"%s".format([l4]).size() > 0' + close(5),
+    "flatten of shared lists": shared(6, "1") + "l5.flatten(5).size() > 0" + close(6),
+    "flatten of shared empty lists": shared(7, "[]") + "l6.flatten(7).size() < 0"
+    + close(7),
+    "== on shared lists": shared(7, "1") + "l6 == [l5, l5, l5, l5, l5, l5, l5, l5, l5, l5]"
+    + close(7),
+    "in on shared lists": shared(7, "1") + "l6 in [l6]" + close(7),
+    "distinct of shared lists": shared(6, "1") + "l5.distinct().size() > 0" + close(6),
 }
 
 
@@ -90,8 +90,9 @@ def _unchecked(expression: str) -> Callable[[Any], Any]:
     tree = _parse.parse(expression)
     checked = _check.check(expression, tree)
     analysis = _cost.analyse(checked, tree)
-    _, function = _codegen.generate(tree, _check.proven_bools(tree, checked), analysis.metered)
-    return function
+    _, function, _ = _codegen.generate(tree, _check.proven_bools(tree, checked),
+                                       analysis.metered)
+    return lambda device: function(device, [COST_LIMIT])
 
 
 def _measured(run: Callable[[], object]) -> tuple[BaseException | None, int, float]:
@@ -156,8 +157,8 @@ def test_what_the_estimate_cannot_see_is_stopped_at_run_time(
 
 def test_a_shared_list_within_the_budget_still_evaluates() -> None:
     # The meter charges what is walked, and no more: 10^4 elements compare fine.
-    selector = compile_selector(_shared(4, "1") + "l3 == l3 && l3.flatten(3).size() == 10000"
-                                + _close(4))
+    selector = compile_selector(shared(4, "1") + "l3 == l3 && l3.flatten(3).size() == 10000"
+                                + close(4))
     assert selector.matches(DEVICE)
 
 

@@ -224,7 +224,7 @@ def counting(counts: Counts) -> Iterator[None]:
 
     with mock.patch.object(placing, "__init__", spy("placements", placing.__init__)), \
             mock.patch.object(placing, "advance", spy("search_passes", placing.advance)), \
-            mock.patch.object(selector, "matches", spy("cel_evaluations", selector.matches)), \
+            mock.patch.object(selector, "evaluate", spy("cel_evaluations", selector.evaluate)), \
             mock.patch.object(kdra.operator.scheduler.cluster, "parse_claim",
                               spy("claim_parses", kdra.dra.models.parse_claim)), \
             mock.patch.object(kdra.operator.scheduler.quota, "claim_charge",

@@ -24,7 +24,9 @@ checks before a node's search), ``search`` (per-node backtracking, resumable), `
 entry point and its default budget), ``results`` (AllocationResult building, shares'
 ``shareID`` and ``consumedCapacity``, binding conditions), ``cluster`` (many nodes, budgets),
 ``diagnosis`` (reasons from counts; counters and capacity that ran out), ``reasons``,
-``stats``, ``whatif`` (devices to free); issue 26: ``counters`` (shared counters of
+``stats``, ``whatif`` (devices to free), ``placement`` (one node's answer), ``pacing``
+(selector evaluations' run-time cost counted as search steps, paused between evaluations);
+issue 26: ``counters`` (shared counters of
 partitionable devices), ``capacity`` (consumable capacity and request policies), ``ledger``
 (both, across allocated, assumed and searched devices), ``fragmentation`` (the candidate
 order that keeps large partitions allocatable).

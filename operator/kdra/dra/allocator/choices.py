@@ -40,8 +40,12 @@ Invariants:
   pool on the node is invalid, that is the node's error (upstream: "invalid resource pools
   were encountered"), not "does not fit".
 - :func:`allocate` is bounded by default: its search stops after :data:`DEFAULT_STEPS`
-  steps or :data:`DEFAULT_TIMEOUT` seconds with :class:`~kdra.dra.errors.SearchExhausted`;
+  steps (selector evaluations' run-time cost counted as steps, :mod:`.pacing`) or
+  :data:`DEFAULT_TIMEOUT` seconds with :class:`~kdra.dra.errors.SearchExhausted`;
   callers with a budget of their own (the binder) pass it.
+- A :class:`~.pacing.Paused` raised by a selector evaluation (planning a combination,
+  deciding which alternatives are viable, the ``All`` checks) leaves the search where it
+  was: calling :meth:`ChoiceSearch.advance` again goes on from there.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from kdra.dra.allocator.allmode import validate_on_node
 from kdra.dra.allocator.busy import shares_of
 from kdra.dra.allocator.ledger import Ledger
 from kdra.dra.allocator.nodeselector import NodeInfo
+from kdra.dra.allocator.pacing import Meter, Paused
 from kdra.dra.allocator.pools import DeviceId, NodePools
 from kdra.dra.allocator.prepared import PreparedClaim, PreparedRequest, pool_unusable, prepare
 from kdra.dra.allocator.reasons import ReasonCode, Unallocatable
@@ -119,7 +124,11 @@ def combinations(claims: Sequence[PreparedClaim], pools: NodePools,
                  ) -> Iterator[tuple[PreparedClaim, ...]]:
     """The claims with each combination of viable alternatives, best first (see the module
     doc). Claims without prioritized lists are passed through. ``skipped`` is called for each
-    combination left out because a claim would get more than 32 devices."""
+    combination left out because a claim would get more than 32 devices.
+
+    Which alternatives are viable is decided now, before the first combination is asked for
+    (it evaluates selectors: :class:`~.pacing.Paused` is raised from this call, never from
+    the iterator, so a paused caller calls again)."""
     options: list[list[PreparedRequest]] = []
     for claim in claims:
         for alternatives in claim.alternatives:
@@ -130,8 +139,13 @@ def combinations(claims: Sequence[PreparedClaim], pools: NodePools,
             kept = [a for a in alternatives if (a.all_devices and claim.constraints)
                     or viable(a, pools, busy, stats)]
             if not kept:
-                return  # no alternative of this request fits the node
+                return iter(())  # no alternative of this request fits the node
             options.append(kept)
+    return _combined(claims, options, skipped)
+
+
+def _combined(claims: Sequence[PreparedClaim], options: list[list[PreparedRequest]],
+              skipped: Callable[[], None]) -> Iterator[tuple[PreparedClaim, ...]]:
     for combination in itertools.product(*options):
         position = 0
         resolved = []
@@ -182,7 +196,8 @@ class ChoiceSearch:
 
     def advance(self, steps: int | None) -> bool:
         """Search on for about ``steps`` more devices tried (None: no limit); True once
-        finished."""
+        finished. Raises :class:`~.pacing.Paused` where a selector evaluation found an open
+        meter's allowance spent; call again to go on from there."""
         if self.finished:
             return True
         if self._order is None:
@@ -252,21 +267,32 @@ def allocate(
 ) -> list[AllocationResult] | None:
     """Allocate ``claims`` (all unallocated) on ``node``: results, None, or AllocationError.
     ``scoring=False``: candidates in upstream's walk order (first-fit) instead of
-    :mod:`.fragmentation`'s. The search stops after ``steps`` steps (devices tried) or
-    ``timeout`` seconds (None: no limit) and raises
-    :class:`~kdra.dra.errors.SearchExhausted`."""
+    :mod:`.fragmentation`'s. The search stops after ``steps`` steps (devices tried, and the
+    selectors' run-time cost as steps: :mod:`.pacing`) or ``timeout`` seconds (None: no
+    limit) and raises :class:`~kdra.dra.errors.SearchExhausted`."""
     deadline = None if timeout is None else time.monotonic() + timeout
+    stats = snapshot.stats
+    spent = 0  # search steps, selector evaluations' cost included (.pacing)
     try:
         prepared = prepare(claims, snapshot)
         search = ChoiceSearch(prepared, snapshot.node_pools(node),
-                              busy_view(snapshot, in_flight), snapshot.stats, scoring=scoring)
-        while not search.advance(None if steps is None
-                                 else min(_SLICE, max(0, steps - search.steps))):
-            if (steps is not None and search.steps >= steps) or (
+                              busy_view(snapshot, in_flight), stats, scoring=scoring)
+        while True:
+            allowed = None if steps is None else min(_SLICE, max(0, steps - spent))
+            before = search.steps
+            with Meter(stats, allowed) as meter:
+                try:
+                    done = search.advance(allowed)
+                except Paused:
+                    done = False
+            spent += search.steps - before + meter.steps()
+            if done:
+                break
+            if (steps is not None and spent >= steps) or (
                     deadline is not None and time.monotonic() >= deadline):
                 raise SearchExhausted(
                     f"no allocation of claims {', '.join(c.key for c in claims)} on node "
-                    f"{node.name} found within {search.steps} search steps"
+                    f"{node.name} found within {spent} search steps"
                     + ("" if deadline is None else f" and {timeout:g} s"))
     except Unallocatable as problem:
         raise problem.to_error() from problem.__cause__

@@ -34,7 +34,12 @@ The search is bounded when asked (:class:`Placing`; upstream bounds it with a fi
 ``search-exhausted`` and the next node is evaluated, so one pathological node does not hide the
 others (every ``firstAvailable`` alternative tried on the node counts against it) — and
 :meth:`Placing.advance` stops after a number of steps and resumes later, so the caller can
-interleave other work and give up (:meth:`Placing.give_up`) at its own budget.
+interleave other work and give up (:meth:`Placing.give_up`) at its own budget. Steps include
+the selectors' run-time cost (:mod:`.pacing`): a slice may end between two evaluations of a
+node's devices — whichever step of the node's evaluation reached them (counting, the ``All``
+checks, planning a search) — and the next call goes on from the devices' memos, deciding what
+an unpaced evaluation decides. :class:`~.placement.Placement` (re-exported here) is one
+node's answer.
 
 Node-independent bad input (missing class, a selector that does not compile, more than 32
 devices by count) is reported once as :attr:`ClusterOutcome.fatal`, without evaluating nodes.
@@ -48,7 +53,7 @@ available: 7 no device of class "gpu.kdra.dev" matches request "gpu" of claim "t
 
 from __future__ import annotations
 
-from collections.abc import Collection, Container, Mapping, Sequence
+from collections.abc import Collection, Container, Sequence
 from dataclasses import dataclass, field
 
 from kdra.dra.allocator.choices import ChoiceSearch, preference
@@ -56,102 +61,18 @@ from kdra.dra.allocator.diagnosis import count_request, diagnose, raw_counts, su
 from kdra.dra.allocator.fragmentation import placement_cost
 from kdra.dra.allocator.ledger import Ledger
 from kdra.dra.allocator.nodeselector import NodeInfo
+from kdra.dra.allocator.pacing import UNITS_PER_STEP, Paused, steps_of
+from kdra.dra.allocator.placement import Placement
 from kdra.dra.allocator.pools import DeviceId, NodePools
 from kdra.dra.allocator.prepared import PreparedClaim, PreparedRequest, prepare
 from kdra.dra.allocator.reasons import Reason, ReasonCode, Unallocatable, none_available
-from kdra.dra.allocator.results import Pick, build_result
-from kdra.dra.allocator.search import NodeSearch, busy_view
+from kdra.dra.allocator.results import Pick
+from kdra.dra.allocator.search import busy_view
 from kdra.dra.allocator.snapshot import Snapshot
 from kdra.dra.allocator.stats import Stats
-from kdra.dra.models import AllocationResult, ResourceClaim
+from kdra.dra.models import ResourceClaim
 
 __all__ = ["ClusterOutcome", "Placement", "Placing", "place", "summarize"]
-
-
-class Placement:
-    """The pod's claims fit ``node``. ``results`` are built on first access (only the node the
-    binder takes needs them).
-
-    A *counted* placement (see the module doc) is made without picks: its search runs on the
-    first access of ``devices`` or ``results``, against the snapshot as it is then. Use it
-    before the snapshot changes (the binder takes its choice's results in the same step as
-    :func:`place`), or check it with :meth:`Placing.still_fits`; ``free_after`` needs no
-    search."""
-
-    __slots__ = ("_devices", "_picks", "_prepared", "_results", "_search", "fragmentation",
-                 "free_after", "node", "pools", "preference")
-
-    def __init__(
-        self,
-        node: str,
-        prepared: Sequence[PreparedClaim],
-        picks: list[list[Pick]] | None,
-        free_after: Mapping[str, int],
-        search: tuple[NodePools, Container[DeviceId], Stats] | None = None,
-        pools: NodePools | None = None,
-        *,
-        preference: int = 0,
-    ) -> None:
-        self.node = node
-        self.preference = preference
-        """How good the ``firstAvailable`` choices are (:func:`~.choices.preference`);
-        the binder prefers nodes with a higher one, then applies its placement policy."""
-        self._prepared = prepared
-        self._picks = picks
-        if picks is None and search is None:
-            raise ValueError("a placement needs its picks or what to search them with")
-        self._search = search
-        self.pools = pools
-        """The node's pools the placement was made from (None for a placement without
-        claims)."""
-        self._results: tuple[AllocationResult, ...] | None = None
-        self._devices: frozenset[DeviceId] | None = None
-        self.fragmentation = 0
-        """Counter sets (GPUs) the placement opens — had no usage before
-        (:func:`~.fragmentation.placement_cost`); binpack prefers nodes that open none."""
-        self.free_after = free_after
-        """Per DeviceClass used by the pod: devices on the node matching the class that would
-        still be free after this placement (for binpack / spread scoring)."""
-
-    def search(self) -> list[list[Pick]] | None:
-        """The picks; a counted placement searches for them now (None: it no longer fits)."""
-        if self._picks is None:
-            assert self._search is not None
-            self._picks = NodeSearch(self._prepared, *self._search).run()
-        return self._picks
-
-    @property
-    def picks(self) -> list[list[Pick]]:
-        picks = self.search()
-        if picks is None:  # the counts said it fits: a changed snapshot, or a bug
-            raise RuntimeError(f"counted placement on {self.node} no longer fits; use a "
-                               "placement before the snapshot changes")
-        return picks
-
-    @property
-    def devices(self) -> frozenset[DeviceId]:
-        """Devices this placement takes (admin-access results excluded)."""
-        if self._devices is None:
-            self._devices = frozenset(
-                pick.entry.id for chosen in self.picks for pick in chosen
-                if not pick.request.admin_access
-            )
-        return self._devices
-
-    @property
-    def results(self) -> tuple[AllocationResult, ...]:
-        """One AllocationResult per claim, in the order of the claims given."""
-        if self._results is None:
-            self._results = tuple(
-                build_result(claim, chosen, self.node)
-                for claim, chosen in zip(self._prepared, self.picks, strict=True)
-            )
-        return self._results
-
-    def __repr__(self) -> str:
-        if self._picks is None:  # never searches: the snapshot may have moved on
-            return f"Placement({self.node!r}, counted)"
-        return f"Placement({self.node!r}, devices={sorted(map(str, self.devices))})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +90,10 @@ class ClusterOutcome:
     """The caller's budget ran out before every node was evaluated (:meth:`Placing.give_up`)
     or a node's search hit ``node_steps``: a complete search might have found more."""
     steps: int = 0
-    """Search steps (devices tried) spent."""
+    """Search steps spent (devices tried, and the selectors' run-time cost as steps)."""
+    cel_units: int = 0
+    """Run-time cost of the selector evaluations run (:mod:`.pacing`; 0 when every verdict
+    was memoised or every selector is an ordinary one)."""
 
     def summary(self, total: int | None = None) -> str:
         """One line for events / conditions (see :func:`summarize`)."""
@@ -205,8 +129,12 @@ class Placing:
     until about ``steps`` search steps were spent (it returns None; call it again, after the
     snapshot changed or not). :meth:`give_up` ends early with what was found so far.
 
-    ``node_steps`` caps each node's search: a node whose search takes more gets the reason
-    ``search-exhausted`` (and the outcome ``exhausted``) and the next node is evaluated.
+    Steps are devices tried by the searches plus the run-time cost of the selector
+    evaluations, as steps (:mod:`.pacing`): a slice also ends between two evaluations of a
+    node's devices, and the node's evaluation goes on from its devices' memos at the next
+    call. ``node_steps`` caps each node's steps: a node whose search (or whose selectors)
+    take more gets the reason ``search-exhausted`` (and the outcome ``exhausted``) and the
+    next node is evaluated.
 
     Resuming after the snapshot changed is safe but may be stale: a device taken meanwhile
     counts as taken from then on, not before. Check the placement taken with
@@ -235,8 +163,10 @@ class Placing:
         self.in_flight = in_flight
         self.version = snapshot.version
         """The snapshot's version when the evaluation started."""
-        self.steps = 0
-        """Search steps (devices tried) spent so far."""
+        self.search_steps = 0
+        """Devices tried by the searches so far."""
+        self.cel_units = 0
+        """Run-time cost of the selector evaluations this evaluation ran (:mod:`.pacing`)."""
         self.placements: dict[str, Placement] = {}
         self.reasons: dict[str, Reason] = {}
         self._memo: dict[tuple[int, int, int, int, str], Reason] = {}
@@ -244,6 +174,9 @@ class Placing:
         self._exhausted = False
         self._current: tuple[NodeInfo, NodePools, tuple[int, int] | None, ChoiceSearch] | None = (
             None)
+        self._again = False  # the next node is one whose counting paused: it goes on
+        self._node_units = 0  # the cost of the current node's evaluations
+        self._mark = 0  # snapshot.stats.cel_cost when last added to cel_units
         self._outcome: ClusterOutcome | None = None
         self.prepared: tuple[PreparedClaim, ...] = ()
         try:
@@ -256,6 +189,12 @@ class Placing:
     @property
     def done(self) -> bool:
         return self._outcome is not None
+
+    @property
+    def steps(self) -> int:
+        """Search steps spent so far: devices tried, and the selectors' run-time cost as
+        steps."""
+        return self.search_steps + steps_of(self.cel_units)
 
     def advance(self, steps: int | None) -> ClusterOutcome | None:
         """Evaluate on; the outcome once every node (or ``limit`` placements) is done, None
@@ -275,12 +214,16 @@ class Placing:
         sole = self._sole
         start = self.start
         processed = self._processed
+        outer = stats.pause_at  # restored on return; an enclosing allowance is not consulted
+        self._mark = stats.cel_cost
+        self._arm(stats, stop, 0)
         try:
             while True:
                 if self._current is not None:
                     if not self._search_on(stop, stats):
                         return None
                     continue
+                self._sync(stats)
                 if processed >= total or len(placements) >= limit:
                     self._processed = processed
                     return self._finish()
@@ -288,72 +231,146 @@ class Placing:
                     return None
                 node = nodes[(start + processed) % total]
                 processed += 1
+                if self._again:
+                    self._again = False
+                else:
+                    self._node_units = 0
                 pools = snapshot.node_pools(node)
                 stamp = None if in_flight else snapshot.busy_stamp(node.name)
                 if pools.unusable:  # counts do not know upstream's pool errors: search
                     self._current = (node, pools, stamp, ChoiceSearch(
                         prepared, pools, busy, stats, scoring=self.scoring))
                     continue
-                if sole is not None:
-                    _, free, unsure = count_request(pools, sole, busy, stats, stamp)
-                    if not unsure and free >= sole.count:
-                        class_free = raw_counts(pools, sole.class_selectors, sole.class_key,
-                                                busy, stats, stamp)[1]
-                        placements[node.name] = Placement(
-                            node.name, prepared, None,
-                            {sole.class_name: class_free - sole.count}, (pools, busy, stats),
-                            pools)
+                try:
+                    if sole is not None:
+                        _, free, unsure = count_request(pools, sole, busy, stats, stamp)
+                        if not unsure and free >= sole.count:
+                            class_free = raw_counts(pools, sole.class_selectors,
+                                                    sole.class_key, busy, stats, stamp)[1]
+                            # The list it was counted from: its search evaluates nothing.
+                            known = {sole.key: pools.matching(sole.selectors, sole.key, stats,
+                                                              sole.tolerations)}
+                            placements[node.name] = Placement(
+                                node.name, prepared, None,
+                                {sole.class_name: class_free - sole.count},
+                                (pools, busy, stats), pools, known=known)
+                            continue
+                    reason = diagnose(prepared, pools, busy, stats, searched=False,
+                                      stamp=stamp, memo=memo)
+                except Paused:  # the selectors spent the node's steps or the slice
+                    self._sync(stats)
+                    if self._node_spent(0):
+                        reasons[node.name] = self._gave_up(0)
+                        self._exhausted = True
                         continue
-                reason = diagnose(prepared, pools, busy, stats, searched=False, stamp=stamp,
-                                  memo=memo)
+                    processed -= 1  # this node again, from its devices' memos
+                    self._again = True
+                    if stop is not None and self.steps >= stop:
+                        return None
+                    self._arm(stats, stop, 0)  # an earlier node's spending, not this one's
+                    continue
                 if reason is not None:
                     reasons[node.name] = reason
                     continue
                 self._current = (node, pools, stamp, ChoiceSearch(prepared, pools, busy, stats,
                                                                   scoring=self.scoring))
         finally:
+            stats.pause_at = outer
+            self._sync(stats)
             self._processed = processed
 
+    def _arm(self, stats: Stats, stop: int | None, searched: int) -> None:
+        """Let selector evaluations from now on spend what is left of the slice (``stop``)
+        and of the current node's steps (``searched``: its devices tried), and at least one
+        evaluation (:mod:`.pacing`)."""
+        left = None if stop is None else stop - self.steps
+        if self.node_steps is not None:
+            rest = self.node_steps - searched - steps_of(self._node_units)
+            left = rest if left is None else min(left, rest)
+        stats.pause_at = None if left is None else (
+            stats.cel_cost + max(1, left * UNITS_PER_STEP))
+
+    def _sync(self, stats: Stats) -> None:
+        """Add the selector evaluations' cost since the last call to this evaluation's (and
+        to the current node's)."""
+        units = stats.cel_cost - self._mark
+        if units:
+            self._mark = stats.cel_cost
+            self.cel_units += units
+            self._node_units += units
+
+    def _node_spent(self, searched: int) -> bool:
+        """The current node spent its ``node_steps`` (``searched``: its devices tried)."""
+        return (self.node_steps is not None
+                and searched + steps_of(self._node_units) >= self.node_steps)
+
     def _search_on(self, stop: int | None, stats: Stats) -> bool:
-        """Step the current node's search; True when that node is decided."""
+        """Step the current node's search; True when that node is decided. A pause
+        (:mod:`.pacing`) changes nothing but the steps spent: the next call goes on."""
         assert self._current is not None
         node, pools, stamp, search = self._current
-        allowed = None if stop is None else max(0, stop - self.steps)
-        capped = False
-        if self.node_steps is not None:
-            left = self.node_steps - search.steps
-            if allowed is None or left <= allowed:
-                allowed, capped = max(0, left), True
-        before = search.steps
-        try:
-            finished = search.advance(allowed)
-        except Unallocatable as problem:
-            self.steps += search.steps - before
-            self.reasons[node.name] = problem.to_reason()
-            self._current = None
-            return True
-        self.steps += search.steps - before
-        if not finished:
-            if not capped:
+        while True:
+            self._sync(stats)
+            if stop is not None and self.steps >= stop:
                 return False
-            self.reasons[node.name] = self._gave_up(search.steps)
-            self._exhausted = True
-            self._current = None
-            return True
-        self._current = None
+            allowed = None if stop is None else max(0, stop - self.steps)
+            capped = False
+            if self.node_steps is not None:
+                left = self.node_steps - search.steps - steps_of(self._node_units)
+                if allowed is None or left <= allowed:
+                    allowed, capped = max(0, left), True
+            self._arm(stats, stop, search.steps)
+            before = search.steps
+            try:
+                decided = self._decide(node, pools, stamp, search, allowed)
+            except Unallocatable as problem:
+                self.search_steps += search.steps - before
+                self.reasons[node.name] = problem.to_reason()
+                self._current = None
+                return True
+            except Paused:  # the selectors spent the node's steps or the slice
+                self.search_steps += search.steps - before
+                self._sync(stats)
+                if self._node_spent(search.steps):
+                    return self._exhaust(node.name, search.steps)
+                if stop is not None and self.steps >= stop:
+                    return False
+                continue  # spent by an earlier node: this one goes on
+            self.search_steps += search.steps - before
+            if decided:
+                return True
+            if not capped and not self._node_spent(search.steps):
+                return False
+            return self._exhaust(node.name, search.steps)
+
+    def _decide(self, node: NodeInfo, pools: NodePools, stamp: tuple[int, int] | None,
+                search: ChoiceSearch, allowed: int | None) -> bool:
+        """Search on; once the search finished, the node's placement or reason (True).
+        Raises Paused before changing anything but the search's own progress."""
+        if not search.advance(allowed):
+            return False
         picks = search.result
         if picks is None:
-            busy = search.busy
-            self.reasons[node.name] = diagnose(self.prepared, pools, busy, stats, searched=True,
+            self.reasons[node.name] = diagnose(self.prepared, pools, search.busy,
+                                               self.snapshot.stats, searched=True,
                                                stamp=stamp, memo=self._memo)
         else:
             resolved = search.claims
-            placement = self.placements[node.name] = Placement(
+            placement = Placement(
                 node.name, resolved, picks,
-                _free_after(resolved, picks, pools, search.busy, stats),
+                _free_after(resolved, picks, pools, search.busy, self.snapshot.stats),
                 pools=pools, preference=preference(resolved))
             if search.ledger is not None:
                 placement.fragmentation = placement_cost(picks, search.ledger)
+            self.placements[node.name] = placement
+        self._current = None
+        return True
+
+    def _exhaust(self, node: str, searched: int) -> bool:
+        """The current node spent its steps: ``search-exhausted``, on to the next node."""
+        self.reasons[node] = self._gave_up(searched)
+        self._exhausted = True
+        self._current = None
         return True
 
     def give_up(self) -> ClusterOutcome:
@@ -365,15 +382,33 @@ class Placing:
             node, _, _, search = self._current
             self.reasons[node.name] = self._gave_up(search.steps)
             self._current = None
+        elif self._again:  # a node whose selectors were being evaluated
+            node = self.nodes[(self.start + self._processed) % len(self.nodes)]
+            self.reasons[node.name] = self._gave_up(0)
+            self._processed += 1
+            self._again = False
         self._exhausted = True
         return self._finish()
 
     def _gave_up(self, steps: int) -> Reason:
+        """``steps``: the node's devices tried by its search (its selectors' cost is added)."""
         claims = ", ".join(f'"{claim.claim.metadata.name}"' for claim in self.prepared)
+        units = self._node_units
+        total = steps + steps_of(units)
+        if units and steps_of(units) * 2 >= total:
+            return Reason(
+                ReasonCode.SEARCH_EXHAUSTED,
+                f"allocation search gave up evaluating CEL selectors (claims {claims})",
+                f"no placement of claims {claims} found within {total} search steps: their "
+                f"selectors cost {units} units at run time on the node's devices "
+                f"({UNITS_PER_STEP} units a step); the devices evaluated so far are "
+                "remembered, so a later attempt goes on from there (cheaper selectors are "
+                "decided sooner)",
+            )
         return Reason(
             ReasonCode.SEARCH_EXHAUSTED,
             f"allocation search gave up (claims {claims})",
-            f"no placement of claims {claims} found within {steps} search steps",
+            f"no placement of claims {claims} found within {total} search steps",
         )
 
     def _finish(self) -> ClusterOutcome:
@@ -381,7 +416,7 @@ class Placing:
         self._outcome = ClusterOutcome(
             self.placements, self.reasons, None, total - self._processed,
             (self.start + self._processed) % total if total else 0,
-            self._exhausted, self.steps)
+            self._exhausted, self.steps, self.cel_units)
         return self._outcome
 
     def still_fits(self, placement: Placement) -> bool:

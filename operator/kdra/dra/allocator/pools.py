@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 from kdra.dra.allocator.capacity import CapacitySpec, amount, device_capacities
 from kdra.dra.allocator.nodeselector import NodeInfo, selector_matches
+from kdra.dra.allocator.pacing import Paused
 from kdra.dra.allocator.stats import Stats
 from kdra.dra.allocator.tainting import DeviceTaints
 from kdra.dra.cel import CelDevice, make_device
@@ -170,18 +171,29 @@ class DeviceEntry:
 
         Raises CelRuntimeError / InvalidObject (also memoised: evaluating again would fail
         the same way). The verdict does not look at :attr:`unsupported`: callers that offer
-        devices (:meth:`NodePools.matching`) skip those first.
+        devices (:meth:`NodePools.matching`) skip those first. The run-time cost of an
+        evaluation is added to ``stats.cel_cost``; one of a selector that may be charged which
+        would start past the caller's allowance raises :class:`~.pacing.Paused` instead,
+        evaluating and memoising nothing (:mod:`.pacing`).
         """
         hit = self._memo.get(selector.expression)
         if hit is None:
+            pause = stats.pause_at
+            if pause is not None and stats.cel_cost >= pause and selector.compiled.charged:
+                raise Paused  # the caller's CEL allowance is spent (.pacing)
             if len(self._memo) >= CACHE_LIMIT:
                 self._memo.clear()
             stats.cel_evaluations += 1
             try:
-                result = selector.compiled.matches(self.cel_device(), str(self.id))
-            except (CelRuntimeError, InvalidObject) as exc:
+                result, cost = selector.compiled.evaluate(self.cel_device(), str(self.id))
+            except CelRuntimeError as exc:
+                stats.cel_cost += exc.cost
                 self._memo[selector.expression] = exc
                 raise
+            except InvalidObject as exc:
+                self._memo[selector.expression] = exc
+                raise
+            stats.cel_cost += cost
             self._memo[selector.expression] = result
             return result
         stats.memo_hits += 1
@@ -321,7 +333,11 @@ class NodePools:
         """The devices (in walk order, in use or not) that pass every selector and whose
         taints ``tolerations`` tolerate, plus those on which a selector failed (``failure``
         set; evaluation stops at the failing one, like the search would). ``key`` is the
-        tuple of the selectors' expressions and :func:`tolerations_key`."""
+        tuple of the selectors' expressions and :func:`tolerations_key`.
+
+        Raises :class:`~.pacing.Paused` when an open meter's CEL allowance runs out before
+        the list is complete; nothing is cached then (the verdicts so far are memoised on the
+        devices: calling again resumes at the first device not evaluated yet)."""
         cached = self._matching.get(key)
         if cached is not None:
             return cached

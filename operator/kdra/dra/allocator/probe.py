@@ -8,9 +8,10 @@ pods nominated by an earlier preemption), minus the devices the caller asks abou
 Invariants:
 - Pure and read-only: the snapshot is never changed; an answer is a search's, never an
   estimate.
-- Bounded: all probes of one :class:`FitProbe` together spend at most ``steps`` search steps
-  (devices tried); past that :meth:`FitProbe.fits` raises :class:`OutOfSteps` and the caller
-  stops (an unfinished search never counts as "fits" nor as "does not fit").
+- Bounded: all probes of one :class:`FitProbe` together spend at most about ``steps``
+  search steps (devices tried, and the selectors' run-time cost as steps: :mod:`.pacing`);
+  past that :meth:`FitProbe.fits` raises :class:`OutOfSteps` and the caller stops (an
+  unfinished search never counts as "fits" nor as "does not fit").
 - Node-independent bad input (a missing class, a selector that does not compile) raises
   :class:`~.reasons.Unallocatable` from the constructor; bad input met on one node makes that
   node "does not fit".
@@ -23,6 +24,7 @@ from collections.abc import Collection, Sequence
 from kdra.dra.allocator.busy import InUse
 from kdra.dra.allocator.choices import ChoiceSearch
 from kdra.dra.allocator.nodeselector import NodeInfo
+from kdra.dra.allocator.pacing import StepBudget
 from kdra.dra.allocator.pools import DeviceId
 from kdra.dra.allocator.prepared import prepare
 from kdra.dra.allocator.reasons import Unallocatable
@@ -62,29 +64,28 @@ class FitProbe:
         self.snapshot = snapshot
         self.prepared = prepare(claims, snapshot)  # Unallocatable: node-independent
         self.reserved = reserved
-        self.left = steps
-        self.spent = 0
-        """Search steps spent so far."""
+        self.budget = StepBudget(steps)
         self.probes = 0
         """Searches run so far."""
 
     def fits(self, node: NodeInfo, freed: Collection[DeviceId] = frozenset()) -> bool:
         """Whether the claims fit ``node`` with ``freed`` devices free (in use or not now).
         Raises OutOfSteps when the budget runs out first."""
-        if self.left is not None and self.left <= 0:
+        if self.budget.out:
             raise OutOfSteps
         busy = _Busy(self.snapshot, self.reserved, freed)
         search = ChoiceSearch(self.prepared, self.snapshot.node_pools(node), busy,
                               self.snapshot.stats)
         self.probes += 1
         try:
-            finished = search.advance(self.left)
+            finished = self.budget.advance(search)
         except Unallocatable:
             return False  # bad input met on this node: it does not fit
-        finally:
-            self.spent += search.steps
-            if self.left is not None:
-                self.left -= search.steps
         if not finished:
             raise OutOfSteps
         return search.result is not None
+
+    @property
+    def spent(self) -> int:
+        """Search steps spent so far (the selectors' run-time cost included)."""
+        return self.budget.spent

@@ -190,8 +190,13 @@ class NodeSearch:
         shares: Mapping[DeviceId, SharedUse] | None = None,
         *,
         scoring: bool = True,
+        known: Mapping[tuple[str, ...], tuple[MatchItem, ...]] | None = None,
     ) -> None:
         self.claims = claims
+        self.known = known
+        """Matching-device lists already built on ``pools`` (by request key), used instead
+        of the pools' cache, which other pods' work may have emptied meanwhile (a counted
+        placement keeps the list it was counted from: its search evaluates no selector)."""
         self.pools = pools
         self.busy = busy
         self.stats = stats
@@ -211,6 +216,7 @@ class NodeSearch:
         self.finished = False
         self.result: list[list[Pick]] | None = None
         """Once finished: the picks per claim, or None (does not fit)."""
+        self._started = False
         self._planned = False
         self._blocked = False
         self._level = 0
@@ -226,11 +232,14 @@ class NodeSearch:
     def advance(self, steps: int | None) -> bool:
         """Search on for about ``steps`` more devices tried (None: no limit); True once
         finished. A pause happens between slots, so a call may overrun ``steps`` by the
-        devices one slot scans."""
+        devices one slot scans. Before the walk, planning evaluates selectors and may raise
+        :class:`~.pacing.Paused` (an open meter's allowance ran out); call again to go on."""
         if self.finished:
             return True
         if not self._planned:
-            self.stats.searches += 1
+            if not self._started:  # counted once, also when planning pauses (.pacing)
+                self.stats.searches += 1
+                self._started = True
             self._plan()
             self._planned = True
             self._positions = [0] * len(self.slots)
@@ -243,7 +252,12 @@ class NodeSearch:
         return True
 
     def _plan(self) -> None:
-        """Lay out the slots (validating All requests, counting devices per claim)."""
+        """Lay out the slots (validating All requests, counting devices per claim). Starts
+        from scratch each time: a plan that a selector evaluation paused (:mod:`.pacing`)
+        runs again, from the devices' memos."""
+        self.slots = []
+        self.refused = frozenset()
+        self.ledger = None
         if self.pools.special or any(r.capacity for c in self.claims for r in c.requests):
             self.ledger = Ledger(self.pools, self.busy, self.shares)
         blocked = oversize = False
@@ -252,8 +266,10 @@ class NodeSearch:
             total = claim.exact_devices
             plans: list[_RequestPlan] = []
             for request in claim.requests:
-                items = self.pools.matching(request.selectors, request.key, self.stats,
-                                            request.tolerations)
+                items = self.known.get(request.key) if self.known else None
+                if items is None:
+                    items = self.pools.matching(request.selectors, request.key, self.stats,
+                                                request.tolerations)
                 if request.all_devices:
                     items, refused, stuck = all_devices(items, request, self.pools, self.busy,
                                                         self.shares, self.stats)

@@ -25,8 +25,9 @@ Invariants:
   256 considered, as the binder's), and the node's answer is the smallest; it is minimal
   only when every combination's answer is.
 - Bounded: at most three searches per node (and combination of alternatives), the caller
-  chooses the nodes, and ``steps`` caps the search steps
-  (devices tried) of all searches together, as the binder's budget caps its own: a node
+  chooses the nodes, and ``steps`` caps the search steps (devices tried, and the selectors'
+  run-time cost as steps: :mod:`.pacing`) of all searches together, as the binder's budget
+  caps its own: a node
   whose search the budget cuts short is left out and the answer says it is incomplete
   (:attr:`WhatIf.complete`).
 - Admin-access requests take devices in use anyway: they never need anything freed.
@@ -39,6 +40,7 @@ from dataclasses import dataclass
 
 from kdra.dra.allocator.choices import MAX_COMBINATIONS, ChoiceSearch, combinations
 from kdra.dra.allocator.nodeselector import NodeInfo
+from kdra.dra.allocator.pacing import StepBudget
 from kdra.dra.allocator.pools import DeviceId, NodePools
 from kdra.dra.allocator.prepared import PreparedClaim, prepare
 from kdra.dra.allocator.reasons import Unallocatable
@@ -89,22 +91,13 @@ class _OutOfSteps(Exception):
     """Internal: the budget ran out in the middle of a node's searches."""
 
 
-class _Budget:
-    __slots__ = ("left", "spent")
-
-    def __init__(self, steps: int | None) -> None:
-        self.left = steps
-        self.spent = 0
+class _Budget(StepBudget):
+    __slots__ = ()
 
     def run(self, search: ChoiceSearch | NodeSearch) -> list[list[Pick]] | None:
-        """Run ``search`` within what is left; raises _OutOfSteps when it is not enough."""
-        if self.left is not None and self.left <= 0:
-            raise _OutOfSteps
-        finished = search.advance(self.left)
-        self.spent += search.steps
-        if self.left is not None:
-            self.left -= search.steps
-        if not finished:
+        """Run ``search`` within what is left (its selectors' run-time cost counted as steps,
+        :mod:`.pacing`); raises _OutOfSteps when it is not enough."""
+        if self.out or not self.advance(search):
             raise _OutOfSteps
         return search.result
 

@@ -1,7 +1,7 @@
 """Compile a checked selector tree into one plain Python function.
 
-Each selector becomes ``def selector(v_device): ...`` made of straight-line statements on
-local temporaries, compiled once with :func:`compile` and run with a private namespace
+Each selector becomes ``def selector(v_device, spent): ...`` made of straight-line statements
+on local temporaries, compiled once with :func:`compile` and run with a private namespace
 (:data:`_runtime.NAMESPACE` plus the selector's folded constants). Nothing is looked up in,
 or registered into, any module's globals.
 
@@ -18,6 +18,12 @@ Invariants:
   sizes *before* building its result: ``t, budget = x_replace(budget, s, a, b)``. When the
   budget would go negative the evaluation stops with ``BudgetExceeded``, which no CEL
   construct absorbs.
+* However the evaluation ends (a value, a CEL error, ``BudgetExceeded``), the budget it had
+  left is stored in ``spent[0]`` (a one-element list the caller passes): what it was charged
+  is :data:`COST_LIMIT` minus that (``_selector`` reports it; the allocator paces its work
+  by it). A selector with nothing to charge (no comprehension, no metered call: the common
+  case) has no budget and leaves ``spent`` alone, so it costs nothing more
+  (:func:`generate` says which).
 * Generated names cannot clash: temporaries are ``tN``/``eN``/``bN``, variables are the
   unique slots chosen by ``_parse`` (``v_device``, ``vN_name``).
 """
@@ -86,6 +92,7 @@ class _Generator:
         self.counter = 0
         self.blocks = 0  # loops and try statements open around the current line
         self.consts: dict[str, object] = {}
+        self.charged = False  # some line takes from the budget (or a nested function may)
 
     def emit(self, text: str) -> None:
         if self.indent > _MAX_INDENT:
@@ -162,6 +169,7 @@ class _Generator:
         self.emit(f"def {name}():")
         self.indent += 1
         outer_blocks, self.blocks = self.blocks, 0
+        self.charged = True  # the outer function keeps the budget the nested one names
         self.emit("nonlocal budget")
         self.emit(f"return {self.expr(node)}")
         self.blocks = outer_blocks
@@ -191,6 +199,7 @@ class _Generator:
     def call(self, node: a.Node, helper: str, args: list[str]) -> str:
         """``helper(args)``, or its metered twin where the call is metered."""
         if id(node) in self.metered and "x_" + helper in METERED:
+            self.charged = True
             target = self.fresh("t")
             self.emit(f"{target}, budget = x_{helper}(budget, {', '.join(args)})")
             return target
@@ -333,6 +342,7 @@ class _Generator:
         return result
 
     def charge(self, amount: int) -> None:
+        self.charged = True
         self.emit(f"budget -= {amount}")
         self.emit("if budget < 0:")
         self.emit("    over_budget()")
@@ -340,18 +350,25 @@ class _Generator:
 
 def generate(
     node: a.Node, bools: frozenset[int], metered: frozenset[int] = frozenset()
-) -> tuple[str, Callable[[Any], Any]]:
-    """Python source for ``node`` and the compiled function ``selector(device)``; ``bools``
+) -> tuple[str, Callable[[Any, list[int] | None], Any], bool]:
+    """Python source for ``node``, the compiled function ``selector(device, spent)``
+    (``spent[0]``: the budget left when it ended, see the module doc) and whether it charges
+    anything (if not, ``spent`` may be None); ``bools``
     are the ids of the nodes whose static type is bool, ``metered`` those of the calls to
     charge at run time (``_cost.analyse``).
 
     Raises :class:`TooComplex` when the code would nest too deeply for CPython.
     """
     gen = _Generator(bools, metered)
-    gen.emit(f"budget = {COST_LIMIT}")
+    gen.indent, gen.blocks = 2, 1  # inside ``try:`` (counted against the spill depth)
     result = gen.expr(node)
     gen.emit(f"return {result}")
-    source = f"def selector({DEVICE_SLOT}):\n" + "\n".join(gen.lines) + "\n"
+    if gen.charged:
+        lines = [f"    budget = {COST_LIMIT}", "    try:", *gen.lines, "    finally:",
+                 "        spent[0] = budget"]
+    else:  # charges nothing: no budget, and ``spent`` is not touched (the caller knows)
+        lines = [line[4:] for line in gen.lines]
+    source = f"def selector({DEVICE_SLOT}, spent):\n" + "\n".join(lines) + "\n"
     namespace: dict[str, Any] = dict(NAMESPACE)
     namespace.update(gen.consts)
     try:
@@ -359,5 +376,5 @@ def generate(
     except (SyntaxError, RecursionError, MemoryError) as exc:
         raise TooComplex from exc
     exec(code, namespace)
-    function: Callable[[Any], Any] = namespace["selector"]
-    return source, function
+    function: Callable[[Any, list[int] | None], Any] = namespace["selector"]
+    return source, function, gen.charged

@@ -8,6 +8,9 @@ Invariants:
 * A :class:`DeviceSelector` holds no per-device state: :meth:`DeviceSelector.matches` may
   be called concurrently and in any order. It returns only ``True`` or ``False``; every
   other outcome is a :class:`CelRuntimeError` naming the expression and the device.
+* :meth:`DeviceSelector.evaluate` reports what the evaluation was charged at run time, in
+  the budget's units (0..:data:`~._cost.COST_LIMIT`), also on failure (``cost``; the
+  limit itself for an evaluation stopped at the limit).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any, Final
 from kdra.dra.errors import CelCompileError, CelRuntimeError
 
 from . import _check, _codegen, _cost, _parse
+from ._cost import COST_LIMIT
 from ._runtime import CEL_ERRORS, BudgetExceeded, describe
 from ._values import CelDevice, type_name
 
@@ -31,20 +35,25 @@ _CACHE_SIZE: Final = 1024
 class DeviceSelector:
     """One compiled CEL selector. Immutable; share it freely."""
 
-    __slots__ = ("_function", "cost_estimate", "expression", "source")
+    __slots__ = ("_function", "charged", "cost_estimate", "expression", "source")
 
     expression: str
     cost_estimate: int
     source: str  # the generated Python, for debugging
-    _function: Callable[[CelDevice], Any]
+    charged: bool
+    """It is charged at run time (a comprehension, or a metered call); if not, every
+    evaluation costs 0."""
+    _function: Callable[[CelDevice, list[int] | None], Any]
 
     def __init__(
-        self, expression: str, function: Callable[[CelDevice], Any], cost: int, source: str
+        self, expression: str, function: Callable[[CelDevice, list[int] | None], Any],
+        cost: int, source: str, charged: bool = True,
     ) -> None:
         self.expression = expression
         self._function = function
         self.cost_estimate = cost
         self.source = source
+        self.charged = charged
 
     def matches(self, device: CelDevice, device_ref: str = "") -> bool:
         """Evaluate against one device: ``True``/``False`` for a bool result.
@@ -53,29 +62,48 @@ class DeviceSelector:
         evaluation fails (missing attribute in a known domain, type error, non-bool result,
         cost budget exhausted).
         """
+        return self.evaluate(device, device_ref)[0]
+
+    def evaluate(self, device: CelDevice, device_ref: str = "") -> tuple[bool, int]:
+        """:meth:`matches`, with the cost the evaluation was charged at run time (the units
+        its comprehension steps and metered calls took from the budget; 0 for a selector
+        without either). A :class:`CelRuntimeError` carries the cost charged until it failed
+        as ``cost``; one stopped at the limit carries the limit, :data:`~._cost.COST_LIMIT`
+        (the call the budget could not pay may have worked through all that was left before
+        it gave up: ``format`` and ``flatten`` build within it, ``==`` walks it)."""
+        spent = [COST_LIMIT] if self.charged else None
         try:
-            value = self._function(device)
+            value = self._function(device, spent)
         except CEL_ERRORS as exc:
-            raise CelRuntimeError(self.expression, describe(exc), device=device_ref) from exc
+            raise CelRuntimeError(self.expression, describe(exc), device_ref,
+                                  cost=_charged(spent)) from exc
         except BudgetExceeded:
             raise CelRuntimeError(
                 self.expression,
                 "operation cancelled: actual cost limit exceeded (the evaluation would "
-                f"cost more than {_cost.COST_LIMIT})",
-                device=device_ref,
+                f"cost more than {COST_LIMIT})",
+                device_ref,
+                cost=COST_LIMIT,
             ) from None
         except RecursionError as exc:
-            raise CelRuntimeError(self.expression, "value nested too deeply", device_ref) from exc
+            raise CelRuntimeError(self.expression, "value nested too deeply", device_ref,
+                                  cost=_charged(spent)) from exc
         if value is True or value is False:
-            return value  # type: ignore[no-any-return]
+            return value, (0 if spent is None else COST_LIMIT - spent[0])
         raise CelRuntimeError(
             self.expression,
             f"expression must evaluate to bool, not {type_name(value)}",
-            device=device_ref,
+            device_ref,
+            cost=_charged(spent),
         )
 
     def __repr__(self) -> str:
         return f"DeviceSelector({self.expression!r})"
+
+
+def _charged(spent: list[int] | None) -> int:
+    """What a failed evaluation was charged, from the budget it left."""
+    return 0 if spent is None else COST_LIMIT - spent[0]
 
 
 class _Failure:
@@ -99,14 +127,14 @@ def _compile(expression: str) -> DeviceSelector | _Failure:
                 f"estimated cost {cost} exceeds the limit of {_cost.COST_LIMIT}; "
                 "reduce nested iteration or the size of the lists and strings it builds"
             )
-        source, function = _codegen.generate(
+        source, function, charged = _codegen.generate(
             tree, _check.proven_bools(tree, checked), analysis.metered
         )
     except CelCompileError as exc:
         return _Failure(exc.message)
     except (_codegen.TooComplex, RecursionError):
         return _Failure("expression is too complex")
-    return DeviceSelector(expression, function, cost, source)
+    return DeviceSelector(expression, function, cost, source, charged)
 
 
 def compile_selector(expression: str) -> DeviceSelector:

@@ -89,6 +89,8 @@ def exhausted_message(budget: SearchBudget, attempt: Context, outcome: ClusterOu
     claims = ", ".join(repr(claim.metadata.name) for claim in attempt.unallocated)
     spent = (f"{outcome.steps} steps in {seconds:.1f}s" if seconds
              else f"{outcome.steps} steps")
+    if outcome.cel_units:  # the selectors' run-time cost counts as steps (dra.allocator.pacing)
+        spent += f", its selectors costing {outcome.cel_units} units of CEL at run time"
     return (f"allocation search for claims {claims} exhausted its budget "
             f"({budget.steps} steps, "
             f"{budget.node_steps(len(attempt.candidates))} per node, "

@@ -10,13 +10,19 @@ budget of steps or time (upstream's scheduler bounds the same search with a filt
 10 s by default); then the placements found so far are all there is, and a pod without any
 is retried later (``AllocationSearchExhausted``).
 
+Steps count the selectors' run-time cost too (:mod:`kdra.dra.allocator.pacing`): a slice
+also ends between two evaluations of a node's devices, so a tenant's selector that costs the
+CEL limit on each of a node's 128 devices holds the loop for one evaluation at a time (the
+inline slice included), not for all 128, and spends the pod's budget like a long search does.
+
 Invariants:
 - One long search runs at a time, in the order they were handed over. Its step budget counts
   every step of the pod's attempt; its deadline counts from when it starts running, so
   waiting behind another search does not use it up.
 - After each slice the search sleeps as long as the slice took, so it never takes more than
   half of the event loop: watch events, bind tasks and the scheduling loop (which yields once
-  per pod while a search is waiting, see ``Binder._run``) get the rest.
+  per pod while a search is waiting, see ``Binder._run``) get the rest. A slice overruns its
+  steps by at most one slot's scan or one selector evaluation (at most the CEL limit).
 - A cancelled search (its pod was deleted or bound meanwhile) never calls back; one that
   fails with an unexpected exception calls ``on_error`` instead, so its pod is retried.
 - Nothing here touches the snapshot directly; the callback re-checks a placement against the
