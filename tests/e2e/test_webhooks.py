@@ -152,6 +152,8 @@ def test_configurations_carry_the_ca_bundle(control_plane: ControlPlane,
                 assert MUTATE_POD_CONDITION.startswith(
                     "(has(object.metadata.annotations) && "
                     "'resource.kdra.dev/claims' in object.metadata.annotations) || ")
+            elif webhook["name"] == "notice-pods.resource.kdra.dev":  # warns at creation
+                assert webhook["rules"][0]["operations"] == ["CREATE"]
             elif webhook["rules"][0]["resources"] == ["pods"]:  # issue 22: updates too
                 assert webhook["rules"][0]["operations"] == ["CREATE", "UPDATE"]
 
