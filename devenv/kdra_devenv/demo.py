@@ -163,6 +163,7 @@ def run_demo(interactive: bool = True, workdir: str | None = None, timeout: floa
     except ControlPlaneError as exc:
         print(f"kdra demo: {exc}", file=sys.stderr)
         return 1
+    sockets = Path(tempfile.mkdtemp(prefix="kdra-dra-"))
     procs = _Procs(directory, plane.kubeconfig)
     metrics_port = free_port()
     agent_ports = [free_port(), free_port()]
@@ -186,6 +187,11 @@ def run_demo(interactive: bool = True, workdir: str | None = None, timeout: floa
                     "--inventory", str(inventories / "cats.yaml"),
                     "--cdi-dir", str(directory / "cdi"), "--state-dir",
                     str(directory / "state"), "--metrics-port", str(agent_ports[1]),
+                    # The native flavour's DRA sockets in a short directory of the demo's own
+                    # (a socket path has at most 108 bytes), not the host's /var/lib/kubelet:
+                    # no kubelet runs here, and nothing is left on the host.
+                    "--kubelet-registry-dir", str(sockets / "reg"),
+                    "--kubelet-plugins-dir", str(sockets / "plugins"),
                     ready="kdra agent started")
         webhook_port = free_port()
         _step(f"starting kdra operator, {flavour} flavour (claim controller, binder, webhooks, "
@@ -236,6 +242,7 @@ def run_demo(interactive: bool = True, workdir: str | None = None, timeout: floa
     finally:
         procs.stop()
         plane.stop()
+        shutil.rmtree(sockets, ignore_errors=True)
         if owned:
             shutil.rmtree(directory, ignore_errors=True)
     return 0
