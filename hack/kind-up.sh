@@ -72,19 +72,35 @@ KUBECTL=(kubectl --context "kind-${CLUSTER}")
 # The kind cluster: NRI on (containerd 2.x has it on by default, 1.7 off) on its standard
 # socket, which the agent's DaemonSet mounts in the kdra flavour; CDI on with /var/run/cdi,
 # where the agent writes its specs. In the native flavour kube-controller-manager runs every
-# controller but resourceclaim-controller (kdra's claim controller is its drop-in replacement).
+# controller but resourceclaim-controller (kdra's claim controller is its drop-in
+# replacement): one patch per kubeadm config version, as kind applies a versioned patch only
+# to its version — v1beta3 (kind's node images before Kubernetes 1.36; extraArgs a map) and
+# v1beta4 (1.36 on; extraArgs a list of name/value). The kdra flavour keeps kubeadm's default,
+# every controller.
 kind_config() {
-  local controllers='"*"'
-  [[ "$FLAVOUR" == native ]] && controllers='"*,-resourceclaim-controller"'
   cat <<KIND
 kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
+KIND
+  if [[ "$FLAVOUR" == native ]]; then
+    cat <<KIND
 kubeadmConfigPatches:
 - |-
+  apiVersion: kubeadm.k8s.io/v1beta3
   kind: ClusterConfiguration
   controllerManager:
     extraArgs:
-      controllers: ${controllers}
+      controllers: "*,-resourceclaim-controller"
+- |-
+  apiVersion: kubeadm.k8s.io/v1beta4
+  kind: ClusterConfiguration
+  controllerManager:
+    extraArgs:
+    - name: controllers
+      value: "*,-resourceclaim-controller"
+KIND
+  fi
+  cat <<KIND
 containerdConfigPatches:
 - |-
   [plugins."io.containerd.nri.v1.nri"]

@@ -30,13 +30,20 @@ def printed(*args: str) -> tuple[str, dict[str, Any]]:
     return first.rsplit(" ", 1)[1], yaml.safe_load(rest)
 
 
-def controllers(config: dict[str, Any]) -> str:
-    (patch,) = config["kubeadmConfigPatches"]
-    cluster = yaml.safe_load(patch)
-    assert cluster["kind"] == "ClusterConfiguration"
-    value = cluster["controllerManager"]["extraArgs"]["controllers"]
-    assert isinstance(value, str)
-    return value
+def controllers(config: dict[str, Any]) -> dict[str, str]:
+    """kube-controller-manager's --controllers by kubeadm config version the patches set."""
+    found = {}
+    for patch in config.get("kubeadmConfigPatches") or ():
+        cluster = yaml.safe_load(patch)
+        assert cluster["kind"] == "ClusterConfiguration"
+        args = cluster["controllerManager"]["extraArgs"]
+        if cluster["apiVersion"] == "kubeadm.k8s.io/v1beta3":  # a map
+            found["v1beta3"] = args["controllers"]
+        else:  # v1beta4: a list of name/value
+            assert cluster["apiVersion"] == "kubeadm.k8s.io/v1beta4", cluster
+            (arg,) = [a for a in args if a["name"] == "controllers"]
+            found["v1beta4"] = arg["value"]
+    return found
 
 
 def test_the_default_is_the_native_flavour_without_kcms_claim_controller() -> None:
@@ -44,7 +51,9 @@ def test_the_default_is_the_native_flavour_without_kcms_claim_controller() -> No
     assert overlay == "manifests/overlays/native"
     assert (ROOT / overlay / "Kustomization").is_file()
     assert config["kind"] == "Cluster"
-    assert controllers(config) == "*,-resourceclaim-controller"
+    # kind uses kubeadm's v1beta3 config before Kubernetes 1.36, v1beta4 from 1.36 on.
+    assert controllers(config) == {"v1beta3": "*,-resourceclaim-controller",
+                                   "v1beta4": "*,-resourceclaim-controller"}
     assert [n["role"] for n in config["nodes"]] == ["control-plane", "worker", "worker", "worker"]
     # CDI on in every node's containerd: the kubelet has the runtime inject the devices the
     # agent, its DRA plugin, prepared.
@@ -56,7 +65,8 @@ def test_the_default_is_the_native_flavour_without_kcms_claim_controller() -> No
 def test_the_kdra_flavour_keeps_every_controller() -> None:
     overlay, config = printed("--flavour=kdra")
     assert overlay == "manifests/overlays/kind"
-    assert controllers(config) == "*"
+    assert controllers(config) == {}  # kubeadm's default: every controller
+    assert config["containerdConfigPatches"] == printed()[1]["containerdConfigPatches"]
 
 
 @pytest.mark.parametrize("args", [["--flavour", "upstream"], ["--colour", "native"]])
