@@ -235,7 +235,8 @@ def test_auto_keeps_the_running_operators_flavour_on_an_upgrade(
     render): native where resource.k8s.io/v1 is served and nothing runs yet; where an operator
     already runs in the kdra flavour (an installation from before the cluster's upgrade to
     1.34), the upgrade keeps kdra — claims never move from kdra's CRDs to the built-in kinds
-    under a running installation. An explicit flavour always wins."""
+    under a running installation (an operator without KDRA_FLAVOUR predates the flavours:
+    kdra). An explicit flavour always wins."""
     namespace = "kdra-chart-upgrade"
     control_plane.kubectl("create", "namespace", namespace, check=False)
 
@@ -255,6 +256,13 @@ def test_auto_keeps_the_running_operators_flavour_on_an_upgrade(
         assert server_render() == {"Deployment": "kdra", "DaemonSet": "kdra"}
         assert server_render("--set", "flavour=native") == {"Deployment": "native",
                                                             "DaemonSet": "native"}
+        # An operator without KDRA_FLAVOUR predates the flavours (it ran kdra's CRDs); one
+        # with auto ran what the cluster serves.
+        deployment = ("-n", namespace, "deployment/kdra-operator")
+        control_plane.kubectl("set", "env", *deployment, "KDRA_FLAVOUR-")
+        assert server_render() == {"Deployment": "kdra", "DaemonSet": "kdra"}
+        control_plane.kubectl("set", "env", *deployment, "KDRA_FLAVOUR=auto")
+        assert server_render() == {"Deployment": "native", "DaemonSet": "native"}
     finally:
         control_plane.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
