@@ -309,7 +309,29 @@ class KdraKopf(Kdra):
     operator_env = {"KDRA_WATCH": "kopf"}
 
 
-class KdraNative(Kdra):
+class NativeObjects(Contender):
+    """The workloads' objects in resource.k8s.io/v1, pods naming ``scheduler`` (None: the
+    default scheduler), for ``upstream`` and ``kdra-native`` alike."""
+
+    scheduler: str | None = None
+
+    def claims_path(self, ns: str) -> str:
+        return f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
+
+    def template(self, ns: str) -> JSON:
+        return native_template(ns)
+
+    def pod(self, ns: str, name: str) -> JSON:
+        return native_pod(ns, name, scheduler=self.scheduler)
+
+    def claim(self, ns: str, name: str) -> JSON:
+        return native_claim(ns, name)
+
+    def allocation(self, node: str, device: str) -> JSON:
+        return native_allocation(node, device)
+
+
+class KdraNative(NativeObjects, Kdra):
     """kdra in the native flavour on the objects and workloads of ``upstream``: native
     templates, claims and pods (``schedulerName: kdra-scheduler``), the Nodes and
     ResourceSlices created by the harness as for ``upstream`` and scheduler_perf (no agent: no
@@ -321,18 +343,7 @@ class KdraNative(Kdra):
 
     name = "kdra-native"
     flavour = "native"
-
-    def claims_path(self, ns: str) -> str:
-        return f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
-
-    def template(self, ns: str) -> JSON:
-        return native_template(ns)
-
-    def pod(self, ns: str, name: str) -> JSON:
-        return native_pod(ns, name, scheduler="kdra-scheduler")
-
-    def claim(self, ns: str, name: str) -> JSON:
-        return native_claim(ns, name)
+    scheduler = "kdra-scheduler"
 
     async def setup(self, api: Api) -> None:
         # kdra's CRDs too: the native flavour keeps DeviceQuota and DeviceTaintRule there.
@@ -343,23 +354,8 @@ class KdraNative(Kdra):
         await api.create("/apis/resource.k8s.io/v1/deviceclasses", native_class())
 
 
-class Upstream(Contender):
+class Upstream(NativeObjects):
     name = "upstream"
-
-    def claims_path(self, ns: str) -> str:
-        return f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
-
-    def template(self, ns: str) -> JSON:
-        return native_template(ns)
-
-    def pod(self, ns: str, name: str) -> JSON:
-        return native_pod(ns, name)
-
-    def claim(self, ns: str, name: str) -> JSON:
-        return native_claim(ns, name)
-
-    def allocation(self, node: str, device: str) -> JSON:
-        return native_allocation(node, device)
 
     async def setup(self, api: Api) -> None:
         await create_native_nodes(api, self.nodes, slices=True)
