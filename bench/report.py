@@ -82,6 +82,14 @@ def by_workload(results: list[Result]) -> dict[str, dict[str, list[Result]]]:
 COMPARE = ("kdra", "upstream")  # the default pair of --compare: the targets are for it
 
 
+def default_compare(contenders: list[str]) -> tuple[str, str]:
+    """--compare unset: kdra/upstream, or kdra-native/upstream where kdra does not run and
+    kdra-native does."""
+    if "kdra" not in contenders and "kdra-native" in contenders:
+        return ("kdra-native", "upstream")
+    return COMPARE
+
+
 def head_to_head(results: list[Result], compare: tuple[str, str] = COMPARE,
                  ) -> Iterator[tuple[str, Result, Result, str]]:
     """(workload, A pooled, B pooled, ratio of each round) for every workload both contenders

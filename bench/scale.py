@@ -99,6 +99,7 @@ from report import (
     COMPARE,
     Result,
     cpu_table,
+    default_compare,
     machine,
     sweep_table,
     table,
@@ -175,8 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     contenders = [kinds[c] for c in args.contenders.split(",")]
     names = [k.name for k in contenders]
     if not args.compare:
-        args.compare = ("kdra-native/upstream" if "kdra" not in names and "kdra-native" in names
-                        else "/".join(COMPARE))
+        args.compare = "/".join(default_compare(names))
     pair = args.compare.split("/")
     if len(pair) != 2 or pair[0] == pair[1] or not set(pair) <= set(kinds):
         parser.error(f"--compare: two different contenders A/B from {', '.join(kinds)}")
