@@ -184,29 +184,22 @@ def run_demo(interactive: bool = True, workdir: str | None = None, timeout: floa
         plane.kubectl("apply", "--server-side", "-f", str(USER_ROLES))
         _step(f"starting kdra agents: simulated GPU nodes {GPU_NODES} (H100 + A100), "
               f"{SHARED_NODE} (a partitioned H100, a shared H100), cats on {CATS_NODE}")
-        procs.start("agent-gpus", "agent", "--flavour", flavour,
-                    "--simulate-nodes", GPU_NODES, "--create-nodes",
-                    "--inventory", str(inventories / "mixed-gpus.yaml"),
-                    "--cdi-dir", str(directory / "cdi"), "--state-dir",
-                    str(directory / "state"), "--metrics-port", str(agent_ports[0]),
-                    ready="kdra agent started")
-        procs.start("agent-shared", "agent", "--flavour", flavour,
-                    "--simulate-nodes", SHARED_NODE, "--create-nodes",
-                    "--inventory", str(inventories / "partitioned-shared-gpus.yaml"),
-                    "--cdi-dir", str(directory / "cdi"), "--state-dir",
-                    str(directory / "state"), "--metrics-port", str(agent_ports[1]),
-                    ready="kdra agent started")
-        procs.start("agent-cats", "agent", "--flavour", flavour,
-                    "--node-name", CATS_NODE, "--create-nodes",
-                    "--inventory", str(inventories / "cats.yaml"),
-                    "--cdi-dir", str(directory / "cdi"), "--state-dir",
-                    str(directory / "state"), "--metrics-port", str(agent_ports[2]),
-                    # The native flavour's DRA sockets in a short directory of the demo's own
-                    # (a socket path has at most 108 bytes), not the host's /var/lib/kubelet:
-                    # no kubelet runs here, and nothing is left on the host.
-                    "--kubelet-registry-dir", str(sockets / "reg"),
-                    "--kubelet-plugins-dir", str(sockets / "plugins"),
-                    ready="kdra agent started")
+        agents = [  # name, the node(s) it serves, inventory, flags of its own
+            ("agent-gpus", ["--simulate-nodes", GPU_NODES], "mixed-gpus.yaml", []),
+            ("agent-shared", ["--simulate-nodes", SHARED_NODE], "partitioned-shared-gpus.yaml",
+             []),
+            # The native flavour's DRA sockets in a short directory of the demo's own (a socket
+            # path has at most 108 bytes), not the host's /var/lib/kubelet: no kubelet runs
+            # here, and nothing is left on the host.
+            ("agent-cats", ["--node-name", CATS_NODE], "cats.yaml",
+             ["--kubelet-registry-dir", str(sockets / "reg"),
+              "--kubelet-plugins-dir", str(sockets / "plugins")])]
+        for (name, nodes, inventory, extra), port in zip(agents, agent_ports, strict=True):
+            procs.start(name, "agent", "--flavour", flavour, *nodes, "--create-nodes",
+                        "--inventory", str(inventories / inventory),
+                        "--cdi-dir", str(directory / "cdi"), "--state-dir",
+                        str(directory / "state"), "--metrics-port", str(port), *extra,
+                        ready="kdra agent started")
         webhook_port = free_port()
         _step(f"starting kdra operator, {flavour} flavour (claim controller, binder, webhooks, "
               "slice GC)")

@@ -246,7 +246,18 @@ def test_every_example_in_the_guide_runs_on_the_demo_as_written(demo: Demo) -> N
     assert re.search(r"gpu-1\s.*gpu-share1/", described), described
     free = demo.kubectl("kdra", "free", "--node", demo_module.SHARED_NODE).stdout
     print(free)
-    assert demo_module.SHARED_NODE in free
+    pool = f"{GPU}/{demo_module.SHARED_NODE}"
+    free_rows = [line.split() for line in free.splitlines()]
+    assert ["mig.gpu.kdra.dev", demo_module.SHARED_NODE, pool, "14", "2"] in [
+        r[:5] for r in free_rows], free  # two 3g.40gb partitions of 14
+    assert ["shared-gpu.kdra.dev", demo_module.SHARED_NODE, pool, "1", "1"] in [
+        r[:5] for r in free_rows], free  # the shared GPU, held (twice)
+    top = demo.kubectl("kdra", "top").stdout
+    print(top)
+    assert re.search(r"^gpu-part1\s+3\s+3\s+0\s+mig\.gpu\.kdra\.dev=2, whole-gpu\.kdra\.dev=1$",
+                     top, re.M), top
+    # one device, two claims: each share is a claim of the class
+    assert re.search(r"^gpu-share1\s+1\s+2\s+0\s+shared-gpu\.kdra\.dev=2$", top, re.M), top
 
 
 def test_the_guides_as_alice_walkthrough(demo: Demo) -> None:
