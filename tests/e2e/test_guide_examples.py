@@ -272,7 +272,8 @@ def test_the_guides_as_alice_walkthrough(demo: Demo) -> None:
     # kube-controller-manager aggregates kdra-user-view into view (asynchronously).
     wait_for(lambda: demo.kubectl("auth", "can-i", "list", CLAIMS, "-n", "default",
                                   "--as", "alice", check=False).stdout.strip() == "yes",
-             timeout=60, what="kdra-user-view aggregated into view")
+             timeout=60, what="alice may list ResourceClaims in default (the guide's commands "
+             "bind her to view, and kube-controller-manager aggregates kdra-user-view into it)")
     sample = text.split("$ kubectl kdra free --as alice\n", 1)[1].split("```", 1)[0]
     (warning,) = [line for line in sample.splitlines() if line.startswith("warning:")]
     free = demo.kubectl("kdra", "free", "--as", "alice")
