@@ -1,5 +1,6 @@
 """The Kubernetes edge every program shares — and the only code that talks to the API server
-(import-linter: aiohttp, kubernetes, pykube, requests and urllib3 are imported here only).
+(import-linter: aiohttp, pykube and requests are imported here only; one client per job:
+``client`` on aiohttp for the programs, ``reader`` on pykube-ng for the command-line tools).
 
 ::
 

@@ -11,8 +11,9 @@ in and out (and the skip of undecodable objects) is :mod:`kdra.kube.codec`.
 
 Invariants:
 - This package is the only one that talks to the API server: import-linter keeps aiohttp,
-  pykube, requests and urllib3 out of every other (pyproject.toml, "Only kdra.kube talks to
-  the API server"; kopf, in the operator's handlers, aside).
+  pykube and requests out of every other (pyproject.toml, "Only kdra.kube talks to the API
+  server"; kopf, in the operator's handlers, aside), and the official Kubernetes clients out
+  of kdra altogether.
 - A failed call raises :class:`ApiError` or one of its subclasses — :class:`NotFound`,
   :class:`Conflict` (409: a resourceVersion precondition failed, or the object exists),
   :class:`Invalid` (422: the server's validation rejected the object; ``message`` names the
