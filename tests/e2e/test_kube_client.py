@@ -24,6 +24,8 @@ import pytest
 
 from kdra.kube.client import WatchEvent, connect
 from kdra.kube.core.backoff import backoff_ceiling
+from kdra.kube.reader import PODS as READER_PODS
+from kdra.kube.reader import Reader, Unreadable
 from kdra.kube.resources import NAMESPACES
 from kdra_devenv.controlplane import ControlPlane
 from tests.e2e.procs import wait_for
@@ -131,8 +133,9 @@ def test_credentials_of_every_kind_reach_the_real_api_server(control_plane: Cont
                                                              tmp_path: Path) -> None:
     """kdra's own credential loading (kdra.kube.kubeconfig) against kube-apiserver: the
     admin's client certificate inline (``*-data``), a service account's token from a
-    ``tokenFile`` and from an exec plugin — each one who the API server says it is (the
-    token file's rotation: tests/unit/kube/test_kubeconfig.py)."""
+    ``tokenFile`` and from an exec plugin — each one who the API server says it is, through
+    the async client and the command-line tools' client alike (the token file's rotation:
+    tests/unit/kube/test_kubeconfig.py)."""
     admin = json.loads(control_plane.kubeconfig.read_text())
     user = admin["users"][0]["user"]
     cluster = admin["clusters"][0]["cluster"]
@@ -178,3 +181,18 @@ def test_credentials_of_every_kind_reach_the_real_api_server(control_plane: Cont
     service_account = f"system:serviceaccount:default:{account}"
     assert asyncio.run(whoami(from_file)) == service_account
     assert asyncio.run(whoami(from_exec)) == service_account
+    # the command-line tools' client (pykube-ng, credentials resolved by kdra) from the same
+    # kubeconfigs: the admin reads; the service account is known, and refused (no RBAC)
+    reader = Reader(inline)
+    try:
+        assert isinstance(reader.list(READER_PODS, "default"), list)
+    finally:
+        reader.close()
+    for path in (from_file, from_exec):
+        reader = Reader(path)
+        try:
+            with pytest.raises(Unreadable) as refused:
+                reader.list(READER_PODS, "default")
+        finally:
+            reader.close()
+        assert refused.value.status == 403 and service_account in refused.value.message

@@ -24,9 +24,12 @@ Invariants:
   :data:`EXEC_TIMEOUT` seconds and :data:`EXEC_OUTPUT_LIMIT` bytes of output, with no stdin;
   their stderr is the caller's (as kubectl does).
 - One refresh at a time: concurrent requests that find the token stale wait for one refresh.
+- The command-line tools' one-shot client (pykube-ng) gets the same credentials: a token
+  file read and an exec plugin run once, by kdra (:func:`static_credentials`), so both
+  clients support the same kubeconfigs (exec API ``v1``, ``v1beta1``, ``v1alpha1``).
 - Not supported, with a clear error: the removed ``auth-provider`` plugins (gcp, oidc: use
-  their exec plugins), client certificates returned by an exec plugin, exec API
-  ``v1alpha1`` (removed from Kubernetes in 1.24).
+  their exec plugins) in the async client, and client certificates returned by an exec
+  plugin in the async client (the one-shot client takes them).
 """
 
 from __future__ import annotations
@@ -56,7 +59,8 @@ minute; the kubelet rotates a projected token well before it expires)."""
 EXEC_TIMEOUT = 60.0
 EXEC_OUTPUT_LIMIT = 1 << 20
 EXEC_EXPIRY_MARGIN = 30.0
-EXEC_API_VERSIONS = ("client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1")
+EXEC_API_VERSIONS = tuple(f"client.authentication.k8s.io/{version}"
+                          for version in ("v1", "v1beta1", "v1alpha1"))
 
 # Fields holding a file path, resolved against the kubeconfig file that names them (kubectl).
 _PATH_FIELDS = (("clusters", "cluster", ("certificate-authority",)),
@@ -103,8 +107,8 @@ def kubeconfig_paths(kubeconfig: str | None) -> list[Path]:
 
 def merged(paths: Sequence[Path]) -> JSON:
     """kubectl's merge of several kubeconfig files: the first definition of a name (and the
-    first ``current-context``) wins; relative file paths resolve against the file naming
-    them."""
+    first ``current-context``) wins; relative file paths (and an exec plugin's command given
+    as a relative path) resolve against the file naming them."""
     result: JSON = {"clusters": [], "users": [], "contexts": []}
     seen: dict[str, set[str]] = {"clusters": set(), "users": set(), "contexts": set()}
     for path in paths:
@@ -125,6 +129,13 @@ def merged(paths: Sequence[Path]) -> JSON:
                     value = inner.get(name)
                     if isinstance(value, str) and value and not os.path.isabs(value):
                         inner[name] = str((path.parent / value).resolve())
+                plugin = inner.get("exec")
+                if not isinstance(plugin, dict):
+                    continue
+                command = plugin.get("command")
+                if isinstance(command, str) and os.sep in command \
+                        and not os.path.isabs(command):  # client-go: a path, not a name
+                    plugin["command"] = str((path.parent / command).resolve())
         for section in ("clusters", "users", "contexts"):
             for entry in _entries(doc, section, path):
                 entry_name = entry.get("name")
@@ -349,10 +360,8 @@ class Authorizer:
             self._clock() + max(0.0, expires - self._wall() - EXEC_EXPIRY_MARGIN))
 
 
-async def run_exec_plugin(spec: JSON, source: str) -> tuple[str, float | None]:
-    """Run a kubeconfig's exec credential plugin: its token, and when it expires (a Unix
-    time; None: never)."""
-    where = f"{source}: exec plugin"
+def _exec_command(spec: JSON, where: str) -> tuple[list[str], dict[str, str]]:
+    """An exec plugin's command line and environment, checked."""
     api_version, command = spec.get("apiVersion"), spec.get("command")
     if api_version not in EXEC_API_VERSIONS:
         raise ConfigError(f"{where}: apiVersion {api_version!r} is not supported "
@@ -369,23 +378,98 @@ async def run_exec_plugin(spec: JSON, source: str) -> tuple[str, float | None]:
         env[entry["name"]] = entry["value"]
     env["KUBERNETES_EXEC_INFO"] = json.dumps({
         "apiVersion": api_version, "kind": "ExecCredential", "spec": {"interactive": False}})
+    return [command, *args], env
+
+
+async def run_exec_plugin(spec: JSON, source: str) -> tuple[str, float | None]:
+    """Run a kubeconfig's exec credential plugin: its token, and when it expires (a Unix
+    time; None: never)."""
+    where = f"{source}: exec plugin"
+    argv, env = _exec_command(spec, where)
     try:
         proc = await asyncio.create_subprocess_exec(
-            command, *args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env)
+            *argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env)
     except OSError as exc:
-        raise ConfigError(f"{where}: {command} cannot be run: {exc}") from exc
+        raise ConfigError(f"{where}: {argv[0]} cannot be run: {exc}") from exc
     try:
         output = await asyncio.wait_for(_read_capped(proc), EXEC_TIMEOUT)
     except TimeoutError as exc:
-        raise ConfigError(f"{where}: {command} did not answer within {EXEC_TIMEOUT:.0f} s") \
+        raise ConfigError(f"{where}: {argv[0]} did not answer within {EXEC_TIMEOUT:.0f} s") \
             from exc
     finally:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
     if proc.returncode != 0:
-        raise ConfigError(f"{where}: {command} exited with status {proc.returncode}")
-    return _exec_token(output, where)
+        raise ConfigError(f"{where}: {argv[0]} exited with status {proc.returncode}")
+    return _exec_token(_exec_status(output, where), where)
+
+
+def run_exec_plugin_sync(spec: JSON, source: str) -> JSON:
+    """Run a kubeconfig's exec credential plugin once, without an event loop: the ``status``
+    of its ExecCredential (a token, or a client certificate and key)."""
+    where = f"{source}: exec plugin"
+    argv, env = _exec_command(spec, where)
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                env=env)
+    except OSError as exc:
+        raise ConfigError(f"{where}: {argv[0]} cannot be run: {exc}") from exc
+    with proc:
+        try:
+            output, _ = proc.communicate(timeout=EXEC_TIMEOUT)
+        except subprocess.TimeoutExpired as exc:
+            proc.kill()
+            proc.wait()
+            raise ConfigError(f"{where}: {argv[0]} did not answer within "
+                              f"{EXEC_TIMEOUT:.0f} s") from exc
+    if proc.returncode != 0:
+        raise ConfigError(f"{where}: {argv[0]} exited with status {proc.returncode}")
+    if len(output) > EXEC_OUTPUT_LIMIT:
+        raise ConfigError(f"{where}: more than {EXEC_OUTPUT_LIMIT} bytes of output")
+    status = _exec_status(output, where)
+    if not status.get("token") and not (status.get("clientCertificateData")
+                                         and status.get("clientKeyData")):
+        raise ConfigError(f"{where}: its ExecCredential has no status.token and no client "
+                          "certificate and key")
+    return status
+
+
+def static_credentials(doc: JSON, context: str | None, source: str) -> None:
+    """Make the credentials of ``context``'s user (default: the current context's) in a
+    merged kubeconfig static, in place, for a one-shot synchronous client: a ``tokenFile``
+    is read and an exec plugin run once (:func:`run_exec_plugin_sync`), their token (or the
+    plugin's client certificate and key) written into the user."""
+    name = context or doc.get("current-context")
+    if not name:
+        return
+    where = f"kubeconfig {source}, context {name!r}"
+    user_name = _named(doc, "contexts", name, f"kubeconfig {source}").get("user")
+    if not user_name:
+        return
+    user = _named(doc, "users", user_name, where)
+    if user.get("token"):
+        return
+    if user.get("tokenFile"):
+        path = _text(user, "tokenFile", f"{where}, user") or ""
+        try:
+            user["token"] = Path(path).read_text().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{where}: token file {path}: {exc}") from exc
+        return
+    spec = user.get("exec")
+    if spec is None:
+        return
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{where}: user's exec must be a mapping")
+    status = run_exec_plugin_sync(spec, where)
+    del user["exec"]
+    if status.get("token"):
+        user["token"] = str(status["token"])
+        return
+    for field_name, key in (("client-certificate-data", "clientCertificateData"),
+                            ("client-key-data", "clientKeyData")):
+        user[field_name] = base64.b64encode(str(status[key]).encode()).decode()
 
 
 async def _read_capped(proc: asyncio.subprocess.Process) -> bytes:
@@ -399,8 +483,8 @@ async def _read_capped(proc: asyncio.subprocess.Process) -> bytes:
     return output
 
 
-def _exec_token(output: bytes, where: str) -> tuple[str, float | None]:
-    """The token and expiry of an ExecCredential printed by a plugin."""
+def _exec_status(output: bytes, where: str) -> JSON:
+    """The ``status`` of an ExecCredential printed by a plugin."""
     try:
         doc = json.loads(output)
     except (ValueError, RecursionError) as exc:
@@ -408,11 +492,16 @@ def _exec_token(output: bytes, where: str) -> tuple[str, float | None]:
     status = doc.get("status") if isinstance(doc, dict) else None
     if not isinstance(status, dict):
         raise ConfigError(f"{where}: its ExecCredential has no status")
+    return status
+
+
+def _exec_token(status: JSON, where: str) -> tuple[str, float | None]:
+    """The token and expiry of an ExecCredential's status."""
     token = status.get("token")
     if not isinstance(token, str) or not token:
         if status.get("clientCertificateData"):
             raise ConfigError(f"{where}: client certificates from an exec plugin are not "
-                              "supported; a token is")
+                              "supported here (kdra's async client); a token is")
         raise ConfigError(f"{where}: its ExecCredential has no status.token")
     expiry = status.get("expirationTimestamp")
     if expiry is None:

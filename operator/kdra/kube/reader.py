@@ -2,10 +2,11 @@
 synchronous client, with the user's own kubeconfig (pykube-ng).
 
 A command-line tool runs as the user, once, and reads a few lists: pykube-ng fits that job —
-the usual credentials (client certificates, tokens, exec plugins, OIDC) on plain ``requests``
-calls — without an event loop or generated API classes. The kubeconfig is merged by
-:func:`kdra.kube.kubeconfig.merged` (as the async client reads it). Items come back as plain
-dicts (the API's JSON), which the CLI's pure views (``kdra.cli.core``) take.
+client certificates and tokens on plain ``requests`` calls — without an event loop or
+generated API classes. The kubeconfig is merged by :func:`kdra.kube.kubeconfig.merged` and its
+token file or exec plugin resolved once by :func:`kdra.kube.kubeconfig.static_credentials`,
+as the async client reads them. Items come back as plain dicts (the API's JSON), which the
+CLI's pure views (``kdra.cli.core``) take.
 
 Invariants:
 - Read-only: only GETs (LIST and GET), paginated 500 items a page.
@@ -23,6 +24,7 @@ Invariants:
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +33,7 @@ import orjson
 from kdra import GROUP, VERSION
 from kdra.kube.core.flavours import NATIVE, Flavour, flavour_named, read_flavour
 from kdra.kube.core.jsonscan import ScanError, decode_list
-from kdra.kube.kubeconfig import ConfigError, kubeconfig_paths, merged
+from kdra.kube.kubeconfig import ConfigError, kubeconfig_paths, merged, static_credentials
 
 JSON = dict[str, Any]
 PAGE = 500
@@ -109,15 +111,21 @@ def _config(kubeconfig: str | None, context: str | None) -> Any:
     existing = [p for p in kubeconfig_paths(kubeconfig) if p.is_file()]
     try:
         if existing:
-            config = pykube.KubeConfig(merged(existing))
+            doc = merged(existing)
+            if context:
+                names = sorted(str(c.get("name")) for c in doc["contexts"])
+                if context not in names:
+                    raise ClusterError(f"context {context!r} not found in the kubeconfig "
+                                       f"(contexts: {', '.join(names) or 'none'})")
+            # a token file read and an exec plugin run once, by kdra (any exec API version,
+            # bounded), as the async client does: pykube-ng would run the plugin per request
+            static_credentials(doc, context, os.pathsep.join(map(str, existing)))
+            config = pykube.KubeConfig(doc)
         elif kubeconfig:
             raise ClusterError(f"kubeconfig {kubeconfig} not found")
         else:
             config = pykube.KubeConfig.from_service_account()
         if context:
-            if context not in config.contexts:
-                raise ClusterError(f"context {context!r} not found in the kubeconfig "
-                                   f"(contexts: {', '.join(sorted(config.contexts)) or 'none'})")
             config.set_current_context(context)
         config.cluster  # noqa: B018 - resolve the context now: a clear error, not a KeyError
     except ClusterError:

@@ -229,8 +229,8 @@ def test_exec_plugin_failures_are_clear(tmp_path: Path, status: dict[str, Any], 
 
 
 def test_exec_plugin_spec_is_checked() -> None:
-    with pytest.raises(ConfigError, match=r"apiVersion 'client\.authentication\.k8s\.io/v1alpha1'"):
-        asyncio.run(kc.run_exec_plugin({"apiVersion": "client.authentication.k8s.io/v1alpha1",
+    with pytest.raises(ConfigError, match=r"apiVersion 'client\.authentication\.k8s\.io/v2'"):
+        asyncio.run(kc.run_exec_plugin({"apiVersion": "client.authentication.k8s.io/v2",
                                         "command": "x"}, "k"))
     with pytest.raises(ConfigError, match="cannot be run"):
         asyncio.run(kc.run_exec_plugin({"apiVersion": "client.authentication.k8s.io/v1",
@@ -267,3 +267,47 @@ def test_no_kubeconfig_falls_back_to_the_service_account(
         kc.load()
     with pytest.raises(ConfigError, match="context 'x' asked for, but there is no kubeconfig"):
         kc.load(context="x")
+
+
+def test_a_one_shot_client_gets_the_token_file_and_exec_plugin_resolved_once(
+        tmp_path: Path) -> None:
+    """What the command-line tools' pykube-ng client is given (kdra.kube.reader): the token
+    file read, the exec plugin (any API version) run once, their result written in."""
+    token = tmp_path / "token"
+    token.write_text("from-file\n")
+    doc = {**_config({"server": "https://x"}, {"tokenFile": str(token)}),
+           "contexts": [{"name": "c", "context": {"cluster": "c", "user": "c"}},
+                        {"name": "e", "context": {"cluster": "c", "user": "e"}},
+                        {"name": "k", "context": {"cluster": "c", "user": "k"}}]}
+    (tmp_path / "k").mkdir()
+    doc["users"] += [{"name": "e", "user": {"exec": _plugin(tmp_path, {"token": "from-exec"})}},
+                     {"name": "k", "user": {"exec": _plugin(
+                         tmp_path / "k", {"clientCertificateData": "CERT",
+                                          "clientKeyData": "KEY"})}}]
+    kc.static_credentials(doc, None, "f")
+    assert doc["users"][0]["user"]["token"] == "from-file"
+    kc.static_credentials(doc, "e", "f")
+    assert doc["users"][1]["user"] == {"token": "from-exec"}
+    assert (tmp_path / "runs").read_text() == "1"
+    kc.static_credentials(doc, "e", "f")  # a token now: not run again
+    assert (tmp_path / "runs").read_text() == "1"
+    kc.static_credentials(doc, "k", "f")
+    assert doc["users"][2]["user"] == {
+        "client-certificate-data": base64.b64encode(b"CERT").decode(),
+        "client-key-data": base64.b64encode(b"KEY").decode()}
+    with pytest.raises(ConfigError, match="context 'nope' not found"):
+        kc.static_credentials(doc, "nope", "f")
+    failing = _config({"server": "https://x"}, {"exec": _plugin(tmp_path, {}, code=0)})
+    with pytest.raises(ConfigError, match=r"no status\.token and no client certificate"):
+        kc.static_credentials(failing, None, "f")
+
+
+def test_an_exec_commands_relative_path_follows_its_file(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    path = _write(tmp_path / "d" / "config", _config({"server": "https://x"}, {"exec": {
+        "apiVersion": "client.authentication.k8s.io/v1", "command": "./bin/plugin"}}))
+    other = _write(tmp_path / "other", _config({"server": "https://x"}, {"exec": {
+        "apiVersion": "client.authentication.k8s.io/v1", "command": "aws"}}, name="o"))
+    doc = kc.merged([path, other])
+    assert doc["users"][0]["user"]["exec"]["command"] == str(tmp_path / "d" / "bin" / "plugin")
+    assert doc["users"][1]["user"]["exec"]["command"] == "aws"  # a name: looked up on $PATH
