@@ -7,7 +7,8 @@
     core/             pure: the kdra flavour's conventions and untrusted input (below)
     client.py         the async API client (operator, agent): raw JSON, typed errors, watches
     kubeconfig.py     credentials: kubeconfig files and contexts, the in-cluster service
-                      account, TLS, tokens (refreshed), exec plugins
+                      account
+    credentials.py    using them: TLS, request headers (tokens refreshed, exec plugins)
     codec.py          JSON to and from the API server, undecodable items skipped
     errors.py         ApiError and its subclasses
     resources.py      where each kind lives in the REST API

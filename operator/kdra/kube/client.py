@@ -1,6 +1,7 @@
 """The API client every kdra service uses: async, raw JSON, typed errors.
 
-On aiohttp, with kdra's own credentials (:mod:`kdra.kube.kubeconfig`: kubeconfig contexts,
+On aiohttp, with kdra's own credentials (:mod:`kdra.kube.kubeconfig`,
+:mod:`kdra.kube.credentials`: kubeconfig contexts,
 client certificates, tokens, token files, exec plugins, the in-cluster service account with
 its rotating token), talking JSON dicts instead of generated models: the hot path parses each
 object once, into kdra's own models, and never pays for a second model layer.
@@ -61,8 +62,9 @@ from kdra.kube.codec import (
     strip_managed_fields,
 )
 from kdra.kube.core.backoff import backoff_delay
+from kdra.kube.credentials import Authorizer, ssl_context
 from kdra.kube.errors import ApiError, Gone, Undecodable, Unreachable, api_error, unreachable
-from kdra.kube.kubeconfig import Authorizer, ConfigError, Credentials, load, ssl_context
+from kdra.kube.kubeconfig import ConfigError, Credentials, load
 from kdra.kube.resources import PODS, Resource
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ synchronous client, with the user's own kubeconfig (pykube-ng).
 A command-line tool runs as the user, once, and reads a few lists: pykube-ng fits that job —
 client certificates and tokens on plain ``requests`` calls — without an event loop or
 generated API classes. The kubeconfig is merged by :func:`kdra.kube.kubeconfig.merged` and its
-token file or exec plugin resolved once by :func:`kdra.kube.kubeconfig.static_credentials`,
+token file or exec plugin resolved once by :func:`kdra.kube.credentials.static_credentials`,
 as the async client reads them. Items come back as plain dicts (the API's JSON), which the
 CLI's pure views (``kdra.cli.core``) take.
 
@@ -33,7 +33,8 @@ import orjson
 from kdra import GROUP, VERSION
 from kdra.kube.core.flavours import NATIVE, Flavour, flavour_named, read_flavour
 from kdra.kube.core.jsonscan import ScanError, decode_list
-from kdra.kube.kubeconfig import ConfigError, kubeconfig_paths, merged, static_credentials
+from kdra.kube.credentials import static_credentials
+from kdra.kube.kubeconfig import ConfigError, kubeconfig_paths, merged
 
 JSON = dict[str, Any]
 PAGE = 500

@@ -1,6 +1,7 @@
-"""kdra's own credential loading (:mod:`kdra.kube.kubeconfig`): kubectl's merge of several
-files, contexts, inline and file TLS material, tokens from files and exec plugins (refreshed
-as they expire), the in-cluster service account, and clear errors that show no secret."""
+"""kdra's own credential loading (:mod:`kdra.kube.kubeconfig`, :mod:`kdra.kube.credentials`):
+kubectl's merge of several files, contexts, inline and file TLS material, tokens from files
+and exec plugins (refreshed as they expire), the in-cluster service account, and clear errors
+that show no secret."""
 
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from kdra.kube import credentials as cred
 from kdra.kube import kubeconfig as kc
-from kdra.kube.kubeconfig import Authorizer, ConfigError, Credentials
+from kdra.kube.credentials import Authorizer
+from kdra.kube.kubeconfig import ConfigError, Credentials
 
 
 def _pair() -> tuple[bytes, bytes]:
@@ -117,7 +120,7 @@ def test_inline_tls_material_loads_and_leaves_no_file(tmp_path: Path,
         {"server": "https://x", "certificate-authority-data": base64.b64encode(cert).decode()},
         {"client-certificate-data": base64.b64encode(cert).decode(),
          "client-key-data": base64.b64encode(key).decode()}), None, "test")
-    context = kc.ssl_context(creds)
+    context = cred.ssl_context(creds)
     assert context is not None and context.verify_mode == ssl.CERT_REQUIRED
     assert [c["subject"] for c in context.get_ca_certs()] == [((("commonName", "kdra-test"),),)]
     assert list(tmp_path.iterdir()) == []  # the key's temporary file is gone
@@ -125,12 +128,12 @@ def test_inline_tls_material_loads_and_leaves_no_file(tmp_path: Path,
     _, other = _pair()
     wrong = Credentials(server="https://x", source="test", cert_data=cert, key_data=other)
     with pytest.raises(ConfigError, match="client certificate and key cannot be loaded"):
-        kc.ssl_context(wrong)
+        cred.ssl_context(wrong)
     with pytest.raises(ConfigError, match="not both"):
-        kc.ssl_context(Credentials(server="https://x", source="test", cert_data=cert))
-    insecure = kc.ssl_context(Credentials(server="https://x", source="t", insecure=True))
+        cred.ssl_context(Credentials(server="https://x", source="test", cert_data=cert))
+    insecure = cred.ssl_context(Credentials(server="https://x", source="t", insecure=True))
     assert insecure is not None and insecure.verify_mode == ssl.CERT_NONE
-    assert kc.ssl_context(Credentials(server="http://x", source="t")) is None
+    assert cred.ssl_context(Credentials(server="http://x", source="t")) is None
 
 
 class Clock:
@@ -153,13 +156,13 @@ def test_a_token_file_is_reread_as_it_rotates(tmp_path: Path) -> None:
 
     assert asyncio.run(headers()) == "Bearer one"
     token.write_text("two")
-    clock.now += kc.TOKEN_FILE_REFRESH - 1
+    clock.now += cred.TOKEN_FILE_REFRESH - 1
     assert asyncio.run(headers()) == "Bearer one"  # still fresh: not read again
     clock.now += 1
     assert asyncio.run(headers()) == "Bearer two"
     assert auth.refreshes == 2
     token.write_text("")
-    clock.now += kc.TOKEN_FILE_REFRESH
+    clock.now += cred.TOKEN_FILE_REFRESH
     with pytest.raises(ConfigError, match="is empty"):
         asyncio.run(headers())
 
@@ -208,7 +211,7 @@ def test_an_exec_plugin_token_is_kept_until_it_expires(tmp_path: Path) -> None:
 
     assert asyncio.run(twice()) == [{"Authorization": "Bearer from-exec"}] * 2
     assert (tmp_path / "runs").read_text() == "1"
-    clock.now += 100 - kc.EXEC_EXPIRY_MARGIN - 1
+    clock.now += 100 - cred.EXEC_EXPIRY_MARGIN - 1
     asyncio.run(auth.headers())
     assert (tmp_path / "runs").read_text() == "1"
     clock.now += 1  # within the margin of its expiry: run again
@@ -225,18 +228,18 @@ def test_an_exec_plugin_token_is_kept_until_it_expires(tmp_path: Path) -> None:
 def test_exec_plugin_failures_are_clear(tmp_path: Path, status: dict[str, Any], code: int,
                                         error: str) -> None:
     with pytest.raises(ConfigError, match=error):
-        asyncio.run(kc.run_exec_plugin(_plugin(tmp_path, status, code), "kubeconfig k"))
+        asyncio.run(cred.run_exec_plugin(_plugin(tmp_path, status, code), "kubeconfig k"))
 
 
 def test_exec_plugin_spec_is_checked() -> None:
     with pytest.raises(ConfigError, match=r"apiVersion 'client\.authentication\.k8s\.io/v2'"):
-        asyncio.run(kc.run_exec_plugin({"apiVersion": "client.authentication.k8s.io/v2",
+        asyncio.run(cred.run_exec_plugin({"apiVersion": "client.authentication.k8s.io/v2",
                                         "command": "x"}, "k"))
     with pytest.raises(ConfigError, match="cannot be run"):
-        asyncio.run(kc.run_exec_plugin({"apiVersion": "client.authentication.k8s.io/v1",
+        asyncio.run(cred.run_exec_plugin({"apiVersion": "client.authentication.k8s.io/v1",
                                         "command": "/nonexistent/plugin"}, "k"))
     with pytest.raises(ConfigError, match="args a list of strings"):
-        asyncio.run(kc.run_exec_plugin({"apiVersion": "client.authentication.k8s.io/v1",
+        asyncio.run(cred.run_exec_plugin({"apiVersion": "client.authentication.k8s.io/v1",
                                         "command": "x", "args": [1]}, "k"))
 
 
@@ -249,7 +252,7 @@ def test_in_cluster_reads_the_service_account(tmp_path: Path) -> None:
     assert creds.server == "https://[fd00::1]:443"
     assert creds.namespace == "kdra-system"
     assert creds.token_file == str(tmp_path / "token") and creds.token is None
-    assert kc.ssl_context(creds) is not None
+    assert cred.ssl_context(creds) is not None
     headers = asyncio.run(Authorizer(creds).headers())
     assert headers == {"Authorization": "Bearer sa-token"}
     with pytest.raises(ConfigError, match="not running in a pod"):
@@ -284,22 +287,22 @@ def test_a_one_shot_client_gets_the_token_file_and_exec_plugin_resolved_once(
                      {"name": "k", "user": {"exec": _plugin(
                          tmp_path / "k", {"clientCertificateData": "CERT",
                                           "clientKeyData": "KEY"})}}]
-    kc.static_credentials(doc, None, "f")
+    cred.static_credentials(doc, None, "f")
     assert doc["users"][0]["user"]["token"] == "from-file"
-    kc.static_credentials(doc, "e", "f")
+    cred.static_credentials(doc, "e", "f")
     assert doc["users"][1]["user"] == {"token": "from-exec"}
     assert (tmp_path / "runs").read_text() == "1"
-    kc.static_credentials(doc, "e", "f")  # a token now: not run again
+    cred.static_credentials(doc, "e", "f")  # a token now: not run again
     assert (tmp_path / "runs").read_text() == "1"
-    kc.static_credentials(doc, "k", "f")
+    cred.static_credentials(doc, "k", "f")
     assert doc["users"][2]["user"] == {
         "client-certificate-data": base64.b64encode(b"CERT").decode(),
         "client-key-data": base64.b64encode(b"KEY").decode()}
     with pytest.raises(ConfigError, match="context 'nope' not found"):
-        kc.static_credentials(doc, "nope", "f")
+        cred.static_credentials(doc, "nope", "f")
     failing = _config({"server": "https://x"}, {"exec": _plugin(tmp_path, {}, code=0)})
     with pytest.raises(ConfigError, match=r"no status\.token and no client certificate"):
-        kc.static_credentials(failing, None, "f")
+        cred.static_credentials(failing, None, "f")
 
 
 def test_an_exec_commands_relative_path_follows_its_file(tmp_path: Path) -> None:
