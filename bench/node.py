@@ -36,7 +36,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import pykube
+import kubernetes
 
 from kdra_devenv.imagebuild import _cache as image_cache
 from kdra_devenv.node import NODE_NAME
@@ -106,27 +106,25 @@ def start_latency(cluster: RealCluster, pods: int) -> dict[str, float]:
     """Create ``pods`` pods one after another as fast as the API takes them; the time from
     each create call's return to the watch event showing it Running."""
     assert cluster.plane is not None
-    # a read timeout above the watch's own 600 s: between events the stream may stay silent
-    api = pykube.HTTPClient(pykube.KubeConfig.from_file(str(cluster.plane.kubeconfig)),
-                            timeout=660)
+    api = kubernetes.config.new_client_from_config(config_file=str(cluster.plane.kubeconfig))
+    core = kubernetes.client.CoreV1Api(api)
     running: dict[str, float] = {}
     bound: dict[str, float] = {}
     done = threading.Event()
     watching = threading.Event()
 
     def watch() -> None:
-        query = pykube.Pod.objects(api, namespace="default").filter(
-            selector={"kdra-bench": "node"}).watch(params={"timeoutSeconds": 600})
+        watcher = kubernetes.watch.Watch()
         watching.set()
-        for event in query:
-            pod = event.object.obj
-            name = pod["metadata"]["name"]
-            if (pod.get("spec") or {}).get("nodeName"):
-                bound.setdefault(name, time.monotonic())
-            if (pod.get("status") or {}).get("phase") == "Running":
-                running.setdefault(name, time.monotonic())
+        for event in watcher.stream(core.list_namespaced_pod, "default",
+                                    label_selector="kdra-bench=node", timeout_seconds=600):
+            pod = event["object"]
+            if pod.spec and pod.spec.node_name:
+                bound.setdefault(pod.metadata.name, time.monotonic())
+            if pod.status and pod.status.phase == "Running":
+                running.setdefault(pod.metadata.name, time.monotonic())
             if len(running) >= pods or done.is_set():
-                break
+                watcher.stop()
 
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
@@ -136,7 +134,7 @@ def start_latency(cluster: RealCluster, pods: int) -> dict[str, float]:
     first = time.monotonic()
     for index in range(pods):
         body = _pod(index)
-        pykube.Pod(api, body).create()
+        core.create_namespaced_pod("default", body)
         created[body["metadata"]["name"]] = time.monotonic()
     thread.join(timeout=600)
     done.set()

@@ -177,10 +177,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 @pytest.fixture(scope="session")
 def api(control_plane: ControlPlane) -> Any:
-    """The tests' own client (:class:`tests.e2e.rest.Rest`), as the control plane's admin."""
-    from tests.e2e.rest import Rest
+    """The official Kubernetes Python client, configured for the test control plane."""
+    import kubernetes
 
-    return Rest(control_plane.kubeconfig)
+    client = kubernetes.config.new_client_from_config(config_file=str(control_plane.kubeconfig))
+    return client
 
 
 @pytest.fixture

@@ -36,12 +36,10 @@ import pytest
 
 from kdra.checks import NodeLocal, Violation, check, read_cluster, read_local
 from kdra.kube.core.podclaims import CLAIM_STATUSES_ANNOTATION
-from kdra.kube.reader import Reader
 from kdra_devenv.controlplane import ControlPlane
 from tests.e2e import agent_helpers
 from tests.e2e.agent_helpers import SYSTEM_NAMESPACE, Agent, AgentFactory
 from tests.e2e.procs import KdraProcess, wait_for
-from tests.e2e.rest import Rest
 from tests.e2e.test_binder import apply, gpu_class, gpu_pod, template
 
 agents = agent_helpers.agents  # the node-agent fixture
@@ -85,7 +83,7 @@ class World:
     """One scenario: a namespace, simulated GPU nodes served by one agent process, pods."""
 
     plane: ControlPlane
-    api: Rest
+    api: Any
     namespace: str
     nodes: list[str]
     agent: Agent
@@ -102,11 +100,7 @@ class World:
     def state(self) -> dict[str, list[dict[str, Any]]]:
         """The cluster as the checker sees it, narrowed to this scenario (other tests of the
         session may leave objects behind in their own namespaces)."""
-        reader = Reader(str(self.plane.kubeconfig))
-        try:
-            state = read_cluster(reader)
-        finally:
-            reader.close()
+        state = read_cluster(self.api)
         ours = set(self.nodes)
         return {
             "pods": [p for p in state["pods"]
@@ -127,12 +121,20 @@ class World:
         return check(**(state or self.state()), local=self.local())
 
     def pods(self) -> list[dict[str, Any]]:
-        return self.api.list(f"/api/v1/namespaces/{self.namespace}/pods")
+        import kubernetes
+
+        response = kubernetes.client.CoreV1Api(self.api).list_namespaced_pod(
+            self.namespace, _preload_content=False)
+        return list(json.loads(response.data)["items"])
 
     def allocated(self) -> int:
-        claims = self.api.list(
-            f"/apis/resource.kdra.dev/v1alpha3/namespaces/{self.namespace}/resourceclaims")
-        return sum(1 for c in claims if (c.get("status") or {}).get("allocation"))
+        import kubernetes
+
+        response = kubernetes.client.CustomObjectsApi(self.api).list_namespaced_custom_object(
+            "resource.kdra.dev", "v1alpha3", self.namespace, "resourceclaims",
+            _preload_content=False)
+        return sum(1 for c in json.loads(response.data)["items"]
+                   if (c.get("status") or {}).get("allocation"))
 
     def bound(self) -> int:
         return sum(1 for p in self.pods() if p["spec"].get("nodeName"))

@@ -29,7 +29,6 @@ from tests.e2e.agent_helpers import SYSTEM_NAMESPACE, AgentFactory
 from tests.e2e.conftest import get_json
 from tests.e2e.conversion import ConversionServer
 from tests.e2e.procs import KdraProcess, wait_for
-from tests.e2e.rest import ApiError, Rest
 from tests.e2e.test_binder import apply, gpu_class, gpu_pod, template
 from tests.unit.dra.test_fuzz import api_like, claim_dicts, scalars
 
@@ -100,10 +99,12 @@ class Tally:
         self.counts: Counter[str] = Counter()
         self.messages: dict[str, list[str]] = {}
 
-    def create(self, api: Rest, path: str, *, body: dict[str, Any], kind: str) -> None:
+    def create(self, call: Any, *args: Any, body: dict[str, Any], kind: str) -> None:
+        import kubernetes
+
         try:
-            api.create(path, body)
-        except ApiError as exc:
+            call(*args, body=body)
+        except kubernetes.client.exceptions.ApiException as exc:
             message, fields = _rejection(exc)
             self.counts[f"{kind} rejected"] += 1
             self.messages.setdefault(kind, []).append(message)
@@ -117,9 +118,12 @@ def test_random_bad_input_through_the_api_server(control_plane: ControlPlane, ap
                                                  agents: AgentFactory,
                                                  webhook_operator: KdraProcess,
                                                  namespace: str) -> None:
+    import kubernetes
+
     node = f"fz-{namespace[-6:]}"
     agents(node, "gpus: ['2 x H100-80GB']\n")
-    custom = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}"
+    core = kubernetes.client.CoreV1Api(api)
+    custom = kubernetes.client.CustomObjectsApi(api)
     tally = Tally()
 
     @EXAMPLES
@@ -127,7 +131,7 @@ def test_random_bad_input_through_the_api_server(control_plane: ControlPlane, ap
     def pods(annotation: str) -> None:
         pod = gpu_pod(f"fz-{uuid.uuid4().hex[:8]}", namespace, [])
         pod["metadata"]["annotations"][CLAIMS_ANNOTATION] = annotation
-        tally.create(api, f"/api/v1/namespaces/{namespace}/pods", body=pod, kind="pod")
+        tally.create(core.create_namespaced_pod, namespace, body=pod, kind="pod")
 
     @EXAMPLES
     @given(st.one_of(claim_dicts(0), api_like.map(lambda s: {"spec": s})))
@@ -135,12 +139,13 @@ def test_random_bad_input_through_the_api_server(control_plane: ControlPlane, ap
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceClaim",
                 "metadata": {"name": f"fz-{uuid.uuid4().hex[:8]}"},
                 "spec": claim.get("spec")}
-        tally.create(api, f"{custom}/resourceclaims", body=body, kind="claim")
+        tally.create(custom.create_namespaced_custom_object, GROUP, VERSION, namespace,
+                     "resourceclaims", body=body, kind="claim")
         template_body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceClaimTemplate",
                          "metadata": {"name": f"fz-{uuid.uuid4().hex[:8]}"},
                          "spec": {"spec": claim.get("spec")}}
-        tally.create(api, f"{custom}/resourceclaimtemplates", body=template_body,
-                     kind="template")
+        tally.create(custom.create_namespaced_custom_object, GROUP, VERSION, namespace,
+                     "resourceclaimtemplates", body=template_body, kind="template")
 
     pods()
     claims()

@@ -34,7 +34,6 @@ from tests.e2e import agent_helpers
 from tests.e2e.agent_helpers import SYSTEM_NAMESPACE, AgentFactory, slices_of, unique
 from tests.e2e.conftest import ROOT, Cluster, get_json, running_cluster
 from tests.e2e.procs import KdraProcess, wait_for
-from tests.e2e.rest import STRATEGIC_MERGE_PATCH, ApiError, Rest
 
 agents = agent_helpers.agents  # the node-agent fixture (on this module's control plane)
 CLAIMS = "resourceclaims.resource.kdra.dev"
@@ -78,7 +77,11 @@ class FakeKubelet:
     """The kubelet of the simulated nodes, for one namespace (see the module doc)."""
 
     def __init__(self, plane: ControlPlane, namespace: str) -> None:
-        self.api = Rest(plane.kubeconfig)
+        import kubernetes
+
+        client = kubernetes.config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=str(plane.kubeconfig))
+        self.api: Any = kubernetes.client.CoreV1Api(client)  # its models' fields are Optional
         self.namespace = namespace
         self.stopping = threading.Event()
         self.errors: list[str] = []
@@ -95,29 +98,29 @@ class FakeKubelet:
             print("fake kubelet errors:", *self.errors[-20:], sep="\n  ")
 
     def _run(self) -> None:
-        pods_path = f"/api/v1/namespaces/{self.namespace}/pods"
+        import kubernetes
+
         while not self.stopping.wait(0.3):
             try:
-                pods = self.api.list(pods_path)
+                pods = self.api.list_namespaced_pod(self.namespace).items
             except Exception as exc:  # the API server restarting: try again
                 self.errors.append(f"list: {exc!r}")
                 continue
             for pod in pods:
-                name = pod["metadata"]["name"]
+                name = pod.metadata.name
                 try:
-                    if pod["metadata"].get("deletionTimestamp") is not None:
-                        self.api.delete(f"{pods_path}/{name}", gracePeriodSeconds=0)
-                    elif (pod.get("spec") or {}).get("nodeName") and \
-                            (pod.get("status") or {}).get("phase") != "Running":
+                    if pod.metadata.deletion_timestamp is not None:
+                        self.api.delete_namespaced_pod(name, self.namespace,
+                                                       grace_period_seconds=0)
+                    elif pod.spec.node_name and pod.status.phase != "Running":
                         now = "2026-01-01T00:00:00Z"
-                        self.api.patch(f"{pods_path}/{name}/status", {
+                        self.api.patch_namespaced_pod_status(name, self.namespace, {
                             "status": {"phase": "Running", "conditions": [
                                 {"type": "Ready", "status": "True",
                                  "lastTransitionTime": now},
                                 {"type": "ContainersReady", "status": "True",
-                                 "lastTransitionTime": now}]}},
-                            content_type=STRATEGIC_MERGE_PATCH)
-                except ApiError as exc:
+                                 "lastTransitionTime": now}]}})
+                except kubernetes.client.ApiException as exc:
                     if exc.status != 404:  # gone meanwhile: the next round sees the new state
                         self.errors.append(f"{name}: {exc.status} {exc.reason}: {exc.body}")
                 except Exception as exc:  # recorded, shown by the test on failure
