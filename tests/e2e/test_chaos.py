@@ -36,6 +36,7 @@ import pytest
 
 from kdra.checks import NodeLocal, Violation, check, read_cluster, read_local
 from kdra.kube.core.podclaims import CLAIM_STATUSES_ANNOTATION
+from kdra.kube.reader import Reader
 from kdra_devenv.controlplane import ControlPlane
 from tests.e2e import agent_helpers
 from tests.e2e.agent_helpers import SYSTEM_NAMESPACE, Agent, AgentFactory
@@ -100,7 +101,11 @@ class World:
     def state(self) -> dict[str, list[dict[str, Any]]]:
         """The cluster as the checker sees it, narrowed to this scenario (other tests of the
         session may leave objects behind in their own namespaces)."""
-        state = read_cluster(self.api)
+        reader = Reader(str(self.plane.kubeconfig))  # kdra's checker reads through kdra's
+        try:
+            state = read_cluster(reader)
+        finally:
+            reader.close()
         ours = set(self.nodes)
         return {
             "pods": [p for p in state["pods"]
