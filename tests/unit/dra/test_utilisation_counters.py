@@ -84,6 +84,8 @@ def test_admin_access_blocks_nothing() -> None:
     pytest.param(["80Gi"], (2, 1, 1, 0, 0), id="one share of everything"),
     pytest.param(["79Gi", "lots"], (2, 0, 2, 0, 0),
                  id="an amount that is not a quantity counts as nothing, as for the allocator"),
+    pytest.param(["79Gi", "9" * 100_000, "-80Gi"], (2, 0, 2, 0, 0),
+                 id="hostile amounts (100k digits, negative) count as nothing, never fail"),
 ])
 def test_a_shared_gpu_is_free_while_a_default_share_fits(shares: list[str],
                                                           expected: tuple[int, ...]) -> None:
