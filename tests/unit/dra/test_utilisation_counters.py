@@ -12,7 +12,7 @@ import pytest
 
 from kdra.cli.core.describe import describe
 from kdra.dra.usage.claims import claims_of
-from kdra.dra.usage.utilisation import utilisation
+from kdra.dra.usage.utilisation import STATES, utilisation
 from tests.unit.cli.test_describe_gpus import GPU, claim, slices
 from tests.unit.dra.test_utilisation import GPU_CLASS, device_class, snapshot
 
@@ -100,3 +100,47 @@ def test_a_partitioned_gpu_in_the_json_and_table_of_free() -> None:
     assert found[0].to_json() == {"class": GPU, "node": "n1", "driver": GPU, "pool": "n1",
                                   "total": 30, "allocated": 1, "free": 15, "blocked": 14,
                                   "unhealthy": 0}
+
+
+
+def counted_pool() -> list[dict[str, Any]]:
+    """One pool in two slices: a counter set ``board`` (8 ``mem``), a shared device ``s``
+    (40Gi, default share 1Gi) and partitions ``p4`` / ``p8`` drawing 4 and 8 of it."""
+    def consumer(name: str, mem: str, **more: Any) -> dict[str, Any]:
+        return {"name": name, "attributes": {"id": {"string": name}}, **more,
+                "consumesCounters": [{"counterSet": "board", "counters": {"mem": {"value": mem}}}]}
+    pool = {"name": "n1", "generation": 1, "resourceSliceCount": 2}
+    shared = consumer("s", "4", allowMultipleAllocations=True, capacity={"memory": {
+        "value": "40Gi", "requestPolicy": {"default": "1Gi"}}})
+    return [{"metadata": {"name": "n1-counters"}, "spec": {
+                "driver": GPU, "nodeName": "n1", "pool": pool,
+                "sharedCounters": [{"name": "board", "counters": {"mem": {"value": "8"}}}]}},
+            {"metadata": {"name": "n1-devices"}, "spec": {
+                "driver": GPU, "nodeName": "n1", "pool": pool,
+                "devices": [shared, consumer("p4", "4"), consumer("p8", "8")]}}]
+
+
+@pytest.mark.parametrize(("results", "expected"), [
+    pytest.param([], {"s": "free", "p4": "free", "p8": "free"}, id="nothing held"),
+    pytest.param([{"device": "s", "shareID": "a", "consumedCapacity": {"memory": "1Gi"}}],
+                 {"s": "free", "p4": "free", "p8": "blocked"},
+                 id="a share takes the shared device's counters"),
+    pytest.param([{"device": "s", "shareID": "a", "consumedCapacity": {"memory": "1Gi"}},
+                  {"device": "s", "shareID": "b", "consumedCapacity": {"memory": "1Gi"}},
+                  {"device": "p4"}],
+                 {"s": "free", "p4": "allocated", "p8": "blocked"},
+                 id="more shares take the counters once: p4 still fitted beside them"),
+    pytest.param([{"device": "p8"}], {"s": "blocked", "p4": "blocked", "p8": "allocated"},
+                 id="a partition blocks a shared device that has no share yet"),
+    pytest.param([{"device": "s", "shareID": "a", "consumedCapacity": {"memory": "40Gi"}}],
+                 {"s": "allocated", "p4": "free", "p8": "blocked"},
+                 id="a shared device with no capacity left is allocated"),
+])
+def test_shared_devices_and_counters(results: list[dict[str, Any]],
+                                     expected: dict[str, str]) -> None:
+    classes = [device_class(name, f'device.attributes["{GPU}"].id == "{name}"')
+               for name in expected]
+    rows = claims_of([claim(f"c{i}", result) for i, result in enumerate(results)])
+    found = {u.device_class: next(state for state in STATES if u.count(state))
+             for u in utilisation(snapshot(counted_pool(), classes), rows)}
+    assert found == expected
