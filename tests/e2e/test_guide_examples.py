@@ -18,11 +18,13 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from kdra.kube.core.podclaims import CLAIM_STATUSES_ANNOTATION
 from kdra_devenv import demo as demo_module
@@ -248,10 +250,31 @@ def test_every_example_in_the_guide_runs_on_the_demo_as_written(demo: Demo) -> N
     print(free)
     pool = f"{GPU}/{demo_module.SHARED_NODE}"
     free_rows = [line.split() for line in free.splitlines()]
-    assert ["mig.gpu.kdra.dev", demo_module.SHARED_NODE, pool, "14", "2"] in [
-        r[:5] for r in free_rows], free  # two 3g.40gb partitions of 14
-    assert ["shared-gpu.kdra.dev", demo_module.SHARED_NODE, pool, "1", "1"] in [
-        r[:5] for r in free_rows], free  # the shared GPU, held (twice)
+    assert free_rows[0] == ["CLASS", "NODE", "POOL", "TOTAL", "ALLOCATED", "FREE", "BLOCKED",
+                            "UNHEALTHY"], free
+    # Two 3g.40gb partitions of 14 hold all 8 of gpu-0's memory slices: every other partition
+    # and the whole gpu-0 are blocked, none free (the allocator would give none of them).
+    assert ["mig.gpu.kdra.dev", demo_module.SHARED_NODE, pool, "14", "2", "0", "12",
+            "0"] in free_rows, free
+    for whole in (GPU, "whole-gpu.kdra.dev"):
+        assert [whole, demo_module.SHARED_NODE, pool, "1", "0", "0", "1", "0"] in free_rows, free
+    # The shared GPU: two shares hold 60Gi of its 80Gi, a share of the default size still
+    # fits, so it is free (describe shows the shares).
+    assert ["shared-gpu.kdra.dev", demo_module.SHARED_NODE, pool, "1", "0", "1", "0",
+            "0"] in free_rows, free
+    as_json = demo.kubectl("kdra", "free", "--node", demo_module.SHARED_NODE, "-o", "json")
+    (mig,) = [r for r in json.loads(as_json.stdout)["pools"]
+              if r["class"] == "mig.gpu.kdra.dev"]
+    assert (mig["free"], mig["blocked"]) == (0, 12), mig
+    # The operator's gauges count the same way.
+    with urllib.request.urlopen(demo.operator_metrics, timeout=10) as response:
+        scraped = response.read().decode()
+    gauges = {sample.labels["state"]: sample.value
+              for family in text_string_to_metric_families(scraped)
+              if family.name == "kdra_devices" for sample in family.samples
+              if sample.labels["class"] == "mig.gpu.kdra.dev"
+              and sample.labels["node"] == demo_module.SHARED_NODE}
+    assert gauges == {"free": 0, "allocated": 2, "blocked": 12, "unhealthy": 0}, gauges
     top = demo.kubectl("kdra", "top").stdout
     print(top)
     assert re.search(r"^gpu-part1\s+3\s+3\s+0\s+mig\.gpu\.kdra\.dev=2, whole-gpu\.kdra\.dev=1$",

@@ -182,7 +182,8 @@ def test_kubectl_kdra_free(loaded: Demo) -> None:
     print(result.stdout)
     assert result.stderr == ""
     table = rows(result.stdout)
-    assert table[0] == ["CLASS", "NODE", "POOL", "TOTAL", "ALLOCATED", "FREE", "UNHEALTHY"]
+    assert table[0] == ["CLASS", "NODE", "POOL", "TOTAL", "ALLOCATED", "FREE", "BLOCKED",
+                        "UNHEALTHY"]
     gpu_rows = [r for r in table if r[0] == GPU and r[1] in {f"gpu-node-{i}" for i in range(3)}]
     # Each node: 8 H100 + 4 A100, the fourth A100 unhealthy — published with the agent's
     # health taint since issue 25 (it used to be left out of the slice: 11 per node).
@@ -190,17 +191,17 @@ def test_kubectl_kdra_free(loaded: Demo) -> None:
         (f"gpu-node-{i}", f"{GPU}/gpu-node-{i}", "12") for i in range(3)]
     # train-0..2, pair-0 (2) and fill-1/fill-2 (8 each): 21 of the 33 healthy ones.
     assert sum(int(r[4]) for r in gpu_rows) == 21
-    assert all(int(r[4]) + int(r[5]) == 11 and r[6] == "1" for r in gpu_rows)
+    assert all(int(r[4]) + int(r[5]) == 11 and r[6:] == ["0", "1"] for r in gpu_rows)
     assert ["resource.example.com", "worker-1", "resource-driver.example.com/worker-1", "6",
-            "2", "4", "0"] in table
+            "2", "4", "0", "0"] in table
     # gpu-node-3: of its partitioned H100 only the whole GPU is of the class (whole GPUs one
     # claim holds); its 14 partitions and the shared H100 are of no class the demo defines.
-    assert [GPU, "gpu-node-3", f"{GPU}/gpu-node-3", "1", "0", "1", "0"] in table
-    assert ["-", "gpu-node-3", f"{GPU}/gpu-node-3", "15", "0", "15", "0"] in table
-    assert [GPU, "37", "21", "13", "3"] in table  # totals per class
+    assert [GPU, "gpu-node-3", f"{GPU}/gpu-node-3", "1", "0", "1", "0", "0"] in table
+    assert ["-", "gpu-node-3", f"{GPU}/gpu-node-3", "15", "0", "15", "0", "0"] in table
+    assert [GPU, "37", "21", "13", "0", "3"] in table  # totals per class
     data = json.loads(loaded.kubectl("kdra", "free", "-o", "json").stdout)
-    assert {"class": GPU, "total": 37, "allocated": 21, "free": 13, "unhealthy": 3} in \
-        data["classes"]
+    assert {"class": GPU, "total": 37, "allocated": 21, "free": 13, "blocked": 0,
+            "unhealthy": 3} in data["classes"]
     assert data["notes"] == []
 
 
@@ -293,7 +294,7 @@ def test_a_user_with_little_rbac_is_told_what_could_not_be_read(loaded: Demo) ->
     free = loaded.kubectl("kdra", "free", "--as", "alice")
     assert "could not read ResourceClaims in all namespaces: 403 Forbidden" in free.stderr
     assert "only namespace default's claims are counted" in free.stderr
-    assert [GPU, "37", "21", "13", "3"] in rows(free.stdout)  # every claim is in default
+    assert [GPU, "37", "21", "13", "0", "3"] in rows(free.stdout)  # every claim is in default
 
     why = loaded.kubectl("kdra", "why", "big", "--as", "alice")
     assert "could not read nodes (cluster-wide): 403 Forbidden" in why.stderr, why.stderr
@@ -315,7 +316,7 @@ def test_flags_anywhere_pod_slash_name_and_clear_errors(loaded: Demo) -> None:
     why = loaded.kubectl("kdra", "-n", "default", "why", "pod/big")
     assert "Pod default/big: 0/5 nodes are available" in why.stdout, why.stdout + why.stderr
     free = loaded.kubectl("kdra", "-n", "default", "free")
-    assert [GPU, "37", "21", "13", "3"] in rows(free.stdout)
+    assert [GPU, "37", "21", "13", "0", "3"] in rows(free.stdout)
     assert free.stdout == loaded.kubectl("kdra", "free", "-n", "default").stdout
 
     nosuch = loaded.kubectl("kdra", "free", "--class", "nosuch", check=False)

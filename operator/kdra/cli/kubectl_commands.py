@@ -181,25 +181,28 @@ def cmd_free(session: Session, args: argparse.Namespace) -> int:
             and (args.node is None or row.node == args.node)]
     totals: dict[str, list[int]] = {}
     for row in rows:
-        total = totals.setdefault(row.device_class, [0, 0, 0, 0])
-        for i, value in enumerate((row.total, row.allocated, row.free, row.unhealthy)):
+        total = totals.setdefault(row.device_class, [0, 0, 0, 0, 0])
+        for i, value in enumerate((row.total, row.allocated, row.free, row.blocked,
+                                   row.unhealthy)):
             total[i] += value
 
     def text(paint: Painter | None) -> str:
         if not rows:
             return "No devices: no node agent publishes any (yet).\n"
-        pools = table(("CLASS", "NODE", "POOL", "TOTAL", "ALLOCATED", "FREE", "UNHEALTHY"),
+        pools = table(("CLASS", "NODE", "POOL", "TOTAL", "ALLOCATED", "FREE", "BLOCKED",
+                       "UNHEALTHY"),
                       [(r.device_class or "-", r.node or "-", f"{r.driver}/{r.pool}",
-                        str(r.total), str(r.allocated), str(r.free), str(r.unhealthy))
+                        str(r.total), str(r.allocated), str(r.free), str(r.blocked),
+                        str(r.unhealthy))
                        for r in rows], paint)
-        summary = table(("CLASS", "TOTAL", "ALLOCATED", "FREE", "UNHEALTHY"),
+        summary = table(("CLASS", "TOTAL", "ALLOCATED", "FREE", "BLOCKED", "UNHEALTHY"),
                         [(name or "-", *map(str, values)) for name, values in totals.items()],
                         paint)
         return pools + "\n\n" + summary + "\n"
 
     data = {"pools": [row.to_json() for row in rows],
             "classes": [{"class": name, "total": v[0], "allocated": v[1], "free": v[2],
-                         "unhealthy": v[3]} for name, v in totals.items()]}
+                         "blocked": v[3], "unhealthy": v[4]} for name, v in totals.items()]}
     emit(args, data, text, session.notes)
     return 0
 

@@ -327,7 +327,10 @@ def parse_quantity(text: str) -> Quantity:
         raise InvalidQuantity("empty quantity")
     negative, integer, fraction, suffix = _split_number(text)
     base, exponent, fmt = _interpret_suffix(suffix, text)
-    coefficient = int((integer + fraction) or "0")
+    try:
+        coefficient = int((integer + fraction) or "0")
+    except ValueError as exc:  # beyond Python's digit limit for int(str): hostile input
+        raise InvalidQuantity(f"{text[:40]!r}...: too many digits") from exc
     scale = -len(fraction)
     if base == 10:
         scale += exponent

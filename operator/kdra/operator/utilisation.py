@@ -56,7 +56,8 @@ def figures(snapshot: Snapshot, claims: Iterable[JSON],
     """The utilisation of the cluster the caches describe (``rows``: a cache kept between
     calls)."""
     found = (rows or ClaimRows())(claims)
-    devices = {(u.device_class, u.node, u.driver, u.pool): (u.free, u.allocated, u.unhealthy)
+    devices = {(u.device_class, u.node, u.driver, u.pool):
+               (u.free, u.allocated, u.blocked, u.unhealthy)
                for u in utilisation(snapshot, found, sort=False)}
     return metrics.Utilisation(devices=devices, pools=pool_totals(snapshot),
                                namespaces=dict(namespace_usage(found)))

@@ -94,6 +94,8 @@ def test_parse_and_canonical_form(text: str, value: str, canonical: str, fmt: Fo
         "10Mm",
         "1e4294967297",  # exponent beyond int32
         "1,5G",
+        "9" * 100_000,  # beyond int()'s digit limit: InvalidQuantity, not ValueError
+        "0." + "0" * 5000 + "1Gi",
     ],
 )
 def test_rejects_invalid_text(text: str) -> None:

@@ -15,8 +15,9 @@ from tests.unit.cli.test_describe import GPU, gpus, raw_claim, raw_slice
 from tests.unit.dra.test_utilisation import GPU_CLASS, with_class
 
 FOUND = metrics.Utilisation(
-    devices={(GPU, "node-a", GPU, "node-a"): (3, 1, 0), (GPU, "node-b", GPU, "node-b"): (2, 0, 0),
-             ("", "node-c", "cats.dev", "node-c"): (1, 0, 0)},
+    devices={(GPU, "node-a", GPU, "node-a"): (3, 1, 2, 0),
+             (GPU, "node-b", GPU, "node-b"): (2, 0, 1, 0),
+             ("", "node-c", "cats.dev", "node-c"): (1, 0, 0, 0)},
     pools={("node-a", GPU, "node-a"): 4, ("node-b", GPU, "node-b"): 2,
            ("node-c", "cats.dev", "node-c"): 1},
     namespaces={("team-a", GPU): 1, ("team-b", GPU): 3, ("team-c", ""): 2})
@@ -30,7 +31,7 @@ def scrape(found: metrics.Utilisation | None, limits: metrics.Limits) -> str:
 
 def test_every_state_of_every_class_node_and_pool_is_a_series() -> None:
     text = scrape(FOUND, metrics.Limits())
-    for state, value in (("free", 3), ("allocated", 1), ("unhealthy", 0)):
+    for state, value in (("free", 3), ("allocated", 1), ("blocked", 2), ("unhealthy", 0)):
         assert (f'kdra_devices{{class="{GPU}",driver="{GPU}",node="node-a",pool="node-a",'
                 f'state="{state}"}} {value}.0') in text
     assert 'kdra_devices{class="<none>",driver="cats.dev",node="node-c"' in text
@@ -42,6 +43,8 @@ def test_above_the_limits_nodes_and_namespaces_are_summed() -> None:
     text = scrape(FOUND, metrics.Limits(max_nodes=2, max_namespaces=1))
     assert (f'kdra_devices{{class="{GPU}",driver="{GPU}",node="<all>",pool="<all>",'
             'state="free"} 5.0') in text
+    assert (f'kdra_devices{{class="{GPU}",driver="{GPU}",node="<all>",pool="<all>",'
+            'state="blocked"} 3.0') in text
     assert 'node="node-a"' not in text
     assert f'kdra_pool_devices{{driver="{GPU}",node="<all>",pool="<all>"}} 6.0' in text
     assert f'kdra_namespace_devices_allocated{{class="{GPU}",namespace="team-b"}} 3.0' in text
@@ -76,7 +79,7 @@ def test_figures_from_the_caches_run_on_the_event_loop() -> None:
         thread.join(5)
         loop.close()
     assert found is not None
-    assert found.devices == {(GPU, "node-a", GPU, "node-a"): (1, 1, 0)}
+    assert found.devices == {(GPU, "node-a", GPU, "node-a"): (1, 1, 0, 0)}
     assert found.pools == {("node-a", GPU, "node-a"): 2}
     assert found.namespaces == {("team-a", GPU): 1}
     assert source() is None  # a closed loop: nothing to report

@@ -154,8 +154,11 @@ def _by_set(entries: tuple[DeviceEntry, ...]) -> dict[str, tuple[DeviceEntry, ..
 
 def cluster_pools(slices: Iterable[SliceEntry]) -> tuple[Pool, ...]:
     """Every pool of ``slices`` as the whole cluster sees it (for counting devices, not for
-    allocating): its newest generation's slices and all their devices, by (driver, name);
-    no completeness or validity checks."""
+    allocating): its newest generation's slices and all their devices, by (driver, name),
+    with its counter sets and the devices that consume them (for a cluster-wide
+    :class:`~.counters.CounterLedger`); no completeness or validity checks (the counter sets
+    of an invalid pool are read up to the first fault: a device consuming a set or counter
+    not read never fits the ledger)."""
     newest: dict[PoolKey, list[SliceEntry]] = {}
     for entry in slices:
         spec = entry.slice.spec
@@ -168,6 +171,9 @@ def cluster_pools(slices: Iterable[SliceEntry]) -> tuple[Pool, ...]:
     pools = []
     for (driver, name), members in sorted(newest.items()):
         members.sort(key=lambda e: e.name)
+        entries = tuple(e for m in members for e in m.entries)
+        counter_sets, _ = _counter_sets([m for m in members if m.counters_only])
         pools.append(Pool(driver, name, members[0].slice.spec.pool.generation, tuple(members),
-                          tuple(e for m in members for e in m.entries)))
+                          entries, counter_sets=counter_sets,
+                          counted=tuple(e for e in entries if e.consumes)))
     return tuple(pools)

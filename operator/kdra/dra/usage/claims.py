@@ -46,6 +46,11 @@ class ClaimDevice:
     admin_access: bool = False
     """Allocated for an admin-access request: the claim sees the device, it does not hold it
     (upstream: such results never make a device busy)."""
+    share_id: str = ""
+    """The result's ``shareID``: a share of a device that allows multiple allocations
+    (empty: the claim holds the device alone)."""
+    consumed: tuple[tuple[str, str], ...] = ()
+    """A share's ``consumedCapacity``: (capacity, quantity as written), unparsed."""
 
     def __str__(self) -> str:
         return f"{self.driver}/{self.pool}/{self.device}"
@@ -122,7 +127,10 @@ def _claim_row(claim: JSON) -> ClaimRow:
                                    device_class=classes.get(request, ""),
                                    unhealthy=key in unhealthy,
                                    admin_access=result.get("adminAccess") is True
-                                   or request.split("/", 1)[0] in admin))
+                                   or request.split("/", 1)[0] in admin,
+                                   share_id=str(result.get("shareID") or ""),
+                                   consumed=tuple((str(k), str(v)) for k, v in _map(
+                                       result.get("consumedCapacity")).items())))
     if meta.get("deletionTimestamp"):
         state = "deleting"
     elif not allocation:

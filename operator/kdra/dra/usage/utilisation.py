@@ -5,8 +5,8 @@ The views behind ``kubectl kdra free`` / ``top`` and the operator's utilisation 
 (``kdra_devices``, ``kdra_pool_devices``, ``kdra_namespace_devices_allocated``), so
 the command line and the dashboards count the same way:
 
-- :func:`utilisation` — per (class, node, driver, pool): devices ``free``, ``allocated`` and
-  ``unhealthy``; and per pool its total regardless of class.
+- :func:`utilisation` — per (class, node, driver, pool): devices ``free``, ``allocated``,
+  ``blocked`` and ``unhealthy``; and per pool its total regardless of class.
 - :func:`namespace_usage` — devices allocated per (namespace, class).
 - :func:`top` — per namespace and per pod: devices held, claims.
 
@@ -24,8 +24,19 @@ Rules (also in ``docs/user-guide.md``):
   taint (``gpu.kdra.dev/unhealthy``, NoSchedule or NoExecute: issue 25), or a claim holds
   it and either no current slice publishes it any more or the agent reported it
   ``Ready=False`` with reason ``DeviceUnhealthy`` or ``Healthy=False``; ``allocated`` when
-  a claim's allocation names it; ``free`` otherwise. Unpublished devices are counted under
-  their claim's request class, on the claim's node.
+  a claim holds it alone; else ``free`` when it could be allocated now, ``blocked`` when
+  not (below). Unpublished devices are counted under their claim's request class, on the
+  claim's node.
+- *Could be allocated now* is the allocator's own test (:meth:`~kdra.dra.allocator.ledger.
+  Ledger.can_take` with no capacity request), on one ledger for the whole cluster seeded with
+  every held device: every counter the device consumes (``consumesCounters`` against its
+  pool's ``sharedCounters``) has room after what the held devices of the pool consume — a
+  partition whose memory slices another partition holds, or a whole GPU with a partition in
+  use, is ``blocked``. A device that allows multiple allocations (a *shared* device) is
+  ``free`` while a share of its default size still fits (its capacity, after what its
+  shares consume; its counters are taken once, by its first share), ``allocated`` once its
+  capacity is used up; its shares are held by their claims all the same (``top``, the
+  namespace gauges).
 - A selector that fails on a device (CEL runtime error) or does not compile counts as "does
   not match": the view never fails on bad input.
 
@@ -41,15 +52,20 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
+from kdra.dra.allocator.capacity import EXACT, amount
 from kdra.dra.allocator.gather import cluster_pools
-from kdra.dra.allocator.pools import DeviceId, Selector
+from kdra.dra.allocator.ledger import Ledger, SharedUse
+from kdra.dra.allocator.nodeselector import NodeInfo
+from kdra.dra.allocator.pools import DeviceEntry, DeviceId, NodePools, Selector
 from kdra.dra.allocator.snapshot import Snapshot
 from kdra.dra.allocator.stats import Stats
 from kdra.dra.cel import compile_selector
 from kdra.dra.errors import CelCompileError, CelRuntimeError, InvalidObject
 from kdra.dra.models import DeviceClass, ResourceSlice
+from kdra.dra.quantity import InvalidQuantity
 from kdra.dra.taints import UNHEALTHY_KEY, acts
 from kdra.dra.usage.claims import ClaimRow, natural
 
@@ -64,7 +80,7 @@ __all__ = [
     "utilisation",
 ]
 
-STATES = ("free", "allocated", "unhealthy")
+STATES = ("free", "allocated", "blocked", "unhealthy")
 NO_CLASS = ""
 
 
@@ -82,10 +98,12 @@ class Usage:
     free: int = 0
     allocated: int = 0
     unhealthy: int = 0
+    blocked: int = 0
+    """Nobody holds it, but it cannot be allocated now: a counter it consumes has no room."""
 
     @property
     def total(self) -> int:
-        return self.free + self.allocated + self.unhealthy
+        return self.free + self.allocated + self.blocked + self.unhealthy
 
     def count(self, state: str) -> int:
         return int(getattr(self, state))
@@ -93,7 +111,7 @@ class Usage:
     def to_json(self) -> dict[str, Any]:
         return {"class": self.device_class, "node": self.node, "driver": self.driver,
                 "pool": self.pool, "total": self.total, "allocated": self.allocated,
-                "free": self.free, "unhealthy": self.unhealthy}
+                "free": self.free, "blocked": self.blocked, "unhealthy": self.unhealthy}
 
 
 @dataclass
@@ -101,6 +119,7 @@ class _Count:
     free: int = 0
     allocated: int = 0
     unhealthy: int = 0
+    blocked: int = 0
 
 
 def _node_of(slice_: ResourceSlice) -> str:
@@ -128,7 +147,8 @@ def _class_selectors(classes: Iterable[DeviceClass]) -> list[tuple[str, tuple[Se
 
 def utilisation(snapshot: Snapshot, claims: Sequence[ClaimRow],
                 stats: Stats | None = None, *, sort: bool = True) -> list[Usage]:
-    """Per (class, node, driver, pool): free, allocated and unhealthy devices (module doc).
+    """Per (class, node, driver, pool): free, allocated, blocked and unhealthy devices (module
+    doc).
 
     ``snapshot`` supplies the slices and classes (its claims are not used: ``claims`` say who
     holds what, with the agents' readiness); ``stats`` counts the CEL work (a private one by
@@ -136,6 +156,7 @@ def utilisation(snapshot: Snapshot, claims: Sequence[ClaimRow],
     in no particular order (the metrics need none)."""
     stats = stats if stats is not None else Stats()
     held: dict[DeviceId, tuple[bool, str, str]] = {}  # device → (unhealthy, class, node)
+    shares: dict[DeviceId, SharedUse] = {}
     for claim in claims:
         for device in claim.held:
             key = DeviceId(device.driver, device.pool, device.device)
@@ -143,39 +164,62 @@ def utilisation(snapshot: Snapshot, claims: Sequence[ClaimRow],
             unhealthy = device.unhealthy or (was is not None and was[0])
             held[key] = (unhealthy, device.device_class or (was[1] if was else NO_CLASS),
                          claim.node or (was[2] if was else ""))
+            if device.share_id:
+                shares.setdefault(key, SharedUse()).add(1, _amounts(device.consumed))
     classes = _class_selectors(snapshot.classes())
     counts: dict[tuple[str, str, str, str], _Count] = defaultdict(_Count)
     published: set[DeviceId] = set()
-    for pool in cluster_pools(snapshot.slice_entries()):
+    pools = cluster_pools(snapshot.slice_entries())
+    ledger = Ledger(NodePools(NodeInfo(""), pools), held, shares)
+    for pool in pools:
         seen: set[str] = set()
         for entry in pool.entries:
             if entry.id.device in seen:
                 continue
             seen.add(entry.id.device)
             published.add(entry.id)
-            holder = held.get(entry.id)
-            state = "free" if holder is None else ("unhealthy" if holder[0] else "allocated")
-            if any(t.key == UNHEALTHY_KEY and acts(t) for t in entry.taints):
-                state = "unhealthy"
+            state = _state(entry, held.get(entry.id), ledger)
             node = _node_of(entry.slice)
             matched = [name for name, selectors in classes
                        if _matches(entry, selectors, stats)] or [NO_CLASS]
             for name in matched:
                 count = counts[(name, node, pool.driver, pool.name)]
-                if state == "free":
-                    count.free += 1
-                elif state == "allocated":
-                    count.allocated += 1
-                else:
-                    count.unhealthy += 1
+                setattr(count, state, getattr(count, state) + 1)
     for device_id, (_, device_class, node) in held.items():
         if device_id not in published:
             counts[(device_class, node, device_id.driver, device_id.pool)].unhealthy += 1
     items = list(counts.items())
     if sort:
         items.sort(key=lambda kv: (kv[0][0], natural(kv[0][1]), kv[0][2], natural(kv[0][3])))
-    return [Usage(name, node, driver, pool, count.free, count.allocated, count.unhealthy)
+    return [Usage(name, node, driver, pool, count.free, count.allocated, count.unhealthy,
+                  count.blocked)
             for (name, node, driver, pool), count in items]
+
+
+def _state(entry: DeviceEntry, holder: tuple[bool, str, str] | None, ledger: Ledger) -> str:
+    """One device's state (module doc): ``holder`` is (unhealthy, class, node) of a device
+    some claim holds (alone or a share of it)."""
+    if any(t.key == UNHEALTHY_KEY and acts(t) for t in entry.taints) or (
+            holder is not None and holder[0]):
+        return "unhealthy"
+    if holder is not None and not entry.shared:
+        return "allocated"
+    if ledger.can_take(entry, ()):
+        return "free"
+    return "allocated" if holder is not None else "blocked"
+
+
+def _amounts(written: Iterable[tuple[str, str]]) -> dict[str, Decimal]:
+    """A share's consumedCapacity as the allocator reads it (:func:`~kdra.dra.allocator.
+    snapshot.shares_in_use`): what is not a quantity, or is negative, counts as zero."""
+    amounts: dict[str, Decimal] = {}
+    for name, text in written:
+        try:
+            value = max(amount(text), Decimal(0))
+        except InvalidQuantity:
+            continue
+        amounts[name] = EXACT.add(amounts.get(name, Decimal(0)), value)
+    return amounts
 
 
 def pool_totals(snapshot: Snapshot) -> dict[tuple[str, str, str], int]:

@@ -10,7 +10,7 @@ Invariants:
   (kdra.operator.utilisation).
 - ``class``/``node``/``pool``/``namespace`` name cluster objects and are bounded by
   :class:`Limits`; ``state`` is one of :data:`DEVICE_STATES`.
-- The gauges exist once there are devices: every (class, node, pool) then has all three
+- The gauges exist once there are devices: every (class, node, pool) then has all four
   states. A failing source leaves the gauges out; the scrape of the other metrics works.
 - One collector a process (:func:`register_utilisation`).
 """
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-DEVICE_STATES = ("free", "allocated", "unhealthy")
+DEVICE_STATES = ("free", "allocated", "blocked", "unhealthy")
 NO_CLASS = "<none>"
 """``class`` of devices no DeviceClass selects (not a valid class name, so never a clash)."""
 ALL = "<all>"
@@ -37,11 +37,11 @@ log = logging.getLogger(__name__)
 class Utilisation:
     """What the collector exports, as the operator computed it (see kdra.dra.usage.utilisation).
 
-    ``devices``: (class, node, driver, pool) → (free, allocated, unhealthy);
+    ``devices``: (class, node, driver, pool) → (free, allocated, blocked, unhealthy);
     ``pools``: (node, driver, pool) → devices published; ``namespaces``: (namespace, class)
     → devices allocated."""
 
-    devices: dict[tuple[str, str, str, str], tuple[int, int, int]]
+    devices: dict[tuple[str, str, str, str], tuple[int, int, int, int]]
     pools: dict[tuple[str, str, str], int]
     namespaces: dict[tuple[str, str], int]
 
@@ -98,7 +98,9 @@ class UtilisationCollector:
 
 _FAMILIES = (
     ("kdra_devices",
-     "Devices by DeviceClass, node, driver, pool and state (free, allocated, unhealthy: held "
+     "Devices by DeviceClass, node, driver, pool and state (free: could be allocated now; "
+     "allocated; blocked: held by nobody, but a shared counter it consumes has no room left, "
+     "e.g. a GPU partition whose memory another partition holds; unhealthy: held "
      "by a claim but no longer published, or reported unhealthy by the node agent). A device "
      "counts for every class it matches; class <none>: no class selects it. node and pool are "
      "<all> above metrics_max_nodes nodes.",
@@ -114,7 +116,7 @@ _FAMILIES = (
 
 
 def bounded(found: Utilisation, limits: Limits) -> tuple[
-        dict[tuple[str, str, str, str], tuple[int, int, int]],
+        dict[tuple[str, str, str, str], tuple[int, int, int, int]],
         dict[tuple[str, str, str], int], dict[tuple[str, str], int]]:
     """``found`` with the label limits applied (see :class:`Limits`)."""
     nodes = {node for (node, _, _) in found.pools if not node.startswith("<")}
@@ -122,11 +124,12 @@ def bounded(found: Utilisation, limits: Limits) -> tuple[
     devices = dict(found.devices)
     pools = dict(found.pools)
     if len(nodes) > limits.max_nodes:
-        folded: dict[tuple[str, str, str, str], tuple[int, int, int]] = {}
+        folded: dict[tuple[str, str, str, str], tuple[int, int, int, int]] = {}
         for (device_class, _, driver, _), counts in devices.items():
             into = (device_class, ALL, driver, ALL)
-            have = folded.get(into, (0, 0, 0))
-            folded[into] = (have[0] + counts[0], have[1] + counts[1], have[2] + counts[2])
+            have = folded.get(into, (0, 0, 0, 0))
+            folded[into] = (have[0] + counts[0], have[1] + counts[1], have[2] + counts[2],
+                            have[3] + counts[3])
         devices = folded
         per_driver: dict[tuple[str, str, str], int] = {}
         for (_, driver, _), total in pools.items():
