@@ -1,0 +1,274 @@
+"""Gangs in the binder: a group of pods gets all its devices at once, or none.
+
+The binder hands a pod labelled ``scheduling.x-k8s.io/pod-group`` (kdra.operator.core.gangs)
+to :meth:`Gangs.schedule` instead of placing it alone. Once ``minMember`` pods of the gang are
+pending, it resolves every member's claims and candidate nodes as for a single pod
+(``Binder._context``), then searches a placement for all of them together
+(:class:`kdra.dra.allocator.gang.GangSearch`: backtracking across the pods, one
+:class:`~kdra.dra.allocator.Placing` per pod over the devices the earlier pods left, within
+the scope of the gang's ``matchAttribute`` / ``topologyKey`` / spread). Only when every member
+has a placement is anything assumed; then :mod:`.gang_writes` writes every claim, waits for
+every prepare and binds every pod.
+
+Invariants:
+- Nothing of a gang is assumed, written or bound unless the whole gang has a placement;
+  a gang that does not fit holds no device (every member is reported, parked until the
+  cluster changes).
+- The gang's search budget is its members' (steps: the pod budget times the members;
+  time: the pod deadline times the members, at most ``GANG_DEADLINE_CAP``), spent in
+  slices with a yield to the event loop between them.
+- A placement found during a search that yielded is taken only if every member's placement
+  still fits the snapshot as it is then (``Placing.still_fits``).
+- DeviceQuotas are checked for the gang as a whole: each member is admitted with the
+  members before it assumed; one denial and nothing of the gang is kept.
+- A gang whose last attempt failed is not searched again until the snapshot, the nodes or
+  its members changed (its other members, popped meanwhile, are parked at once).
+- Pods without the label never reach this module (one label lookup in the loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from dataclasses import dataclass
+
+from kdra.dra.allocator import ClusterOutcome, DeviceId, Placement, Placing, Snapshot
+from kdra.dra.allocator.gang import Choice, GangOutcome, GangSearch, Scope, scopes
+from kdra.dra.errors import InvalidObject
+from kdra.kube.store import JSON, Key
+from kdra.operator import metrics
+from kdra.operator.core.gangs import GangSpec, agreed, gang_of, gang_spec
+from kdra.operator.scheduler.cluster import ClusterView
+from kdra.operator.scheduler.gang_writes import GangMember, GangWrites
+from kdra.operator.scheduler.pending import Attempt, Context, PendingPods
+from kdra.operator.scheduler.quota import QUOTA_REASON
+from kdra.operator.scheduler.reporting import Reporter
+from kdra.operator.scheduler.settings import BinderSettings
+
+log = logging.getLogger(__name__)
+
+GANG_DEADLINE_CAP = 60.0
+"""The most seconds one gang's search may take, however many members it has."""
+
+ContextOf = Callable[[Key, JSON], Awaitable[Context | str]]
+Reserved = Callable[[Key, JSON], frozenset[DeviceId]]
+
+
+@dataclass
+class _Pick:
+    placement: Placement
+    placing: Placing | None
+
+
+class Gangs:
+    """The binder's gang placement (see the module doc)."""
+
+    def __init__(self, *, cluster: ClusterView, pods: PendingPods, reporter: Reporter,
+                 writes: GangWrites, settings: BinderSettings, context: ContextOf,
+                 reserved: Reserved) -> None:
+        self.cluster = cluster
+        self.snapshot: Snapshot = cluster.snapshot
+        self.pods = pods
+        self.reporter = reporter
+        self.writes = writes
+        self.settings = settings
+        self.context = context
+        self.reserved = reserved
+        self.failed: dict[Key, tuple[int, int, frozenset[Key]]] = {}
+        """Gang → the state its last failed attempt saw (snapshot version, node list,
+        members)."""
+        self.first_seen: dict[Key, float] = {}  # gang → when a member was first tried
+
+    def members(self, namespace: str, name: str) -> list[Key]:
+        """The gang's pending pods, oldest first (their keys)."""
+        found = [(pod["metadata"].get("creationTimestamp") or "", key)
+                 for key, pod in self.pods.pending.items()
+                 if key[0] == namespace and gang_of(pod) == name]
+        return [key for _, key in sorted(found)]
+
+    async def schedule(self, key: Key, pod: JSON) -> str:
+        """Try the gang of pod ``key``; the attempt's result (``metrics`` schedule result)."""
+        name = gang_of(pod)
+        assert name is not None
+        gang = (key[0], name)
+        members = self.members(*gang)
+        if any(m in self.pods.binding for m in members):
+            return "waiting"  # the gang is being written: its members wait for it
+        try:
+            spec = agreed(s for m in members if (s := gang_spec(self.pods.pending[m])))
+        except InvalidObject as exc:
+            for member in members:
+                await self.reporter.unschedulable(self.pods.pending[member], str(exc),
+                                                  reason="InvalidPod")
+            return "invalid"
+        self.first_seen.setdefault(gang, time.monotonic())
+        if len(members) < spec.min_member:
+            await self.reporter.unschedulable(
+                pod, f"gang {name!r} waits for its pods: {len(members)} of "
+                f"{spec.min_member} (minMember) pending; nothing is allocated until all are")
+            metrics.record_gang_attempt("waiting")
+            return "waiting"
+        state = (self.snapshot.version, id(self.cluster.node_views()), frozenset(members))
+        if self.failed.get(gang) == state:
+            self.pods.parked.add(key)  # reported with the gang's last attempt
+            return "unschedulable"
+        contexts: list[Context] = []
+        for member in members:
+            context = await self.context(member, self.pods.pending[member])
+            if isinstance(context, str):  # reported for that member; it is retried alone
+                self.pods.parked.add(key)
+                return "waiting"
+            contexts.append(context)
+        claims = [c.key for context in contexts for c in context.unallocated]
+        if len(set(claims)) != len(claims):
+            message = (f"gang {name!r}: two of its pods share a claim that is not allocated "
+                       "yet; give each pod its own claims (a template) or allocate the shared "
+                       "claim first")
+            for member in members:
+                await self.reporter.unschedulable(self.pods.pending[member], message)
+            return "unschedulable"
+        outcome = await self._search(members, contexts, spec)
+        return await self._decide(gang, members, contexts, spec, outcome, state)
+
+    # ------------------------------------------------------------------ search
+
+    async def _search(self, members: list[Key], contexts: list[Context],
+                      spec: GangSpec) -> GangOutcome[_Pick]:
+        budget = self.settings.search
+        steps = budget.steps * len(members)
+        deadline = time.monotonic() + min(budget.timeout * len(members), GANG_DEADLINE_CAP)
+        values: dict[DeviceId, object] = {}
+        if spec.match_attribute:
+            for entry in self.snapshot.slice_entries():
+                for device in entry.entries:
+                    values[device.id] = device.attribute(spec.match_attribute)
+        excluded: dict[object, frozenset[DeviceId]] = {}
+
+        def outside(scope: Scope) -> frozenset[DeviceId]:
+            if not spec.match_attribute:
+                return frozenset()
+            if scope.value not in excluded:
+                excluded[scope.value] = frozenset(d for d, v in values.items()
+                                                  if v is None or v != scope.value)
+            return excluded[scope.value]
+
+        reserved = [self.reserved(m, self.pods.pending[m]) for m in members]
+        search_steps = [0]
+
+        def options(i: int, scope: Scope, taken: frozenset[Hashable],
+                    used: frozenset[str]) -> tuple[Sequence[Choice[_Pick]], int]:
+            context = contexts[i]
+            nodes = [n for n in context.candidates if scope.allows(n.name)
+                     and not (spec.spread and n.name in used)]
+            if not context.unallocated:
+                return [Choice(n.name, frozenset(), _Pick(Placement(n.name, (), [], {}), None))
+                        for n in nodes], len(nodes)
+            in_flight = frozenset(d for d in taken if isinstance(d, DeviceId)) \
+                | outside(scope) | reserved[i]
+            placing = Placing(self.snapshot, context.unallocated, nodes, in_flight=in_flight,
+                              node_steps=budget.node_steps(max(1, len(nodes))),
+                              scoring=context.policy != "first-fit")
+            found: ClusterOutcome | None = placing.advance(max(1, steps - search_steps[0]))
+            if found is None:
+                found = placing.give_up()
+            search_steps[0] += placing.steps
+            # Pack: nodes the pod fills best first, so the rest of the gang (and other
+            # pods) keep whole nodes.
+            ordered = sorted(found.placements.values(), key=lambda p: (
+                -p.preference, sum(p.free_after.values()), p.node))
+            return [Choice(p.node, frozenset(p.devices), _Pick(p, placing))
+                    for p in ordered], placing.steps
+
+        values_seen = {v for v in values.values() if v is not None}
+        labels = {n.name: n.labels for c in contexts for n in c.candidates}
+        search = GangSearch(len(members), options, scopes(
+            node_labels=labels, topology_key=spec.topology_key,
+            attribute=spec.match_attribute, attribute_values=values_seen),
+            distinct_nodes=spec.spread)
+        while True:
+            outcome = search.advance(budget.slice)
+            if outcome is not None:
+                return outcome
+            if search.steps >= steps or time.monotonic() >= deadline:
+                return search.give_up()
+            await asyncio.sleep(0)  # other work of the event loop between two slices
+
+    # ------------------------------------------------------------------ decide
+
+    async def _decide(self, gang: Key, members: list[Key], contexts: list[Context],
+                      spec: GangSpec, outcome: GangOutcome[_Pick],
+                      state: tuple[int, int, frozenset[Key]]) -> str:
+        name = gang[1]
+        if outcome.choices is None:
+            where = f" (in {outcome.nearest_scope.label})" if outcome.nearest_scope \
+                and outcome.nearest_scope.label else ""
+            budget = " before the search budget ran out" if outcome.exhausted else ""
+            scope_note = ""
+            if (spec.match_attribute or spec.topology_key) and not outcome.nearest_scope:
+                scope_note = "; no device or node has the constraint's attribute or label"
+            message = (f"gang {name!r} needs {spec.describe()} ({len(members)} pending) placed "
+                       f"together: at most {outcome.nearest} of them fit at once{where}"
+                       f"{budget}{scope_note}; nothing is allocated until all fit")
+            verdict = "exhausted" if outcome.exhausted else "unschedulable"
+            metrics.record_gang_attempt(verdict)
+            if not outcome.exhausted:
+                self.failed[gang] = state
+            for member in members:
+                pod = self.pods.pending.get(member)
+                if pod is not None:
+                    await self.reporter.unschedulable(pod, message, park=not outcome.exhausted)
+            if outcome.exhausted:
+                for member in members:
+                    self.pods.retry_later(member, self.pods.backoff(member))
+            return verdict
+        picks = [choice.payload for choice in outcome.choices]
+        if any(p.placing is not None and not p.placing.still_fits(p.placement) for p in picks):
+            metrics.record_gang_attempt("conflict")
+            self.pods.queue.add(members[0], self.pods.pending[members[0]])
+            return "conflict"
+        results = [dict(zip([c.key for c in context.unallocated], pick.placement.results,
+                            strict=True)) for context, pick in zip(contexts, picks, strict=True)]
+        denial = None
+        assumed: list[str] = []
+        for member, context, pick, result in zip(members, contexts, picks, results,
+                                                 strict=True):
+            if context.unallocated:
+                _, denial = self.cluster.quotas.admit(member[0], context.unallocated,
+                                                      pick.placement, {}, lambda rest: None)
+            if denial is not None:
+                break
+            for claim in context.unallocated:
+                self.snapshot.assume(claim, result[claim.key])
+                self.cluster.quotas.assume(claim, result[claim.key])
+                assumed.append(claim.key)
+        if denial is not None:
+            for claim_key in assumed:
+                self.snapshot.forget(claim_key)
+                self.cluster.quotas.forget(claim_key)
+            metrics.record_gang_attempt("over-quota")
+            for member in members:
+                await self.reporter.unschedulable(
+                    self.pods.pending[member], f"gang {name!r} as a whole: {denial.message}",
+                    reason=QUOTA_REASON)
+            return "over-quota"
+        batch: list[GangMember] = []
+        for member, context, pick, result in zip(members, contexts, picks, results,
+                                                 strict=True):
+            pod = self.pods.pending[member]
+            attempt = Attempt(pod, pick.placement.node,
+                              [(entry, claim) for entry, claim, _ in context.resolved])
+            for _, claim_name, _ in context.resolved:
+                self.pods.in_flight[(member[0], claim_name)] = member
+            self.pods.binding[member] = attempt
+            batch.append(GangMember(member, attempt, context.resolved, context.parsed, result))
+        self.failed.pop(gang, None)
+        waited = time.monotonic() - self.first_seen.pop(gang, time.monotonic())
+        metrics.record_gang_attempt("placed")
+        metrics.observe_gang_wait(waited)
+        self.writes.start(gang, batch)
+        return "allocated"
+
+
+__all__ = ["GANG_DEADLINE_CAP", "Gangs"]
