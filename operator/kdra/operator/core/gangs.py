@@ -37,6 +37,8 @@ MIN_MEMBER_ANNOTATION = f"{GROUP}/gang-min-member"
 MATCH_ATTRIBUTE_ANNOTATION = f"{GROUP}/gang-match-attribute"
 TOPOLOGY_KEY_ANNOTATION = f"{GROUP}/gang-topology-key"
 SPREAD_ANNOTATION = f"{GROUP}/gang-spread"
+GANG_ANNOTATIONS = (MIN_MEMBER_ANNOTATION, MATCH_ATTRIBUTE_ANNOTATION, TOPOLOGY_KEY_ANNOTATION,
+                    SPREAD_ANNOTATION)
 MAX_MEMBERS = 1024
 """The largest ``minMember`` kdra places jointly (the search's depth)."""
 
