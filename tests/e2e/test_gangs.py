@@ -70,21 +70,28 @@ def start_nodes(agents: AgentFactory, prefix: str, count: int, inventory: str) -
     return nodes
 
 
-def test_two_gangs_on_twelve_gpus_one_whole_then_the_other(
-        control_plane: ControlPlane, agents: AgentFactory, operator: KdraProcess,
-        namespace: str) -> None:
-    start_nodes(agents, unique("gang"), 3, "gpus: ['4 x L4-24GB']\n")
-    apply(control_plane, gpu_class(), template("two-gpus", namespace, count=2))
-    # Interleaved: pod-by-pod placement would give each gang 3 pods (6 x 2 = 12 GPUs) and
-    # neither could start.
-    apply(control_plane, *(gang_pod(f"{gang}-{i}", namespace, gang, 4, "two-gpus")
-                           for i in range(4) for gang in ("a", "b")))
-    whole = wait_for(lambda: (b := bound_by_gang(control_plane, namespace)) and
+def two_gangs(plane: ControlPlane, agents: AgentFactory, namespace: str, nodes: int,
+              gangs: tuple[str, str]) -> tuple[str, str]:
+    """``nodes`` nodes of 4 GPUs; two gangs of 4 pods x 2 GPUs created interleaved. Waits for
+    one gang bound whole, checks the other has no pod bound; (the bound gang, the other)."""
+    start_nodes(agents, unique("gang"), nodes, "gpus: ['4 x L4-24GB']\n")
+    apply(plane, gpu_class(), template("two-gpus", namespace, count=2))
+    apply(plane, *(gang_pod(f"{gang}-{i}", namespace, gang, 4, "two-gpus")
+                   for i in range(4) for gang in gangs))
+    whole = wait_for(lambda: (b := bound_by_gang(plane, namespace)) and
                      any(len(members) == 4 for members in b.values()) and b,
                      timeout=120, what="one gang bound whole")
     assert len(whole) == 1, whole  # the other gang: no pod bound
     (first,) = whole
-    second = "b" if first == "a" else "a"
+    return first, gangs[1] if first == gangs[0] else gangs[0]
+
+
+def test_two_gangs_on_twelve_gpus_one_whole_then_the_other(
+        control_plane: ControlPlane, agents: AgentFactory, operator: KdraProcess,
+        namespace: str) -> None:
+    # Interleaved: pod-by-pod placement would give each gang 3 pods (6 x 2 = 12 GPUs) and
+    # neither could start.
+    first, second = two_gangs(control_plane, agents, namespace, 3, ("a", "b"))
     held = allocated(control_plane, namespace)
     assert len(held) == 4 and sum(len(d) for d in held.values()) == 8, held
     assert all(name.startswith(f"{first}-") for name in held), held  # the other holds nothing
@@ -106,16 +113,8 @@ def test_two_gangs_on_twelve_gpus_one_whole_then_the_other(
 def test_deadlock_scenario_ends_with_one_gang_running(
         control_plane: ControlPlane, agents: AgentFactory, operator: KdraProcess,
         namespace: str) -> None:
-    start_nodes(agents, unique("dead"), 2, "gpus: ['4 x L4-24GB']\n")
-    apply(control_plane, gpu_class(), template("two-gpus", namespace, count=2))
     # 8 GPUs; each gang of 4 x 2 GPUs could take half of them pod by pod.
-    apply(control_plane, *(gang_pod(f"{gang}-{i}", namespace, gang, 4, "two-gpus")
-                           for i in range(4) for gang in ("x", "y")))
-    whole = wait_for(lambda: (b := bound_by_gang(control_plane, namespace)) and
-                     any(len(members) == 4 for members in b.values()) and b,
-                     timeout=120, what="one gang bound whole")
-    assert len(whole) == 1 and len(next(iter(whole.values()))) == 4, whole
-    (running,) = whole
+    running, _ = two_gangs(control_plane, agents, namespace, 2, ("x", "y"))
     held = allocated(control_plane, namespace)
     assert sorted(held) == sorted(
         c["metadata"]["name"] for c in get_json(control_plane, CLAIMS, "-n", namespace)["items"]
