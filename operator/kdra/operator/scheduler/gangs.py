@@ -24,6 +24,8 @@ Invariants:
 - A gang whose last attempt failed is not searched again until the snapshot, the nodes or
   its members changed (its other members, popped meanwhile, are parked at once).
 - Pods without the label never reach this module (one label lookup in the loop).
+- Its bookkeeping is bounded: past ``REMEMBERED`` gangs, those with no pending member are
+  forgotten.
 """
 
 from __future__ import annotations
@@ -51,6 +53,10 @@ log = logging.getLogger(__name__)
 
 GANG_DEADLINE_CAP = 60.0
 """The most seconds one gang's search may take, however many members it has."""
+
+REMEMBERED = 1024
+"""Gangs whose bookkeeping (first attempt, last failure) is kept before the gangs with no
+pending member are forgotten."""
 
 ContextOf = Callable[[Key, JSON], Awaitable[Context | str]]
 Reserved = Callable[[Key, JSON], frozenset[DeviceId]]
@@ -103,6 +109,8 @@ class Gangs:
                 await self.reporter.unschedulable(self.pods.pending[member], str(exc),
                                                   reason="InvalidPod")
             return "invalid"
+        if len(self.first_seen) > REMEMBERED or len(self.failed) > REMEMBERED:
+            self._prune()
         self.first_seen.setdefault(gang, time.monotonic())
         if len(members) < spec.min_member:
             await self.reporter.unschedulable(
@@ -131,6 +139,14 @@ class Gangs:
             return "unschedulable"
         outcome = await self._search(members, contexts, spec)
         return await self._decide(gang, members, contexts, spec, outcome, state)
+
+    def _prune(self) -> None:
+        """Forget gangs with no pending member (deleted, or bound whole)."""
+        live = {(key[0], name) for key, pod in self.pods.pending.items()
+                if (name := gang_of(pod)) is not None}
+        for book in (self.first_seen, self.failed):
+            for gang in [g for g in book if g not in live]:
+                del book[gang]
 
     # ------------------------------------------------------------------ search
 
