@@ -4,7 +4,7 @@ The binder hands a pod labelled ``scheduling.x-k8s.io/pod-group`` (kdra.operator
 to :meth:`Gangs.schedule` instead of placing it alone. Once ``minMember`` pods of the gang are
 pending, it resolves every member's claims and candidate nodes as for a single pod
 (``Binder._context``), then searches a placement for all of them together
-(:class:`kdra.dra.allocator.gang.GangSearch`: backtracking across the pods, one
+(:func:`kdra.dra.allocator.gangplace.gang_search`: backtracking across the pods, one
 :class:`~kdra.dra.allocator.Placing` per pod over the devices the earlier pods left, within
 the scope of the gang's ``matchAttribute`` / ``topologyKey`` / spread). Only when every member
 has a placement is anything assumed; then :mod:`.gang_writes` writes every claim, waits for
@@ -33,11 +33,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Hashable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 
-from kdra.dra.allocator import ClusterOutcome, DeviceId, Placement, Placing, Snapshot
-from kdra.dra.allocator.gang import Choice, GangOutcome, GangSearch, Scope, scopes
+from kdra.dra.allocator import DeviceId, Snapshot
+from kdra.dra.allocator.gang import GangOutcome
+from kdra.dra.allocator.gangplace import GangPod, Pick, gang_search
 from kdra.dra.errors import InvalidObject
 from kdra.kube.store import JSON, Key
 from kdra.operator import metrics
@@ -60,12 +60,6 @@ pending member are forgotten."""
 
 ContextOf = Callable[[Key, JSON], Awaitable[Context | str]]
 Reserved = Callable[[Key, JSON], frozenset[DeviceId]]
-
-
-@dataclass
-class _Pick:
-    placement: Placement
-    placing: Placing | None
 
 
 class Gangs:
@@ -151,58 +145,18 @@ class Gangs:
     # ------------------------------------------------------------------ search
 
     async def _search(self, members: list[Key], contexts: list[Context],
-                      spec: GangSpec) -> GangOutcome[_Pick]:
+                      spec: GangSpec) -> GangOutcome[Pick]:
         budget = self.settings.search
         steps = budget.steps * len(members)
         deadline = time.monotonic() + min(budget.timeout * len(members), GANG_DEADLINE_CAP)
-        values: dict[DeviceId, object] = {}
-        if spec.match_attribute:
-            for entry in self.snapshot.slice_entries():
-                for device in entry.entries:
-                    values[device.id] = device.attribute(spec.match_attribute)
-        excluded: dict[object, frozenset[DeviceId]] = {}
-
-        def outside(scope: Scope) -> frozenset[DeviceId]:
-            if not spec.match_attribute:
-                return frozenset()
-            if scope.value not in excluded:
-                excluded[scope.value] = frozenset(d for d, v in values.items()
-                                                  if v is None or v != scope.value)
-            return excluded[scope.value]
-
-        reserved = [self.reserved(m, self.pods.pending[m]) for m in members]
-        search_steps = [0]
-
-        def options(i: int, scope: Scope, taken: frozenset[Hashable],
-                    used: frozenset[str]) -> tuple[Sequence[Choice[_Pick]], int]:
-            context = contexts[i]
-            nodes = [n for n in context.candidates if scope.allows(n.name)
-                     and not (spec.spread and n.name in used)]
-            if not context.unallocated:
-                return [Choice(n.name, frozenset(), _Pick(Placement(n.name, (), [], {}), None))
-                        for n in nodes], len(nodes)
-            in_flight = frozenset(d for d in taken if isinstance(d, DeviceId)) \
-                | outside(scope) | reserved[i]
-            placing = Placing(self.snapshot, context.unallocated, nodes, in_flight=in_flight,
-                              node_steps=budget.node_steps(max(1, len(nodes))),
-                              scoring=context.policy != "first-fit")
-            found: ClusterOutcome | None = placing.advance(max(1, steps - search_steps[0]))
-            if found is None:
-                found = placing.give_up()
-            search_steps[0] += placing.steps
-            # Pack: nodes the pod fills best first, so the rest of the gang (and other
-            # pods) keep whole nodes.
-            ordered = sorted(found.placements.values(), key=lambda p: (
-                -p.preference, sum(p.free_after.values()), p.node))
-            return [Choice(p.node, frozenset(p.devices), _Pick(p, placing))
-                    for p in ordered], placing.steps
-
-        values_seen = {v for v in values.values() if v is not None}
-        labels = {n.name: n.labels for c in contexts for n in c.candidates}
-        search = GangSearch(len(members), options, scopes(
-            node_labels=labels, topology_key=spec.topology_key,
-            attribute=spec.match_attribute, attribute_values=values_seen),
-            distinct_nodes=spec.spread)
+        search = gang_search(
+            self.snapshot, [GangPod(c.unallocated, c.candidates,
+                                    self.reserved(m, self.pods.pending[m]),
+                                    c.policy != "first-fit")
+                            for m, c in zip(members, contexts, strict=True)],
+            steps=steps, match_attribute=spec.match_attribute,
+            topology_key=spec.topology_key, spread=spec.spread,
+            node_steps=budget.node_steps)
         while True:
             outcome = search.advance(budget.slice)
             if outcome is not None:
@@ -214,7 +168,7 @@ class Gangs:
     # ------------------------------------------------------------------ decide
 
     async def _decide(self, gang: Key, members: list[Key], contexts: list[Context],
-                      spec: GangSpec, outcome: GangOutcome[_Pick],
+                      spec: GangSpec, outcome: GangOutcome[Pick],
                       state: tuple[int, int, frozenset[Key]]) -> str:
         name = gang[1]
         if outcome.choices is None:
