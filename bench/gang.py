@@ -30,17 +30,25 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from allocator import gpu_class  # noqa: E402  (bench/ modules import each other by name)
-
-from kdra.dra.allocator import NodeInfo, Snapshot, place  # noqa: E402
-from kdra.dra.allocator.gangplace import GangPod, gang_search  # noqa: E402
-from kdra.dra.models import ResourceClaim, ResourceSlice, parse_claim, parse_slice  # noqa: E402
+from kdra.dra.allocator import NodeInfo, Snapshot, place
+from kdra.dra.allocator.gangplace import GangPod, gang_search
+from kdra.dra.models import (
+    DeviceClass,
+    ResourceClaim,
+    ResourceSlice,
+    parse_claim,
+    parse_class,
+    parse_slice,
+)
 
 DRIVER = "gpu.kdra.dev"
 DOMAIN = f"{DRIVER}/nvlinkDomain"
 STEPS = 1_000_000  # the binder's default per-pod budget (a gang gets it times its pods)
+
+
+def gpu_class() -> DeviceClass:
+    return parse_class({"metadata": {"name": DRIVER}, "spec": {"selectors": [
+        {"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}})
 
 
 def slice_for(node: str, count: int, domain: str) -> ResourceSlice:
