@@ -327,7 +327,7 @@ NEW = (
     # issue 40: gangs — joint placement of a pod group
     "kdra.operator.core.gangs", "kdra.operator.scheduler.gangs",
     "kdra.operator.scheduler.gang_writes", "tests.unit.dra.test_allocator_gang",
-    "tests.unit.operator.test_gangs",
+    "tests.unit.operator.test_gangs", "tests.unit.operator.test_binder_gangs",
 )
 """Modules that exist only after the re-cut (no old module moves there)."""
 
