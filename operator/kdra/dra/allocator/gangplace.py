@@ -13,7 +13,9 @@ Invariants:
 - Nothing here changes the snapshot: the gang's devices are passed as in flight; the caller
   assumes the picks once the whole gang has them.
 - The Placings together spend at most ``steps`` (each gets what is left; one that runs out
-  gives up with what it found); the search's own count adds one per evaluation.
+  gives up with what it found). An evaluation costs its Placing's steps plus one per node
+  evaluated, so the caller's slices (``GangSearch.advance``) bound the time between yields
+  to about one pod's evaluation over its candidate nodes.
 - A device without the ``match_attribute`` attribute is never in a scope; a node without
   the ``topology_key`` label never either (:func:`~.gang.scopes`).
 """
@@ -103,11 +105,14 @@ def gang_search(snapshot: Snapshot, pods: Sequence[GangPod], *, steps: int,
         found: ClusterOutcome | None = placing.advance(max(1, steps - spent[0]))
         if found is None:
             found = placing.give_up()
-        spent[0] += placing.steps
+        # Each node evaluated counts a step too: a count-only evaluation tries no device,
+        # yet costs the event loop its time (the search slices by these steps).
+        cost = placing.steps + len(nodes)
+        spent[0] += cost
         ordered = sorted(found.placements.values(), key=lambda p: (
             -p.preference, sum(p.free_after.values()), p.node))
         return [Choice(p.node, frozenset(p.devices), Pick(p, placing))
-                for p in ordered], placing.steps
+                for p in ordered], cost
 
     labels = {n.name: n.labels for pod in pods for n in pod.nodes}
     return GangSearch(len(pods), options, scopes(
