@@ -30,13 +30,17 @@ from dataclasses import dataclass
 
 from kdra import GROUP
 from kdra.dra.errors import InvalidObject
+from kdra.dra.scheduling import POD_GROUP_LABEL
 from kdra.kube.core.untrusted import shorten
 
-POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 MIN_MEMBER_ANNOTATION = f"{GROUP}/gang-min-member"
 MATCH_ATTRIBUTE_ANNOTATION = f"{GROUP}/gang-match-attribute"
 TOPOLOGY_KEY_ANNOTATION = f"{GROUP}/gang-topology-key"
 SPREAD_ANNOTATION = f"{GROUP}/gang-spread"
+__all__ = ["GANG_ANNOTATIONS", "MATCH_ATTRIBUTE_ANNOTATION", "MAX_MEMBERS",
+           "MIN_MEMBER_ANNOTATION", "POD_GROUP_LABEL", "SPREAD_ANNOTATION",
+           "TOPOLOGY_KEY_ANNOTATION", "GangSpec", "agreed", "gang_of", "gang_spec"]
+
 GANG_ANNOTATIONS = (MIN_MEMBER_ANNOTATION, MATCH_ATTRIBUTE_ANNOTATION, TOPOLOGY_KEY_ANNOTATION,
                     SPREAD_ANNOTATION)
 MAX_MEMBERS = 1024

@@ -50,6 +50,7 @@ from kdra.dra.allocator import ClusterOutcome, Placement, Placing, none_availabl
 from kdra.dra.errors import InvalidObject
 from kdra.dra.models import ResourceClaim
 from kdra.dra.scheduling import (
+    POD_GROUP_LABEL,
     SEARCH_EXHAUSTED,
     PodFit,
     best,
@@ -72,7 +73,6 @@ from kdra.kube.events import EventRecorder
 from kdra.kube.store import JSON, Key, Store, is_not_newer, key_of
 from kdra.operator import metrics
 from kdra.operator.core.admission_env import device_env_errors
-from kdra.operator.core.gangs import POD_GROUP_LABEL
 from kdra.operator.scheduler.cluster import ClusterView
 from kdra.operator.scheduler.gang_writes import GangWrites
 from kdra.operator.scheduler.gangs import Gangs
