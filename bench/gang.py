@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kdra.dra.allocator import NodeInfo, Snapshot, place
-from kdra.dra.allocator.gangplace import GangPod, gang_search
+from kdra.dra.allocator.gang import GangOutcome, GangSearch
+from kdra.dra.allocator.gangplace import GangPod, Pick, gang_search
 from kdra.dra.models import (
     DeviceClass,
     ResourceClaim,
@@ -75,6 +76,18 @@ def cluster(nodes: int, per_node: int) -> tuple[Snapshot, list[NodeInfo]]:
     return snapshot, infos
 
 
+def search_as_the_binder(search: GangSearch[Pick], pods: int) -> GangOutcome[Pick]:
+    """Run a gang search as the binder does: in slices, within its budget (steps and the
+    deadline: the pod's 10 s times its pods, at most 60 s)."""
+    deadline = time.monotonic() + min(10.0 * pods, 60.0)
+    while True:
+        outcome = search.advance(1_000)
+        if outcome is not None:
+            return outcome
+        if search.steps >= STEPS * pods or time.monotonic() >= deadline:
+            return search.give_up()
+
+
 def quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -84,8 +97,9 @@ def quantile(values: list[float], q: float) -> float:
 
 
 def placement_times(sizes: list[int], gangs: int, nodes: int, match: bool
-                    ) -> list[tuple[int, int, float, float, int]]:
-    """(gang size, gangs placed, median s, p99 s, mean search steps) per size."""
+                    ) -> list[tuple[int, int, float, float, int, int]]:
+    """(gang size, gangs placed, median s, p99 s, mean search steps, searches out of budget)
+    per size; the sizes' runs stop at the first gang that does not fit."""
     rows = []
     for size in sizes:
         snapshot, infos = cluster(nodes, 8)
@@ -93,27 +107,29 @@ def placement_times(sizes: list[int], gangs: int, nodes: int, match: bool
         for i in range(nodes * 8 // 3):  # a third full, at random
             single = claim(f"fill-{i}", 1)
             node = infos[rng.randrange(nodes)]
-            outcome = place(snapshot, [single], [node])
-            if outcome.placements:
-                snapshot.assume(single, outcome.placements[node.name].results[0])
+            filled = place(snapshot, [single], [node])
+            if filled.placements:
+                snapshot.assume(single, filled.placements[node.name].results[0])
         seconds: list[float] = []
         steps: list[int] = []
+        exhausted = 0
         for g in range(gangs):
             claims = [claim(f"g{g}-p{p}", 4) for p in range(size)]
             began = time.perf_counter()
             search = gang_search(snapshot, [GangPod([c], infos) for c in claims],
                                  steps=STEPS * size, match_attribute=DOMAIN if match else "")
-            outcome = search.advance(None)
+            outcome = search_as_the_binder(search, size)
             elapsed = time.perf_counter() - began
-            if outcome is None or outcome.choices is None:
+            if outcome.choices is None:
+                exhausted += outcome.exhausted
                 break
             seconds.append(elapsed)
             steps.append(outcome.steps)
             for c, choice in zip(claims, outcome.choices, strict=True):
                 snapshot.assume(c, choice.payload.placement.results[0])
-        if seconds:
-            rows.append((size, len(seconds), statistics.median(seconds),
-                         quantile(seconds, 0.99), int(statistics.mean(steps))))
+        rows.append((size, len(seconds), statistics.median(seconds) if seconds else 0.0,
+                     quantile(seconds, 0.99) if seconds else 0.0,
+                     int(statistics.mean(steps)) if steps else 0, exhausted))
     return rows
 
 
@@ -164,9 +180,10 @@ def simulate(joint: bool, jobs: list[Job], nodes: int, ticks: int, duration: int
         for job in list(queue):
             if joint:
                 claims = [claim(f"{job.name}-p{p}", job.gpus) for p in range(job.pods)]
-                outcome = gang_search(snapshot, [GangPod([c], infos) for c in claims],
-                                      steps=STEPS * job.pods).advance(None)
-                if outcome is not None and outcome.choices is not None:
+                outcome = search_as_the_binder(gang_search(
+                    snapshot, [GangPod([c], infos) for c in claims], steps=STEPS * job.pods),
+                    job.pods)
+                if outcome.choices is not None:
                     for p, (c, choice) in enumerate(zip(claims, outcome.choices, strict=True)):
                         snapshot.assume(c, choice.payload.placement.results[0])
                         job.placed[p] = c
@@ -175,10 +192,10 @@ def simulate(joint: bool, jobs: list[Job], nodes: int, ticks: int, duration: int
                     if p in job.placed:
                         continue
                     c = claim(f"{job.name}-p{p}", job.gpus)
-                    outcome = place(snapshot, [c], infos)
-                    if not outcome.placements:
+                    alone = place(snapshot, [c], infos)
+                    if not alone.placements:
                         break
-                    best = min(outcome.placements.values(),
+                    best = min(alone.placements.values(),
                                key=lambda pl: (sum(pl.free_after.values()), pl.node))
                     snapshot.assume(c, best.results[0])
                     job.placed[p] = c
@@ -206,13 +223,13 @@ def main() -> None:
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, python "
              f"{sys.version.split()[0]}.", "",
              "| gangs of | GPUs/pod | constraint | gangs placed | median s | p99 s | "
-             "steps/gang |", "|---:|---:|---|---:|---:|---:|---:|"]
+             "steps/gang | out of budget |", "|---:|---:|---|---:|---:|---:|---:|---:|"]
     print(lines[0])
     for match in (False, True):
-        for size, placed, median, p99, steps in placement_times(
+        for size, placed, median, p99, steps, exhausted in placement_times(
                 [8, 16, 32, 64], gangs, 500, match):
             row = (f"| {size} | 4 | {'nvlinkDomain' if match else '-'} | {placed} | "
-                   f"{median:.3f} | {p99:.3f} | {steps} |")
+                   f"{median:.3f} | {p99:.3f} | {steps} | {exhausted} |")
             lines.append(row)
             print(row, flush=True)
     lines += ["", "| placement | idle GPUs (partial gangs) | busy GPUs (running) | "

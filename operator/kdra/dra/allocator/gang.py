@@ -6,10 +6,11 @@ completes — and two half-placed gangs can deadlock a cluster. :class:`GangSear
 an assignment of every pod to a *choice* (a node and the devices its claims take there)
 before anything is written:
 
-- depth-first over the pods, in order, each pod's choices computed against the devices and
-  nodes the earlier pods of the partial assignment took (``options``); when a pod has no
-  choice left the search backtracks to the previous pod's next choice, so a later pod's
-  failure revisits an earlier pod's choice;
+- depth-first over the pods, in order (interchangeable neighbours in node-name order, so
+  the permutations of one assignment are tried once), each pod's choices computed against
+  the devices and nodes the earlier pods of the partial assignment took (``options``); when
+  a pod has no choice left the search backtracks to the previous pod's next choice, so a
+  later pod's failure revisits an earlier pod's choice;
 - once per *scope*: a gang-level constraint is a set of scopes the whole gang must fit in
   one of — a ``matchAttribute`` (every device of every pod shares one value of a device
   attribute, e.g. an NVLink domain) gives a scope per value, with the devices lacking that
@@ -106,6 +107,10 @@ class GangSearch(Generic[P]):
     options: Options[P]
     scopes: Sequence[Scope] = (Scope(),)
     distinct_nodes: bool = False
+    same: Sequence[bool] = ()
+    """``same[i]``: pod ``i`` is interchangeable with pod ``i - 1`` (the same claims, nodes
+    and held devices): its node is then never before the previous pod's (by name) — every
+    assignment has such an order, so the search skips the permutations of one."""
     steps: int = 0
     _scope: int = 0
     _stack: list[_Frame[P]] = field(default_factory=list)
@@ -159,12 +164,14 @@ class GangSearch(Generic[P]):
     def _push(self, scope: Scope) -> None:
         taken: frozenset[Hashable] = frozenset().union(*(c.devices for c in self._path))
         used = frozenset(c.node for c in self._path)
-        choices, cost = self.options(len(self._path), scope, taken, used)
+        index = len(self._path)
+        after = self._path[-1].node if index < len(self.same) and self.same[index] else ""
+        choices, cost = self.options(index, scope, taken, used)
         self.steps += max(1, cost)
         self._stack.append(_Frame([
             c for c in choices
             if scope.allows(c.node) and not (c.devices & taken)
-            and not (self.distinct_nodes and c.node in used)]))
+            and not (self.distinct_nodes and c.node in used) and c.node >= after]))
 
     def _finish(self, choices: list[Choice[P]] | None, scope: Scope | None) -> GangOutcome[P]:
         self._outcome = GangOutcome(choices, scope, self._nearest if choices is None
