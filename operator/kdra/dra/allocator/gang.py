@@ -6,11 +6,13 @@ completes — and two half-placed gangs can deadlock a cluster. :class:`GangSear
 an assignment of every pod to a *choice* (a node and the devices its claims take there)
 before anything is written:
 
-- depth-first over the pods, in order (interchangeable neighbours in node-name order, so
-  the permutations of one assignment are tried once), each pod's choices computed against
-  the devices and nodes the earlier pods of the partial assignment took (``options``); when
-  a pod has no choice left the search backtracks to the previous pod's next choice, so a
-  later pod's failure revisits an earlier pod's choice;
+- depth-first over the pods, in order, each pod's choices computed against the devices and
+  nodes the earlier pods of the partial assignment took (``options``); when a pod has no
+  choice left the search backtracks to the previous pod's next choice, so a later pod's
+  failure revisits an earlier pod's choice. What the rest of the gang can do depends only on
+  what the earlier pods took, so a partial assignment that failed is remembered (per scope,
+  up to ``MEMO``) and the same one reached in another order is not searched again — pods
+  that are alike (one template) would otherwise be tried in every order;
 - once per *scope*: a gang-level constraint is a set of scopes the whole gang must fit in
   one of — a ``matchAttribute`` (every device of every pod shares one value of a device
   attribute, e.g. an NVLink domain) gives a scope per value, with the devices lacking that
@@ -96,7 +98,12 @@ class GangOutcome(Generic[P]):
 @dataclass
 class _Frame(Generic[P]):
     choices: Sequence[Choice[P]]
+    state: tuple[frozenset[Hashable], frozenset[str]]  # what the earlier pods took
     next: int = 0
+
+
+MEMO = 100_000
+"""Failed partial assignments remembered per scope (beyond it, none more is added)."""
 
 
 @dataclass
@@ -116,6 +123,7 @@ class GangSearch(Generic[P]):
     _stack: list[_Frame[P]] = field(default_factory=list)
     _path: list[Choice[P]] = field(default_factory=list)
     _started: bool = False
+    _failed: set[tuple[int, frozenset[Hashable], frozenset[str]]] = field(default_factory=set)
     _nearest: int = 0
     _nearest_scope: Scope | None = None
     _outcome: GangOutcome[P] | None = None
@@ -139,6 +147,8 @@ class GangSearch(Generic[P]):
                 frame = self._stack[-1]
                 if frame.next >= len(frame.choices):
                     self._stack.pop()
+                    if len(self._failed) < MEMO:  # no way on from here: never again
+                        self._failed.add((len(self._path), *frame.state))
                     if self._path:
                         self._path.pop()
                     continue
@@ -152,6 +162,7 @@ class GangSearch(Generic[P]):
                 self._push(scope)
             self._scope += 1
             self._started = False
+            self._failed.clear()
         return self._finish(None, None)
 
     def give_up(self) -> GangOutcome[P]:
@@ -165,13 +176,18 @@ class GangSearch(Generic[P]):
         taken: frozenset[Hashable] = frozenset().union(*(c.devices for c in self._path))
         used = frozenset(c.node for c in self._path)
         index = len(self._path)
-        after = self._path[-1].node if index < len(self.same) and self.same[index] else ""
-        choices, cost = self.options(index, scope, taken, used)
+        if not self.distinct_nodes:
+            used = frozenset()  # the nodes matter only for spread
+        if (index, taken, used) in self._failed:
+            self.steps += 1  # reached before in another order, and failed
+            self._stack.append(_Frame((), (taken, used)))
+            return
+        choices, cost = self.options(index, scope, taken, frozenset(c.node for c in self._path))
         self.steps += max(1, cost)
         self._stack.append(_Frame([
             c for c in choices
             if scope.allows(c.node) and not (c.devices & taken)
-            and not (self.distinct_nodes and c.node in used) and c.node >= after]))
+            and not (self.distinct_nodes and c.node in used)], (taken, used)))
 
     def _finish(self, choices: list[Choice[P]] | None, scope: Scope | None) -> GangOutcome[P]:
         self._outcome = GangOutcome(choices, scope, self._nearest if choices is None

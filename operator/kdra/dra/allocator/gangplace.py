@@ -115,16 +115,8 @@ def gang_search(snapshot: Snapshot, pods: Sequence[GangPod], *, steps: int,
                 for p in ordered], cost
 
     labels = {n.name: n.labels for pod in pods for n in pod.nodes}
-    same = [i > 0 and _interchangeable(pods[i - 1], pods[i]) for i in range(len(pods))]
     return GangSearch(len(pods), options, scopes(
         node_labels=labels, topology_key=topology_key, attribute=match_attribute,
         attribute_values={v for v in values.values() if v is not None}),
-        distinct_nodes=spread, same=same)
+        distinct_nodes=spread)
 
-
-def _interchangeable(one: GangPod, other: GangPod) -> bool:
-    """The same claims (specs), candidate nodes, held devices and scoring: either pod may take
-    the other's place."""
-    return (one.reserved == other.reserved and one.scoring == other.scoring
-            and [n.name for n in one.nodes] == [n.name for n in other.nodes]
-            and [c.spec for c in one.claims] == [c.spec for c in other.claims])
