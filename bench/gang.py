@@ -6,7 +6,7 @@
    the cluster a third full of one-GPU pods (spread at random): the joint search
    (``kdra.dra.allocator.gangplace.gang_search``, run to its end as the binder runs it in
    slices), each gang then assumed as the binder does; median and p99 per gang. Also with a
-   gang-wide ``matchAttribute`` (an NVLink-like domain of 8 nodes): the search per domain.
+   gang-wide ``matchAttribute`` (an NVLink-like domain of 64 nodes): the search per domain.
 2. **GPUs left idle by partial gangs** under a mixed arrival stream (gangs of 2-8 pods x 1-8
    GPUs and single pods, arriving in random order, each running a fixed number of ticks once
    whole): kdra's joint placement against pod-by-pod placement as upstream allocates a gang's
@@ -71,7 +71,7 @@ def claim(name: str, gpus: int) -> ResourceClaim:
 def cluster(nodes: int, per_node: int) -> tuple[Snapshot, list[NodeInfo]]:
     infos = [NodeInfo(f"node-{i:04d}", {"kubernetes.io/hostname": f"node-{i:04d}"})
              for i in range(nodes)]
-    snapshot = Snapshot.build([slice_for(n.name, per_node, f"nv-{i // 8}")
+    snapshot = Snapshot.build([slice_for(n.name, per_node, f"nv-{i // 64}")
                                for i, n in enumerate(infos)], [gpu_class()])
     return snapshot, infos
 
