@@ -195,3 +195,24 @@ def test_a_failed_partial_assignment_is_not_searched_again() -> None:
     # Without the memo: 4 + 4*3 + 4*3*2 + 4! evaluations (64) and more; with it, one per
     # subset of the devices (16) plus a step per repeated state.
     assert gang.steps < 64
+
+
+def test_a_scope_cut_short_moves_on_and_says_exhausted() -> None:
+    # Domain x: 4 nodes of 1 device — 5 pods need many backtracks to prove they do not fit;
+    # domain y: one node of 5 devices fits at once.
+    cluster = toy({"a": (None, ["x"]), "b": (None, ["x"]), "c": (None, ["x"]),
+                   "d": (None, ["x"]), "e": (None, ["y"] * 5)})
+    values = {"x", "y"}
+    cut = GangSearch(5, cluster.options([1] * 5), scopes(
+        attribute="domain", attribute_values=values), scope_backtracks=2)
+    found = cut.advance(None)
+    assert found is not None and found.choices is not None and found.scope is not None
+    assert found.scope.value == "y"
+    # Only x, cut short: no placement, and not "impossible" — out of budget.
+    only_x = toy({n: (None, ["x"]) for n in "abcd"})
+    short = GangSearch(5, only_x.options([1] * 5), scopes(
+        attribute="domain", attribute_values={"x"}), scope_backtracks=2).advance(None)
+    assert short is not None and short.choices is None and short.exhausted
+    whole = GangSearch(5, only_x.options([1] * 5), scopes(
+        attribute="domain", attribute_values={"x"})).advance(None)
+    assert whole is not None and whole.choices is None and not whole.exhausted

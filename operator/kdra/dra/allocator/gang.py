@@ -35,6 +35,8 @@ Invariants:
 - A result is all or nothing: ``GangOutcome.choices`` has one choice per pod, or is None.
 - Choices of one assignment never share a device, and respect ``distinct_nodes`` and the
   scope they were found in (``options`` sees the scope and the taken devices and nodes).
+- With ``scope_backtracks`` None the search is exhaustive over the choices offered; with it,
+  a failure is reported ``exhausted`` whenever a scope was cut short.
 - Steps are bounded by the caller's budget: ``advance`` overruns its ``steps`` by at most
   one ``options`` evaluation.
 - Pure: no I/O, no clock; the caller owns deadlines.
@@ -114,11 +116,14 @@ class GangSearch(Generic[P]):
     options: Options[P]
     scopes: Sequence[Scope] = (Scope(),)
     distinct_nodes: bool = False
-    same: Sequence[bool] = ()
-    """``same[i]``: pod ``i`` is interchangeable with pod ``i - 1`` (the same claims, nodes
-    and held devices): its node is then never before the previous pod's (by name) — every
-    assignment has such an order, so the search skips the permutations of one."""
+    scope_backtracks: int | None = None
+    """At most this many backtracks in one scope before the search moves on to the next (None:
+    no limit, the search is exhaustive). A scope cut short proves nothing: a gang placed in no
+    scope is then ``exhausted``, not impossible — the next scope may fit where the first is
+    a long proof away from failing."""
     steps: int = 0
+    _backtracks: int = 0
+    _cut: bool = False
     _scope: int = 0
     _stack: list[_Frame[P]] = field(default_factory=list)
     _path: list[Choice[P]] = field(default_factory=list)
@@ -146,6 +151,13 @@ class GangSearch(Generic[P]):
                     return None
                 frame = self._stack[-1]
                 if frame.next >= len(frame.choices):
+                    if self.scope_backtracks is not None and self._path:
+                        self._backtracks += 1
+                        if self._backtracks > self.scope_backtracks:
+                            self._cut = True
+                            self._stack.clear()
+                            self._path.clear()
+                            break
                     self._stack.pop()
                     if len(self._failed) < MEMO:  # no way on from here: never again
                         self._failed.add((len(self._path), *frame.state))
@@ -163,6 +175,7 @@ class GangSearch(Generic[P]):
             self._scope += 1
             self._started = False
             self._failed.clear()
+            self._backtracks = 0
         return self._finish(None, None)
 
     def give_up(self) -> GangOutcome[P]:
@@ -191,7 +204,8 @@ class GangSearch(Generic[P]):
 
     def _finish(self, choices: list[Choice[P]] | None, scope: Scope | None) -> GangOutcome[P]:
         self._outcome = GangOutcome(choices, scope, self._nearest if choices is None
-                                    else self.pods, self._nearest_scope, steps=self.steps)
+                                    else self.pods, self._nearest_scope,
+                                    exhausted=choices is None and self._cut, steps=self.steps)
         return self._outcome
 
 

@@ -33,7 +33,14 @@ from kdra.dra.allocator.pools import DeviceId
 from kdra.dra.allocator.snapshot import Snapshot
 from kdra.dra.models import ResourceClaim
 
-__all__ = ["GangPod", "Pick", "gang_search"]
+__all__ = ["SCOPE_BACKTRACKS", "GangPod", "Pick", "gang_search"]
+
+SCOPE_BACKTRACKS = 8
+"""Backtracks per pod of the gang one scope (one ``matchAttribute`` value, one
+``topologyKey`` value) may take before the search moves on to the next: a domain the gang
+nearly fits could otherwise spend the whole budget proving it does not, while the next one
+fits at once. A gang placed in no scope after such a cut is reported out of budget (and
+retried), not impossible."""
 
 
 @dataclass(frozen=True)
@@ -118,5 +125,5 @@ def gang_search(snapshot: Snapshot, pods: Sequence[GangPod], *, steps: int,
     return GangSearch(len(pods), options, scopes(
         node_labels=labels, topology_key=topology_key, attribute=match_attribute,
         attribute_values={v for v in values.values() if v is not None}),
-        distinct_nodes=spread)
+        distinct_nodes=spread, scope_backtracks=SCOPE_BACKTRACKS * max(1, len(pods)))
 
