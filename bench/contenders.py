@@ -1,6 +1,7 @@
 """The contenders of bench/scale.py and the processes they run: ``kdra`` (the operator and
 one agent simulating every node), ``kdra-kopf`` (the same, its operator started with
-KDRA_WATCH=kopf) and ``upstream`` (kube-scheduler and kube-controller-manager's
+KDRA_WATCH=kopf), ``kdra-native`` (the operator alone in the native flavour, on upstream's
+objects and slices) and ``upstream`` (kube-scheduler and kube-controller-manager's
 resourceclaim-controller).
 
 Invariant: a contender's ``measured`` processes are exactly those whose CPU and RSS count as
@@ -165,6 +166,7 @@ class Contender:
 
 class Kdra(Contender):
     name = "kdra"
+    flavour = "kdra"  # KDRA_FLAVOUR of the operator and the agent
     trace_memory: Path | None = None  # run the operator under bench/memtrace.py, dumps here
     operator_env: dict[str, str] = {}  # added to the operator's environment (not the agent's)
 
@@ -212,17 +214,23 @@ class Kdra(Contender):
         path = self.work / f"{account}.kubeconfig"
         path.write_text(json.dumps(config, indent=2))
         path.chmod(0o600)
-        # kdra's CRDs (the kdra flavour): the cluster serves resource.k8s.io/v1 too, where
-        # the default would be native (the native contender is a later issue's).
-        return {"KUBECONFIG": str(path), "KDRA_WEBHOOK_PORT": "0", "KDRA_FLAVOUR": "kdra"}
+        # The flavour named, not auto: the cluster serves resource.k8s.io/v1 too, where auto
+        # would be native (``kdra`` runs on kdra's CRDs, ``kdra-native`` on the built-in kinds).
+        return {"KUBECONFIG": str(path), "KDRA_WEBHOOK_PORT": "0",
+                "KDRA_FLAVOUR": self.flavour}
 
-    async def setup(self, api: Api) -> None:
+    async def _install(self, api: Api, components: tuple[str, ...]) -> None:
+        """kdra's CRDs, namespace, and each component's service account, RBAC and admission
+        policies as manifests/base deploys them."""
         install_crds(self.plane)
         await api.create("/api/v1/namespaces", {"metadata": {"name": "kdra-system"}},
                          ok_conflict=True)
-        for component in ("operator", "agent"):
+        for component in components:
             for part in ("serviceaccount.yaml", "rbac.yaml", "admission-policy.yaml"):
                 self.plane.kubectl("apply", "-f", str(MANIFESTS / component / part))
+
+    async def setup(self, api: Api) -> None:
+        await self._install(api, ("operator", "agent"))
         # One agent process simulates every node: its own service account and role
         # (manifests/simulation), not the DaemonSet's (confined to one node).
         self.plane.kubectl("apply", "-k", str(MANIFESTS.parent / "simulation"))
@@ -301,20 +309,20 @@ class KdraKopf(Kdra):
     operator_env = {"KDRA_WATCH": "kopf"}
 
 
-class Upstream(Contender):
-    name = "upstream"
+class NativeObjects(Contender):
+    """The workloads' objects in resource.k8s.io/v1, pods naming ``scheduler`` (None: the
+    default scheduler), for ``upstream`` and ``kdra-native`` alike."""
+
+    scheduler: str | None = None
 
     def claims_path(self, ns: str) -> str:
         return f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
 
     def template(self, ns: str) -> JSON:
-        return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-                "metadata": {"name": TEMPLATE, "namespace": ns},
-                "spec": {"spec": {"devices": {"requests": [
-                    {"name": "req-0", "exactly": {"deviceClassName": CLASS}}]}}}}
+        return native_template(ns)
 
     def pod(self, ns: str, name: str) -> JSON:
-        return native_pod(ns, name)
+        return native_pod(ns, name, scheduler=self.scheduler)
 
     def claim(self, ns: str, name: str) -> JSON:
         return native_claim(ns, name)
@@ -322,12 +330,36 @@ class Upstream(Contender):
     def allocation(self, node: str, device: str) -> JSON:
         return native_allocation(node, device)
 
+
+class KdraNative(NativeObjects, Kdra):
+    """kdra in the native flavour on the objects and workloads of ``upstream``: native
+    templates, claims and pods (``schedulerName: kdra-scheduler``), the Nodes and
+    ResourceSlices created by the harness as for ``upstream`` and scheduler_perf (no agent: no
+    kubelet runs, so nothing is prepared; kdra's binder does not wait for preparation in this
+    flavour, the kubelet's DRA plugin call is what prepares). kdra's operator generates the
+    claims from templates (kube-controller-manager runs without its resourceclaim-controller,
+    as runner.control_plane starts it for every contender but ``upstream``), allocates and
+    binds. Measured: the operator alone, against kube-scheduler + kube-controller-manager."""
+
+    name = "kdra-native"
+    flavour = "native"
+    scheduler = "kdra-scheduler"
+
+    async def setup(self, api: Api) -> None:
+        # kdra's CRDs too: the native flavour keeps DeviceQuota and DeviceTaintRule there.
+        await self._install(api, ("operator",))
+        self.plane.kubectl("apply", "-f", str(MANIFESTS.parent / "components" / "native" /
+                                              "rbac.yaml"))
+        await create_native_nodes(api, self.nodes, slices=True)
+        await api.create("/apis/resource.k8s.io/v1/deviceclasses", native_class())
+
+
+class Upstream(NativeObjects):
+    name = "upstream"
+
     async def setup(self, api: Api) -> None:
         await create_native_nodes(api, self.nodes, slices=True)
-        await api.create("/apis/resource.k8s.io/v1/deviceclasses", {
-            "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
-            "metadata": {"name": CLASS},
-            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}})
+        await api.create("/apis/resource.k8s.io/v1/deviceclasses", native_class())
         # kube-controller-manager (resourceclaim-controller) runs with the control plane.
         self.measured.append(_kcm_proc(self.plane))
 
@@ -365,6 +397,21 @@ class Upstream(Contender):
         for proc in self.measured:
             if proc.name == "kube-scheduler":
                 proc.stop()  # the controller-manager belongs to the control plane
+
+
+def native_template(ns: str) -> JSON:
+    """The workloads' ResourceClaimTemplate in resource.k8s.io/v1: one device of CLASS."""
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": TEMPLATE, "namespace": ns},
+            "spec": {"spec": {"devices": {"requests": [
+                {"name": "req-0", "exactly": {"deviceClassName": CLASS}}]}}}}
+
+
+def native_class() -> JSON:
+    """The workloads' DeviceClass in resource.k8s.io/v1: every device of DRIVER."""
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+            "metadata": {"name": CLASS},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}}
 
 
 def _kcm_proc(plane: ControlPlane) -> Proc:

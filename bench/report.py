@@ -1,7 +1,7 @@
 """One run's figures (Result) and the report of bench/scale.py: a contender's rounds pooled,
 the table of every run with the ratios of two contenders (``--compare A/B``, kdra/upstream by
-default), API writes per pod, the cluster-size sweep, the targets, and the Markdown block the
-report is written into.
+default), CPU per pod by process, API writes per pod, the cluster-size sweep, the targets, and
+the Markdown block the report is written into.
 
 Invariant: pure: nothing here runs processes or talks to a cluster. Pooled figures sum pods,
 seconds, CPU and writes over the rounds (so per-pod figures are pooled), p50/p99 are the mean
@@ -80,6 +80,14 @@ def by_workload(results: list[Result]) -> dict[str, dict[str, list[Result]]]:
 
 
 COMPARE = ("kdra", "upstream")  # the default pair of --compare: the targets are for it
+
+
+def default_compare(contenders: list[str]) -> tuple[str, str]:
+    """--compare unset: kdra/upstream, or kdra-native/upstream where kdra does not run and
+    kdra-native does."""
+    if "kdra" not in contenders and "kdra-native" in contenders:
+        return ("kdra-native", "upstream")
+    return COMPARE
 
 
 def head_to_head(results: list[Result], compare: tuple[str, str] = COMPARE,
@@ -169,6 +177,32 @@ def writes_table(results: list[Result]) -> str:
         cells = " | ".join(fmt(r.writes.get(k, 0) / r.pods, 2) for k in kinds)
         rows.append(f"| {r.workload} | {r.contender} | "
                     f"{fmt(sum(r.writes.values()) / r.pods, 2)} | {cells} |")
+    return "\n".join(rows)
+
+
+SERVER = ("kube-apiserver", "etcd")  # the control plane's, every contender's alike
+
+
+def cpu_table(results: list[Result]) -> str:
+    """CPU milliseconds per bound pod by process in the measured phase, a contender's rounds
+    pooled: its own processes (``counted``: kdra's operator and agent, kdra-native's operator,
+    upstream's kube-scheduler and kube-controller-manager), then the control plane's (the
+    kube-controller-manager of a kdra contender, where the garbage collector runs, and the
+    API server and etcd)."""
+    pools = [pooled(runs) for pair in by_workload(results).values() for runs in pair.values()]
+    names = sorted({k.removeprefix("cpu_") for r in pools for k in r.extra
+                    if k.startswith("cpu_")}, key=lambda n: (n in SERVER, n))
+    if not names:
+        return ""
+    rows = ["| workload | contender | counted | " + " | ".join(names) + " |",
+            "|---|---|---:|" + "---:|" * len(names)]
+    for r in pools:
+        if not r.pods:
+            continue
+        cells = " | ".join(fmt(1000 * r.extra[f"cpu_{n}"] / r.pods, 2)
+                           if f"cpu_{n}" in r.extra else "-" for n in names)
+        rows.append(f"| {r.workload} | {r.contender} | {fmt(1000 * r.cpu / r.pods, 2)} | "
+                    f"{cells} |")
     return "\n".join(rows)
 
 

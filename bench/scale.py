@@ -6,6 +6,12 @@ r"""Scale benchmark: kdra vs the real kube-scheduler on scheduler_perf's DRA wor
     .venv/bin/python bench/scale.py --workloads steady-empty --duration 30 --audit --pprof 25
     .venv/bin/python bench/scale.py --contenders kdra,kdra-kopf --compare kdra-kopf/kdra \
         --workloads template,steady-empty --rounds 2
+    # kdra on native DRA against kube-scheduler, same objects (--compare defaults to
+    # kdra-native/upstream when kdra itself does not run): smoke, then the figures (~30 min)
+    .venv/bin/python bench/scale.py --quick --rounds 1 --workloads template \
+        --contenders kdra-native,upstream
+    .venv/bin/python bench/scale.py --contenders kdra-native,upstream --rounds 2 \
+        --workloads template,steady-empty,steady-half,steady-full
 
 Diagnosis (not for the report's figures: both cost the server CPU): ``--audit`` turns on
 kube-apiserver's audit log and prints the requests per bound pod by client (User-Agent, or
@@ -37,6 +43,15 @@ Contenders, each on a fresh control plane (same binaries) per workload:
   kubeadm sets it up);
 - ``kdra-kopf``: ``kdra``, its operator started with ``KDRA_WATCH=kopf`` (the operator routes
   its hot watches through kopf handlers; one without that mode ignores the variable);
+- ``kdra-native``: kdra's operator alone in the native flavour (``KDRA_FLAVOUR=native``, its
+  ServiceAccount with manifests/components/native's rights) on ``upstream``'s objects — native
+  templates, claims and pods, the pods with ``schedulerName: kdra-scheduler`` — and, like
+  ``upstream``, Nodes and ResourceSlices created by the harness as scheduler_perf does (no
+  agent: with no kubelet nothing is prepared, and in this flavour kdra's binder does not wait
+  for preparation). kube-controller-manager runs without its resourceclaim-controller: kdra's
+  claim controller generates and releases the claims. Measured: the operator, against
+  ``upstream``'s kube-scheduler + kube-controller-manager (the table "CPU ms per bound pod by
+  process" puts them side by side);
 - ``upstream``: kube-scheduler + kube-controller-manager's resourceclaim-controller with native
   resource.k8s.io/v1 objects; the harness creates Nodes and ResourceSlices, as scheduler_perf.
 Both the scheduler and the controller-manager get client QPS/burst 5000 (scheduler_perf runs
@@ -48,7 +63,8 @@ that lasts minutes hits both alike. Every run is a row of the first table; the r
 targets use each contender's runs pooled (pods summed over seconds summed; p50/p99 and peak
 RSS: the mean and the maximum over the rounds), and list the ratio of each round.
 ``--compare A/B`` picks the two contenders the ratio table compares (default
-``kdra/upstream``; e.g. ``kdra-kopf/kdra``); the targets are printed for kdra/upstream only.
+``kdra/upstream``, or ``kdra-native/upstream`` when kdra does not run; e.g.
+``kdra-kopf/kdra``, ``kdra-native/kdra``); the targets are printed for kdra/upstream only.
 
 Measured: pods/s over the measured phase (pods bound / (last binding - first create)),
 create->bound latency from client-side timestamps (create call returned; first watch event
@@ -56,7 +72,8 @@ with spec.nodeName), CPU seconds of the contender's processes during the measure
 (/proc utime+stime) and their peak RSS (VmHWM). Prints tables; asserts nothing.
 
 The code, by responsibility (bench/, all imported by this CLI): objects.py (the workloads' API
-objects), contenders.py (kdra, kdra-kopf, upstream and their processes), workloads.py (template,
+objects), contenders.py (kdra, kdra-kopf, kdra-native, upstream and their processes),
+workloads.py (template,
 steady, preallocate, ceiling), measurement.py (CPU/RSS, profiles, audit), runner.py (one run on
 a fresh control plane), report.py (Result, pooling, tables, targets); kapi.py the API client.
 """
@@ -75,12 +92,14 @@ from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from contenders import Contender, Kdra, KdraKopf, Upstream
+from contenders import Contender, Kdra, KdraKopf, KdraNative, Upstream
 from measurement import Profiler, summarize_profile
 from objects import DEVICES_PER_NODE, ROOT
 from report import (
     COMPARE,
     Result,
+    cpu_table,
+    default_compare,
     machine,
     sweep_table,
     table,
@@ -112,10 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workloads", default="all",
                         help=f"comma-separated from {', '.join(WORKLOADS)}, or all")
     parser.add_argument("--contenders", default="kdra,upstream",
-                        help="comma-separated from kdra, kdra-kopf, upstream")
-    parser.add_argument("--compare", default="/".join(COMPARE), metavar="A/B",
+                        help="comma-separated from kdra, kdra-kopf, kdra-native, upstream")
+    parser.add_argument("--compare", default="", metavar="A/B",
                         help="the two contenders the ratio table compares, A/B (default "
-                             "%(default)s; the targets are printed for kdra/upstream only)")
+                             f"{'/'.join(COMPARE)}, or kdra-native/upstream when kdra does "
+                             "not run; the targets are printed for kdra/upstream only)")
     parser.add_argument("--quick", action="store_true",
                         help="100 nodes, 500+500 pods, 20 s steady state")
     parser.add_argument("--nodes", type=int, default=0, help="override the node count")
@@ -151,13 +171,17 @@ def main(argv: list[str] | None = None) -> int:
                     stall=45.0 if args.quick else 90.0, audit=args.audit,
                     pprof=args.pprof)
     workloads = list(WORKLOADS) if args.workloads == "all" else args.workloads.split(",")
-    kinds: dict[str, type[Contender]] = {k.name: k for k in (Kdra, KdraKopf, Upstream)}
+    kinds: dict[str, type[Contender]] = {k.name: k for k in (Kdra, KdraKopf, KdraNative,
+                                                                 Upstream)}
     contenders = [kinds[c] for c in args.contenders.split(",")]
+    names = [k.name for k in contenders]
+    if not args.compare:
+        args.compare = "/".join(default_compare(names))
     pair = args.compare.split("/")
     if len(pair) != 2 or pair[0] == pair[1] or not set(pair) <= set(kinds):
         parser.error(f"--compare: two different contenders A/B from {', '.join(kinds)}")
     compare = (pair[0], pair[1])
-    if compare != COMPARE and not set(compare) <= {k.name for k in contenders}:
+    if compare != COMPARE and not set(compare) <= set(names):
         parser.error(f"--compare {args.compare}: both must be among --contenders")
     base = args.out or Path(tempfile.mkdtemp(prefix="kdra-scale-"))
     base.mkdir(parents=True, exist_ok=True)
@@ -179,6 +203,10 @@ def main(argv: list[str] | None = None) -> int:
     def report(final: bool) -> list[str]:
         """The tables so far; written to --markdown after every run (a crash keeps them)."""
         lines = [table(results, ceiling, own_ceiling, compare), ""]
+        cpu = cpu_table(results)
+        if cpu:
+            lines += ["CPU ms per bound pod by process (counted: the contender's own processes; "
+                      "the others are the control plane's):", "", cpu, ""]
         writes = writes_table(results)
         if writes:
             lines += ["API writes per bound pod (kube-apiserver's apiserver_request_total; the "

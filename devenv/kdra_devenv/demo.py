@@ -4,8 +4,10 @@ real binaries.
 Starts etcd + kube-apiserver + kube-controller-manager (with the Deployment and ReplicaSet
 controllers) on loopback, installs kdra's CRDs and the users' roles (kdra-user), runs
 ``kdra operator`` (claim controller, binder, webhooks — conversion included, for clients that
-write v1alpha3 once it is served; the examples are v1 — slice GC) and two ``kdra agent``
-processes — one simulating three GPU nodes with two GPU models, one serving the seed's cats on
+write v1alpha3 once it is served; the examples are v1 — slice GC) and three ``kdra agent``
+processes — one simulating three GPU nodes with two GPU models, one simulating ``gpu-node-3``
+with a partitioned H100 and an H100 shared by memory (manifests/examples/partitions and
+sharing get partitions and shares there, not whole GPUs), one serving the seed's cats on
 ``worker-1`` — applies the seed's cats example plus a few GPU pods (the GPUs' DeviceClass
 from manifests/examples/gpu, so the user guide's examples work as written), waits until the
 pods are bound, and prints ``pod → node → devices``.
@@ -45,11 +47,17 @@ from kdra_devenv.controlplane import (
 from kdra_devenv.process import spawn, terminate
 
 GPU_NODES = "gpu-node-{0..2}"
+SHARED_NODE = "gpu-node-3"
+"""The node whose GPUs are partitioned (gpu-0) and shared by memory (gpu-1)."""
 CATS_NODE = "worker-1"
 
 GPU_CLASS = repo_root() / "manifests" / "examples" / "gpu" / "deviceclass.yaml"
 """The GPUs' DeviceClass, as the examples define it (one definition: the guide's examples,
 manifests/examples/extended's extended resource included, work on the demo as written)."""
+SEED = {"native": repo_root() / "manifests" / "examples" / "native",
+        "kdra": repo_root() / "manifests" / "examples" / "seed"}
+"""The seed's cats example the demo applies as written, by API flavour (the native one is the
+user guide's manifests/examples/native)."""
 USER_ROLES = repo_root() / "manifests" / "base" / "user-roles.yaml"
 """kdra-user / kdra-user-view, aggregated into admin/edit/view: the guide's ``--as`` walkthrough
 works as on an installed cluster."""
@@ -145,7 +153,7 @@ def run_demo(interactive: bool = True, workdir: str | None = None, timeout: floa
              flavour: str = "native") -> int:
     root = repo_root()
     crds = root / "crds"
-    seed = root / "manifests" / "examples" / ("native" if flavour == "native" else "seed")
+    seed = SEED["native" if flavour == "native" else "kdra"]
     api = "resource.k8s.io/v1" if flavour == "native" else "resource.kdra.dev/v1"
     inventories = root / "manifests" / "examples" / "inventory"
     if not crds.is_dir() or not seed.is_dir():
@@ -166,7 +174,7 @@ def run_demo(interactive: bool = True, workdir: str | None = None, timeout: floa
     sockets = Path(tempfile.mkdtemp(prefix="kdra-dra-"))
     procs = _Procs(directory, plane.kubeconfig)
     metrics_port = free_port()
-    agent_ports = [free_port(), free_port()]
+    agent_ports = [free_port(), free_port(), free_port()]
     try:
         _step("installing CRDs")
         plane.kubectl("apply", "--server-side", "-k", str(crds))
@@ -175,24 +183,23 @@ def run_demo(interactive: bool = True, workdir: str | None = None, timeout: floa
         plane.kubectl("create", "namespace", "kdra-system")
         plane.kubectl("apply", "--server-side", "-f", str(USER_ROLES))
         _step(f"starting kdra agents: simulated GPU nodes {GPU_NODES} (H100 + A100), "
-              f"cats on {CATS_NODE}")
-        procs.start("agent-gpus", "agent", "--flavour", flavour,
-                    "--simulate-nodes", GPU_NODES, "--create-nodes",
-                    "--inventory", str(inventories / "mixed-gpus.yaml"),
-                    "--cdi-dir", str(directory / "cdi"), "--state-dir",
-                    str(directory / "state"), "--metrics-port", str(agent_ports[0]),
-                    ready="kdra agent started")
-        procs.start("agent-cats", "agent", "--flavour", flavour,
-                    "--node-name", CATS_NODE, "--create-nodes",
-                    "--inventory", str(inventories / "cats.yaml"),
-                    "--cdi-dir", str(directory / "cdi"), "--state-dir",
-                    str(directory / "state"), "--metrics-port", str(agent_ports[1]),
-                    # The native flavour's DRA sockets in a short directory of the demo's own
-                    # (a socket path has at most 108 bytes), not the host's /var/lib/kubelet:
-                    # no kubelet runs here, and nothing is left on the host.
-                    "--kubelet-registry-dir", str(sockets / "reg"),
-                    "--kubelet-plugins-dir", str(sockets / "plugins"),
-                    ready="kdra agent started")
+              f"{SHARED_NODE} (a partitioned H100, a shared H100), cats on {CATS_NODE}")
+        agents = [  # name, the node(s) it serves, inventory, flags of its own
+            ("agent-gpus", ["--simulate-nodes", GPU_NODES], "mixed-gpus.yaml", []),
+            ("agent-shared", ["--simulate-nodes", SHARED_NODE], "partitioned-shared-gpus.yaml",
+             []),
+            # The native flavour's DRA sockets in a short directory of the demo's own (a socket
+            # path has at most 108 bytes), not the host's /var/lib/kubelet: no kubelet runs
+            # here, and nothing is left on the host.
+            ("agent-cats", ["--node-name", CATS_NODE], "cats.yaml",
+             ["--kubelet-registry-dir", str(sockets / "reg"),
+              "--kubelet-plugins-dir", str(sockets / "plugins")])]
+        for (name, nodes, inventory, extra), port in zip(agents, agent_ports, strict=True):
+            procs.start(name, "agent", "--flavour", flavour, *nodes, "--create-nodes",
+                        "--inventory", str(inventories / inventory),
+                        "--cdi-dir", str(directory / "cdi"), "--state-dir",
+                        str(directory / "state"), "--metrics-port", str(port), *extra,
+                        ready="kdra agent started")
         webhook_port = free_port()
         _step(f"starting kdra operator, {flavour} flavour (claim controller, binder, webhooks, "
               "slice GC)")

@@ -7,14 +7,17 @@ Helm's own bookkeeping labels):
 
 | kustomize                          | helm values                                          |
 |------------------------------------|------------------------------------------------------|
-| manifests/overlays/nvidia          | defaults (agent.discovery=nvml), namespace.create    |
-| manifests/overlays/kind            | agent.discovery=inventory, image kdra:dev, the kind  |
-|                                    | overlay's inventory files, namespace.create          |
-| manifests/overlays/native          | the kind overlay's settings and flavour=native       |
+| manifests/overlays/nvidia-native   | defaults (flavour=auto: native, as helm template     |
+|                                    | assumes resource.k8s.io/v1; agent.discovery=nvml),   |
+|                                    | namespace.create                                     |
+| manifests/overlays/nvidia          | flavour=kdra, namespace.create                       |
+| manifests/overlays/kind            | flavour=kdra, agent.discovery=inventory, image       |
+|                                    | kdra:dev, the kind overlay's inventory files,        |
+|                                    | namespace.create                                     |
+| manifests/overlays/native          | the kind overlay's settings, flavour=native and the  |
+|                                    | cats' driver in agent.kubelet.drivers                |
 | manifests/overlays/servicemonitor  | serviceMonitor.enabled, dashboard.enabled (those)     |
 | manifests/simulation               | simulation.enabled (those objects)                   |
-| overlays/nvidia + components/      | flavour=native                                       |
-| native and native-agent            |                                                      |
 
 A difference fails with a unified diff per object. Fix it where it comes from: the CRDs with
 ``python -m hack.crdgen`` (they come from the models), the copied parts (RBAC, admission
@@ -28,7 +31,6 @@ from __future__ import annotations
 
 import copy
 import difflib
-import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -117,7 +119,7 @@ def drift(chart: Sequence[dict[str, Any]], manifests: Sequence[dict[str, Any]],
 def test_helm_lint(helm: str) -> None:
     everything = [*inventory_values(), "--set", "serviceMonitor.enabled=true",
                   "--set", "dashboard.enabled=true", "--set", "simulation.enabled=true"]
-    for args in ([], everything, ["--set", "flavour=native"]):
+    for args in ([], everything, ["--set", "flavour=native"], ["--set", "flavour=kdra"]):
         result = subprocess.run([helm, "lint", "--strict", str(CHART), *args],
                                 capture_output=True, text=True)
         assert result.returncode == 0, result.stdout + result.stderr
@@ -134,7 +136,8 @@ def test_helm_lint(helm: str) -> None:
     (["--set", "operator.replica=3"], "at '/operator': additional properties 'replica' not"),
     (["--set", "agent.discovery=nvidia"],
      "at '/agent/discovery': value must be one of 'nvml', 'inventory'"),
-    (["--set", "flavour=upstream"], "at '/flavour': value must be one of 'kdra', 'native'"),
+    (["--set", "flavour=upstream"],
+     "at '/flavour': value must be one of 'auto', 'kdra', 'native'"),
 ])
 def test_the_schema_rejects_a_wrong_value(helm: str, args: list[str], said: str) -> None:
     """values.schema.json: a wrong type or an unknown key fails lint --strict and template,
@@ -173,16 +176,29 @@ def test_the_copied_parts_are_up_to_date() -> None:
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr
 
 
+def test_the_chart_defaults_render_what_the_nvidia_native_overlay_renders(
+        helm: str, control_plane: ControlPlane) -> None:
+    """The defaults: flavour=auto, native where resource.k8s.io/v1 is served (helm template
+    without a cluster assumes it is): the operator and agent on the built-in kinds, the agent
+    the kubelet's DRA plugin — as overlays/nvidia with components/native and native-agent."""
+    chart = render(helm, "--set", "namespace.create=true")
+    report = drift(chart, kustomize(control_plane, "overlays/nvidia-native"),
+                   "overlays/nvidia-native")
+    assert not report, report
+    assert chart == render(helm, "--set", "namespace.create=true", "--set", "flavour=native")
+
+
 def test_the_chart_renders_what_the_nvidia_overlay_renders(helm: str,
                                                            control_plane: ControlPlane) -> None:
-    chart = render(helm, "--set", "namespace.create=true")
+    chart = render(helm, "--set", "namespace.create=true", "--set", "flavour=kdra")
     report = drift(chart, kustomize(control_plane, "overlays/nvidia"), "overlays/nvidia")
     assert not report, report
 
 
 def test_the_chart_renders_what_the_kind_overlay_renders(helm: str,
                                                          control_plane: ControlPlane) -> None:
-    chart = render(helm, "--set", "namespace.create=true", *inventory_values())
+    chart = render(helm, "--set", "namespace.create=true", "--set", "flavour=kdra",
+                   *inventory_values())
     report = drift(chart, kustomize(control_plane, "overlays/kind"), "overlays/kind")
     assert not report, report
 
@@ -190,14 +206,65 @@ def test_the_chart_renders_what_the_kind_overlay_renders(helm: str,
 def test_the_chart_renders_what_the_native_overlay_renders(helm: str,
                                                            control_plane: ControlPlane) -> None:
     chart = render(helm, "--set", "namespace.create=true", "--set", "flavour=native",
+                   "--set", "agent.kubelet.drivers={gpu.kdra.dev,resource-driver.example.com}",
                    *inventory_values())
     report = drift(chart, kustomize(control_plane, "overlays/native"), "overlays/native")
     assert not report, report
     result = subprocess.run([helm, "template", "kdra", str(CHART), "--set", "flavour=v1"],
                             capture_output=True, text=True)
     # values.schema.json refuses it before the templates' own check can (issue 41, item 9).
-    assert result.returncode != 0 and "at '/flavour': value must be one of 'kdra', 'native'" \
-        in result.stderr, result.stderr
+    assert result.returncode != 0 and \
+        "at '/flavour': value must be one of 'auto', 'kdra', 'native'" in result.stderr, \
+        result.stderr
+
+
+def flavours(docs: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """Each workload's KDRA_FLAVOUR (the agent's default, kdra, where it has none)."""
+    found = {}
+    for doc in docs:
+        if doc["kind"] in ("Deployment", "DaemonSet"):
+            env = {e["name"]: e.get("value")
+                   for e in doc["spec"]["template"]["spec"]["containers"][0]["env"]}
+            found[doc["kind"]] = env.get("KDRA_FLAVOUR", "kdra")
+    return found
+
+
+def test_auto_keeps_the_running_operators_flavour_on_an_upgrade(
+        helm: str, control_plane: ControlPlane, tmp_path: Path) -> None:
+    """flavour=auto against a cluster (helm's server-side dry run, as install and upgrade
+    render): native where resource.k8s.io/v1 is served and nothing runs yet; where an operator
+    already runs in the kdra flavour (an installation from before the cluster's upgrade to
+    1.34), the upgrade keeps kdra — claims never move from kdra's CRDs to the built-in kinds
+    under a running installation (an operator without KDRA_FLAVOUR predates the flavours:
+    kdra). An explicit flavour always wins."""
+    namespace = "kdra-chart-upgrade"
+    control_plane.kubectl("create", "namespace", namespace, check=False)
+
+    def server_render(*args: str) -> dict[str, str]:
+        result = subprocess.run([helm, "template", "kdra", str(CHART), "--namespace", namespace,
+                                 "--kubeconfig", str(control_plane.kubeconfig),
+                                 "--dry-run=server", *args], capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        return flavours([d for d in yaml.safe_load_all(result.stdout) if d])
+
+    try:
+        assert server_render() == {"Deployment": "native", "DaemonSet": "native"}
+        kdra = render(helm, "--set", "flavour=kdra", namespace=namespace)
+        (operator,) = [d for d in kdra if d["kind"] == "Deployment"]
+        (tmp_path / "operator.yaml").write_text(yaml.safe_dump(operator))
+        control_plane.kubectl("apply", "--server-side", "-f", str(tmp_path / "operator.yaml"))
+        assert server_render() == {"Deployment": "kdra", "DaemonSet": "kdra"}
+        assert server_render("--set", "flavour=native") == {"Deployment": "native",
+                                                            "DaemonSet": "native"}
+        # An operator without KDRA_FLAVOUR predates the flavours (it ran kdra's CRDs); one
+        # with auto ran what the cluster serves.
+        deployment = ("-n", namespace, "deployment/kdra-operator")
+        control_plane.kubectl("set", "env", *deployment, "KDRA_FLAVOUR-")
+        assert server_render() == {"Deployment": "kdra", "DaemonSet": "kdra"}
+        control_plane.kubectl("set", "env", *deployment, "KDRA_FLAVOUR=auto")
+        assert server_render() == {"Deployment": "native", "DaemonSet": "native"}
+    finally:
+        control_plane.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
 def test_the_chart_renders_what_the_servicemonitor_overlay_renders(
@@ -217,24 +284,6 @@ def test_the_chart_renders_what_the_simulation_kustomization_renders(
              if key(doc) not in plain]
     assert chart, "simulation.enabled adds nothing"
     report = drift(chart, kustomize(control_plane, "simulation"), "manifests/simulation")
-    assert not report, report
-
-
-def test_the_chart_renders_the_native_agent_as_the_native_agent_component_does(
-        helm: str, control_plane: ControlPlane, tmp_path: Path) -> None:
-    """flavour=native: the agent mounts the kubelet's plugin directories instead of the NRI
-    socket, as overlays/nvidia with components/native-agent (and components/native, the
-    operator's side)."""
-    kustomization = tmp_path / "native"
-    kustomization.mkdir()
-    (kustomization / "kustomization.yaml").write_text(yaml.safe_dump({
-        "resources": [os.path.relpath(MANIFESTS / "overlays" / "nvidia", kustomization)],
-        "components": [os.path.relpath(MANIFESTS / "components" / name, kustomization)
-                       for name in ("native", "native-agent")]}))
-    out = control_plane.kubectl("kustomize", str(kustomization)).stdout
-    manifests = [doc for doc in yaml.safe_load_all(out) if doc]
-    chart = render(helm, "--set", "namespace.create=true", "--set", "flavour=native")
-    report = drift(chart, manifests, "overlays/nvidia + components/native + native-agent")
     assert not report, report
 
 
@@ -290,7 +339,7 @@ def test_rendered_manifests_apply_server_side(helm: str, control_plane: ControlP
                           "crd/servicemonitors.monitoring.coreos.com")
     try:
         for args in (["--set", "namespace.create=true"],
-                     ["--set", "namespace.create=true", "--set", "flavour=native"],
+                     ["--set", "namespace.create=true", "--set", "flavour=kdra"],
                      ["--set", "namespace.create=true", "--set", "serviceMonitor.enabled=true",
                       "--set", "dashboard.enabled=true", "--set", "simulation.enabled=true",
                       *inventory_values()]):

@@ -20,6 +20,8 @@ import time
 import unicodedata
 from typing import Any
 
+import pytest
+
 from kdra.kube.core.podclaims import CLAIM_STATUSES_ANNOTATION
 from kdra.operator.core.webhook_configs import MUTATING_CONFIG
 from kdra.operator.handlers.routes import PAUSE_ENV
@@ -108,6 +110,45 @@ def test_hostile_no_claim_storm_for_a_pod_deleted_while_the_operator_was_busy(
           f"({len(claims)} still listed)")
     assert storm == 0 and not claims, f"{storm} claims created for a deleted pod"
     hostile.after_attack("a claim-creation storm")
+
+
+@pytest.mark.parametrize("watch", ["informers", "kopf"])
+def test_hostile_a_pod_deleted_before_the_watches_start_releases_its_devices(
+        hostile: Hostile, watch: str) -> None:
+    """A bound pod force-deleted between the operator's start-up LIST and its watches (a
+    busy start-up: the test pause) is never delivered as deleted by a watch that starts with
+    a LIST of its own — kopf's re-lists deliver what is listed, not what is gone (issue 37,
+    point 6). Both event paths must still release the pod's claim (its devices): the
+    informers from their first LIST, ``--watch=kopf`` from the operator's reconciling LIST a
+    few seconds after the start. Without it the deleted pod stays cached for ever, its claim
+    reserved and its devices held."""
+    assert hostile.operator is not None
+    name = unique(f"gone-{watch}")
+    made = hostile.create_as_user(pod_body(name, hostile.namespace, TEMPLATE))
+    assert made.returncode == 0, made.stderr
+    uid = json.loads(made.stdout)["metadata"]["uid"]
+    hostile.bound_pod(name)
+    wait_for(lambda: any((c.get("status") or {}).get("reservedFor")
+                         for c in claims_owned_by(hostile, uid)), what="the claim reserved")
+    hostile.operator.stop()
+    env = dict(hostile.operator.env)
+    hostile.operator.env = {**env, PAUSE_ENV: "6", "KDRA_WATCH": watch}
+    try:
+        hostile.operator.start(timeout=120)
+        wait_for(lambda: PAUSE_ENV in hostile.operator.log.read_text(errors="replace"),
+                 what="the operator pausing before its watches")
+        delete_pods(hostile, name)  # while the operator is busy
+        began = time.monotonic()
+        wait_for(lambda: not any((c.get("status") or {}).get("allocation")
+                                 for c in claims_owned_by(hostile, uid)),
+                 timeout=60, what=f"the deleted pod's claim released ({watch})")
+        print(f"\n[{watch}] the claim of a pod deleted during the start-up released "
+              f"{time.monotonic() - began:.1f} s after the deletion")
+    finally:
+        hostile.operator.stop()
+        hostile.operator.env = env
+        hostile.operator.start(timeout=120)
+    hostile.after_attack(f"a pod deleted before the watches started ({watch})")
 
 
 # --------------------------------------------------------------------------- point 5

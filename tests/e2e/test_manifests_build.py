@@ -36,11 +36,11 @@ KUSTOMIZATIONS = ("base", "base/crds", "overlays/kind", "overlays/nvidia", "over
                   "examples/gpu", "examples/extended", "examples/seed",
                   "examples/seed-static-slice", "examples/v1", "examples/quota",
                   "examples/partitions", "examples/sharing", "examples/priority",
-                  "simulation", "overlays/native", "webhooks/native", "examples/native",
-                  "examples/native-static-slice")
+                  "simulation", "overlays/native", "overlays/nvidia-native", "webhooks/native",
+                  "examples/native", "examples/native-static-slice")
 DRY_RUN = ("base", "overlays/kind", "overlays/nvidia", "overlays/node", "overlays/node-native",
            "examples/gpu", "examples/extended", "examples/quota", "examples/priority",
-           "overlays/native", "examples/native-static-slice")
+           "overlays/native", "overlays/nvidia-native", "examples/native-static-slice")
 
 
 def find(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
@@ -140,7 +140,14 @@ def test_the_native_overlay_is_the_kind_overlay_in_the_native_flavour(
     assert before == kind[("Deployment", "kdra-operator")]  # nothing else differs
     (agent,) = native[("DaemonSet", "kdra-agent")]["spec"]["template"]["spec"]["containers"]
     assert "KDRA_NRI_SOCKET" not in {e["name"] for e in agent["env"]}
-    assert "/var/lib/kubelet/plugins_registry" in {m["mountPath"] for m in agent["volumeMounts"]}
+    mounts = {m["mountPath"] for m in agent["volumeMounts"]}
+    # The kubelet's plugin watcher, and a DRA socket directory for each driver the kind
+    # inventories publish (the GPUs, and the seed's cats on kdra-worker3).
+    assert {"/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins/gpu.kdra.dev",
+            "/var/lib/kubelet/plugins/resource-driver.example.com"} <= mounts
+    drivers = {yaml.safe_load(path.read_text()).get("driver", "gpu.kdra.dev")
+               for path in (MANIFESTS / "overlays/kind/inventory").glob("*.yaml")}
+    assert {f"/var/lib/kubelet/plugins/{driver}" for driver in drivers} <= mounts
     webhooks = {w["name"] for w in native[("ValidatingWebhookConfiguration",
                                            "kdra-validating")]["webhooks"]}
     assert "validate-claim-pods.resource.kdra.dev" in webhooks

@@ -253,7 +253,8 @@ def test_base_leaves_every_webhooks_ca_bundle_to_the_operator(
 
 
 def test_roles_use_no_wildcards(control_plane: ControlPlane) -> None:
-    for directory in ("overlays/kind", "overlays/nvidia", "overlays/node", "simulation"):
+    for directory in ("overlays/kind", "overlays/nvidia", "overlays/node", "simulation",
+                      "overlays/native", "overlays/nvidia-native", "overlays/node-native"):
         for doc in build(control_plane, directory):
             if doc["kind"] not in ("Role", "ClusterRole"):
                 continue

@@ -9,7 +9,8 @@ The demo runs once for the module (its own control plane, as ``make demo`` with
 ``DEMO_FLAGS=--flavour kdra``). On top of its five pods the module adds load while
 Prometheus scrapes: two pods taking eight H100s each (gpu-node-1 and gpu-node-2 fill up) and
 ``big``, which wants eight H100s and fits nowhere: gpu-node-0 has five left (train-0..2 hold
-three), so it would fit there if three devices were freed.
+three), so it would fit there if three devices were freed; gpu-node-3 has one whole GPU of the
+class (its partitions and shared GPU are not).
 
 Prometheus comes from the Debian package (``.ci/run`` installs it): without it the Prometheus
 tests are skipped, unless ``KDRA_REQUIRE_PROMETHEUS=1`` (set by ``.ci/run``) makes that a
@@ -24,12 +25,11 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,14 +37,14 @@ import pytest
 import yaml
 
 from kdra.kube.core.podclaims import CLAIMS_ANNOTATION
-from kdra_devenv.controlplane import binaries, free_port
+from kdra_devenv.controlplane import free_port
 from kdra_devenv.process import spawn, terminate
 from tests.e2e.conftest import ROOT
+from tests.e2e.demo_helpers import Demo, running_demo
 from tests.e2e.procs import wait_for
 
 pytestmark = pytest.mark.slow
 
-READY = "Ctrl-C stops everything."
 DASHBOARD = ROOT / "manifests" / "overlays" / "servicemonitor" / "dashboards" / "kdra.json"
 GPU = "gpu.kdra.dev"
 PACE = 8.0
@@ -52,58 +52,11 @@ PACE = 8.0
 H100 = 'device.attributes["gpu.kdra.dev"].productName.contains("H100")'
 
 
-@dataclass
-class Demo:
-    process: subprocess.Popen[str]
-    output: str
-    kubeconfig: Path
-    operator_metrics: str
-    agent_metrics: list[str]
-    started: float = field(default_factory=time.time)
-
-    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
-                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        """The demo's kubectl, with the plugin kubectl-kdra (this venv's) on PATH."""
-        environment = {**os.environ, "KUBECONFIG": str(self.kubeconfig),
-                       "PATH": f"{Path(sys.executable).parent}{os.pathsep}"
-                               f"{os.environ.get('PATH', '')}", **(env or {})}
-        result = subprocess.run([str(binaries(progress=False) / "kubectl"), *args],
-                                input=input, capture_output=True, text=True, env=environment,
-                                timeout=120)
-        if check and result.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)}: {result.stderr}")
-        return result
-
-    def get(self, *args: str) -> Any:
-        return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
-
-
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
-    run_dir = tmp_path_factory.mktemp("observe")
-    workdir = run_dir / "demo"
     # The kdra flavour (one flag away from the default native one, which test_demo.py and
     # test_native.py cover): this module's load and views speak kdra's CRDs and annotations.
-    process = spawn([sys.executable, "-m", "kdra_devenv", "demo", "--dir", str(workdir),
-                     "--flavour", "kdra"],
-                    run_dir=run_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert process.stdout is not None
-    lines: list[str] = []
-    try:
-        deadline = time.monotonic() + 600
-        for line in process.stdout:
-            lines.append(line)
-            if line.strip() == READY or time.monotonic() > deadline:
-                break
-        output = "".join(lines)
-        assert READY in output, output[-3000:]
-        kubeconfig = re.search(r"^export KUBECONFIG=(\S+)$", output, re.M)
-        urls = re.search(r"^metrics: (\S+) \(operator\), (.+) \(agents\)$", output, re.M)
-        assert kubeconfig and urls, output[-3000:]
-        yield Demo(process, output, Path(kubeconfig.group(1)), urls.group(1),
-                   [url.strip() for url in urls.group(2).split(",")])
-    finally:
-        terminate(process, grace=120)  # SIGTERM: the demo stops what it started, as on Ctrl-C
+    yield from running_demo(tmp_path_factory.mktemp("observe"), "--flavour", "kdra")
 
 
 @dataclass
@@ -174,8 +127,8 @@ def prometheus(demo: Demo, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
         def scraping() -> bool:
             result = prom.query("up")["data"]["result"]
-            return len(result) == 3 and all(r["value"][1] == "1" for r in result)
-        wait_for(scraping, timeout=60, what="the operator and both agents scraped")
+            return len(result) == 4 and all(r["value"][1] == "1" for r in result)
+        wait_for(scraping, timeout=60, what="the operator and the three agents scraped")
         yield prom
     finally:
         terminate(process, grace=30)
@@ -230,7 +183,7 @@ def test_kubectl_kdra_free(loaded: Demo) -> None:
     assert result.stderr == ""
     table = rows(result.stdout)
     assert table[0] == ["CLASS", "NODE", "POOL", "TOTAL", "ALLOCATED", "FREE", "UNHEALTHY"]
-    gpu_rows = [r for r in table if r[0] == GPU and r[1].startswith("gpu-node-")]
+    gpu_rows = [r for r in table if r[0] == GPU and r[1] in {f"gpu-node-{i}" for i in range(3)}]
     # Each node: 8 H100 + 4 A100, the fourth A100 unhealthy — published with the agent's
     # health taint since issue 25 (it used to be left out of the slice: 11 per node).
     assert [(r[1], r[2], r[3]) for r in gpu_rows] == [
@@ -240,9 +193,13 @@ def test_kubectl_kdra_free(loaded: Demo) -> None:
     assert all(int(r[4]) + int(r[5]) == 11 and r[6] == "1" for r in gpu_rows)
     assert ["resource.example.com", "worker-1", "resource-driver.example.com/worker-1", "6",
             "2", "4", "0"] in table
-    assert [GPU, "36", "21", "12", "3"] in table  # totals per class
+    # gpu-node-3: of its partitioned H100 only the whole GPU is of the class (whole GPUs one
+    # claim holds); its 14 partitions and the shared H100 are of no class the demo defines.
+    assert [GPU, "gpu-node-3", f"{GPU}/gpu-node-3", "1", "0", "1", "0"] in table
+    assert ["-", "gpu-node-3", f"{GPU}/gpu-node-3", "15", "0", "15", "0"] in table
+    assert [GPU, "37", "21", "13", "3"] in table  # totals per class
     data = json.loads(loaded.kubectl("kdra", "free", "-o", "json").stdout)
-    assert {"class": GPU, "total": 36, "allocated": 21, "free": 12, "unhealthy": 3} in \
+    assert {"class": GPU, "total": 37, "allocated": 21, "free": 13, "unhealthy": 3} in \
         data["classes"]
     assert data["notes"] == []
 
@@ -253,8 +210,8 @@ def test_kubectl_kdra_why(loaded: Demo) -> None:
     text = result.stdout
     claim = loaded.get("pod", "big")["metadata"]["annotations"]
     generated = json.loads(claim["resource.kdra.dev/claim-statuses"])["gpu"]
-    assert text.startswith("Pod default/big: 0/4 nodes are available: ")
-    assert "kdra-scheduler said: 0/4 nodes are available" in text
+    assert text.startswith("Pod default/big: 0/5 nodes are available: ")
+    assert "kdra-scheduler said: 0/5 nodes are available" in text
     table = text.split("Nodes that cannot take it, by reason:", 1)[1]
     assert re.search(rf'too few free matching devices \(request "gpu" of claim "{generated}" '
                      r"needs 8\)\s+gpu-node-0", table), table
@@ -262,6 +219,8 @@ def test_kubectl_kdra_why(loaded: Demo) -> None:
                      r"\s+gpu-node-1, gpu-node-2", table), table
     assert re.search(rf'no device of class "{GPU}" matches request "gpu" of claim '
                      rf'"{generated}".*worker-1', table), table
+    assert re.search(rf'too few devices of class "{GPU}" match request "gpu" of claim '
+                     rf'"{generated}" \(needs 8\).*gpu-node-3', table), table
     # The claim and its selectors.
     assert re.search(rf"gpu\s+{generated}\s+pending\s+-\s+gpu\s+{GPU}\s+8\s+"
                      rf'class: device.driver == "{GPU}"', text), text
@@ -334,13 +293,13 @@ def test_a_user_with_little_rbac_is_told_what_could_not_be_read(loaded: Demo) ->
     free = loaded.kubectl("kdra", "free", "--as", "alice")
     assert "could not read ResourceClaims in all namespaces: 403 Forbidden" in free.stderr
     assert "only namespace default's claims are counted" in free.stderr
-    assert [GPU, "36", "21", "12", "3"] in rows(free.stdout)  # every claim is in default
+    assert [GPU, "37", "21", "13", "3"] in rows(free.stdout)  # every claim is in default
 
     why = loaded.kubectl("kdra", "why", "big", "--as", "alice")
     assert "could not read nodes (cluster-wide): 403 Forbidden" in why.stderr, why.stderr
     assert "nodes could not be read: taints, node selectors and capacity are not checked" \
         in why.stderr
-    assert "Pod default/big: 0/4 nodes are available" in why.stdout  # nodes from the slices
+    assert "Pod default/big: 0/5 nodes are available" in why.stdout  # nodes from the slices
     assert "gpu-node-0 would fit if 3 devices were freed" in why.stdout
 
     nobody = loaded.kubectl("kdra", "free", "--as", "nobody", check=False)
@@ -354,9 +313,9 @@ def test_flags_anywhere_pod_slash_name_and_clear_errors(loaded: Demo) -> None:
     is an error (exit 1) and a user who may read the pod but not its claims is told so, not
     that the pod waits for them."""
     why = loaded.kubectl("kdra", "-n", "default", "why", "pod/big")
-    assert "Pod default/big: 0/4 nodes are available" in why.stdout, why.stdout + why.stderr
+    assert "Pod default/big: 0/5 nodes are available" in why.stdout, why.stdout + why.stderr
     free = loaded.kubectl("kdra", "-n", "default", "free")
-    assert [GPU, "36", "21", "12", "3"] in rows(free.stdout)
+    assert [GPU, "37", "21", "13", "3"] in rows(free.stdout)
     assert free.stdout == loaded.kubectl("kdra", "free", "-n", "default").stdout
 
     nosuch = loaded.kubectl("kdra", "free", "--class", "nosuch", check=False)
@@ -468,12 +427,13 @@ def test_every_dashboard_query_parses_and_returns_data(prometheus: Prometheus,
 
     wait_for(all_answered, timeout=90, interval=2, what="every panel with data")
     assert not missing, missing
-    # The figures are the cluster's: 21 of 33 GPUs allocated, 2 of 6 cats.
+    # The figures are the cluster's: 21 of 34 GPUs allocated, 2 of 6 cats; gpu-node-3's
+    # partitions and shared GPU are of no class.
     allocated = prometheus.query(f'sum(kdra_devices{{class="{GPU}",state="allocated"}})')
     assert float(allocated["data"]["result"][0]["value"][1]) == 21.0
     free = prometheus.query('sum by (class) (kdra_devices{state="free"})')["data"]["result"]
     assert {r["metric"]["class"]: float(r["value"][1]) for r in free} == {
-        GPU: 12.0, "resource.example.com": 4.0}
+        GPU: 13.0, "resource.example.com": 4.0, "<none>": 15.0}
     pending = prometheus.query("sum(kdra_scheduler_pending_pods)")["data"]["result"]
     assert float(pending[0]["value"][1]) == 1.0  # big
     reasons = {r["metric"]["reason"]: float(r["value"][1]) for r in prometheus.query(

@@ -25,6 +25,11 @@ Invariants:
   never stops the operator serving the others).
 - An object the client could not decode (:class:`kdra.kube.codec.Skipped`) is neither
   delivered nor taken for deleted by a relist: what was known of it stays as it was.
+- Fed by another machinery (kopf's watches, ``--watch=kopf``): :meth:`deliver` is called for
+  each of its events and :meth:`reconcile` with a LIST of kdra's own, taken at any time
+  beside that watch: an object known at a resourceVersion no newer than the LIST's and not
+  listed was deleted, and is delivered as such; an object known at a newer version than the
+  LIST (written after it) is kept, so a LIST racing the watch never deletes a live object.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from collections.abc import Callable, Iterable
 
 from kdra.kube.client import KubeClient
 from kdra.kube.resources import Resource
-from kdra.kube.store import JSON, Key, key_of
+from kdra.kube.store import JSON, Key, is_not_newer, key_of
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +96,21 @@ class Informer:
             if key not in self.known:
                 self.deliver("DELETED", obj)
         self.synced.set()
+
+    def reconcile(self, items: Iterable[JSON], version: str,
+                  skipped: Iterable[JSON] = ()) -> int:
+        """A LIST (at resourceVersion ``version``) taken beside another machinery's watch:
+        deliver the deletions it proves — objects known at a version no newer than the
+        LIST's that it does not hold (``skipped``: listed but undecodable, so not deleted).
+        Listed objects are not delivered (the watch delivers them). Returns the deletions."""
+        listed = {key_of(obj) for obj in items} | {key_of(stub) for stub in skipped}
+        at = {"metadata": {"resourceVersion": version}}
+        gone = [obj for key, obj in self.known.items()
+                if key not in listed and is_not_newer(obj, at)]
+        for obj in gone:
+            self.deliver("DELETED", obj)
+        self.synced.set()
+        return len(gone)
 
     def deliver(self, event: str | None, obj: JSON) -> None:
         key = key_of(obj)

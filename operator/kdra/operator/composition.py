@@ -10,6 +10,9 @@ Invariants:
   means "does not exist" (or is newer than the start-up list, which a watch event fixes).
   What was primed is handed to each kind's informer (:attr:`Operator.primed`), whose first
   LIST then delivers the deletions that happened in between (however long the start-up).
+  With ``--watch=kopf`` the same bookkeeping is fed by kopf's handlers (:meth:`Operator.feed`)
+  and compared with a LIST of kdra's own every ``kopf_reconcile_period`` (the first a few
+  seconds after the start), which delivers the deletions kopf's re-lists do not.
 - ``stop()`` stops the workers before closing the API client.
 """
 
@@ -26,7 +29,7 @@ from kdra.dra.scheduling import SearchBudget
 from kdra.kube.client import KubeClient, connect
 from kdra.kube.core.agent_leases import AGENT_LEASE_LABEL
 from kdra.kube.core.flavours import Flavour
-from kdra.kube.errors import NotFound
+from kdra.kube.errors import ApiError, NotFound
 from kdra.kube.events import EventRecorder
 from kdra.kube.flavour import resolve
 from kdra.kube.informer import Handler, Informer
@@ -45,6 +48,11 @@ from kdra.operator.taint_eviction import DEVICE_TAINT_RULES, TaintEvictionContro
 from kdra.operator.webhooks.server import WebhookServer, start_webhooks
 
 log = logging.getLogger(__name__)
+
+FIRST_RECONCILE = 5.0
+"""``--watch=kopf``: seconds from the start to the first comparison of the caches with a LIST
+(kopf's watchers list first; until then a pod's claim creation is preceded by a live GET, as
+before any informer's first LIST)."""
 
 
 def _leadership_lost(reason: str) -> None:
@@ -98,6 +106,8 @@ class Operator:
         self.quota_status = QuotaStatusWriter(client, self.binder.quotas)
         self.notices = PodNotices(self.events, flavour)  # pods whose claims kdra would not see
         self.informers: list[Informer] = []  # kdra.operator.handlers.routes starts them (watch())
+        self.feeds: list[Informer] = []  # --watch=kopf: fed by kopf's handlers (feed())
+        self._reconciler: asyncio.Task[None] | None = None
         self.primed: dict[str, list[JSON]] = {}
         """Resource plural → the objects of the start-up LIST (until its informer starts)."""
 
@@ -203,6 +213,44 @@ class Operator:
             self.claim_controller.pods_synced = informer.synced.is_set
         informer.start()
 
+    def feed(self, resource: Resource, handler: Handler, *, namespace: str | None = None,
+             label_selector: str | None = None) -> Informer:
+        """``--watch=kopf``: an informer's bookkeeping without its watch — kopf's handlers
+        deliver each event to it (:meth:`Informer.deliver`), and :meth:`reconcile_feeds`
+        compares it with a LIST now and then. Its known objects start as what was primed."""
+        informer = Informer(self.client, resource, handler, namespace=namespace,
+                            label_selector=label_selector,
+                            known=self.primed.pop(resource.plural, ()))
+        self.feeds.append(informer)
+        if resource == PODS:
+            self.claim_controller.pods_synced = informer.synced.is_set
+        if self._reconciler is None:
+            self._reconciler = asyncio.create_task(
+                self.reconcile_feeds(self.settings.kopf_reconcile_period),
+                name="kopf-reconciler")
+        return informer
+
+    async def reconcile_feeds(self, period: float, first: float = FIRST_RECONCILE) -> None:
+        """Every ``period`` seconds (the first after ``first``: kopf's watchers list first),
+        LIST each fed kind and deliver the deletions the LIST proves (Informer.reconcile).
+        A failed LIST is logged and retried at the next period."""
+        await asyncio.sleep(first)
+        while True:
+            for informer in list(self.feeds):
+                res = informer.resource
+                try:
+                    items, version, skipped = await self.client.list_all(
+                        res, informer.namespace, label_selector=informer.label_selector)
+                except (ApiError, OSError) as exc:
+                    log.warning("reconciling %s with a LIST failed (%s); retrying in %.0fs",
+                                res.plural, exc, period)
+                    continue
+                gone = informer.reconcile(items, version, [s.stub() for s in skipped])
+                if gone:
+                    log.info("%s: %d deletion(s) kopf's watch did not deliver, delivered "
+                             "from a LIST", res.plural, gone)
+            await asyncio.sleep(period)
+
     def _pod_written(self, pod: JSON) -> None:
         """The claim controller's write response: the binder needs no watch hop to see the
         claim names (the watch event of the same version follows and changes nothing)."""
@@ -213,6 +261,9 @@ class Operator:
         if self.leadership is not None:
             self.leadership.cancel()  # a renewal cut off here cannot race the release below
             await asyncio.gather(self.leadership, return_exceptions=True)
+        if self._reconciler is not None:
+            self._reconciler.cancel()
+            await asyncio.gather(self._reconciler, return_exceptions=True)
         for informer in self.informers:
             await informer.stop()
         await self.slice_gc.stop()

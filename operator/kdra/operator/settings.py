@@ -66,6 +66,12 @@ class OperatorSettings:
     bench/RESULTS.md) or kopf (the same routes as kopf event handlers). See
     kdra.operator.handlers.routes."""
 
+    kopf_reconcile_period: float = 60.0
+    """With ``watch`` kopf: seconds between two LISTs of every watched kind compared with
+    the caches, which deliver the deletions kopf's watches do not (a kopf re-list delivers
+    the objects listed, never the ones gone meanwhile); the first runs a few seconds after
+    the start. Ignored with the informers (their re-lists deliver deletions themselves)."""
+
     workers: int = 10
     """Concurrent reconciles per controller queue (10, as kube-controller-manager's
     resourceclaim controller)."""

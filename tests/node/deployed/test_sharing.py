@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+from kdra_devenv.controlplane import repo_root
 from kdra_devenv.realcluster import NAMESPACE, RealCluster
 from tests.node.deployed.devices import (
     as_sets,
@@ -53,7 +54,11 @@ def _shared_device(cluster: RealCluster) -> str | None:
 
 @pytest.fixture
 def shared_gpu(cluster: RealCluster, gpu_class: None) -> Iterator[str]:
-    """The node's inventory with one shared L4 more; restored afterwards."""
+    """The node's inventory with one shared L4 more, and the class of shareable GPUs
+    (manifests/examples/sharing: gpu.kdra.dev selects whole GPUs one claim holds); restored
+    afterwards."""
+    cluster.kubectl("apply", "-f", str(repo_root() / "manifests" / "examples" / "sharing" /
+                                       "deviceclass.yaml"))
     original = cluster.get_json("configmap", "-n", NAMESPACE, CONFIGMAP)
     (key,) = [k for k in original["data"] if k.endswith(".yaml")][:1]
     inventory = yaml.safe_load(original["data"][key]) or {}
@@ -90,7 +95,7 @@ spec:
       requests:
       - name: gpu
         exactly:
-          deviceClassName: gpu.kdra.dev
+          deviceClassName: shared-gpu.kdra.dev
           selectors:
           - cel: {{expression: 'device.attributes["gpu.kdra.dev"].productName == "NVIDIA L4"'}}
           capacity:

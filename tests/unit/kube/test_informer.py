@@ -108,3 +108,32 @@ def test_the_watch_stream_drives_the_handler_in_order() -> None:
     assert seen.seen == [(None, "a", "1"), ("ADDED", "b", "2"), ("MODIFIED", "a", "3"),
                          ("DELETED", "b", "4")]
     assert set(inf.known) == {("ns", "a")}
+
+
+# --------------------------------------------------------------------------- --watch=kopf
+
+
+def test_a_reconciling_list_delivers_only_the_deletions_it_proves() -> None:
+    """kopf's watch feeds the informer; a LIST of kdra's own, taken beside that watch at
+    resourceVersion 10, proves the deletion of what was known at 10 or before and is not
+    listed — never of an object known at a newer version (created or changed after the
+    LIST: the watch was ahead of it), and never of one listed but undecodable."""
+    seen = Recorder()
+    inf = Informer(ScriptedWatch([]), PODS, seen,  # type: ignore[arg-type]
+                   known=[pod("primed-gone", 3), pod("primed-kept", 4)])
+    inf.deliver(None, pod("listed-by-kopf", 5))
+    inf.deliver("ADDED", pod("after-the-list", 11))
+    inf.deliver("MODIFIED", pod("undecodable", 9))
+    assert not inf.synced.is_set()
+    gone = inf.reconcile([pod("primed-kept", 4), pod("listed-by-kopf", 5)], "10",
+                         skipped=[pod("undecodable", 12)])
+    assert gone == 1
+    assert seen.seen[-1] == ("DELETED", "primed-gone", "3")
+    assert set(inf.known) == {("ns", "primed-kept"), ("ns", "listed-by-kopf"),
+                              ("ns", "after-the-list"), ("ns", "undecodable")}
+    assert inf.synced.is_set()  # the pod cache speaks for the API server from now on
+    # The next period's LIST, at 12: whatever it lacks was deleted by then.
+    assert inf.reconcile([pod("primed-kept", 4)], "12") == 3
+    assert {name for event, name, _ in seen.seen if event == "DELETED"} == {
+        "primed-gone", "listed-by-kopf", "after-the-list", "undecodable"}
+    assert set(inf.known) == {("ns", "primed-kept")}

@@ -11,9 +11,12 @@ from typing import Any
 
 import kopf
 import pytest
+from prometheus_client import REGISTRY
 
 from kdra.kube.core.flavours import KDRA, NATIVE, Flavour
 from kdra.kube.core.podclaims import CLAIMS_ANNOTATION
+from kdra.kube.informer import Informer
+from kdra.kube.resources import LEASES
 from kdra.operator.handlers import run_operator
 from kdra.operator.handlers.routes import (
     _kopf_handler,
@@ -88,17 +91,35 @@ def test_a_claim_reaches_the_claim_controller_before_the_binder() -> None:
     assert [c[0] for c in calls] == ["claim_controller", "binder", "taint_eviction"]
 
 
-def test_kopf_event_handlers_deliver_what_the_informers_would() -> None:
-    op, _ = fake_operator()
-    seen: list[tuple[bool, str | None, dict[str, Any]]] = []
-    handler = _kopf_handler(lambda o, event, obj: seen.append((o is op, event, obj)),
-                            "kdra-system")
+def test_kopf_event_handlers_deliver_what_the_informers_would(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """kopf's events go through the kind's feed (the informers' bookkeeping, which the
+    periodic LIST reconciles); another namespace's object is ignored; an object without
+    readable metadata is skipped and counted, as kdra's informers skip what they cannot
+    decode."""
+    seen: list[tuple[str | None, dict[str, Any]]] = []
+    feed = Informer(SimpleNamespace(), LEASES,  # type: ignore[arg-type]
+                    lambda event, obj: seen.append((event, obj)))
+    handler = _kopf_handler(LEASES, "kdra-system")
     other = {"metadata": {"name": "l", "namespace": "elsewhere"}}
     ours = {"metadata": {"name": "l", "namespace": "kdra-system", "managedFields": [{}]}}
-    memo = SimpleNamespace(operator=op)
+    memo = SimpleNamespace(feeds={LEASES.plural: feed})
+    before = decode_errors("Lease")
     asyncio.run(handler(event={"type": "MODIFIED", "object": other}, memo=memo))
     asyncio.run(handler(event={"type": None, "object": ours}, memo=memo))
-    assert seen == [(True, None, {"metadata": {"name": "l", "namespace": "kdra-system"}})]
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(handler(event={"type": "MODIFIED", "object": {"metadata": []}}, memo=memo))
+        asyncio.run(handler(event={"type": "ADDED", "object": "not an object"}, memo=memo))
+    assert seen == [(None, {"metadata": {"name": "l", "namespace": "kdra-system"}})]
+    assert set(feed.known) == {("kdra-system", "l")}
+    assert decode_errors("Lease") == before + 2
+    assert "leases: skipped a MODIFIED event whose object has no readable metadata" \
+        in caplog.text
+
+
+def decode_errors(kind: str) -> float:
+    value = REGISTRY.get_sample_value("kdra_watch_decode_errors_total", {"kind": kind})
+    return value or 0.0
 
 
 @pytest.mark.parametrize("flavour", [KDRA, NATIVE], ids=lambda f: f.name)

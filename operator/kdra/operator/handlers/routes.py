@@ -15,7 +15,14 @@ Which machinery delivers the watch events is ``--watch`` (``KDRA_WATCH``):
   kind, events handed over in stream order, a re-list turned into the deletions it implies,
   an object that cannot be decoded skipped;
 - ``kopf``: the same routes registered as ``@kopf.on.event`` handlers, so kopf's watchers,
-  per-object queues and workers deliver the events (a re-list delivers no deletions).
+  per-object queues and workers deliver the events. kopf's re-list delivers no deletions:
+  the events go through the informers' bookkeeping (:meth:`Operator.feed`), which a LIST of
+  kdra's own reconciles every ``--kopf-reconcile-period`` (deletions delivered from it; the
+  first pods LIST also ends the start-up's live GET per claim creation, as the informers'
+  first LIST does). An event whose object has no readable metadata is skipped and counted in
+  ``kdra_watch_decode_errors_total``, as the informers do. What kopf itself cannot decode (an
+  object nested deeper than Python's JSON decoder allows) stops kopf's watch of that kind —
+  kopf's JSON decoding is not kdra's: one reason the informers stay the default.
 
 bench/scale.py measures one against the other (contenders ``kdra`` and ``kdra-kopf``);
 bench/RESULTS.md has the figures behind the default.
@@ -51,6 +58,7 @@ from kdra.kube.codec import strip_managed_fields
 from kdra.kube.core.agent_leases import AGENT_LEASE_LABEL
 from kdra.kube.core.backoff import Backoffs
 from kdra.kube.core.flavours import Flavour
+from kdra.kube.metrics.watches import record_watch_decode_error
 from kdra.kube.resources import LEASES, NODES, PODS, Resource
 from kdra.kube.store import JSON
 from kdra.operator.composition import Operator
@@ -184,7 +192,12 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         log.warning("pausing %ss before the watches start (%s: tests only)", pause, PAUSE_ENV)
         await asyncio.sleep(float(pause))
     if ours.watch != "informers":
-        operator.primed.clear()  # kopf's first listing delivers no deletions to compare
+        memo.feeds = {
+            watch.resource.plural: operator.feed(
+                watch.resource, partial(watch.route, operator),
+                namespace=ours.namespace if watch.own_namespace else None,
+                label_selector=watch.label_selector())
+            for watch in watches(operator.flavour)}
     else:
         for watch in watches(operator.flavour):
             operator.watch(watch.resource, partial(watch.route, operator),
@@ -206,14 +219,22 @@ def register_kopf_watches(registry: kopf.OperatorRegistry, namespace: str,
         res = watch.resource
         kopf.on.event(res.group, res.version, res.plural, id=f"route-{res.plural}",
                       labels=dict(watch.labels) or None, registry=registry)(
-            _kopf_handler(watch.route, namespace if watch.own_namespace else None))
+            _kopf_handler(res, namespace if watch.own_namespace else None))
 
 
-def _kopf_handler(route: Route, namespace: str | None) -> Callable[..., Any]:
+def _kopf_handler(res: Resource, namespace: str | None) -> Callable[..., Any]:
+    """The kopf event handler of one kind: the event goes to the kind's feed (the routes,
+    behind the informers' bookkeeping), an object without readable metadata is skipped."""
     async def on_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-        obj: JSON = event["object"]  # type: ignore[assignment]  # kopf's TypedDict: a dict
-        if namespace is not None and obj["metadata"].get("namespace") != namespace:
+        obj: Any = event.get("object")
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
+            log.warning("%s: skipped a %s event whose object has no readable metadata",
+                        res.plural, event.get("type") or "listing")
+            record_watch_decode_error(res.kind)
+            return
+        if namespace is not None and meta.get("namespace") != namespace:
             return
         strip_managed_fields(obj)  # as kdra's client does for what it reads
-        route(memo.operator, event["type"], obj)
+        memo.feeds[res.plural].deliver(event.get("type"), obj)
     return on_event
