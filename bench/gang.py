@@ -30,30 +30,23 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kdra.dra import models
 from kdra.dra.allocator import NodeInfo, Snapshot, place
 from kdra.dra.allocator.gang import GangOutcome, GangSearch
 from kdra.dra.allocator.gangplace import GangPod, Pick, gang_search
-from kdra.dra.models import (
-    DeviceClass,
-    ResourceClaim,
-    ResourceSlice,
-    parse_claim,
-    parse_class,
-    parse_slice,
-)
 
 DRIVER = "gpu.kdra.dev"
 DOMAIN = f"{DRIVER}/nvlinkDomain"
 STEPS = 1_000_000  # the binder's default per-pod budget (a gang gets it times its pods)
 
 
-def gpu_class() -> DeviceClass:
-    return parse_class({"metadata": {"name": DRIVER}, "spec": {"selectors": [
+def gpu_class() -> models.DeviceClass:
+    return models.parse_class({"metadata": {"name": DRIVER}, "spec": {"selectors": [
         {"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}})
 
 
-def slice_for(node: str, count: int, domain: str) -> ResourceSlice:
-    return parse_slice({
+def slice_for(node: str, count: int, domain: str) -> models.ResourceSlice:
+    return models.parse_slice({
         "metadata": {"name": f"{node}-{DRIVER}"},
         "spec": {"driver": DRIVER, "nodeName": node,
                  "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
@@ -62,8 +55,8 @@ def slice_for(node: str, count: int, domain: str) -> ResourceSlice:
                      "nvlinkDomain": {"string": domain}}} for i in range(count)]}})
 
 
-def claim(name: str, gpus: int) -> ResourceClaim:
-    return parse_claim({"metadata": {"name": name, "namespace": "bench"},
+def claim(name: str, gpus: int) -> models.ResourceClaim:
+    return models.parse_claim({"metadata": {"name": name, "namespace": "bench"},
                         "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
                             "deviceClassName": DRIVER, "count": gpus}}]}}})
 
@@ -141,7 +134,7 @@ class Job:
     name: str
     pods: int
     gpus: int
-    placed: dict[int, ResourceClaim] = field(default_factory=dict)
+    placed: dict[int, models.ResourceClaim] = field(default_factory=dict)
     left: int = 0  # ticks left once running
 
 
