@@ -328,6 +328,7 @@ NEW = (
     "kdra.operator.core.gangs", "kdra.operator.scheduler.gangs",
     "kdra.operator.scheduler.gang_writes", "tests.unit.dra.test_allocator_gang",
     "tests.unit.operator.test_gangs", "tests.unit.operator.test_binder_gangs",
+    "tests.unit.dra.test_allocator_gangplace",
     # issue 38 (natdef): hack/kind-up.sh's kind configuration, native by default
     "tests.unit.hack.test_kind_up", "tests.unit.test_bench_report",
 )

@@ -12,6 +12,7 @@ several simulated nodes of fake GPUs, as real processes; pods labelled
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from kdra.operator.core.gangs import (
@@ -156,5 +157,8 @@ def test_match_attribute_keeps_the_gang_in_one_domain(
                       if c["type"] == "PodScheduled" and "gang 'n'" in c["message"]), None),
         timeout=60, what="the too-big gang reported")
     assert f"devices in one {product}" in message, message
+    # the nearest fit names the domain as the slices write it (not a typed tuple)
+    assert re.search(rf"at most 2 of them fit at once \(in {re.escape(product)}=NVIDIA [^()']+\)",
+                     message), message
     assert not any(name.startswith("n-") for name in allocated(control_plane, namespace))
     assert "n" not in bound_by_gang(control_plane, namespace)

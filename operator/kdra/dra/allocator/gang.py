@@ -211,11 +211,13 @@ class GangSearch(Generic[P]):
 
 def scopes(*, node_labels: Mapping[str, Mapping[str, str]] | None = None,
            topology_key: str = "", attribute: str = "",
-           attribute_values: Iterable[object] = ()) -> list[Scope]:
+           attribute_values: Iterable[object] = (),
+           show: Callable[[object], str] = str) -> list[Scope]:
     """The scopes of a gang's constraints: one per value of the node label ``topology_key``
     (over ``node_labels``: node → labels) times one per value of the device attribute
-    ``attribute`` (``attribute_values``, as the cluster has them); a single unconstrained
-    scope without either. Ordered by value, so the search is deterministic."""
+    ``attribute`` (``attribute_values``, as the cluster has them; ``show`` writes one for
+    people); a single unconstrained scope without either. Ordered by value, so the search is
+    deterministic."""
     node_scopes: list[tuple[str, frozenset[str] | None]] = [("", None)]
     if topology_key:
         groups: dict[str, set[str]] = {}
@@ -230,6 +232,7 @@ def scopes(*, node_labels: Mapping[str, Mapping[str, str]] | None = None,
         values = sorted(set(attribute_values), key=lambda v: (type(v).__name__, str(v)))
     out = []
     for (label, nodes), attribute_value in itertools.product(node_scopes, values):
-        parts = [p for p in (label, f"{attribute}={attribute_value}" if attribute else "") if p]
+        parts = [p for p in (label, f"{attribute}={show(attribute_value)}" if attribute
+                             else "") if p]
         out.append(Scope(", ".join(parts), nodes, attribute_value))
     return out

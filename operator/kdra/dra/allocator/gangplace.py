@@ -124,6 +124,12 @@ def gang_search(snapshot: Snapshot, pods: Sequence[GangPod], *, steps: int,
     labels = {n.name: n.labels for pod in pods for n in pod.nodes}
     return GangSearch(len(pods), options, scopes(
         node_labels=labels, topology_key=topology_key, attribute=match_attribute,
-        attribute_values={v for v in values.values() if v is not None}),
+        attribute_values={v for v in values.values() if v is not None}, show=_shown),
         distinct_nodes=spread, scope_backtracks=SCOPE_BACKTRACKS * max(1, len(pods)))
 
+
+def _shown(value: object) -> str:
+    """An attribute's value as users wrote it (``nv-1``, not ``('string', 'nv-1')``)."""
+    if isinstance(value, tuple) and len(value) == 2:
+        return str(value[1])
+    return str(value)
