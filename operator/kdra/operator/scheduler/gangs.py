@@ -100,8 +100,8 @@ class Gangs:
             spec = agreed(s for m in members if (s := gang_spec(self.pods.pending[m])))
         except InvalidObject as exc:
             for member in members:
-                await self.reporter.unschedulable(self.pods.pending[member], str(exc),
-                                                  reason="InvalidPod")
+                if (other := self.pods.pending.get(member)) is not None:
+                    await self.reporter.unschedulable(other, str(exc), reason="InvalidPod")
             return "invalid"
         if len(self.first_seen) > REMEMBERED or len(self.failed) > REMEMBERED:
             self._prune()
@@ -118,7 +118,11 @@ class Gangs:
             return "unschedulable"
         contexts: list[Context] = []
         for member in members:
-            context = await self.context(member, self.pods.pending[member])
+            current = self.pods.pending.get(member)
+            if current is None:  # deleted meanwhile: the next attempt sees the gang as it is
+                self.pods.queue.add(key, pod)
+                return "conflict"
+            context = await self.context(member, current)
             if isinstance(context, str):  # reported for that member; it is retried alone
                 self.pods.parked.add(key)
                 return "waiting"
@@ -129,7 +133,8 @@ class Gangs:
                        "yet; give each pod its own claims (a template) or allocate the shared "
                        "claim first")
             for member in members:
-                await self.reporter.unschedulable(self.pods.pending[member], message)
+                if (other := self.pods.pending.get(member)) is not None:
+                    await self.reporter.unschedulable(other, message)
             return "unschedulable"
         outcome = await self._search(members, contexts, spec)
         return await self._decide(gang, members, contexts, spec, outcome, state)
@@ -151,7 +156,7 @@ class Gangs:
         deadline = time.monotonic() + min(budget.timeout * len(members), GANG_DEADLINE_CAP)
         search = gang_search(
             self.snapshot, [GangPod(c.unallocated, c.candidates,
-                                    self.reserved(m, self.pods.pending[m]),
+                                    self.reserved(m, self.pods.pending.get(m, {})),
                                     c.policy != "first-fit")
                             for m, c in zip(members, contexts, strict=True)],
             steps=steps, match_attribute=spec.match_attribute,
@@ -194,9 +199,16 @@ class Gangs:
                     self.pods.retry_later(member, self.pods.backoff(member))
             return verdict
         picks = [choice.payload for choice in outcome.choices]
-        if any(p.placing is not None and not p.placing.still_fits(p.placement) for p in picks):
+        gone = any(m not in self.pods.pending or m in self.pods.binding for m in members)
+        if gone or any(p.placing is not None and not p.placing.still_fits(p.placement)
+                       for p in picks):
+            # A member was deleted (or bound) during the search, or the devices changed:
+            # start over from the state as it is now.
             metrics.record_gang_attempt("conflict")
-            self.pods.queue.add(members[0], self.pods.pending[members[0]])
+            for member in members:
+                pod = self.pods.pending.get(member)
+                if pod is not None and member not in self.pods.binding:
+                    self.pods.queue.add(member, pod)
             return "conflict"
         results = [dict(zip([c.key for c in context.unallocated], pick.placement.results,
                             strict=True)) for context, pick in zip(contexts, picks, strict=True)]
@@ -219,9 +231,11 @@ class Gangs:
                 self.cluster.quotas.forget(claim_key)
             metrics.record_gang_attempt("over-quota")
             for member in members:
-                await self.reporter.unschedulable(
-                    self.pods.pending[member], f"gang {name!r} as a whole: {denial.message}",
-                    reason=QUOTA_REASON)
+                pod = self.pods.pending.get(member)
+                if pod is not None:
+                    await self.reporter.unschedulable(
+                        pod, f"gang {name!r} as a whole: {denial.message}",
+                        reason=QUOTA_REASON)
             return "over-quota"
         batch: list[GangMember] = []
         for member, context, pick, result in zip(members, contexts, picks, results,
