@@ -44,7 +44,7 @@ import workloads
 from contenders import Kdra, Proc
 from kapi import Api, cpu_seconds, group_pids, rss_mib
 from kdra.checks import read_local, violations
-from kdra.kube.readers import api_client
+from kdra.kube.reader import Reader
 from measurement import Profiler
 from objects import DEVICES_PER_NODE, ROOT, node_name
 from runner import control_plane
@@ -159,14 +159,14 @@ async def settled_violations(kdra: Kdra, api: Api, nodes: list[str],
     """The invariant checker's findings once the last pods are bound (checked until it finds
     nothing or ``within`` seconds run out: while a pod is being scheduled, its claim is
     allocated a moment before its devices are Ready)."""
-    official = api_client(str(kdra.plane.kubeconfig))
+    reader = Reader(str(kdra.plane.kubeconfig))
     deadline = time.monotonic() + within
     found: list[str] = []
     while time.monotonic() < deadline:
         pending = await api.count("/api/v1/namespaces/test/pods",
                                   {"fieldSelector": "spec.nodeName="})
         local = read_local([kdra.cdi], [kdra.work / "state"], nodes)
-        found = [str(v) for v in await asyncio.to_thread(violations, official, local=local)]
+        found = [str(v) for v in await asyncio.to_thread(violations, reader, local=local)]
         if not pending and not found:
             return []
         await asyncio.sleep(3)

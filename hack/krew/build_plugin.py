@@ -35,8 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 NOT_ON_THE_CLI_PATH = frozenset({
     # the operator's and the agent's: kopf, the asyncio HTTP stack, uvloop, NVML, metrics, TLS
-    "kopf", "aiohttp", "aiohttp-retry", "aiohappyeyeballs", "aiosignal", "frozenlist",
-    "multidict", "yarl", "propcache", "kubernetes_asyncio", "uvloop", "nvidia-ml-py",
+    "kopf", "aiohttp", "aiohappyeyeballs", "aiosignal", "frozenlist",
+    "multidict", "yarl", "propcache", "uvloop", "nvidia-ml-py",
     "prometheus_client", "cryptography", "cffi", "pycparser", "python-json-logger", "click",
     "iso8601", "jsonpatch", "jsonpointer", "attrs", "grpcio",
 })

@@ -9,16 +9,23 @@ server no longer has the version it watched from).
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import json
 import logging
 import re
+import sys
 import time
 import uuid
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from kdra.kube.client import WatchEvent, connect
 from kdra.kube.core.backoff import backoff_ceiling
+from kdra.kube.reader import PODS as READER_PODS
+from kdra.kube.reader import Reader, Unreadable
 from kdra.kube.resources import NAMESPACES
 from kdra_devenv.controlplane import ControlPlane
 from tests.e2e.procs import wait_for
@@ -120,3 +127,72 @@ def test_watch_reconnects_after_an_outage(control_plane: ControlPlane,
     assert kind == "ADDED", (kind, obj)
     assert obj["metadata"]["name"] == name
     assert delivered_after < 30
+
+
+def test_credentials_of_every_kind_reach_the_real_api_server(control_plane: ControlPlane,
+                                                             tmp_path: Path) -> None:
+    """kdra's own credential loading (kdra.kube.kubeconfig) against kube-apiserver: the
+    admin's client certificate inline (``*-data``), a service account's token from a
+    ``tokenFile`` and from an exec plugin — each one who the API server says it is, through
+    the async client and the command-line tools' client alike (the token file's rotation:
+    tests/unit/kube/test_kubeconfig.py)."""
+    admin = json.loads(control_plane.kubeconfig.read_text())
+    user = admin["users"][0]["user"]
+    cluster = admin["clusters"][0]["cluster"]
+
+    def data(path: str) -> str:
+        return base64.b64encode(Path(path).read_bytes()).decode()
+
+    def kubeconfig(name: str, credentials: dict[str, Any]) -> str:
+        path = tmp_path / name
+        path.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "ctx",
+            "clusters": [{"name": "c", "cluster": {
+                "server": cluster["server"],
+                "certificate-authority-data": data(cluster["certificate-authority"])}}],
+            "users": [{"name": "u", "user": credentials}],
+            "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u"}}]}))
+        return str(path)
+
+    account = f"cred-{uuid.uuid4().hex[:8]}"
+    control_plane.kubectl("create", "serviceaccount", account, "-n", "default")
+    tokens = [control_plane.kubectl("create", "token", account, "-n", "default").stdout.strip()
+              for _ in range(2)]
+    token_file = tmp_path / "token"
+    token_file.write_text(tokens[0])
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text("import json\nprint(json.dumps({'apiVersion': "
+                      "'client.authentication.k8s.io/v1beta1', 'kind': 'ExecCredential', "
+                      f"'status': {{'token': {tokens[1]!r}}}}}))\n")
+    inline = kubeconfig("inline", {"client-certificate-data": data(user["client-certificate"]),
+                                   "client-key-data": data(user["client-key"])})
+    from_file = kubeconfig("file", {"tokenFile": str(token_file)})
+    from_exec = kubeconfig("exec", {"exec": {
+        "apiVersion": "client.authentication.k8s.io/v1beta1", "command": sys.executable,
+        "args": [str(plugin)]}})
+    expected_admin = control_plane.kubectl("auth", "whoami", "-o", "jsonpath={.status."
+                                           "userInfo.username}").stdout.strip()
+
+    async def whoami(path: str) -> str:
+        async with await connect(path, component="test") as client:
+            return await client.whoami()
+
+    assert asyncio.run(whoami(inline)) == expected_admin
+    service_account = f"system:serviceaccount:default:{account}"
+    assert asyncio.run(whoami(from_file)) == service_account
+    assert asyncio.run(whoami(from_exec)) == service_account
+    # the command-line tools' client (pykube-ng, credentials resolved by kdra) from the same
+    # kubeconfigs: the admin reads; the service account is known, and refused (no RBAC)
+    reader = Reader(inline)
+    try:
+        assert isinstance(reader.list(READER_PODS, "default"), list)
+    finally:
+        reader.close()
+    for path in (from_file, from_exec):
+        reader = Reader(path)
+        try:
+            with pytest.raises(Unreadable) as refused:
+                reader.list(READER_PODS, "default")
+        finally:
+            reader.close()
+        assert refused.value.status == 403 and service_account in refused.value.message

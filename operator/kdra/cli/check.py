@@ -1,14 +1,14 @@
 """``kdra check`` (and ``kubectl kdra check``): read the cluster and report every broken
 invariant (:mod:`kdra.cli.core.invariants`).
 
-A one-shot command, so it uses the official ``kubernetes`` client synchronously (no event
-loop, no caches; :mod:`kdra.kube.readers`): LIST pods, ResourceClaims, ResourceSlices, Nodes
-and the agents' Leases, page by page, as plain dicts; then GET the ConfigMaps and Secrets that
-pods on kdra's nodes read their environment from (``envFrom``: a source that sets
-``NVIDIA_VISIBLE_DEVICES`` is a ``forged-env`` violation), at most :data:`MAX_ENV_SOURCES`. A
-node agent's directories (CDI spec files, checkpoints) are the agent's to read and check:
-``kdra check --cdi-dir/--state-dir`` brings their rules in as a :class:`LocalCheck`
-(:mod:`kdra.checks`).
+A one-shot command, so it reads synchronously, as the user (no event loop, no caches;
+:class:`kdra.kube.reader.Reader`, as ``kubectl kdra``): LIST pods, ResourceClaims,
+ResourceSlices, Nodes and the agents' Leases, page by page, as plain dicts; then GET the
+ConfigMaps and Secrets that pods on kdra's nodes read their environment from (``envFrom``: a
+source that sets ``NVIDIA_VISIBLE_DEVICES`` is a ``forged-env`` violation), at most
+:data:`MAX_ENV_SOURCES`. A node agent's directories (CDI spec files, checkpoints) are the
+agent's to read and check: ``kdra check --cdi-dir/--state-dir`` brings their rules in as a
+:class:`LocalCheck` (:mod:`kdra.checks`).
 
 Violations name objects by what the cluster says (names, values), so every line printed
 goes through :func:`kdra.kube.core.printable.printable` (JSON escapes by its own rules).
@@ -30,11 +30,23 @@ from typing import Any
 
 from kdra.cli.core.forged import Sources, env_sources
 from kdra.cli.core.invariants import NodeRules, Violation, check
-from kdra.kube import readers
 from kdra.kube.core.agent_leases import AGENT_LEASE_LABEL
 from kdra.kube.core.flavours import KDRA, Flavour, flavour_named
 from kdra.kube.core.native_pods import CLAIM_CONTROLLER_ACCOUNT
 from kdra.kube.core.printable import MAX_LINE, printable
+from kdra.kube.reader import (
+    CONFIGMAPS,
+    LEASES,
+    NODES,
+    PODS,
+    SECRETS,
+    SERVICEACCOUNTS,
+    ClusterError,
+    DraKinds,
+    NotFound,
+    Reader,
+    Unreadable,
+)
 
 JSON = dict[str, Any]
 MAX_ENV_SOURCES = 500
@@ -49,29 +61,28 @@ class LocalCheck:
     rules: NodeRules
 
 
-def read_cluster(api: Any, namespace: str = "kdra-system",
+def read_cluster(api: Reader, namespace: str = "kdra-system",
                  unreadable: list[str] | None = None,
                  flavour: Flavour = KDRA) -> dict[str, list[JSON]]:
     """Pods, claims, slices, nodes and agent Leases, as :func:`check` takes them (claims
     and slices of the ``flavour``'s kinds). Objects that cannot be decoded are left out and
     described in ``unreadable`` (kind first)."""
     bad: dict[str, list[str]] = {}
+    kinds = DraKinds.of(flavour)
     state = {
-        "pods": readers.list_pods(api, unreadable=bad.setdefault("Pod", [])),
-        "claims": readers.list_kdra(api, "resourceclaims", group=flavour.group,
-                                    unreadable=bad.setdefault("ResourceClaim", [])),
-        "slices": readers.list_kdra(api, "resourceslices", group=flavour.group,
-                                    unreadable=bad.setdefault("ResourceSlice", [])),
-        "nodes": readers.list_nodes(api, unreadable=bad.setdefault("Node", [])),
-        "leases": readers.list_leases(api, namespace, label_selector=f"{AGENT_LEASE_LABEL}=true",
-                                      unreadable=bad.setdefault("Lease", [])),
+        "pods": api.list(PODS, unreadable=bad.setdefault("Pod", [])),
+        "claims": api.list(kinds.claims, unreadable=bad.setdefault("ResourceClaim", [])),
+        "slices": api.list(kinds.slices, unreadable=bad.setdefault("ResourceSlice", [])),
+        "nodes": api.list(NODES, unreadable=bad.setdefault("Node", [])),
+        "leases": api.list(LEASES, namespace, label_selector=f"{AGENT_LEASE_LABEL}=true",
+                           unreadable=bad.setdefault("Lease", [])),
     }
     if unreadable is not None:
         unreadable.extend(f"{kind} {what}" for kind, items in bad.items() for what in items)
     return state
 
 
-def read_env_sources(api: Any, pods: Iterable[JSON], slices: Iterable[JSON],
+def read_env_sources(api: Reader, pods: Iterable[JSON], slices: Iterable[JSON],
                      notes: list[str] | None = None) -> Sources:
     """The data of the ConfigMaps and Secrets that can set a device variable in a pod bound
     to a node kdra's slices name (``envFrom``, ``valueFrom``: :func:`env_sources`), at most
@@ -86,11 +97,13 @@ def read_env_sources(api: Any, pods: Iterable[JSON], slices: Iterable[JSON],
     sources: dict[tuple[str, str, str], dict[str, str]] = {}
     for namespace, kind, name in sorted(wanted)[:MAX_ENV_SOURCES]:
         try:
-            obj = readers.read_config(api, kind, namespace, name)
-        except readers.ApiException as exc:
-            if exc.status != 404 and notes is not None:
-                notes.append(f"cannot read {kind} {namespace}/{name} ({exc.status} "
-                             f"{exc.reason}): the environment it gives pods is not checked")
+            obj = api.get(CONFIGMAPS if kind == "ConfigMap" else SECRETS, name, namespace)
+        except NotFound:
+            continue
+        except Unreadable as exc:
+            if notes is not None:
+                notes.append(f"cannot read {kind} {namespace}/{name} ({exc.status}: "
+                             f"{exc.message}): the environment it gives pods is not checked")
             continue
         data = obj.get("data") if isinstance(obj, dict) else None
         sources[(namespace, kind, name)] = {
@@ -103,14 +116,14 @@ def read_env_sources(api: Any, pods: Iterable[JSON], slices: Iterable[JSON],
     return sources
 
 
-def violations(api: Any, *, node_rules: NodeRules | None = None, namespace: str = "kdra-system",
+def violations(api: Reader, *, node_rules: NodeRules | None = None, namespace: str = "kdra-system",
                lease_grace: float | None = None, unreadable: list[str] | None = None,
                notes: list[str] | None = None, flavour: Flavour | None = None) -> list[Violation]:
     """Read the cluster through ``api`` and check it (see :func:`read_cluster` for
     ``unreadable``, :func:`read_env_sources` for ``notes``), in ``flavour`` (None: the one
-    the cluster has, :func:`kdra.kube.readers.flavour`, said in ``notes``)."""
+    the cluster has, :meth:`kdra.kube.reader.Reader.flavour`, said in ``notes``)."""
     if flavour is None:
-        flavour = readers.flavour(api)
+        flavour = api.flavour()
         if notes is not None:
             notes.append(f"read the {flavour.name} flavour ({flavour.api_version})")
     if notes is not None and flavour.upstream_controllers:
@@ -122,17 +135,15 @@ def violations(api: Any, *, node_rules: NodeRules | None = None, namespace: str 
                  env_sources=sources, flavour=flavour)
 
 
-def upstream_claim_controller(api: Any) -> list[str]:
+def upstream_claim_controller(api: Reader) -> list[str]:
     """A note when kube-controller-manager's resourceclaim-controller looks active (its
     ServiceAccount exists): kdra's operator (``--claim-controller=auto``) then leaves claim
     generation and clean-up to it (kdra.operator.claim_owner)."""
     namespace, name = CLAIM_CONTROLLER_ACCOUNT
     try:
-        found = readers.read_service_account(api, namespace, name)
-    except readers.ApiException:
-        return []  # not readable here: nothing to say
-    if found is None:
-        return []
+        api.get(SERVICEACCOUNTS, name, namespace)
+    except (NotFound, Unreadable):
+        return []  # absent, or not readable here: nothing to say
     return [f"kube-controller-manager's resourceclaim-controller appears to run (its "
             f"ServiceAccount {namespace}/{name} exists): kdra's operator, with "
             "--claim-controller=auto, leaves claim generation and clean-up to it"]
@@ -142,7 +153,7 @@ def run_check(*, kubeconfig: str | None, namespace: str, lease_grace: float | No
               output: str, context: str | None = None, local: LocalCheck | None = None,
               flavour: str = "auto") -> int:
     try:
-        api = readers.api_client(kubeconfig, context)
+        api = Reader(kubeconfig, context)
     except Exception as exc:  # any kubeconfig / in-cluster configuration problem
         print(f"kdra check: no cluster configuration: {printable(exc, MAX_LINE)}",
               file=sys.stderr)
@@ -153,12 +164,11 @@ def run_check(*, kubeconfig: str | None, namespace: str, lease_grace: float | No
         found = violations(api, node_rules=local.rules if local else None, namespace=namespace,
                            lease_grace=lease_grace, unreadable=unreadable, notes=notes,
                            flavour=None if flavour in ("", "auto") else flavour_named(flavour))
-    except readers.ApiException as exc:
-        print(f"kdra check: the API server answered {exc.status} "
-              f"{printable(exc.reason, MAX_LINE)}",
+    except Unreadable as exc:
+        print(f"kdra check: the API server answered: {printable(exc, MAX_LINE)}",
               file=sys.stderr)
         return 2
-    except (readers.UnreadableList, OSError, ValueError, readers.TransportError) as exc:
+    except (ClusterError, OSError, ValueError) as exc:
         print(f"kdra check: cannot read the cluster: {printable(exc, MAX_LINE)}",
               file=sys.stderr)
         return 2

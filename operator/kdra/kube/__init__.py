@@ -1,10 +1,14 @@
 """The Kubernetes edge every program shares — and the only code that talks to the API server
-(import-linter: aiohttp, kubernetes, kubernetes_asyncio and pykube are imported here only).
+(import-linter: aiohttp, pykube and requests are imported here only; one client per job:
+``client`` on aiohttp for the programs, ``reader`` on pykube-ng for the command-line tools).
 
 ::
 
     core/             pure: the kdra flavour's conventions and untrusted input (below)
     client.py         the async API client (operator, agent): raw JSON, typed errors, watches
+    kubeconfig.py     credentials: kubeconfig files and contexts, the in-cluster service
+                      account
+    credentials.py    using them: TLS, request headers (tokens refreshed, exec plugins)
     codec.py          JSON to and from the API server, undecodable items skipped
     errors.py         ApiError and its subclasses
     resources.py      where each kind lives in the REST API
@@ -16,8 +20,8 @@
     webhook_server.py the HTTPS server the API server calls the webhooks on
     webhook_intake.py reading a webhook request: the caller's certificate, body caps, time,
                       decoding off the event loop
-    readers.py        the CLI's synchronous reads (the official client)
-    reader.py         ``kubectl kdra``'s reads as the user (pykube-ng)
+    reader.py         the command-line tools' one client: synchronous reads as the user
+                      (pykube-ng; ``kubectl kdra``, ``kdra describe``, ``kdra check``)
     metrics/          the watch metrics and the serving of /metrics
     flags.py          settings from flags and the environment
     logs.py           the processes' logging: level, klog-like -v, text or JSON lines

@@ -1,8 +1,10 @@
 """The API client every kdra service uses: async, raw JSON, typed errors.
 
-Built on ``kubernetes_asyncio`` (kubeconfig and in-cluster credentials, token refresh, TLS),
-but talking JSON dicts through its REST layer instead of generated models: the hot path parses
-each object once, into kdra's own models, and never pays for a second model layer.
+On aiohttp, with kdra's own credentials (:mod:`kdra.kube.kubeconfig`,
+:mod:`kdra.kube.credentials`: kubeconfig contexts,
+client certificates, tokens, token files, exec plugins, the in-cluster service account with
+its rotating token), talking JSON dicts instead of generated models: the hot path parses each
+object once, into kdra's own models, and never pays for a second model layer.
 
 This module sends the requests, pages the lists and runs the watches; where each kind lives is
 :mod:`kdra.kube.resources`, the errors a call raises are :mod:`kdra.kube.errors`, and the JSON
@@ -10,8 +12,9 @@ in and out (and the skip of undecodable objects) is :mod:`kdra.kube.codec`.
 
 Invariants:
 - This package is the only one that talks to the API server: import-linter keeps aiohttp,
-  kubernetes, kubernetes_asyncio and pykube out of every other (pyproject.toml, "Only kdra.kube
-  talks to the API server"; kopf, in the operator's handlers, aside).
+  pykube and requests out of every other (pyproject.toml, "Only kdra.kube talks to the API
+  server"; kopf, in the operator's handlers, aside), and the official Kubernetes clients out
+  of kdra altogether.
 - A failed call raises :class:`ApiError` or one of its subclasses — :class:`NotFound`,
   :class:`Conflict` (409: a resourceVersion precondition failed, or the object exists),
   :class:`Invalid` (422: the server's validation rejected the object; ``message`` names the
@@ -44,8 +47,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
-from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
 
 from kdra import __version__
 from kdra.kube import metrics
@@ -61,7 +62,9 @@ from kdra.kube.codec import (
     strip_managed_fields,
 )
 from kdra.kube.core.backoff import backoff_delay
-from kdra.kube.errors import ApiError, Gone, Undecodable, api_error, unreachable
+from kdra.kube.credentials import Authorizer, ssl_context
+from kdra.kube.errors import ApiError, Gone, Undecodable, Unreachable, api_error, unreachable
+from kdra.kube.kubeconfig import ConfigError, Credentials, load
 from kdra.kube.resources import PODS, Resource
 
 log = logging.getLogger(__name__)
@@ -92,19 +95,17 @@ class KubeClient:
     Create with :func:`connect`; close with :meth:`close` (or ``async with``).
     """
 
-    def __init__(self, api: k8s_client.ApiClient) -> None:
-        self._api = api
-        rest = api.rest_client
-        self._session: aiohttp.ClientSession = rest.pool_manager
-        self._host = str(api.configuration.host).rstrip("/")
-        # What kubernetes_asyncio's REST layer would add to every request.
+    def __init__(self, creds: Credentials, session: aiohttp.ClientSession, *,
+                 user_agent: str) -> None:
+        self._session = session
+        self._host = creds.server
+        self._auth = Authorizer(creds)
+        self._headers = {"User-Agent": user_agent, "Accept": "application/json"}
         self._extra: dict[str, Any] = {}
-        if rest.proxy:
-            self._extra["proxy"] = rest.proxy
-            if rest.proxy_headers:
-                self._extra["proxy_headers"] = rest.proxy_headers
-        if rest.server_hostname:
-            self._extra["server_hostname"] = rest.server_hostname
+        if creds.proxy_url:
+            self._extra["proxy"] = creds.proxy_url
+        if creds.tls_server_name:
+            self._extra["server_hostname"] = creds.tls_server_name
         self._reported: OrderedDict[tuple[str, str, str], None] = OrderedDict()
 
     async def __aenter__(self) -> KubeClient:
@@ -114,17 +115,16 @@ class KubeClient:
         await self.close()
 
     async def close(self) -> None:
-        await self._api.close()
+        await self._session.close()
 
     async def request(self, method: str, path: str, *, body: Any = None,
                       query: dict[str, Any] | None = None,
                       content_type: str = "application/json") -> JSON:
         """One request; the body is sent as JSON (orjson) and the answer parsed from JSON.
 
-        Sent on kubernetes_asyncio's aiohttp session (its TLS, proxy and connection pool, and
-        its credentials, refreshed as it refreshes them) but not through its generated-client
-        layer, which walks every body to "sanitize" it and re-encodes it with the standard
-        library: measured at ~8% of the operator's CPU in the steady-state benchmark."""
+        No generated-client layer: one, kubernetes_asyncio's, walked every body to
+        "sanitize" it and re-encoded it with the standard library, measured at ~8% of the
+        operator's CPU in the steady-state benchmark."""
         status, raw = await self._call(method, path, query, body, content_type)
         return decode_answer(raw, status, f"{method} {path}")
 
@@ -160,10 +160,12 @@ class KubeClient:
     async def _send(self, method: str, path: str, query: dict[str, Any] | None, body: Any,
                     content_type: str = "application/json",
                     limits: aiohttp.ClientTimeout | None = None) -> aiohttp.ClientResponse:
-        headers = {**self._api.default_headers, "Accept": "application/json"}
+        try:
+            headers = {**self._headers, **await self._auth.headers()}
+        except ConfigError as exc:  # a token file or exec plugin failing now: retry later
+            raise Unreachable(f"{method} {path}: credentials: {exc}") from exc
         params = [(k, v if isinstance(v, str) else str(v))
                   for k, v in (query or {}).items() if v is not None]
-        await self._api.update_params_for_auth(headers, params, ["BearerToken"])
         data = None
         if body is not None:
             headers["Content-Type"] = content_type
@@ -343,27 +345,20 @@ class KubeClient:
         })
 
 
-async def connect(kubeconfig: str | None = None, *, component: str = "") -> KubeClient:
+async def connect(kubeconfig: str | None = None, *, component: str = "",
+                  context: str | None = None) -> KubeClient:
     """A client from ``kubeconfig`` (path), else ``$KUBECONFIG``/``~/.kube/config``, else the
-    in-cluster service account. ``component`` (e.g. ``"operator"``) names the client in its
+    in-cluster service account (:func:`kdra.kube.kubeconfig.load`; a :class:`ConfigError`
+    when none can be used). ``component`` (e.g. ``"operator"``) names the client in its
     User-Agent, ``kdra-<component>/<version>``, which the API server's audit log and
     request logs show."""
-    configuration = k8s_client.Configuration()
-    try:
-        await k8s_config.load_kube_config(config_file=kubeconfig,
-                                          client_configuration=configuration)
-    except (k8s_config.ConfigException, FileNotFoundError, TypeError):
-        if kubeconfig:
-            raise
-        k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
-            client_configuration=configuration)
-    configuration.connection_pool_maxsize = 64
-    api = k8s_client.ApiClient(configuration)
-    api.user_agent = f"kdra-{component or 'client'}/{__version__}"
-    if not any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "NETRC")):
-        # kubernetes_asyncio opens its aiohttp session with trust_env=True, which makes every
-        # request look up ~/.netrc and proxy variables in a worker thread (two thread hops
-        # per API call, measured at ~5% of the operator's CPU). Without proxies there is
-        # nothing to find.
-        api.rest_client.pool_manager._trust_env = False
-    return KubeClient(api)
+    creds = load(kubeconfig, context)
+    tls = ssl_context(creds)
+    # trust_env only with proxy settings: it makes every request look up ~/.netrc and the
+    # proxy variables in a worker thread (two thread hops per API call, measured at ~5% of
+    # the operator's CPU when kubernetes_asyncio's session always did it).
+    trust_env = any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "NETRC"))
+    session = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=64, ssl=tls if tls is not None else False),
+        trust_env=trust_env)
+    return KubeClient(creds, session, user_agent=f"kdra-{component or 'client'}/{__version__}")

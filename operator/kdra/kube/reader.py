@@ -1,13 +1,19 @@
-"""Synchronous reads for ``kubectl kdra``, with the user's own kubeconfig (pykube-ng).
+"""The command-line tools' reads (``kubectl kdra``, ``kdra describe``, ``kdra check``): one
+synchronous client, with the user's own kubeconfig (pykube-ng).
 
-A kubectl plugin runs as the user, once, and reads a few lists: pykube-ng fits that job —
-kubeconfig loading with contexts, the usual credentials (client certificates, tokens, exec
-plugins of ``client.authentication.k8s.io/v1alpha1``/``v1beta1``, OIDC) and plain
-``requests`` calls — without an event loop or generated API classes. Items come back as
-plain dicts (the API's JSON), which the CLI's pure views (``kdra.cli.core``) take.
+A command-line tool runs as the user, once, and reads a few lists: pykube-ng fits that job —
+client certificates and tokens on plain ``requests`` calls — without an event loop or
+generated API classes. The kubeconfig is merged by :func:`kdra.kube.kubeconfig.merged` and its
+token file or exec plugin resolved once by :func:`kdra.kube.credentials.static_credentials`,
+as the async client reads them. Items come back as plain dicts (the API's JSON), which the
+CLI's pure views (``kdra.cli.core``) take.
 
 Invariants:
 - Read-only: only GETs (LIST and GET), paginated 500 items a page.
+- An item of a list that cannot be decoded (nested deeper than the decoder's limit) is left
+  out and described in the caller's ``unreadable`` list
+  (:func:`kdra.kube.core.jsonscan.decode_list`); a list document that cannot be decoded at
+  all, or a GET's answer, is a :class:`ClusterError` — never a decoder's exception.
 - A kind the user may not read is an :class:`Unreadable` naming the kind, the scope and the
   API server's answer (403 Forbidden, or 404 when kdra's CRDs are not installed); callers
   show the rest and say what is missing. An unreachable API server or a kubeconfig that
@@ -19,13 +25,16 @@ Invariants:
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
+
+import orjson
 
 from kdra import GROUP, VERSION
 from kdra.kube.core.flavours import NATIVE, Flavour, flavour_named, read_flavour
+from kdra.kube.core.jsonscan import ScanError, decode_list
+from kdra.kube.credentials import static_credentials
+from kdra.kube.kubeconfig import ConfigError, kubeconfig_paths, merged
 
 JSON = dict[str, Any]
 PAGE = 500
@@ -43,6 +52,10 @@ class Kind:
 
 PODS = Kind("pods", "v1", "pods", True)
 NODES = Kind("nodes", "v1", "nodes", False)
+CONFIGMAPS = Kind("ConfigMaps", "v1", "configmaps", True)
+SECRETS = Kind("Secrets", "v1", "secrets", True)
+SERVICEACCOUNTS = Kind("ServiceAccounts", "v1", "serviceaccounts", True)
+LEASES = Kind("Leases", "coordination.k8s.io/v1", "leases", True)
 CLAIMS = Kind("ResourceClaims", f"{GROUP}/{VERSION}", "resourceclaims", True)
 SLICES = Kind("ResourceSlices", f"{GROUP}/{VERSION}", "resourceslices", False)
 CLASSES = Kind("DeviceClasses", f"{GROUP}/{VERSION}", "deviceclasses", False)
@@ -93,60 +106,33 @@ class NotFound(Exception):
     """A named object does not exist."""
 
 
-def _merged_kubeconfig(paths: Sequence[Path]) -> JSON:
-    """kubectl's merge of several kubeconfig files (first definition wins)."""
-    import yaml
-
-    merged: JSON = {"clusters": [], "users": [], "contexts": []}
-    seen: dict[str, set[str]] = {"clusters": set(), "users": set(), "contexts": set()}
-    for path in paths:
-        try:
-            doc = yaml.safe_load(path.read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise ClusterError(f"kubeconfig {path}: {exc}") from exc
-        if not isinstance(doc, dict):
-            raise ClusterError(f"kubeconfig {path}: not a mapping")
-        if not merged.get("current-context") and doc.get("current-context"):
-            merged["current-context"] = doc["current-context"]
-        for section, field_names in (("clusters", ("certificate-authority",)),
-                                     ("users", ("client-certificate", "client-key"))):
-            for entry in doc.get(section) or ():
-                inner = entry.get(section[:-1]) or {}
-                for name in field_names:
-                    value = inner.get(name)
-                    if isinstance(value, str) and value and not os.path.isabs(value):
-                        inner[name] = str((path.parent / value).resolve())
-        for section in ("clusters", "users", "contexts"):
-            for entry in doc.get(section) or ():
-                name = entry.get("name")
-                if name not in seen[section]:
-                    seen[section].add(name)
-                    merged[section].append(entry)
-    return merged
-
-
 def _config(kubeconfig: str | None, context: str | None) -> Any:
     import pykube
 
-    source = kubeconfig or os.environ.get("KUBECONFIG") or ""
-    paths = [Path(p).expanduser() for p in source.split(os.pathsep) if p] if source else [
-        Path("~/.kube/config").expanduser()]
-    existing = [p for p in paths if p.is_file()]
+    existing = [p for p in kubeconfig_paths(kubeconfig) if p.is_file()]
     try:
         if existing:
-            config = pykube.KubeConfig(_merged_kubeconfig(existing))
+            doc = merged(existing)
+            if context:
+                names = sorted(str(c.get("name")) for c in doc["contexts"])
+                if context not in names:
+                    raise ClusterError(f"context {context!r} not found in the kubeconfig "
+                                       f"(contexts: {', '.join(names) or 'none'})")
+            # a token file read and an exec plugin run once, by kdra (any exec API version,
+            # bounded), as the async client does: pykube-ng would run the plugin per request
+            static_credentials(doc, context, os.pathsep.join(map(str, existing)))
+            config = pykube.KubeConfig(doc)
         elif kubeconfig:
             raise ClusterError(f"kubeconfig {kubeconfig} not found")
         else:
             config = pykube.KubeConfig.from_service_account()
         if context:
-            if context not in config.contexts:
-                raise ClusterError(f"context {context!r} not found in the kubeconfig "
-                                   f"(contexts: {', '.join(sorted(config.contexts)) or 'none'})")
             config.set_current_context(context)
         config.cluster  # noqa: B018 - resolve the context now: a clear error, not a KeyError
     except ClusterError:
         raise
+    except ConfigError as exc:
+        raise ClusterError(str(exc)) from exc
     except (FileNotFoundError, KeyError) as exc:
         raise ClusterError("no kubeconfig ($KUBECONFIG, ~/.kube/config) and not running in a "
                            f"pod: {exc}") from exc
@@ -189,23 +175,37 @@ class Reader:
         except NotImplementedError as exc:  # e.g. an exec plugin speaking a newer API
             raise ClusterError(f"the kubeconfig's credentials are not supported: {exc}") from exc
 
-    def list(self, kind: Kind, namespace: str | None = None) -> list[JSON]:
-        """Every item of ``kind`` (in ``namespace``; None: all namespaces)."""
+    def list(self, kind: Kind, namespace: str | None = None, *,
+             label_selector: str | None = None,
+             unreadable: list[str] | None = None) -> list[JSON]:
+        """Every item of ``kind`` (in ``namespace``; None: all namespaces; with
+        ``label_selector``). Items that cannot be decoded are left out and described
+        (``namespace/name (resourceVersion v): why``) in ``unreadable`` when given."""
         scope = f"in namespace {namespace}" if namespace else (
             "in all namespaces" if kind.namespaced else "(cluster-wide)")
         items: list[JSON] = []
         token: str | None = None
         while True:
             params: JSON = {"limit": PAGE}
+            if label_selector:
+                params["labelSelector"] = label_selector
             if token:
                 params["continue"] = token
             response = self._get(kind, kind.plural, namespace if kind.namespaced else None,
                                  params)
             if response.status_code != 200:
                 raise Unreadable(kind, scope, response.status_code, _message(response))
-            page = response.json()
-            items.extend(page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue")
+            try:
+                meta, decoded, bad = decode_list(response.content)
+            except ScanError as exc:
+                raise ClusterError(f"the list of {kind.name} {scope} cannot be decoded: "
+                                   f"{exc}") from exc
+            items.extend(item for item in decoded if isinstance(item, dict))
+            if unreadable is not None:
+                unreadable.extend(
+                    f"{u.namespace + '/' if u.namespace else ''}{u.name or '<unnamed>'} "
+                    f"(resourceVersion {u.resource_version}): {u.reason}" for u in bad)
+            token = meta.get("continue")
             if not token:
                 return items
 
@@ -222,8 +222,7 @@ class Reader:
             raise Unreadable(kind, f"{name!r}" + (f" in namespace {namespace}" if namespace
                                                    else ""),
                              response.status_code, _message(response))
-        found: JSON = response.json()
-        return found
+        return _document(response, f"{kind.name} {name!r}")
 
     def flavour(self, setting: str = "auto") -> Flavour:
         """The API flavour to read: ``setting`` (native, kdra), or for ``auto`` the one the
@@ -238,7 +237,7 @@ class Reader:
                 return False, False
             if response.status_code != 200:
                 return True, False
-            return True, bool((response.json() or {}).get("items"))
+            return True, bool(_document(response, kind.name).get("items"))
 
         native_served, _ = probe(DraKinds.of(NATIVE).slices)
         kdra_served, kdra_slices = probe(SLICES)
@@ -249,10 +248,21 @@ class Reader:
         self.api.session.close()
 
 
+def _document(response: Any, what: str) -> JSON:
+    """An answer's JSON object; a :class:`ClusterError` when it is not one."""
+    try:
+        found = orjson.loads(response.content)
+    except orjson.JSONDecodeError as exc:
+        raise ClusterError(f"the answer for {what} cannot be decoded: {exc}") from exc
+    if not isinstance(found, dict):
+        raise ClusterError(f"the answer for {what} is not a JSON object")
+    return found
+
+
 def _message(response: Any) -> str:
     try:
         body = response.json()
-    except ValueError:
+    except (ValueError, RecursionError):
         return (response.text or response.reason or "").strip()[:300]
     message = body.get("message") if isinstance(body, dict) else None
     return str(message or response.reason or "")[:300]

@@ -1,6 +1,7 @@
-"""What :class:`KubeClient` puts on the wire: it sends on kubernetes_asyncio's session but
-builds requests itself, so the credentials, the User-Agent, the query and the JSON body are
-checked here against a local HTTP server (no API server needed for the wire format)."""
+"""What :class:`KubeClient` puts on the wire: it builds requests itself, on its own aiohttp
+session and kdra's credentials (:mod:`kdra.kube.kubeconfig`), so the credentials, the
+User-Agent, the query and the JSON body are checked here against a local HTTP server (no API
+server needed for the wire format)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
-from kubernetes_asyncio import client as k8s_client
 
 from kdra import __version__
 from kdra.kube.client import REQUEST_TIMEOUT, KubeClient
 from kdra.kube.errors import Conflict, Unreachable
+from kdra.kube.kubeconfig import Credentials
 from kdra.kube.resources import CLAIMS, PODS
 
 
@@ -46,13 +47,8 @@ async def _raised(handler: Any,
 
 
 def _client(host: str, token: str | None = None) -> KubeClient:
-    configuration = k8s_client.Configuration(host=host)
-    if token:
-        configuration.api_key = {"BearerToken": token}
-        configuration.api_key_prefix = {"BearerToken": "Bearer"}
-    api = k8s_client.ApiClient(configuration)
-    api.user_agent = f"kdra-test/{__version__}"
-    return KubeClient(api)
+    creds = Credentials(server=host, source="test", token=token)
+    return KubeClient(creds, aiohttp.ClientSession(), user_agent=f"kdra-test/{__version__}")
 
 
 def test_a_write_carries_token_user_agent_content_type_and_json_body() -> None:
