@@ -324,6 +324,11 @@ NEW = (
     "tests.unit.operator.test_reporting", "tests.e2e.test_first_day",
     # issue 41 (ux2): the examples' DeviceClasses and the demo's agree
     "tests.unit.devenv.test_examples",
+    # issue 40: gangs — joint placement of a pod group
+    "kdra.operator.core.gangs", "kdra.operator.scheduler.gangs",
+    "kdra.operator.scheduler.gang_writes", "tests.unit.dra.test_allocator_gang",
+    "tests.unit.operator.test_gangs", "tests.unit.operator.test_binder_gangs",
+    "tests.unit.dra.test_allocator_gangplace",
     # issue 38 (natdef): hack/kind-up.sh's kind configuration, native by default
     "tests.unit.hack.test_kind_up", "tests.unit.test_bench_report",
     # issue 41 (freectr): free counts devices blocked by shared counters as blocked

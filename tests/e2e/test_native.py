@@ -30,6 +30,7 @@ import pytest
 
 from kdra import GROUP
 from kdra.kube.core.podclaims import generate_name_prefix
+from kdra.operator.core.gangs import MIN_MEMBER_ANNOTATION, POD_GROUP_LABEL
 from kdra_devenv.controlplane import ControlPlane
 from tests.e2e.conftest import ROOT, get_json
 from tests.e2e.conversion import ConversionServer
@@ -311,6 +312,40 @@ def test_a_higher_priority_pod_preempts(control_plane: ControlPlane, operator: K
         assert result["device"] == "gpu-0"
     finally:
         plane.kubectl("delete", "priorityclass", low, high, "--wait=false", check=False)
+
+
+def test_a_gang_binds_whole_or_holds_nothing(control_plane: ControlPlane,
+                                             operator: KdraProcess, ns: str,
+                                             world: World) -> None:
+    """Gangs in the native flavour (issue 40; tests/e2e/test_gangs.py has the kdra flavour's):
+    on 2 nodes x 2 GPUs, a gang of 3 pods x 2 GPUs holds nothing, one of 2 pods x 2 binds
+    whole, one GPU per pod's claim on distinct devices."""
+    plane = control_plane
+    other = unique("gang")
+    make_node(plane, other)
+    world.nodes.append(other)
+    world.publish({"devices": gpus(2)})
+    world.publish({"devices": gpus(2)}, node=other)
+
+    def member(name: str, gang: str, size: int) -> dict[str, object]:
+        body = pod(name, templates={"gpu": "two"})
+        body["metadata"]["labels"] = {POD_GROUP_LABEL: gang}
+        body["metadata"]["annotations"] = {MIN_MEMBER_ANNOTATION: str(size)}
+        return body
+
+    apply(plane, template("two", request("gpu", world.cls, count=2)),
+          *(member(f"big-{i}", "big", 3) for i in range(3)),
+          *(member(f"fit-{i}", "fit", 2) for i in range(2)), namespace=ns)
+    placed = [bound(plane, ns, f"fit-{i}", timeout=120) for i in range(2)]
+    assert {p["spec"]["nodeName"] for p in placed} == {world.node, other}
+    # Once the fitting gang holds every GPU, the big one is told none of its pods fit.
+    wait_for(lambda: (c := pod_scheduled(get_pod(plane, ns, "big-0"))) and
+             "gang 'big' needs 3 pods (3 pending) placed together: at most 0 of them fit "
+             "at once" in c.get("message", ""), timeout=60, what="the too-big gang reported")
+    held = {name: obj for name, obj in claims_in(plane, ns).items() if results(obj)}
+    assert sorted(obj["status"]["reservedFor"][0]["name"] for obj in held.values()) == [
+        "fit-0", "fit-1"]
+    assert not any(get_pod(plane, ns, f"big-{i}")["spec"].get("nodeName") for i in range(3))
 
 
 # --------------------------------------------------------------------------- hostile

@@ -32,6 +32,9 @@ from kdra.dra.quantity import InvalidQuantity, parse_quantity
 JSON = Mapping[str, Any]
 POLICIES = ("binpack", "spread", "first-fit")
 POLICY_ANNOTATION = "resource.kdra.dev/placement-policy"
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+"""A pod's gang (scheduler-plugins' label): kdra-scheduler places the pods of a namespace with
+the same value together, all or none (kdra.operator.core.gangs, docs/gangs.md)."""
 SEARCH_EXHAUSTED = "AllocationSearchExhausted"
 """PodScheduled=False reason of a pod whose allocation search ran out of budget (the binder
 sets it; ``kubectl kdra why`` explains it)."""

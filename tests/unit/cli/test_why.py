@@ -14,6 +14,7 @@ from kdra.cli.core.why import explain_pod
 from kdra.cli.core.why_render import render_why
 from kdra.dra.allocator.pacing import UNITS_PER_STEP
 from kdra.dra.cel import DeviceSelector
+from kdra.dra.scheduling import POD_GROUP_LABEL
 from kdra.kube.core.flavours import NATIVE
 from kdra.kube.core.podclaims import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION
 from tests.unit.cli.test_describe import GPU, gpus, raw_claim, raw_slice
@@ -319,3 +320,19 @@ def test_a_template_missing_from_the_namespace_is_named_missing() -> None:
     here = {"metadata": {"name": "t", "namespace": "default"}}
     assert "not created yet from template 't'" in explain(pod(entry), [],
                                                           templates=[here]).claims[0].problem
+
+
+def test_a_gang_member_is_said_to_be_placed_only_with_its_gang() -> None:
+    member = pod([{"name": "gpu", "resourceClaimName": "c"}])
+    member["metadata"]["labels"] = {POD_GROUP_LABEL: "train-a"}
+    member["status"]["conditions"][0]["message"] = (
+        "gang 'train-a' needs 4 pods (4 pending) placed together: at most 3 of them fit at "
+        "once; nothing is allocated until all fit")
+    found = explain(member, [pending_claim("c")])
+    assert found.verdict == "fits"  # this pod alone would fit ...
+    (hint,) = [h for h in found.hints if "gang 'train-a'" in h]
+    assert "only together with the rest of its gang" in hint  # ... but not alone
+    shown = render_why(found)
+    assert "at most 3 of them fit at once" in shown and "docs/gangs.md" in shown
+    alone = explain(pod([{"name": "gpu", "resourceClaimName": "c"}]), [pending_claim("c")])
+    assert not any("gang" in h for h in alone.hints)

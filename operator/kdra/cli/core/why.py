@@ -53,6 +53,7 @@ from kdra.dra.errors import InvalidObject
 from kdra.dra.models import ResourceClaim, parse_claim, parse_class, parse_slice
 from kdra.dra.quota import QUOTA_REASON
 from kdra.dra.scheduling import (
+    POD_GROUP_LABEL,
     SEARCH_EXHAUSTED,
     NodeView,
     PodFit,
@@ -67,6 +68,7 @@ from kdra.kube.core.flavours import KDRA, Flavour
 from kdra.kube.core.podclaims import (
     SCHEDULER_NAME,
 )
+from kdra.kube.core.untrusted import shorten
 
 __all__ = ["ClaimInfo", "Explanation", "Group", "Nearest", "RequestInfo", "explain_pod"]
 
@@ -74,6 +76,14 @@ JSON = Mapping[str, Any]
 MAX_NODES_LISTED = 6
 """Node names shown per group (the rest are counted)."""
 UNLIMITED = Resources(cpu=10**12, memory=10**18, pods=10**6)
+def gang_hint(gang: str) -> str:
+    """What a gang member's evaluation means (the pod is placed only with its gang)."""
+    return (f"gang {shorten(gang, 63)!r} ({POD_GROUP_LABEL}): kdra-scheduler places this pod "
+            "only together with the rest of its gang, all of them at once or none; the "
+            "evaluation here is this pod's alone, the scheduler's message above is the "
+            "gang's (docs/gangs.md)")
+
+
 SEARCH_EXHAUSTED_HINT = (
     f"{SEARCH_EXHAUSTED}: kdra-scheduler's allocation search for this pod ran out of its "
     "budget (the operator's --allocation-search-steps, --allocation-search-timeout) before "
@@ -195,6 +205,10 @@ def explain_pod(pod: JSON, *, claims: Iterable[JSON], classes: Iterable[JSON],
         found = replace(found, hints=(*found.hints, SEARCH_EXHAUSTED_HINT))
     if found.verdict == "over-quota" or (reason == QUOTA_REASON and found.verdict != "bound"):
         found = replace(found, hints=(*found.hints, QUOTA_HINT))
+    labels = (pod.get("metadata") or {}).get("labels")
+    gang = labels.get(POD_GROUP_LABEL) if isinstance(labels, Mapping) else None
+    if isinstance(gang, str) and gang and found.verdict != "bound":
+        found = replace(found, hints=(*found.hints, gang_hint(gang)))
     return replace(found, condition_reason=reason)
 
 

@@ -29,7 +29,9 @@ entry point and its default budget), ``results`` (AllocationResult building, sha
 issue 26: ``counters`` (shared counters of
 partitionable devices), ``capacity`` (consumable capacity and request policies), ``ledger``
 (both, across allocated, assumed and searched devices), ``fragmentation`` (the candidate
-order that keeps large partitions allocatable).
+order that keeps large partitions allocatable); issue 40: ``gang`` (joint placement of a
+pod group, backtracking across pods, per constraint scope), ``gangplace`` (that search with
+the allocator as each pod's options).
 """
 
 from kdra.dra.allocator.choices import allocate, preference

@@ -41,6 +41,7 @@ from kdra.kube.core.podclaims import (
     DEVICES_ANNOTATION_PREFIX,
     GPU_UUIDS_ANNOTATION_PREFIX,
 )
+from kdra.operator.core.gangs import GANG_ANNOTATIONS
 
 __all__ = [
     "KNOWN_POD_KEYS",
@@ -51,7 +52,8 @@ __all__ = [
     "pod_notices",
 ]
 
-KNOWN_POD_KEYS = (CLAIMS_ANNOTATION, CLAIM_STATUSES_ANNOTATION, POLICY_ANNOTATION)
+KNOWN_POD_KEYS = (CLAIMS_ANNOTATION, CLAIM_STATUSES_ANNOTATION, POLICY_ANNOTATION,
+                  *GANG_ANNOTATIONS)
 """The pod annotation keys in kdra's domain that kdra reads or writes (with the prefixes
 :data:`~kdra.kube.core.podclaims.DEVICES_ANNOTATION_PREFIX` and
 :data:`~kdra.kube.core.podclaims.GPU_UUIDS_ANNOTATION_PREFIX`)."""

@@ -104,6 +104,36 @@ def set_nominated_pods(count: int) -> None:
     nominated_pods.set(count)
 
 
+# --------------------------------------------------------------------------- gangs
+
+GANG_RESULTS = ("placed", "waiting", "unschedulable", "exhausted", "over-quota", "conflict",
+                "prepare-failed", "error")
+
+gang_attempts = Counter(
+    "kdra_gang_placement_attempts_total",
+    "Joint placement attempts of gangs (pods labelled scheduling.x-k8s.io/pod-group), by "
+    "result: placed (every member has devices and a node; its writes start), waiting (fewer "
+    "than minMember pods pending), unschedulable (the gang does not fit as a whole), "
+    "exhausted (the search budget ran out), over-quota (a DeviceQuota refuses the gang as a "
+    "whole), conflict (the cluster changed during the search or the writes), prepare-failed, "
+    "error. Gangs placed: the placed count.",
+    ["result"],
+)
+gang_wait = Histogram(
+    "kdra_gang_wait_seconds",
+    "Time from a gang's first placement attempt to its joint placement.",
+    buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800),
+)
+
+
+def record_gang_attempt(result: str) -> None:
+    gang_attempts.labels(result=result if result in GANG_RESULTS else "error").inc()
+
+
+def observe_gang_wait(seconds: float) -> None:
+    gang_wait.observe(seconds)
+
+
 def init_binder_series() -> None:
     for result in SCHEDULE_RESULTS:
         schedule_attempts.labels(result=result)
@@ -116,6 +146,8 @@ def init_binder_series() -> None:
         preemption_attempts.labels(result=result)
     preemption_victims.inc(0)
     nominated_pods.set(0)
+    for result in GANG_RESULTS:
+        gang_attempts.labels(result=result)
 
 
 def record_schedule_attempt(result: str, seconds: float) -> None:

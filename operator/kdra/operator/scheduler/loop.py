@@ -50,6 +50,7 @@ from kdra.dra.allocator import ClusterOutcome, Placement, Placing, none_availabl
 from kdra.dra.errors import InvalidObject
 from kdra.dra.models import ResourceClaim
 from kdra.dra.scheduling import (
+    POD_GROUP_LABEL,
     SEARCH_EXHAUSTED,
     PodFit,
     best,
@@ -73,6 +74,8 @@ from kdra.kube.store import JSON, Key, Store, is_not_newer, key_of
 from kdra.operator import metrics
 from kdra.operator.core.admission_env import device_env_errors
 from kdra.operator.scheduler.cluster import ClusterView
+from kdra.operator.scheduler.gang_writes import GangWrites
+from kdra.operator.scheduler.gangs import Gangs
 from kdra.operator.scheduler.pending import Attempt, Context, PendingPods
 from kdra.operator.scheduler.preemption import Preemption
 from kdra.operator.scheduler.prepare import PrepareWait
@@ -125,6 +128,10 @@ class Binder:
         self.searches = Searches(  # long allocation searches
             self.settings.search,
             on_error=lambda key: self.pods.retry_later(key, self.pods.backoff(key)))
+        self.gangs = Gangs(  # pods labelled scheduling.x-k8s.io/pod-group: placed together
+            cluster=self.cluster, pods=self.pods, reporter=self.reporter,
+            writes=GangWrites(self.writes, self.pods), settings=self.settings,
+            context=self._context, reserved=self.preemption.reserved_against)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -152,6 +159,7 @@ class Binder:
 
     async def stop(self) -> None:
         await self.searches.stop()
+        await self.gangs.writes.stop()
         for task in [self._loop_task, self._flush_task, *self._tasks]:
             if task is not None:
                 task.cancel()
@@ -252,7 +260,10 @@ class Binder:
                 continue
             started = time.perf_counter()
             try:
-                result = await self._schedule(key, pod)
+                if POD_GROUP_LABEL in (pod["metadata"].get("labels") or ()):
+                    result = await self.gangs.schedule(key, pod)  # kdra.operator.scheduler.gangs
+                else:
+                    result = await self._schedule(key, pod)
             except Exception as exc:
                 result = self._failed(key, exc)
             metrics.record_schedule_attempt(result, time.perf_counter() - started)
@@ -269,6 +280,33 @@ class Binder:
         return "error"
 
     async def _schedule(self, key: Key, pod: JSON) -> str:
+        attempt = await self._context(key, pod)
+        if isinstance(attempt, str):
+            return attempt
+        candidates = attempt.candidates
+        if attempt.unallocated and candidates:
+            window = search_window(attempt.policy, len(candidates), self._next_start)
+            started = time.perf_counter()
+            placing = Placing(self.snapshot, attempt.unallocated, candidates,
+                              in_flight=self.preemption.reserved_against(key, pod),
+                              limit=window.limit, start=window.start,
+                              node_steps=self.settings.search.node_steps(len(candidates)),
+                              scoring=attempt.policy != "first-fit")
+            outcome = placing.advance(self.settings.search.slice)
+            if outcome is None:  # a long search: on beside the loop (scheduler.searches)
+                self.searches.start(key, placing, functools.partial(
+                    self._searched, key, pod, attempt, placing, window.rotates, started))
+                return "searching"
+            metrics.observe_allocator(time.perf_counter() - started)
+            if window.rotates:
+                self._next_start = outcome.next_start
+            return await self._decide(key, pod, attempt, outcome)
+        placements = {n.name: Placement(n.name, (), [], {}) for n in candidates}
+        return await self._choose(key, pod, attempt, placements)
+
+    async def _context(self, key: Key, pod: JSON) -> Context | str:
+        """The pod's claims resolved and its candidate nodes filtered (an attempt's
+        :class:`Context`), or the attempt's result where it ends here (reported)."""
         namespace = key[0]
         forged = sorted(k for k in kdra_owned(pod["metadata"].get("annotations"))
                         if k != CLAIM_STATUSES_ANNOTATION)
@@ -363,28 +401,9 @@ class Binder:
         reasons: Counter[str] = Counter()
         candidates, total = self.cluster.candidates(fit, parsed,
                                                     self.pods.excluded.get(key, {}), reasons)
-        attempt = Context(resolved, parsed, [c for c in parsed if not c.allocated], reasons,
-                          total, pod_policy(pod, self.settings.policy), candidates,
-                          reasons.copy())
-        if attempt.unallocated and candidates:
-            window = search_window(attempt.policy, len(candidates), self._next_start)
-            started = time.perf_counter()
-            placing = Placing(self.snapshot, attempt.unallocated, candidates,
-                              in_flight=self.preemption.reserved_against(key, pod),
-                              limit=window.limit, start=window.start,
-                              node_steps=self.settings.search.node_steps(len(candidates)),
-                              scoring=attempt.policy != "first-fit")
-            outcome = placing.advance(self.settings.search.slice)
-            if outcome is None:  # a long search: on beside the loop (scheduler.searches)
-                self.searches.start(key, placing, functools.partial(
-                    self._searched, key, pod, attempt, placing, window.rotates, started))
-                return "searching"
-            metrics.observe_allocator(time.perf_counter() - started)
-            if window.rotates:
-                self._next_start = outcome.next_start
-            return await self._decide(key, pod, attempt, outcome)
-        placements = {n.name: Placement(n.name, (), [], {}) for n in candidates}
-        return await self._choose(key, pod, attempt, placements)
+        return Context(resolved, parsed, [c for c in parsed if not c.allocated], reasons,
+                       total, pod_policy(pod, self.settings.policy), candidates,
+                       reasons.copy())
 
     async def _searched(self, key: Key, pod: JSON, attempt: Context, placing: Placing,
                         rotates: bool, started: float, outcome: ClusterOutcome, limit: Limit,

@@ -94,7 +94,7 @@ class Writes:
                                           for r in claim.status.reserved_for):
                     attempt.expected[name] = (raw.get("status") or {}).get("allocation") or {}
                     continue
-                written_claim = await self._write_claim(raw, pod, result)
+                written_claim = await self.write_claim(raw, pod, result)
                 attempt.expected[name] = written_claim["status"]["allocation"]
                 attempt.reserved_here.append(name)
                 if result is not None:
@@ -142,7 +142,7 @@ class Writes:
         if written:
             await self._prepare_and_bind(key, attempt)
 
-    async def _write_claim(self, raw: JSON, pod: JSON, result: AllocationResult | None) -> JSON:
+    async def write_claim(self, raw: JSON, pod: JSON, result: AllocationResult | None) -> JSON:
         """Add the finalizer (if missing), then allocation (if new) + reservation; returns
         the claim as written."""
         meta = raw["metadata"]
@@ -273,7 +273,7 @@ class Writes:
                 # so a kubelet never sees the pod bound without it (and it costs no write).
                 await self.client.bind(namespace, pod["metadata"]["name"],
                                        pod["metadata"]["uid"], node,
-                                       annotations=self._annotations(pod, attempt))
+                                       annotations=self.device_annotations(pod, attempt))
             except NotFound:
                 await self.roll_back(attempt)
                 return
@@ -303,7 +303,7 @@ class Writes:
             if current is not None and not current.get("spec", {}).get("nodeName"):
                 pods.queue.add(key, current)
 
-    def _annotations(self, pod: JSON, attempt: Attempt) -> dict[str, str]:
+    def device_annotations(self, pod: JSON, attempt: Attempt) -> dict[str, str]:
         """The per-container devices annotations for the pod (kdra.dra.scheduling); none
         where the kubelet gives containers their devices (the flavour's
         ``device_annotations``)."""

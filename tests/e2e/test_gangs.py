@@ -1,0 +1,164 @@
+"""Gangs end to end (issue 40): a real API server, kdra's operator and one node agent serving
+several simulated nodes of fake GPUs, as real processes; pods labelled
+``scheduling.x-k8s.io/pod-group`` with ``resource.kdra.dev/gang-min-member``.
+
+- Two 4-pod gangs of 2 GPUs each on 12 free GPUs: one binds whole, the other stays pending
+  whole (no pod bound, no claim allocated) and binds whole once the first is deleted.
+- The deadlock scenario: two gangs created interleaved, each able to take half of the
+  cluster: one gang runs whole, the other holds nothing.
+- A gang with a cross-pod ``matchAttribute`` (the GPUs' productName) lands in one domain,
+  where pod-by-pod placement would mix them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from kdra.operator.core.gangs import (
+    MATCH_ATTRIBUTE_ANNOTATION,
+    MIN_MEMBER_ANNOTATION,
+    POD_GROUP_LABEL,
+)
+from kdra_devenv.controlplane import ControlPlane
+from tests.e2e import agent_helpers
+from tests.e2e.agent_helpers import CLAIMS, AgentFactory, unique
+from tests.e2e.conftest import get_json
+from tests.e2e.procs import KdraProcess, wait_for
+from tests.e2e.test_health import apply, claims_annotation, gpu_class, pod_spec, template
+
+agents = agent_helpers.agents
+
+
+def gang_pod(name: str, namespace: str, gang: str, size: int, template_name: str,
+             **annotations: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace,
+                         "labels": {POD_GROUP_LABEL: gang},
+                         "annotations": {**claims_annotation(template_name),
+                                         MIN_MEMBER_ANNOTATION: str(size), **annotations}},
+            "spec": pod_spec()}
+
+
+def pods(plane: ControlPlane, namespace: str) -> dict[str, dict[str, Any]]:
+    return {p["metadata"]["name"]: p for p in get_json(plane, "pods", "-n", namespace)["items"]
+            if not p["metadata"].get("deletionTimestamp")}
+
+
+def bound_by_gang(plane: ControlPlane, namespace: str) -> dict[str, set[str]]:
+    """Gang → its bound pods."""
+    found: dict[str, set[str]] = {}
+    for name, pod in pods(plane, namespace).items():
+        if pod["spec"].get("nodeName"):
+            found.setdefault(pod["metadata"]["labels"][POD_GROUP_LABEL], set()).add(name)
+    return found
+
+
+def allocated(plane: ControlPlane, namespace: str) -> dict[str, list[tuple[str, str]]]:
+    """Claim name → its allocated (pool, device)s."""
+    found = {}
+    for claim in get_json(plane, CLAIMS, "-n", namespace)["items"]:
+        results = (((claim.get("status") or {}).get("allocation") or {}).get("devices")
+                   or {}).get("results") or []
+        if results:
+            found[claim["metadata"]["name"]] = [(r["pool"], r["device"]) for r in results]
+    return found
+
+
+def start_nodes(agents: AgentFactory, prefix: str, count: int, inventory: str) -> list[str]:
+    nodes = [f"{prefix}-{i}" for i in range(count)]
+    agents(nodes[0], inventory, "--simulate-nodes", ",".join(nodes))
+    return nodes
+
+
+def two_gangs(plane: ControlPlane, agents: AgentFactory, namespace: str, nodes: int,
+              gangs: tuple[str, str]) -> tuple[str, str]:
+    """``nodes`` nodes of 4 GPUs; two gangs of 4 pods x 2 GPUs created interleaved. Waits for
+    one gang bound whole, checks the other has no pod bound; (the bound gang, the other)."""
+    start_nodes(agents, unique("gang"), nodes, "gpus: ['4 x L4-24GB']\n")
+    apply(plane, gpu_class(), template("two-gpus", namespace, count=2))
+    apply(plane, *(gang_pod(f"{gang}-{i}", namespace, gang, 4, "two-gpus")
+                   for i in range(4) for gang in gangs))
+    whole = wait_for(lambda: (b := bound_by_gang(plane, namespace)) and
+                     any(len(members) == 4 for members in b.values()) and b,
+                     timeout=120, what="one gang bound whole")
+    assert len(whole) == 1, whole  # the other gang: no pod bound
+    (first,) = whole
+    return first, gangs[1] if first == gangs[0] else gangs[0]
+
+
+def test_two_gangs_on_twelve_gpus_one_whole_then_the_other(
+        control_plane: ControlPlane, agents: AgentFactory, operator: KdraProcess,
+        namespace: str) -> None:
+    # Interleaved: pod-by-pod placement would give each gang 3 pods (6 x 2 = 12 GPUs) and
+    # neither could start.
+    first, second = two_gangs(control_plane, agents, namespace, 3, ("a", "b"))
+    held = allocated(control_plane, namespace)
+    assert len(held) == 4 and sum(len(d) for d in held.values()) == 8, held
+    assert all(name.startswith(f"{first}-") for name in held), held  # the other holds nothing
+    waiting = pods(control_plane, namespace)[f"{second}-0"]
+    condition = next(c for c in waiting["status"].get("conditions") or ()
+                     if c["type"] == "PodScheduled")
+    assert f"gang {second!r}" in condition["message"], condition
+    assert "at most 2 of them fit at once" in condition["message"], condition
+
+    control_plane.kubectl("delete", "pods", "-n", namespace, "-l",
+                          f"{POD_GROUP_LABEL}={first}", "--grace-period=0", "--force")
+    wait_for(lambda: bound_by_gang(control_plane, namespace).get(second, set()) ==
+             {f"{second}-{i}" for i in range(4)},
+             timeout=120, what="the second gang bound whole once the first is gone")
+    assert "kdra_gang_placement_attempts_total{result=\"placed\"} 2.0" in \
+        operator.metrics()
+
+
+def test_deadlock_scenario_ends_with_one_gang_running(
+        control_plane: ControlPlane, agents: AgentFactory, operator: KdraProcess,
+        namespace: str) -> None:
+    # 8 GPUs; each gang of 4 x 2 GPUs could take half of them pod by pod.
+    running, _ = two_gangs(control_plane, agents, namespace, 2, ("x", "y"))
+    held = allocated(control_plane, namespace)
+    assert sorted(held) == sorted(
+        c["metadata"]["name"] for c in get_json(control_plane, CLAIMS, "-n", namespace)["items"]
+        if c["metadata"]["name"].startswith(f"{running}-")), held
+
+
+def test_match_attribute_keeps_the_gang_in_one_domain(
+        control_plane: ControlPlane, agents: AgentFactory, operator: KdraProcess,
+        namespace: str) -> None:
+    # Each node: 2 L4 and 2 H100. A gang of 2 pods x 2 GPUs in one productName takes the
+    # two H100s or the two L4s of each node it uses — never a mix.
+    nodes = start_nodes(agents, unique("match"), 2,
+                        "gpus: ['2 x L4-24GB', '2 x H100-80GB']\n")
+    apply(control_plane, gpu_class(), template("two-gpus", namespace, count=2))
+    product = "gpu.kdra.dev/productName"
+    apply(control_plane, *(gang_pod(f"m-{i}", namespace, "m", 2, "two-gpus",
+                                    **{MATCH_ATTRIBUTE_ANNOTATION: product})
+                           for i in range(2)))
+    wait_for(lambda: bound_by_gang(control_plane, namespace).get("m") == {"m-0", "m-1"},
+             timeout=120, what="the gang bound")
+    names = {}
+    for slice_ in get_json(control_plane, agent_helpers.SLICES)["items"]:
+        if slice_["spec"].get("nodeName") in nodes:
+            for device in slice_["spec"]["devices"]:
+                names[(slice_["spec"]["pool"]["name"], device["name"])] = \
+                    device["attributes"]["productName"]["string"]
+    held = [d for devices in allocated(control_plane, namespace).values() for d in devices]
+    assert len(held) == 4
+    assert len({names[d] for d in held}) == 1, [(d, names[d]) for d in held]
+
+    # Three pods x 2 in one product: 4 of each product in the cluster — does not fit, and
+    # says so; nothing of it is held.
+    apply(control_plane, *(gang_pod(f"n-{i}", namespace, "n", 3, "two-gpus",
+                                    **{MATCH_ATTRIBUTE_ANNOTATION: product})
+                           for i in range(3)))
+    message = wait_for(
+        lambda: next((c["message"] for c in (pods(control_plane, namespace)["n-0"]["status"]
+                                             .get("conditions") or ())
+                      if c["type"] == "PodScheduled" and "gang 'n'" in c["message"]), None),
+        timeout=60, what="the too-big gang reported")
+    assert f"devices in one {product}" in message, message
+    # the nearest fit names the domain as the slices write it (not a typed tuple)
+    assert re.search(rf"at most 2 of them fit at once \(in {re.escape(product)}=NVIDIA [^()']+\)",
+                     message), message
+    assert not any(name.startswith("n-") for name in allocated(control_plane, namespace))
+    assert "n" not in bound_by_gang(control_plane, namespace)

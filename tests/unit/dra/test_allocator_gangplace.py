@@ -1,0 +1,91 @@
+"""The gang search over a real snapshot (kdra.dra.allocator.gangplace): the allocator as each
+pod's options; matchAttribute, topologyKey and spread across the gang; alike pods; the picks
+are the allocator's results."""
+
+from __future__ import annotations
+
+from kdra.dra.allocator import NodeInfo, Snapshot
+from kdra.dra.allocator.gangplace import GangPod, gang_search
+from kdra.dra.models import ResourceClaim, parse_claim, parse_class, parse_slice
+
+DRIVER = "gpu.kdra.dev"
+
+
+def snapshot(spec: dict[str, list[str]]) -> Snapshot:
+    """node → one nvlinkDomain value per GPU."""
+    slices = [parse_slice({
+        "metadata": {"name": f"{node}-gpus"},
+        "spec": {"driver": DRIVER, "nodeName": node,
+                 "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                 "devices": [{"name": f"gpu-{i}", "attributes": {"nvlinkDomain": {"string": d}}}
+                             for i, d in enumerate(domains)]}})
+        for node, domains in spec.items()]
+    return Snapshot.build(slices, [parse_class({
+        "metadata": {"name": DRIVER},
+        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}})])
+
+
+def claims(count: int, gpus: int) -> list[ResourceClaim]:
+    return [parse_claim({"metadata": {"name": f"c{i}", "namespace": "ns"},
+                         "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                             "deviceClassName": DRIVER, "count": gpus}}]}}})
+            for i in range(count)]
+
+
+def nodes(racks: dict[str, str]) -> list[NodeInfo]:
+    return [NodeInfo(n, {"rack": r} if r else {}) for n, r in racks.items()]
+
+
+def held(outcome: object) -> list[tuple[str, str]]:
+    choices = getattr(outcome, "choices", None) or []
+    return [(r.pool, r.device) for c in choices
+            for result in c.payload.placement.results for r in result.devices.results]
+
+
+def test_match_attribute_across_the_gang() -> None:
+    snap = snapshot({"a": ["nv1", "nv1", "nv2", "nv2"], "b": ["nv2", "nv2", "nv1", "nv1"]})
+    infos = nodes({"a": "", "b": ""})
+    outcome = gang_search(snap, [GangPod([c], infos) for c in claims(2, 2)],
+                          steps=10_000, match_attribute=f"{DRIVER}/nvlinkDomain").advance(None)
+    assert outcome is not None and outcome.choices is not None
+    assert outcome.scope is not None and outcome.scope.label == f"{DRIVER}/nvlinkDomain=nv1"
+    domain = {(n, f"gpu-{i}"): d for n, ds in {"a": ["nv1", "nv1", "nv2", "nv2"],
+                                                "b": ["nv2", "nv2", "nv1", "nv1"]}.items()
+              for i, d in enumerate(ds)}
+    taken = held(outcome)
+    assert len(taken) == 4 and len(set(taken)) == 4
+    assert {domain[d] for d in taken} == {"nv1"}
+    # Three pods x 2 in one domain: 4 GPUs per domain, no fit; the nearest fit is 2 pods.
+    none = gang_search(snap, [GangPod([c], infos) for c in claims(3, 2)], steps=10_000,
+                       match_attribute=f"{DRIVER}/nvlinkDomain").advance(None)
+    assert none is not None and none.choices is None and none.nearest == 2
+    assert not none.exhausted
+
+
+def test_topology_key_and_spread() -> None:
+    snap = snapshot({n: ["x"] * 4 for n in "abcd"})
+    infos = nodes({"a": "r1", "b": "r2", "c": "r2", "d": ""})
+    packed = gang_search(snap, [GangPod([c], infos) for c in claims(3, 2)], steps=10_000,
+                         topology_key="rack").advance(None)
+    assert packed is not None and packed.choices is not None
+    assert {c.node for c in packed.choices} <= {"b", "c"}  # r2: 8 GPUs; r1 has 4, d no rack
+    spread = gang_search(snap, [GangPod([c], infos) for c in claims(4, 1)], steps=10_000,
+                         spread=True).advance(None)
+    assert spread is not None and spread.choices is not None
+    assert sorted(c.node for c in spread.choices) == ["a", "b", "c", "d"]
+    too_many = gang_search(snap, [GangPod([c], infos) for c in claims(5, 1)], steps=10_000,
+                           spread=True).advance(None)
+    assert too_many is not None and too_many.choices is None and too_many.nearest == 4
+
+
+def test_alike_pods_pack_and_a_full_gang_holds_whole_nodes() -> None:
+    snap = snapshot({n: ["x"] * 4 for n in "abc"})
+    infos = nodes({"a": "", "b": "", "c": ""})
+    outcome = gang_search(snap, [GangPod([c], infos) for c in claims(4, 2)],
+                          steps=10_000).advance(None)
+    assert outcome is not None and outcome.choices is not None
+    # Fullest first: the four pods take two whole nodes, the third stays free.
+    assert sorted(c.node for c in outcome.choices) in (["a", "a", "b", "b"],
+                                                        ["a", "a", "c", "c"],
+                                                        ["b", "b", "c", "c"])
+    assert len(set(held(outcome))) == 8
