@@ -205,12 +205,8 @@ class Operator:
         """Start an informer feeding ``handler`` (kdra.operator.handlers.routes's routes) with every
         event of ``resource``, its first LIST compared with what was primed; ``stop()``
         stops it."""
-        informer = Informer(self.client, resource, handler, namespace=namespace,
-                            label_selector=label_selector,
-                            known=self.primed.pop(resource.plural, ()))
+        informer = self._informer(resource, handler, namespace, label_selector)
         self.informers.append(informer)
-        if resource == PODS:
-            self.claim_controller.pods_synced = informer.synced.is_set
         informer.start()
 
     def feed(self, resource: Resource, handler: Handler, *, namespace: str | None = None,
@@ -218,16 +214,23 @@ class Operator:
         """``--watch=kopf``: an informer's bookkeeping without its watch — kopf's handlers
         deliver each event to it (:meth:`Informer.deliver`), and :meth:`reconcile_feeds`
         compares it with a LIST now and then. Its known objects start as what was primed."""
-        informer = Informer(self.client, resource, handler, namespace=namespace,
-                            label_selector=label_selector,
-                            known=self.primed.pop(resource.plural, ()))
+        informer = self._informer(resource, handler, namespace, label_selector)
         self.feeds.append(informer)
-        if resource == PODS:
-            self.claim_controller.pods_synced = informer.synced.is_set
         if self._reconciler is None:
             self._reconciler = asyncio.create_task(
                 self.reconcile_feeds(self.settings.kopf_reconcile_period),
                 name="kopf-reconciler")
+        return informer
+
+    def _informer(self, resource: Resource, handler: Handler, namespace: str | None,
+                  label_selector: str | None) -> Informer:
+        """An informer of ``resource`` knowing what was primed of it; the pods' one tells the
+        claim controller when the cache speaks for the API server (``pods_synced``)."""
+        informer = Informer(self.client, resource, handler, namespace=namespace,
+                            label_selector=label_selector,
+                            known=self.primed.pop(resource.plural, ()))
+        if resource == PODS:
+            self.claim_controller.pods_synced = informer.synced.is_set
         return informer
 
     async def reconcile_feeds(self, period: float, first: float = FIRST_RECONCILE) -> None:
