@@ -118,9 +118,9 @@ for args in "--help" "operator --help" "agent --help" "describe --help"; do
 done
 env -i PATH="$VENV/bin:/usr/bin:/bin" HOME="$WORK" "$VENV/bin/python" -c '
 import kdra.operator.handlers.routes, kdra.agent.process, kdra.agent.backends.nvml
-import kdra.agent.kubelet.plugin
-import kubernetes, pynvml, grpc
-print("imports ok: operator handlers, agent process, NVML backend, kubelet plugin (grpc), kubernetes client")'
+import kdra.agent.kubelet.plugin, kdra.kube.reader
+import pykube, pynvml, grpc
+print("imports ok: operator handlers, agent process, NVML backend, kubelet plugin (grpc), the CLI client (pykube-ng)")'
 if "$VENV/bin/python" -c 'import pip' 2>/dev/null; then
   echo "pip is still in the runtime venv (the Dockerfile removes it)" >&2; exit 1
 fi
