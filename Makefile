@@ -11,10 +11,13 @@ STAMP  := $(VENV)/.installed
 # devenv/ (the dev-only package kdra_devenv: control planes, real nodes, the demo) goes on the
 # venv's path through a .pth file: importable by tests, benchmarks, hack/ and `make demo`,
 # never installed into the wheel or the image.
-$(STAMP): pyproject.toml
+# The runtime dependencies install at requirements.lock's versions (-c: constraints), so the
+# venv a test run uses is the one the image ships, whatever the index serves that day; the test
+# extras resolve freely around them.
+$(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -c requirements.lock -e '.[test]'
 	$(PY) -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()["purelib"], "kdra-devenv.pth").write_text(str(pathlib.Path("devenv").resolve()) + "\n")'
 	touch $(STAMP)
 
