@@ -333,6 +333,8 @@ NEW = (
     "tests.unit.hack.test_kind_up", "tests.unit.test_bench_report",
     # issue 41 (freectr): free counts devices blocked by shared counters as blocked
     "tests.unit.dra.test_utilisation_counters",
+    # issue 37 point 3 (cache): the typed caches the operator's services subscribe to
+    "kdra.operator.caches",
 )
 """Modules that exist only after the re-cut (no old module moves there)."""
 

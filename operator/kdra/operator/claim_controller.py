@@ -3,8 +3,9 @@
 kdra's counterpart of kube-controller-manager's resourceclaim controller (kubernetes/kubernetes
 ``pkg/controller/resourceclaim/controller.go``).
 
-Two level-based loops over a shared cache (:class:`~kdra.kube.store.Store`), one work queue
-each; this module takes the events in, queues the keys and counts the claims for the gauges:
+Two level-based loops over shared caches (the claims: a typed cache it subscribes to,
+:mod:`kdra.operator.caches`; the pods with claims, the templates), one work queue each;
+this module takes the events in, queues the keys and counts the claims for the gauges:
 - the pod side, ``sync_pod(ns, name)`` (:mod:`kdra.operator.claim_pods`): every template
   entry of a pod's claims annotation gets its own claim (adopted, or asked for, before one is
   created), recorded in the pod's claim-statuses annotation; a bound pod is added to
@@ -33,7 +34,6 @@ import asyncio
 from collections import defaultdict
 from collections.abc import Callable
 
-from kdra.dra.errors import InvalidObject
 from kdra.kube.client import KubeClient
 from kdra.kube.core.flavours import KDRA, Flavour
 from kdra.kube.core.podclaims import pod_is_done
@@ -41,41 +41,13 @@ from kdra.kube.events import EventRecorder
 from kdra.kube.store import JSON, Key, Store, is_not_newer, key_of
 from kdra.kube.workqueue import WorkQueue
 from kdra.operator import metrics
+from kdra.operator.caches import ClaimCache, claim_store, pod_store
 from kdra.operator.claim_owner import ClaimOwner
 from kdra.operator.claim_pods import PodClaims
 from kdra.operator.claim_release import ClaimRelease
 from kdra.operator.core.claim_births import Births
 
 __all__ = ["ClaimController", "claim_store", "pod_store"]
-
-
-def _owner_uids(claim: JSON) -> list[str]:
-    return [ref["uid"] for ref in claim.get("metadata", {}).get("ownerReferences") or ()
-            if ref.get("controller") and ref.get("kind") == "Pod" and ref.get("uid")]
-
-
-def _reserved_uids(claim: JSON) -> list[str]:
-    return [ref["uid"] for ref in claim.get("status", {}).get("reservedFor") or ()
-            if ref.get("uid")]
-
-
-def _template_refs(flavour: Flavour, pod: JSON) -> list[str]:
-    try:
-        entries = flavour.pod_claims(pod)
-    except InvalidObject:
-        return []
-    return [e.resource_claim_template_name for e in entries if e.resource_claim_template_name]
-
-
-def claim_store() -> Store:
-    """The claims cache with the indexes the controller and binder use."""
-    return Store("ResourceClaim", {"owner": _owner_uids, "reserved": _reserved_uids})
-
-
-def pod_store(flavour: Flavour = KDRA) -> Store:
-    """The cache of pods with claims (the ``flavour``'s), indexed by UID and template."""
-    return Store("Pod", {"uid": lambda pod: [pod["metadata"].get("uid", "")],
-                         "template": lambda pod: _template_refs(flavour, pod)})
 
 
 class ClaimController(PodClaims, ClaimRelease):
@@ -85,7 +57,7 @@ class ClaimController(PodClaims, ClaimRelease):
     :mod:`kdra.operator.claim_release`)."""
 
     def __init__(self, client: KubeClient, events: EventRecorder, *, pods: Store,
-                 claims: Store, templates: Store, workers: int = 4,
+                 claims: ClaimCache, templates: Store, workers: int = 4,
                  pod_written: Callable[[JSON], None] | None = None,
                  claim_written: Callable[[str, JSON], None] | None = None,
                  pod_gone: Callable[[JSON], None] | None = None,
@@ -165,10 +137,10 @@ class ClaimController(PodClaims, ClaimRelease):
             for claim in self.claims.index("reserved", uid) + self.claims.index("owner", uid):
                 self.claim_queue.add(key_of(claim))
 
-    def on_claim(self, event_type: str | None, claim: JSON) -> None:
-        """A claim changed (or went away); as :meth:`on_pod`, a version the cache already held
-        queues nothing."""
-        old = self.claims.apply(event_type, claim)
+    def on_claim(self, event_type: str | None, claim: JSON, old: JSON | None) -> None:
+        """The claim cache's subscriber: a claim changed (or went away), ``old`` the version
+        the cache held before; as :meth:`on_pod`, a version the cache already held queues
+        nothing."""
         if event_type != "DELETED" and is_not_newer(claim, old):
             return
         self.claim_queue.add(key_of(claim))

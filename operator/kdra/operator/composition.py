@@ -37,7 +37,8 @@ from kdra.kube.leader import LeaderElector
 from kdra.kube.resources import LEASES, NODES, PODS, Resource
 from kdra.kube.store import JSON, Store
 from kdra.operator import metrics, utilisation
-from kdra.operator.claim_controller import ClaimController, claim_store, pod_store
+from kdra.operator.caches import claim_store, pod_store, slice_store
+from kdra.operator.claim_controller import ClaimController
 from kdra.operator.notices import PodNotices
 from kdra.operator.scheduler import Binder, BinderSettings
 from kdra.operator.scheduler.preemption import PreemptionSettings
@@ -73,9 +74,11 @@ class Operator:
         self.events = EventRecorder(client, component="kdra-operator")
         self.pods = pod_store(flavour)
         self.claims = claim_store()
+        self.slices = slice_store()
         self.templates = Store("ResourceClaimTemplate")
         self.binder = Binder(client, EventRecorder(client, component="kdra-scheduler"),
-                             claims=self.claims, flavour=flavour, settings=BinderSettings(
+                             claims=self.claims, slices=self.slices, flavour=flavour,
+                             settings=BinderSettings(
                                  policy=settings.policy,
                                  prepare_timeout=settings.prepare_timeout,
                                  binding_timeout=settings.binding_timeout,
@@ -105,6 +108,14 @@ class Operator:
             owns=self.slice_gc.owns if flavour.shared_slices else None)
         self.quota_status = QuotaStatusWriter(client, self.binder.quotas)
         self.notices = PodNotices(self.events, flavour)  # pods whose claims kdra would not see
+        # The typed claim cache applies each claim event once, then hands it to each
+        # subscriber (kdra.kube.typed_cache): none depends on being called before another.
+        for on_claim in (self.claim_controller.on_claim, self.binder.on_claim,
+                         self.taint_eviction.on_claim):
+            self.claims.subscribe(on_claim)
+        for on_slice in (self.binder.on_slice, self.slice_gc.on_slice,
+                         self.taint_eviction.on_slice):
+            self.slices.subscribe(on_slice)
         self.informers: list[Informer] = []  # kdra.operator.handlers.routes starts them (watch())
         self.feeds: list[Informer] = []  # --watch=kopf: fed by kopf's handlers (feed())
         self._reconciler: asyncio.Task[None] | None = None
@@ -174,6 +185,7 @@ class Operator:
         pods = await self.client.list(PODS)
         self.pods.prime(pod for pod in pods if flavour.has_claims(pod))
         nodes, slices = await self.client.list(NODES), await self.client.list(flavour.slices)
+        self.slices.prime(slices)  # the services below prime their own views from it
         classes = await self.client.list(flavour.classes)
         self.binder.prime(nodes=nodes, slices=slices, classes=classes, pods=pods)
         leases = await self.client.list(LEASES, self.settings.namespace,

@@ -190,7 +190,9 @@ class SliceGC:
 
     # ------------------------------------------------------------------ events in
 
-    def on_slice(self, event_type: str | None, obj: JSON) -> None:
+    def on_slice(self, event_type: str | None, obj: JSON, old: JSON | None = None) -> None:
+        """The slice cache's subscriber: the GC keeps its own (raw) view, indexed by node
+        and pool; it reads no slice's model."""
         self.slices.apply(event_type, obj)
         self.queue.add(pool_key(obj))
 

@@ -28,8 +28,9 @@ Invariants:
   evict pods only through its own devices.
 - A rule's status is written only when what it reports changed.
 - Cheap when nothing is tainted NoExecute (the common case): claim events then start no pass
-  at all (only slice and rule changes and the :data:`IDLE` timer do); a pass parses only claims
-  whose allocation names a device with a NoExecute taint, recounts the taint gauges only after
+  at all (only slice and rule changes and the :data:`IDLE` timer do); a pass reads the models
+  (the typed claim cache's, parsed once per version) only of claims whose allocation names a
+  device with a NoExecute taint, recounts the taint gauges only after
   a slice or rule changed, and passes are at least :data:`MIN_INTERVAL` apart however many
   claim events arrive.
 """
@@ -45,7 +46,6 @@ from typing import Any
 
 from kdra import GROUP
 from kdra.dra.errors import InvalidObject
-from kdra.dra.models import parse_claim
 from kdra.dra.taint_rules import TaintRule, parse_rule, rule_taints
 from kdra.dra.taints import NO_EXECUTE, UNHEALTHY_KEY, TaintLike, acts
 from kdra.dra.timestamps import now as wall_now
@@ -57,6 +57,7 @@ from kdra.kube.events import EventRecorder
 from kdra.kube.resources import PODS, Resource
 from kdra.kube.store import JSON, Store
 from kdra.operator import metrics
+from kdra.operator.caches import ClaimCache
 from kdra.operator.core.eviction import ClaimEviction, DeviceId, claim_eviction, slice_taints
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ MIN_INTERVAL = 0.5
 
 
 class TaintEvictionController:
-    def __init__(self, client: KubeClient, events: EventRecorder, *, claims: Store,
+    def __init__(self, client: KubeClient, events: EventRecorder, *, claims: ClaimCache,
                  pods: Store, nodes: Store | None = None,
                  owns: Callable[[str], bool] | None = None) -> None:
         self.client = client
@@ -105,7 +106,9 @@ class TaintEvictionController:
         for obj in rules:
             self.on_rule(None, obj)
 
-    def on_slice(self, event_type: str | None, obj: JSON) -> None:
+    def on_slice(self, event_type: str | None, obj: JSON, old: JSON | None = None) -> None:
+        """The slice cache's subscriber (the slices that speak for their pool, raw: the
+        taints are read from them by :func:`kdra.operator.core.eviction.slice_taints`)."""
         name = str((obj.get("metadata") or {}).get("name"))
         if event_type == "DELETED" or not speaks_for_pool(obj, self._is_node):
             self._slices.pop(name, None)  # a slice of node A in pool B taints nothing of B
@@ -128,9 +131,10 @@ class TaintEvictionController:
                 log.warning("DeviceTaintRule %s ignored: %s", name, exc)
         self._changed()
 
-    def on_claim(self, event_type: str | None, obj: JSON) -> None:
+    def on_claim(self, event_type: str | None, obj: JSON, old: JSON | None = None) -> None:
+        """The claim cache's subscriber: a pass reads the cache (already updated)."""
         if self._no_execute or self._dirty:
-            self._wake.set()  # the shared claim store is already updated
+            self._wake.set()
 
     def _changed(self) -> None:
         self._dirty = True
@@ -197,7 +201,7 @@ class TaintEvictionController:
             if not _names_any(obj, executing):
                 continue
             try:
-                claim = parse_claim(obj)
+                claim = self.claims.model(obj)  # parsed once per version, shared
             except InvalidObject as exc:
                 log.debug("claim skipped by taint eviction: %s", exc)
                 continue

@@ -41,7 +41,7 @@ import kdra.dra.cel._selector
 import kdra.dra.models
 import kdra.dra.quota
 import kdra.kube.resources
-import kdra.operator.scheduler.cluster
+import kdra.operator.caches
 import kdra.operator.scheduler.quota
 from kdra.kube.core.flavours import KDRA, Flavour
 from kdra.kube.core.podclaims import CLAIMS_ANNOTATION, SCHEDULER_NAME
@@ -225,7 +225,7 @@ def counting(counts: Counts) -> Iterator[None]:
     with mock.patch.object(placing, "__init__", spy("placements", placing.__init__)), \
             mock.patch.object(placing, "advance", spy("search_passes", placing.advance)), \
             mock.patch.object(selector, "evaluate", spy("cel_evaluations", selector.evaluate)), \
-            mock.patch.object(kdra.operator.scheduler.cluster, "parse_claim",
+            mock.patch.object(kdra.operator.caches, "parse_claim",  # the typed claim cache's
                               spy("claim_parses", kdra.dra.models.parse_claim)), \
             mock.patch.object(kdra.operator.scheduler.quota, "claim_charge",
                               spy("quota_charges", kdra.dra.quota.claim_charge)), \
@@ -250,6 +250,8 @@ async def run(nodes: int = 10, pods: int = 50, *, count: bool = True,
                                  workers=1, pod_written=lambda p: binder.on_pod("MODIFIED", p),
                                  claim_written=binder.on_claim, flavour=flavour)
     controller.pods_synced = lambda: True  # the pod informer listed, as in the operator
+    for subscriber in (controller.on_claim, binder.on_claim):  # as the composition does
+        claims.subscribe(subscriber)
     done = asyncio.Event()
 
     def deliver(plural: str, obj: JSON) -> None:
@@ -264,8 +266,7 @@ async def run(nodes: int = 10, pods: int = 50, *, count: bool = True,
                 if counts.bound == pods:
                     done.set()
         elif plural == "resourceclaims":
-            controller.on_claim("MODIFIED", obj)
-            binder.on_claim("MODIFIED", obj)
+            claims.apply("MODIFIED", obj)  # the typed cache hands it to its subscribers
             status = obj.get("status") or {}
             if flavour.agent_prepares and status.get("allocation") and not status.get(
                     "devices"):

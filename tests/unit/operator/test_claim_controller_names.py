@@ -75,8 +75,10 @@ def controller(server: Server, cached: list[dict[str, Any]]) -> ClaimController:
     templates = Store("ResourceClaimTemplate")
     templates.upsert({"metadata": {"name": "t", "namespace": NS, "resourceVersion": "1"},
                       "spec": {"spec": {"devices": {"requests": []}}}})
-    return ClaimController(server, EventRecorder(server),  # type: ignore[arg-type]
+    ctrl = ClaimController(server, EventRecorder(server),  # type: ignore[arg-type]
                            pods=pod_store(), claims=claims, templates=templates)
+    claims.subscribe(ctrl.on_claim)  # as the operator's composition subscribes it
+    return ctrl
 
 
 def test_a_recorded_claim_missing_from_the_cache_is_asked_for_not_replaced() -> None:
@@ -224,6 +226,6 @@ def test_the_claim_of_a_done_or_replaced_pod_is_deleted() -> None:
         asyncio.run(ctrl.sync_claim(claim))
         assert server.calls == ["status", "patch", "delete"], pod
         # The watch events of the versions written meanwhile find nothing left to delete.
-        ctrl.on_claim("MODIFIED", claim)
+        ctrl.claims.apply("MODIFIED", claim)
         asyncio.run(ctrl._sync_claim_key((NS, "p-gpu-one")))
         assert server.calls == ["status", "patch", "delete"], pod

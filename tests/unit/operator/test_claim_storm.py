@@ -77,8 +77,11 @@ def controller(api: Api, cached_pods: list[dict[str, Any]]) -> ClaimController:
                       "spec": {"spec": {"devices": {"requests": []}}}})
     pods = pod_store()
     pods.prime(cached_pods)
-    return ClaimController(api, EventRecorder(api),  # type: ignore[arg-type]
-                           pods=pods, claims=claim_store(), templates=templates)
+    claims = claim_store()
+    ctrl = ClaimController(api, EventRecorder(api),  # type: ignore[arg-type]
+                           pods=pods, claims=claims, templates=templates)
+    claims.subscribe(ctrl.on_claim)  # as the operator's composition subscribes it
+    return ctrl
 
 
 def test_a_cached_pod_that_is_gone_gets_no_claim_and_leaves_the_caches() -> None:
@@ -94,7 +97,7 @@ def test_a_cached_pod_that_is_gone_gets_no_claim_and_leaves_the_caches() -> None
     assert gone == [stale]  # the binder drops it too
     # A claim event naming it as owner (the garbage collector deleting a claim) now finds
     # nothing to do: the key is not even queued.
-    ctrl.on_claim("DELETED", {"metadata": {"name": "x", "namespace": NS, "ownerReferences": [
+    ctrl.claims.apply("DELETED", {"metadata": {"name": "x", "namespace": NS, "ownerReferences": [
         {"kind": "Pod", "name": "p", "uid": "uid-p", "controller": True}]}})
     assert len(ctrl.pod_queue) == 0
 
@@ -121,7 +124,7 @@ def test_the_garbage_collector_loop_of_the_issue_cannot_start() -> None:
         asyncio.run(ctrl._sync_pod_key((NS, "p")))
         for name in list(api.claims):  # the garbage collector deletes claims of a gone pod
             claim = api.claims.pop(name)
-            ctrl.on_claim("DELETED", claim)
+            ctrl.claims.apply("DELETED", claim)
     assert api.created == []
 
 
@@ -148,7 +151,7 @@ def test_recreating_a_deleted_claim_backs_off(monkeypatch: pytest.MonkeyPatch) -
 
     def claim_deleted() -> None:
         for name in list(api.claims):
-            ctrl.on_claim("DELETED", api.claims.pop(name))
+            ctrl.claims.apply("DELETED", api.claims.pop(name))
 
     asyncio.run(ctrl.sync_pod(api.pods["p"]))
     claim_deleted()  # a user deletes the pod's claim: it comes back at once

@@ -21,6 +21,7 @@ from kdra.kube.core.flavours import KDRA, NATIVE, Flavour
 from kdra.kube.errors import Forbidden, NotFound
 from kdra.kube.store import Store
 from kdra.operator import metrics
+from kdra.operator.caches import claim_store
 from kdra.operator.claim_owner import ClaimOwner
 from kdra.operator.slice_gc import SliceGC
 from kdra.operator.taint_eviction import TaintEvictionController
@@ -166,7 +167,7 @@ def tainted(name: str, driver: str) -> dict[str, Any]:
 def test_taint_eviction_acts_only_for_kdras_own_drivers() -> None:
     drivers = {OURS}
     controller = TaintEvictionController(
-        None, None, claims=Store("ResourceClaim"), pods=Store("Pod"),  # type: ignore[arg-type]
+        None, None, claims=claim_store(), pods=Store("Pod"),  # type: ignore[arg-type]
         owns=drivers.__contains__)
     controller.prime(slices=[tainted("ours", OURS), tainted("theirs", THEIRS)], rules=[])
     assert [t.effect for t in controller.taints(OURS, "node-a", "gpu-0")] == ["NoExecute"]

@@ -14,6 +14,7 @@ import pytest
 from kdra.checks import check
 from kdra.kube.core.pool_ownership import foreign_pool, speaks_for_pool
 from kdra.kube.store import Store
+from kdra.operator.caches import claim_store
 from kdra.operator.scheduler.cluster import ClusterView
 from kdra.operator.slice_gc import decide
 from kdra.operator.taint_eviction import TaintEvictionController
@@ -73,7 +74,7 @@ def test_the_reason_names_the_slice_its_node_and_the_pool() -> None:
 
 
 def test_the_binder_ignores_another_nodes_pool_until_the_slice_speaks_for_its_own() -> None:
-    view = ClusterView(Store("ResourceClaim"))
+    view = ClusterView(claim_store())
     for node in node_store():
         view.on_node(None, node)
     view.on_slice(None, slice_("real", "node-b", "node-b"))
@@ -96,7 +97,7 @@ def test_the_binder_ignores_another_nodes_pool_until_the_slice_speaks_for_its_ow
 
 def test_taint_eviction_sees_only_taints_of_the_nodes_own_pool() -> None:
     controller = TaintEvictionController(
-        None, None, claims=Store("ResourceClaim"), pods=Store("Pod"),  # type: ignore[arg-type]
+        None, None, claims=claim_store(), pods=Store("Pod"),  # type: ignore[arg-type]
         nodes=node_store())
     controller.prime(slices=[slice_("real", "node-b", "node-b"),
                              slice_("forged", "node-a", "node-b", generation=9, taint=True)],
@@ -159,7 +160,7 @@ def test_kubectl_kdra_free_and_why_see_what_the_scheduler_sees() -> None:
 def test_a_bad_device_status_does_not_free_the_claims_devices() -> None:
     """Issue 36: what a driver writes into status.devices must not make the binder drop the
     claim's allocation (its device would be allocated a second time)."""
-    view = ClusterView(Store("ResourceClaim"))
+    view = ClusterView(claim_store())
     view.on_slice(None, slice_("real", "node-b", "node-b"))
     claim = {"apiVersion": "resource.kdra.dev/v1", "kind": "ResourceClaim",
              "metadata": {"namespace": "ns", "name": "c", "uid": "u", "resourceVersion": "5"},

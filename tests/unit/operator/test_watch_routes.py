@@ -17,6 +17,7 @@ from kdra.kube.core.flavours import KDRA, NATIVE, Flavour
 from kdra.kube.core.podclaims import CLAIMS_ANNOTATION
 from kdra.kube.informer import Informer
 from kdra.kube.resources import LEASES
+from kdra.operator.caches import claim_store
 from kdra.operator.handlers import run_operator
 from kdra.operator.handlers.routes import (
     _kopf_handler,
@@ -85,10 +86,36 @@ def test_a_native_pod_reaches_the_claim_controller_by_its_spec() -> None:
                      ("notices", "on_pod", "ADDED")]
 
 
-def test_a_claim_reaches_the_claim_controller_before_the_binder() -> None:
+@pytest.mark.parametrize("order", [("claim_controller", "binder", "taint_eviction"),
+                                   ("taint_eviction", "binder", "claim_controller")])
+def test_a_claim_reaches_every_subscriber_with_the_cache_already_updated(
+        order: tuple[str, ...]) -> None:
+    """The claim route feeds the typed claim cache only; each subscriber, in whatever order
+    it subscribed, finds the event applied and is handed the version held before."""
     op, calls = fake_operator()
-    route_claim(op, "MODIFIED", {"metadata": {"name": "c", "namespace": "ns"}})
-    assert [c[0] for c in calls] == ["claim_controller", "binder", "taint_eviction"]
+    op.claims = claim_store()
+    seen: list[tuple[str, str | None, str, str | None]] = []
+
+    def subscriber(name: str) -> Any:
+        def on_claim(event: str | None, obj: dict[str, Any], old: Any) -> None:
+            held = op.claims.get(("ns", "c"))
+            seen.append((name, event, held["metadata"]["resourceVersion"] if held else "gone",
+                         old["metadata"]["resourceVersion"] if old else None))
+        return on_claim
+
+    for name in order:
+        op.claims.subscribe(subscriber(name))
+    route_claim(op, "ADDED", claim("1"))
+    route_claim(op, "MODIFIED", claim("2"))
+    route_claim(op, "DELETED", claim("3"))
+    assert seen == [(n, e, v, o) for e, v, o in (("ADDED", "1", None), ("MODIFIED", "2", "1"),
+                                                  ("DELETED", "gone", "2")) for n in order]
+    assert calls == []  # nothing else is called by the route: the subscribers are
+
+
+def claim(version: str) -> dict[str, Any]:
+    return {"metadata": {"name": "c", "namespace": "ns", "uid": "u", "resourceVersion": version},
+            "spec": {"devices": {"requests": []}}}
 
 
 def test_kopf_event_handlers_deliver_what_the_informers_would(

@@ -94,18 +94,16 @@ def route_pod(op: Operator, event: str | None, pod: JSON) -> None:
 
 
 def route_claim(op: Operator, event: str | None, claim: JSON) -> None:
-    """ResourceClaims: the claim controller first (it applies the claim to the store the
-    binder shares), then the binder's snapshot and quota ledger, then taint eviction."""
-    op.claim_controller.on_claim(event, claim)
-    op.binder.on_claim(event, claim)
-    op.taint_eviction.on_claim(event, claim)
+    """ResourceClaims: the typed claim cache, which hands the event to its subscribers (the
+    claim controller, the binder's snapshot and quota ledger, taint eviction: the
+    composition's subscriptions), in no order any of them depends on."""
+    op.claims.apply(event, claim)
 
 
 def route_slice(op: Operator, event: str | None, slice_: JSON) -> None:
-    """ResourceSlices: the binder's snapshot, the slice GC's owners, the taints in force."""
-    op.binder.on_slice(event, slice_)
-    op.slice_gc.on_slice(event, slice_)
-    op.taint_eviction.on_slice(event, slice_)
+    """ResourceSlices: the typed slice cache, which hands the event to its subscribers (the
+    binder's snapshot, the slice GC's owners, the taints in force)."""
+    op.slices.apply(event, slice_)
 
 
 def route_node(op: Operator, event: str | None, node: JSON) -> None:

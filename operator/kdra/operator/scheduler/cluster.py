@@ -12,11 +12,12 @@ Invariants:
 - The snapshot and the quota book see the same claim versions: :meth:`snapshot_claim` feeds
   both, and the binder hands it the newest version of each claim it has seen (a write
   response may be newer than a watch event that arrives after it).
-- A claim is parsed once per resourceVersion (:meth:`parse`) and put in the snapshot once
-  per resourceVersion (:meth:`snapshotted` tells the binder it was); an object that does not parse
-  (slice, class, rule, claim) is logged and left out of the snapshot, as if absent — one
-  object never stops the binder. A claim whose only fault is in ``status.devices`` (what
-  drivers write) is parsed without them: its allocation still counts.
+- A claim is parsed once per resourceVersion (by the shared typed claim cache,
+  :meth:`parse`) and put in the snapshot once per resourceVersion (:meth:`snapshotted` tells
+  the binder it was); an object that does not parse (slice, class, rule, claim) is logged and
+  left out of the snapshot, as if absent — one object never stops the binder. A claim whose
+  only fault is in ``status.devices`` (what drivers write) is parsed without them: its
+  allocation still counts (kdra.operator.caches).
 - Every pod on a node, kdra's or not, counts towards that node's usage exactly once, on the
   node it is bound to, until it is gone or done.
 - The node views are sorted by name and rebuilt only after a node event.
@@ -33,7 +34,7 @@ from collections import Counter, defaultdict
 
 from kdra.dra.allocator import NodeInfo, Snapshot
 from kdra.dra.errors import InvalidObject
-from kdra.dra.models import ResourceClaim, parse_claim, parse_class, parse_slice
+from kdra.dra.models import ResourceClaim, parse_class
 from kdra.dra.scheduling import (
     NodeView,
     PodFit,
@@ -45,6 +46,7 @@ from kdra.dra.scheduling import (
 from kdra.dra.taint_rules import parse_rule
 from kdra.kube.core.pool_ownership import foreign_pool
 from kdra.kube.store import JSON, Key, Store, key_of
+from kdra.operator.caches import ClaimCache, SliceCache, slice_store
 from kdra.operator.scheduler.quota import QuotaBook
 
 log = logging.getLogger(__name__)
@@ -52,14 +54,15 @@ NO_RESOURCES = Resources()
 
 
 class ClusterView:
-    """The binder's caches and snapshot (see the module doc). ``claims``: the claim store
-    shared with the claim controller (raw dicts)."""
+    """The binder's caches and snapshot (see the module doc). ``claims``: the typed claim
+    cache shared with the claim controller and taint eviction (kdra.operator.caches)."""
 
-    def __init__(self, claims: Store) -> None:
+    def __init__(self, claims: ClaimCache, slice_models: SliceCache | None = None) -> None:
         self.claims = claims
+        self.slice_models = slice_models or slice_store()
+        """The typed slice cache (shared in the operator): each slice version parsed once."""
         self.nodes = Store("Node")
         self._views: list[NodeView] | None = None  # the nodes parsed for the filters, by name
-        self._parsed: dict[str, tuple[str, ResourceClaim]] = {}  # uid → (version, parsed)
         self._snapshotted: dict[Key, str] = {}  # claim → the version in the snapshot
         self.slices = Store("ResourceSlice", {"pool": lambda s: [
             f"{s['spec'].get('driver')}/{s['spec'].get('pool', {}).get('name')}"]})
@@ -85,7 +88,9 @@ class ClusterView:
     def _is_node(self, name: str) -> bool:
         return self.nodes.get(("", name)) is not None
 
-    def on_slice(self, event_type: str | None, slice_: JSON) -> None:
+    def on_slice(self, event_type: str | None, slice_: JSON, old: JSON | None = None) -> None:
+        """The slice cache's subscriber (``old`` unused): the binder's own slice view (pool
+        index, foreign pools left out) and the snapshot, from the shared parse."""
         name = slice_["metadata"]["name"]
         foreign = None if event_type == "DELETED" else foreign_pool(slice_, self._is_node)
         if foreign is not None:  # as if absent, but a later version may speak for its pool
@@ -101,9 +106,8 @@ class ClusterView:
             self.snapshot.remove_slice(name)
         else:
             try:
-                self.snapshot.upsert_slice(parse_slice(slice_))
-            except InvalidObject as exc:
-                log.warning("ignoring invalid slice: %s", exc)
+                self.snapshot.upsert_slice(self.slice_models.model(slice_))
+            except InvalidObject:  # reported once per version by the typed cache
                 self.snapshot.remove_slice(name)
 
     def on_rule(self, event_type: str | None, rule: JSON) -> None:
@@ -148,27 +152,9 @@ class ClusterView:
     # ------------------------------------------------------------------ claims
 
     def parse(self, claim: JSON) -> ResourceClaim:
-        """``parse_claim``, once per claim version (a version is parsed on its watch event,
-        after the binder's own write, and per scheduling attempt otherwise)."""
-        meta = claim["metadata"]
-        uid, version = meta.get("uid", ""), meta.get("resourceVersion", "")
-        cached = self._parsed.get(uid)
-        if cached is not None and cached[0] == version and version:
-            return cached[1]
-        try:
-            parsed = parse_claim(claim)
-        except InvalidObject as exc:
-            # Drivers write status.devices: a bad entry must not make the claim's allocation
-            # count for nothing (its devices would be handed out again).
-            status = claim.get("status")
-            if not isinstance(status, dict) or not status.get("devices"):
-                raise
-            parsed = parse_claim({**claim, "status": {k: v for k, v in status.items()
-                                                      if k != "devices"}})
-            log.warning("claim %s/%s: its status.devices left out (%s); its allocation counts",
-                        meta.get("namespace"), meta.get("name"), exc)
-        self._parsed[uid] = (version, parsed)
-        return parsed
+        """The claim's model, parsed once per version by the shared claim cache (a version
+        that does not parse raises its cached :class:`InvalidObject`)."""
+        return self.claims.model(claim)
 
     def snapshotted(self, claim: JSON) -> bool:
         """This very version of the claim is in the snapshot already (e.g. the watch event of
@@ -189,7 +175,7 @@ class ClusterView:
         self._snapshotted.pop(key, None)
         self.snapshot.remove_claim(f"{key[0]}/{key[1]}")
         self.quotas.remove(*key)
-        self._parsed.pop(claim["metadata"].get("uid", ""), None)
+        self.claims.forget(claim)
 
     # ------------------------------------------------------------------ nodes
 

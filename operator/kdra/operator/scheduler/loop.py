@@ -70,8 +70,9 @@ from kdra.kube.core.podclaims import (
 from kdra.kube.core.untrusted import shorten
 from kdra.kube.errors import ApiError
 from kdra.kube.events import EventRecorder
-from kdra.kube.store import JSON, Key, Store, is_not_newer, key_of
+from kdra.kube.store import JSON, Key, is_not_newer, key_of
 from kdra.operator import metrics
+from kdra.operator.caches import ClaimCache, SliceCache
 from kdra.operator.core.admission_env import device_env_errors
 from kdra.operator.scheduler.cluster import ClusterView
 from kdra.operator.scheduler.gang_writes import GangWrites
@@ -91,16 +92,17 @@ log = logging.getLogger(__name__)
 class Binder:
     """kdra's scheduler (see the package doc): one loop over its helpers' state."""
 
-    def __init__(self, client: KubeClient, events: EventRecorder, *, claims: Store,
-                 settings: BinderSettings | None = None, flavour: Flavour = KDRA) -> None:
+    def __init__(self, client: KubeClient, events: EventRecorder, *, claims: ClaimCache,
+                 settings: BinderSettings | None = None, flavour: Flavour = KDRA,
+                 slices: SliceCache | None = None) -> None:
         self.client = client
         self.flavour = flavour
         """Where a pod's claims and their names are, how claims are written (the API
         flavour, :mod:`kdra.kube.core.flavours`)."""
         self.events = events
         self.settings = settings or BinderSettings()
-        self.claims = claims  # shared with the claim controller (raw dicts)
-        self.cluster = ClusterView(claims)
+        self.claims = claims  # the typed claim cache (kdra.operator.caches), shared
+        self.cluster = ClusterView(claims, slices)
         self.pods = PendingPods(self.settings)
         self.reporter = Reporter(client, events, self.pods)
         self.prepare = PrepareWait(claims, self.settings, implicit=flavour.agent_prepares)
@@ -202,8 +204,9 @@ class Binder:
             self.parked.discard(key)
             self.queue.add(key, pod)
 
-    def on_claim(self, event_type: str | None, claim: JSON) -> None:
-        """Called after the shared claim store applied the event."""
+    def on_claim(self, event_type: str | None, claim: JSON, old: JSON | None = None) -> None:
+        """The claim cache's subscriber (called after the cache applied the event; ``old``
+        unused), and the claim controller's write responses (kdra.operator.composition)."""
         key = key_of(claim)
         before = self.snapshot.devices_in_use
         had, released = len(before), self.snapshot.releases
@@ -230,7 +233,8 @@ class Binder:
         self.cluster.on_node(event_type, node)
         self.pods.wake()
 
-    def on_slice(self, event_type: str | None, slice_: JSON) -> None:
+    def on_slice(self, event_type: str | None, slice_: JSON, old: JSON | None = None) -> None:
+        """The slice cache's subscriber."""
         self.cluster.on_slice(event_type, slice_)
         self.pods.wake()
 
