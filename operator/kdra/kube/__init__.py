@@ -14,6 +14,8 @@
     resources.py      where each kind lives in the REST API
     events.py         Events for what a user must see
     store.py          in-memory caches of API objects, fed by watch events
+    typed_cache.py    a store whose objects parse once per version into the v1 models, and
+                      the services subscribed to its events
     informer.py       one watch per kind, every change handed over in order
     workqueue.py      a keyed work queue for level-based controllers
     leader.py         leader election on a Lease

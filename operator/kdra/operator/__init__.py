@@ -8,6 +8,7 @@ Its rooms, each importing only those below it (import-linter)::
                         lifecycle in one table (routes.py: the kinds watched, the services
                         each event feeds)
     composition.py      the composition root: one API client, the caches, the controllers
+                        (each subscribed to the typed caches it reads)
     webhooks/           admission (validate, mutate pods, bindings), conversion, their
                         HTTPS server's upkeep: certificates, configurations
     claim_controller.py per-pod claims from templates, reservation clean-up, deallocation:
@@ -18,6 +19,8 @@ Its rooms, each importing only those below it (import-linter)::
     slice_gc.py         slices nobody stands behind any more are deleted
     taint_eviction.py   pods on NoExecute-tainted devices are evicted
     utilisation.py      the utilisation gauges, computed at scrape time
+    caches.py           the shared caches: claims and slices typed (parsed once per
+                        version, kdra.kube.typed_cache), pods with claims raw
     metrics/            the operator's metrics
     settings.py         OperatorSettings: one frozen object, flags and environment
     core/               the pure core: every decision without I/O (below)
