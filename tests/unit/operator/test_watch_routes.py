@@ -13,17 +13,20 @@ import kopf
 import pytest
 from prometheus_client import REGISTRY
 
+from kdra.dra.allocator.pools import DeviceId
 from kdra.kube.core.flavours import KDRA, NATIVE, Flavour
 from kdra.kube.core.podclaims import CLAIMS_ANNOTATION
 from kdra.kube.informer import Informer
 from kdra.kube.resources import LEASES
 from kdra.operator.caches import claim_store
+from kdra.operator.composition import Operator
 from kdra.operator.handlers import run_operator
 from kdra.operator.handlers.routes import (
     _kopf_handler,
     register_kopf_watches,
     route_claim,
     route_pod,
+    route_slice,
     watches,
 )
 from kdra.operator.settings import OperatorSettings
@@ -165,3 +168,29 @@ def test_an_unknown_watch_mode_stops_the_operator_with_a_clear_error(
         assert run_operator(OperatorSettings(watch="kube-informers", metrics_port=0)) == 2
     assert "watch 'kube-informers' (--watch, KDRA_WATCH) is not one of informers, kopf" \
         in caplog.text
+
+
+def test_the_composition_subscribes_every_service_to_the_typed_caches() -> None:
+    """The real composition: a claim event reaches the claim controller (its queue), the
+    binder (its snapshot) and taint eviction through the claim cache, which parses the
+    version once for all of them; a slice event reaches the binder, the slice GC and taint
+    eviction through the slice cache."""
+    op = Operator(OperatorSettings(), SimpleNamespace(), KDRA)  # type: ignore[arg-type]
+    gpu = "gpu.kdra.dev"
+    route_slice(op, "ADDED", {
+        "apiVersion": "resource.kdra.dev/v1", "kind": "ResourceSlice",
+        "metadata": {"name": "n-gpu", "uid": "s", "resourceVersion": "1"},
+        "spec": {"driver": gpu, "nodeName": "n", "pool": {
+            "name": "n", "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "gpu-0"}]}})
+    assert [s.metadata.name for s in op.binder.snapshot.slices()] == ["n-gpu"]
+    assert op.slice_gc.slices.get(("", "n-gpu")) is not None
+    assert list(op.taint_eviction._slices) == ["n-gpu"]
+    allocated = claim("4")
+    allocated["status"] = {"allocation": {"devices": {"results": [
+        {"request": "gpu", "driver": gpu, "pool": "n", "device": "gpu-0"}]}}}
+    route_claim(op, "ADDED", allocated)
+    assert len(op.claim_controller.claim_queue) == 1
+    assert op.binder.snapshot.in_use(DeviceId(gpu, "n", "gpu-0"))
+    op.taint_eviction.claims.model(allocated)  # what a pass reads: the binder's parse
+    assert op.claims.parses == 1
