@@ -14,6 +14,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from kdra.dra.allocator.pools import DeviceId
+from kdra.dra.errors import InvalidObject
 from kdra.kube.core.flavours import KDRA, NATIVE, Flavour
 from kdra.kube.core.podclaims import CLAIMS_ANNOTATION
 from kdra.kube.informer import Informer
@@ -186,11 +187,39 @@ def test_the_composition_subscribes_every_service_to_the_typed_caches() -> None:
     assert [s.metadata.name for s in op.binder.snapshot.slices()] == ["n-gpu"]
     assert op.slice_gc.slices.get(("", "n-gpu")) is not None
     assert list(op.taint_eviction._slices) == ["n-gpu"]
-    allocated = claim("4")
-    allocated["status"] = {"allocation": {"devices": {"results": [
-        {"request": "gpu", "driver": gpu, "pool": "n", "device": "gpu-0"}]}}}
+    allocated = allocated_claim("4")
     route_claim(op, "ADDED", allocated)
     assert len(op.claim_controller.claim_queue) == 1
     assert op.binder.snapshot.in_use(DeviceId(gpu, "n", "gpu-0"))
     op.taint_eviction.claims.model(allocated)  # what a pass reads: the binder's parse
     assert op.claims.parses == 1
+
+
+def test_an_invalid_claim_is_parsed_and_reported_once_for_every_service(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A version that does not parse: the binder and taint eviction both leave it out, the
+    cache parses it once and logs it once, however many times the version is delivered (a
+    re-list); a later, valid version counts."""
+    op = Operator(OperatorSettings(), SimpleNamespace(), KDRA)  # type: ignore[arg-type]
+    gpu0 = DeviceId("gpu.kdra.dev", "n", "gpu-0")
+    bad = allocated_claim("6")
+    bad["spec"]["devices"]["requests"] = [{"name": "gpu", "exactly": {
+        "deviceClassName": "gpu.kdra.dev", "count": "many"}}]
+    with caplog.at_level(logging.WARNING):
+        route_claim(op, "ADDED", bad)
+        route_claim(op, None, bad)  # the same version again, from a re-list
+        with pytest.raises(InvalidObject):
+            op.taint_eviction.claims.model(bad)
+    assert op.claims.parses == 1
+    assert [r.getMessage() for r in caplog.records].count(
+        "ResourceClaim ns/c: left out (" + str(op.claims.entry(bad).error) + ")") == 1
+    assert not op.binder.snapshot.in_use(gpu0)
+    route_claim(op, "MODIFIED", allocated_claim("7"))
+    assert op.binder.snapshot.in_use(gpu0)
+
+
+def allocated_claim(version: str) -> dict[str, Any]:
+    obj = claim(version)
+    obj["status"] = {"allocation": {"devices": {"results": [
+        {"request": "gpu", "driver": "gpu.kdra.dev", "pool": "n", "device": "gpu-0"}]}}}
+    return obj

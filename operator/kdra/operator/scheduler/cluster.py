@@ -164,10 +164,12 @@ class ClusterView:
 
     def snapshot_claim(self, claim: JSON) -> None:
         self._snapshotted[key_of(claim)] = claim["metadata"].get("resourceVersion", "")
+        entry = self.claims.entry(claim)
+        if entry.model is None:
+            return  # reported once per version by the typed claim cache
         try:
-            parsed = self.parse(claim)
-            self.snapshot.upsert_claim(parsed)
-            self.quotas.observe(parsed)
+            self.snapshot.upsert_claim(entry.model)
+            self.quotas.observe(entry.model)
         except InvalidObject as exc:
             log.warning("claim %s/%s not usable: %s", *key_of(claim), exc)
 
