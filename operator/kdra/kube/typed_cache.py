@@ -93,13 +93,32 @@ class TypedCache(Store, Generic[T]):
         old = super().apply(event_type, obj)
         if event_type == "DELETED":
             self.forget(obj)
+        self._notify(event_type, obj, old, None)
+        return old
+
+    def record(self, event_type: str, obj: JSON, *, by: Subscriber) -> JSON | None:
+        """A subscriber's own write response (``MODIFIED``: the object as written;
+        ``DELETED``: it is gone): cached at once (ignored if a newer version or the deletion
+        was seen meanwhile, as :meth:`Store.upsert` does), then handed to every *other*
+        subscriber — the watch event of the same version follows and changes nothing."""
+        if event_type == "DELETED":
+            old = self.delete(key_of(obj))
+            self.forget(obj)
+        else:
+            old = self.upsert(obj)
+        self._notify(event_type, obj, old, by)
+        return old
+
+    def _notify(self, event_type: str | None, obj: JSON, old: JSON | None,
+                skip: Subscriber | None) -> None:
         for subscriber in self._subscribers:
+            if skip is not None and subscriber == skip:
+                continue
             try:
                 subscriber(event_type, obj, old)
             except Exception:
                 log.exception("%s %s/%s: a subscriber failed on a %s event", self.kind,
                               *key_of(obj), event_type or "listing")
-        return old
 
     # ------------------------------------------------------------------ typed reads
 

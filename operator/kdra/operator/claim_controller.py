@@ -59,7 +59,6 @@ class ClaimController(PodClaims, ClaimRelease):
     def __init__(self, client: KubeClient, events: EventRecorder, *, pods: Store,
                  claims: ClaimCache, templates: Store, workers: int = 4,
                  pod_written: Callable[[JSON], None] | None = None,
-                 claim_written: Callable[[str, JSON], None] | None = None,
                  pod_gone: Callable[[JSON], None] | None = None,
                  flavour: Flavour = KDRA, mode: str = "on") -> None:
         self.client = client
@@ -71,10 +70,6 @@ class ClaimController(PodClaims, ClaimRelease):
         self.pod_written = pod_written
         """Called with the pod as the API server returned it after the controller recorded
         its claim names, so the binder can start on it before the watch event arrives."""
-        self.claim_written = claim_written
-        """Called with ("MODIFIED", claim as written) after a status write or finalizer
-        removal, and ("DELETED", claim) after a delete: the binder sees devices freed
-        without waiting for the watch event (which follows and changes nothing)."""
         self.pods_synced: Callable[[], bool] = lambda: False
         """Whether the pod cache speaks for the API server (its informer's first LIST was
         compared with the primed pods); set by the operator's composition."""

@@ -25,7 +25,6 @@ Invariants:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 from kdra.kube.client import KubeClient
 from kdra.kube.core.flavours import Flavour
@@ -37,9 +36,11 @@ from kdra.kube.core.podclaims import (
 )
 from kdra.kube.errors import Conflict, NotFound
 from kdra.kube.resources import PODS
-from kdra.kube.store import JSON, Key, Store, key_of
+from kdra.kube.store import JSON, Key, Store
+from kdra.kube.typed_cache import Subscriber
 from kdra.kube.workqueue import Retry
 from kdra.operator import metrics
+from kdra.operator.caches import ClaimCache
 from kdra.operator.claim_owner import ClaimOwner
 
 __all__ = ["ClaimRelease", "ClaimWrites", "with_status"]
@@ -60,9 +61,10 @@ class ClaimWrites:
     :class:`~kdra.operator.claim_controller.ClaimController`'s)."""
 
     client: KubeClient
-    claims: Store
+    claims: ClaimCache
     flavour: Flavour
-    claim_written: Callable[[str, JSON], None] | None
+    on_claim: Subscriber
+    """The controller's own subscription to the claim cache (ClaimController.on_claim)."""
 
     async def _write_status(self, body: JSON) -> JSON:
         drop_stray_device_statuses(body["status"])  # else the CRD refuses the write
@@ -76,14 +78,10 @@ class ClaimWrites:
         return updated
 
     def _written(self, event_type: str, claim: JSON) -> None:
-        """Cache the controller's own write (the store ignores it if a newer version or
-        the deletion was seen meanwhile) and tell the binder."""
-        if event_type == "DELETED":
-            self.claims.delete(key_of(claim))
-        else:
-            self.claims.upsert(claim)
-        if self.claim_written is not None:
-            self.claim_written(event_type, claim)
+        """Cache the controller's own write (the cache ignores it if a newer version or
+        the deletion was seen meanwhile) and hand it to the claim cache's other subscribers
+        (the binder sees devices freed without waiting for the watch event)."""
+        self.claims.record(event_type, claim, by=self.on_claim)
 
 
 class ClaimRelease(ClaimWrites):

@@ -88,13 +88,13 @@ class Operator:
                                  search=SearchBudget(
                                      steps=settings.allocation_search_steps,
                                      timeout=settings.allocation_search_timeout)))
-        # The controller's write responses go to the binder at once: claim names on a pod,
-        # devices freed by a deallocation (the watch events of the same versions follow and
-        # change nothing).
+        # The controller's write responses go to the binder at once: claim names on a pod
+        # (pod_written), devices freed by a deallocation (through the claim cache, to its
+        # other subscribers); the watch events of the same versions follow and change
+        # nothing.
         self.claim_controller = ClaimController(
             client, self.events, pods=self.pods, claims=self.claims, templates=self.templates,
             workers=settings.workers, pod_written=self._pod_written,
-            claim_written=self.binder.on_claim,
             pod_gone=lambda pod: self.binder.on_pod("DELETED", pod),
             flavour=flavour, mode=settings.claim_controller,
         )

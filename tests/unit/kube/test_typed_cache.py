@@ -145,3 +145,33 @@ def test_a_claim_with_only_bad_status_devices_keeps_its_allocation() -> None:
     parsed = claims.model(obj)
     assert parsed.status.allocation is not None
     assert not parsed.status.devices
+
+
+class Service:
+    """A subscriber that is a bound method (as the operator's services subscribe)."""
+
+    def __init__(self) -> None:
+        self.heard: list[tuple[str | None, str | None]] = []
+
+    def on_claim(self, event: str | None, obj: dict[str, Any], old: Any) -> None:
+        self.heard.append((event, old["metadata"]["resourceVersion"] if old else None))
+
+
+def test_a_write_response_reaches_the_other_subscribers_not_the_writer() -> None:
+    cache, _ = counting()
+    writer, other = Service(), Service()
+    cache.subscribe(writer.on_claim)
+    cache.subscribe(other.on_claim)
+    cache.apply("ADDED", claim("1"))
+    cache.record("MODIFIED", claim("2"), by=writer.on_claim)
+    assert cache.get(("ns", "c")) == claim("2")
+    cache.apply("MODIFIED", claim("2"))  # its watch event: the cache held it already
+    cache.record("MODIFIED", claim("1"), by=writer.on_claim)  # stale: the cache keeps "2"
+    assert cache.get(("ns", "c")) == claim("2")
+    cache.record("DELETED", claim("2"), by=writer.on_claim)
+    assert cache.get(("ns", "c")) is None and cache.was_deleted("u")
+    cache.record("MODIFIED", claim("3"), by=writer.on_claim)  # a late write: not resurrected
+    assert cache.get(("ns", "c")) is None
+    assert writer.heard == [("ADDED", None), ("MODIFIED", "2")]
+    assert other.heard == [("ADDED", None), ("MODIFIED", "1"), ("MODIFIED", "2"),
+                           ("MODIFIED", "2"), ("DELETED", "2"), ("MODIFIED", None)]

@@ -248,7 +248,7 @@ async def run(nodes: int = 10, pods: int = 50, *, count: bool = True,
     controller = ClaimController(api, events, pods=pod_store(flavour),  # type: ignore[arg-type]
                                  claims=claims, templates=Store("ResourceClaimTemplate"),
                                  workers=1, pod_written=lambda p: binder.on_pod("MODIFIED", p),
-                                 claim_written=binder.on_claim, flavour=flavour)
+                                 flavour=flavour)
     controller.pods_synced = lambda: True  # the pod informer listed, as in the operator
     for subscriber in (controller.on_claim, binder.on_claim):  # as the composition does
         claims.subscribe(subscriber)

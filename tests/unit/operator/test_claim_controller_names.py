@@ -196,7 +196,8 @@ def test_the_claim_of_a_gone_pod_is_released_and_left_to_the_garbage_collector()
 
 
 def test_each_release_write_is_handed_to_the_binder_as_written() -> None:
-    # The binder sees the device freed from the write response, not a watch hop later.
+    # The binder sees the device freed from the write response, not a watch hop later: the
+    # claim cache hands it to its other subscribers (not back to the controller).
     for pod, calls in ((None, ["MODIFIED", "MODIFIED"]),  # gone: deallocated, finalizer off
                        ({**POD, "status": {"phase": "Succeeded"}},
                         ["MODIFIED", "MODIFIED", "DELETED"])):  # done: and deleted
@@ -204,7 +205,8 @@ def test_each_release_write_is_handed_to_the_binder_as_written() -> None:
         server = Releasing(claim)
         ctrl = controller(server, [claim])
         handed: list[tuple[str, dict[str, Any]]] = []
-        ctrl.claim_written = lambda event, obj: handed.append((event, obj))  # noqa: B023
+        ctrl.claims.subscribe(
+            lambda event, obj, old: handed.append((event, obj)))  # noqa: B023
         ctrl.on_pod("DELETED" if pod is None else "MODIFIED", pod or POD)
         asyncio.run(ctrl.sync_claim(claim))
         assert [event for event, _ in handed] == calls
