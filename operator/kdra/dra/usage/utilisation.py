@@ -25,8 +25,11 @@ Rules (also in ``docs/user-guide.md``):
   it and either no current slice publishes it any more or the agent reported it
   ``Ready=False`` with reason ``DeviceUnhealthy`` or ``Healthy=False``; ``allocated`` when
   a claim holds it alone; else ``free`` when it could be allocated now, ``blocked`` when
-  not (below). Unpublished devices are counted under their claim's request class, on the
-  claim's node.
+  not: a counter it consumes has no room (below), or its slice puts another acting taint
+  (NoSchedule, NoExecute) on it that keeps it from claims without a toleration (as
+  ``describe`` leaves such devices out of a pool's FREE; a DeviceTaintRule's taints are not
+  counted here, neither there). Unpublished devices are counted under their claim's request
+  class, on the claim's node.
 - *Could be allocated now* is the allocator's own test (:meth:`~kdra.dra.allocator.ledger.
   Ledger.can_take` with no capacity request), on one ledger for the whole cluster seeded with
   every held device: every counter the device consumes (``consumesCounters`` against its
@@ -310,12 +313,12 @@ def _count_pool(pool: Pool, classes: list[tuple[str, tuple[Selector, ...]]],
 def _state(entry: DeviceEntry, holder: tuple[bool, str, str] | None, ledger: Ledger) -> str:
     """One device's state (module doc): ``holder`` is (unhealthy, class, node) of a device
     some claim holds (alone or a share of it)."""
-    if any(t.key == UNHEALTHY_KEY and acts(t) for t in entry.taints) or (
-            holder is not None and holder[0]):
+    acting = [t for t in entry.taints if acts(t)]
+    if any(t.key == UNHEALTHY_KEY for t in acting) or (holder is not None and holder[0]):
         return "unhealthy"
     if holder is not None and not entry.shared:
         return "allocated"
-    if ledger.can_take(entry, ()):
+    if not acting and ledger.can_take(entry, ()):
         return "free"
     return "allocated" if holder is not None else "blocked"
 
