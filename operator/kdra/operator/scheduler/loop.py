@@ -133,7 +133,8 @@ class Binder:
         self.gangs = Gangs(  # pods labelled scheduling.x-k8s.io/pod-group: placed together
             cluster=self.cluster, pods=self.pods, reporter=self.reporter,
             writes=GangWrites(self.writes, self.pods), settings=self.settings,
-            context=self._context, reserved=self.preemption.reserved_against)
+            context=self._context, reserved=self.preemption.reserved_against,
+            searches=self.searches)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -260,7 +261,8 @@ class Binder:
                 await asyncio.sleep(0)  # a long search takes its slice between two pods
             key = await self.queue.pop()
             pod = self.pending.get(key)
-            if pod is None or key in self.binding or key in self.searches:
+            if pod is None or key in self.binding or key in self.searches or \
+                    self.gangs.busy(key):
                 continue
             started = time.perf_counter()
             try:
