@@ -17,6 +17,10 @@ Invariants:
 - The cache is applied before any subscriber hears of an event; each subscriber is called
   once per event, in subscription order, and one subscriber's order relative to another
   changes nothing it sees (the cache is the only shared state, and it is already updated).
+- A subscriber's own write response (:meth:`~TypedCache.record`) is cached at once and
+  handed to every other subscriber, never back to the writer; a write nobody else needs at
+  once may be cached silently (:meth:`~kdra.kube.store.Store.upsert`: the binder's own
+  allocations: their watch events then queue nothing in the claim controller).
 - An object is parsed at most once per resourceVersion (per UID): the first
   :meth:`~TypedCache.entry` of a version parses it, later calls return the same
   :class:`Entry`. An object without a resourceVersion is parsed each time (nothing to key
