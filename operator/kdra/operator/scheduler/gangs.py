@@ -23,6 +23,9 @@ Invariants:
   members before it assumed; one denial and nothing of the gang is kept.
 - A gang whose last attempt failed is not searched again until the snapshot, the nodes or
   its members changed (its other members, popped meanwhile, are parked at once).
+- A gang that fits nowhere (the search finished) may preempt lower-priority pods as a whole
+  (:mod:`.gang_preemption`); the devices it freed are held for it, and its members' searches
+  see them free.
 - Pods without the label never reach this module (one label lookup in the loop).
 - Its bookkeeping is bounded: past ``REMEMBERED`` gangs, those with no pending member are
   forgotten.
@@ -31,6 +34,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -43,8 +47,10 @@ from kdra.kube.store import JSON, Key
 from kdra.operator import metrics
 from kdra.operator.core.gangs import GangSpec, agreed, gang_of, gang_spec
 from kdra.operator.scheduler.cluster import ClusterView
+from kdra.operator.scheduler.gang_preemption import GangPreemption
 from kdra.operator.scheduler.gang_writes import GangMember, GangWrites
 from kdra.operator.scheduler.pending import Attempt, Context, PendingPods
+from kdra.operator.scheduler.preemption import gang_key
 from kdra.operator.scheduler.quota import QUOTA_REASON
 from kdra.operator.scheduler.reporting import Reporter
 from kdra.operator.scheduler.settings import BinderSettings
@@ -67,7 +73,7 @@ class Gangs:
 
     def __init__(self, *, cluster: ClusterView, pods: PendingPods, reporter: Reporter,
                  writes: GangWrites, settings: BinderSettings, context: ContextOf,
-                 reserved: Reserved) -> None:
+                 reserved: Reserved, preemption: GangPreemption | None = None) -> None:
         self.cluster = cluster
         self.snapshot: Snapshot = cluster.snapshot
         self.pods = pods
@@ -76,6 +82,8 @@ class Gangs:
         self.settings = settings
         self.context = context
         self.reserved = reserved
+        self.preemption = preemption
+        """Preemption for a gang that fits nowhere (kdra.operator.scheduler.gang_preemption)."""
         self.failed: dict[Key, tuple[int, int, frozenset[Key]]] = {}
         """Gang → the state its last failed attempt saw (snapshot version, node list,
         members)."""
@@ -136,7 +144,7 @@ class Gangs:
                 if (other := self.pods.pending.get(member)) is not None:
                     await self.reporter.unschedulable(other, message)
             return "unschedulable"
-        outcome = await self._search(members, contexts, spec)
+        outcome = await self.search(members, contexts, spec)
         return await self._decide(gang, members, contexts, spec, outcome, state)
 
     def _prune(self) -> None:
@@ -149,11 +157,16 @@ class Gangs:
 
     # ------------------------------------------------------------------ search
 
-    async def _search(self, members: list[Key], contexts: list[Context],
-                      spec: GangSpec) -> GangOutcome[Pick]:
+    async def search(self, members: list[Key], contexts: list[Context], spec: GangSpec,
+                     freed: frozenset[DeviceId] = frozenset(), steps: int | None = None,
+                     deadline: float | None = None) -> GangOutcome[Pick]:
+        """The gang's joint search, in slices with a yield between them, within its budget
+        (and ``steps`` / the monotonic ``deadline`` if less); ``freed``: devices in use
+        counted as free (preemption's what-if)."""
         budget = self.settings.search
-        steps = budget.steps * len(members)
-        deadline = time.monotonic() + min(budget.timeout * len(members), GANG_DEADLINE_CAP)
+        steps = min(budget.steps * len(members), steps if steps is not None else 1 << 62)
+        end = time.monotonic() + min(budget.timeout * len(members), GANG_DEADLINE_CAP)
+        deadline = end if deadline is None else min(end, deadline)
         search = gang_search(
             self.snapshot, [GangPod(c.unallocated, c.candidates,
                                     self.reserved(m, self.pods.pending.get(m, {})),
@@ -161,7 +174,7 @@ class Gangs:
                             for m, c in zip(members, contexts, strict=True)],
             steps=steps, match_attribute=spec.match_attribute,
             topology_key=spec.topology_key, spread=spec.spread,
-            node_steps=budget.node_steps)
+            node_steps=budget.node_steps, freed=freed)
         while True:
             outcome = search.advance(budget.slice)
             if outcome is not None:
@@ -188,6 +201,14 @@ class Gangs:
                        f"{budget}{scope_note}; nothing is allocated until all fit")
             verdict = "exhausted" if outcome.exhausted else "unschedulable"
             metrics.record_gang_attempt(verdict)
+            if not outcome.exhausted and self.preemption is not None:
+                preempting = await self.preemption.preempt(
+                    gang, [(m, p) for m in members if (p := self.pods.pending.get(m))],
+                    [c for context in contexts for c in context.unallocated],
+                    {n.name for context in contexts for n in context.candidates},
+                    functools.partial(self.search, members, contexts, spec))
+                if preempting:  # kube-scheduler's "<fit error> preemption: ..."
+                    message = f"{message} preemption: {preempting}"
             if not outcome.exhausted:
                 self.failed[gang] = state
             for member in members:
@@ -226,6 +247,8 @@ class Gangs:
                 self.cluster.quotas.assume(claim, result[claim.key])
                 assumed.append(claim.key)
         if denial is not None:
+            if self.preemption is not None:  # devices freed for the gang go to others
+                self.preemption.preemption.refused(gang_key(*gang))
             for claim_key in assumed:
                 self.snapshot.forget(claim_key)
                 self.cluster.quotas.forget(claim_key)

@@ -74,8 +74,9 @@ from kdra.kube.store import JSON, Key, Store, is_not_newer, key_of
 from kdra.operator import metrics
 from kdra.operator.core.admission_env import device_env_errors
 from kdra.operator.scheduler.cluster import ClusterView
+from kdra.operator.scheduler.gang_preemption import GangPreemption
 from kdra.operator.scheduler.gang_writes import GangWrites
-from kdra.operator.scheduler.gangs import Gangs
+from kdra.operator.scheduler.gangs import GANG_DEADLINE_CAP, Gangs
 from kdra.operator.scheduler.pending import Attempt, Context, PendingPods
 from kdra.operator.scheduler.preemption import Preemption
 from kdra.operator.scheduler.prepare import PrepareWait
@@ -131,7 +132,8 @@ class Binder:
         self.gangs = Gangs(  # pods labelled scheduling.x-k8s.io/pod-group: placed together
             cluster=self.cluster, pods=self.pods, reporter=self.reporter,
             writes=GangWrites(self.writes, self.pods), settings=self.settings,
-            context=self._context, reserved=self.preemption.reserved_against)
+            context=self._context, reserved=self.preemption.reserved_against,
+            preemption=GangPreemption(self.preemption, deadline=GANG_DEADLINE_CAP))
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -67,6 +67,7 @@ from kdra.kube.events import EventRecorder
 from kdra.kube.resources import PODS, Resource
 from kdra.kube.store import JSON, Key, Store, key_of
 from kdra.operator import metrics
+from kdra.operator.core.gangs import gang_of
 from kdra.operator.core.preemption import (
     Budget,
     Hold,
@@ -156,6 +157,34 @@ def _hold_of(claim: JSON) -> Hold | None:
     return Hold(devices, consumers) if devices and consumers else None
 
 
+GANG_PREFIX = "pod-group:"
+"""A gang's key in the books of nominations and rounds: ``(namespace, "pod-group:<name>")``,
+never a pod's (a pod name has no colon)."""
+
+
+def gang_key(namespace: str, name: str) -> Key:
+    """The key gang ``name``'s nomination and rounds are kept under."""
+    return (namespace, GANG_PREFIX + name)
+
+
+def _by(key: Key) -> str:
+    """The preemptor, for events and logs: a pod ``ns/name`` or a gang ``gang ns/name``."""
+    if key[1].startswith(GANG_PREFIX):
+        return f"gang {key[0]}/{key[1][len(GANG_PREFIX):]}"
+    return f"{key[0]}/{key[1]}"
+
+
+def _for(key: Key) -> str:
+    return f" for {_by(key)}" if key[1].startswith(GANG_PREFIX) else ""
+
+
+def _nodes(nodes: str, *, quoted: bool = False) -> str:
+    """``node 'a'`` (one node) or ``nodes a, b`` (a gang's: joined with ", ")."""
+    if ", " in nodes:
+        return f"nodes {nodes}"
+    return f"node {nodes!r}" if quoted else f"node {nodes}"
+
+
 class Preemption:
     """The binder's preemption (see the module doc). ``snapshot`` and ``claims`` are the
     binder's."""
@@ -198,20 +227,26 @@ class Preemption:
             self.on_node[str(node)].add(uid)
             self._priorities[current.priority] += 1
         if node or done:
-            self.rounds.pop(key_of(pod), None)
-            if self.nominations.pop(key_of(pod), None) is not None:
-                metrics.set_nominated_pods(len(self.nominations))
+            keys = [key_of(pod)]
+            if node and (group := gang_of(pod)) is not None:  # the gang is placed
+                keys.append(gang_key(str(meta.get("namespace", "")), group))
+            for ended in keys:
+                self.rounds.pop(ended, None)
+                if self.nominations.pop(ended, None) is not None:
+                    metrics.set_nominated_pods(len(self.nominations))
 
     def reserved_against(self, key: Key, pod: JSON) -> frozenset[DeviceId]:
-        """Devices held for other nominated pods at least as important as ``pod``: in use
-        for ``pod``'s search."""
+        """Devices held for other nominated pods (or gangs) at least as important as
+        ``pod``: in use for ``pod``'s search (a gang's members share their gang's)."""
         if not self.nominations:
             return frozenset()
         now = time.monotonic()
         priority = pod_priority(pod)
+        own = gang_key(key[0], group) if (group := gang_of(pod)) is not None else None
         held: set[DeviceId] = set()
         for other, nomination in self.nominations.items():
-            if other != key and nomination.until > now and nomination.priority >= priority:
+            if other != key and other != own and nomination.until > now \
+                    and nomination.priority >= priority:
                 held.update(nomination.devices)
         return frozenset(held)
 
@@ -226,15 +261,15 @@ class Preemption:
         if not can_preempt(pod):
             metrics.record_preemption("never")
             return None
-        waiting = await self._nominated(key, pod)
+        waiting = await self.nominated(key, pod)
         if waiting is not None:
             metrics.record_preemption("waiting")
             return waiting
-        held_back = self._held_back(key, pod)
+        held_back = self.held_back(key, str(pod["metadata"].get("uid", "")))
         if held_back is not None:
             metrics.record_preemption("held-back")
             return held_back
-        denial = self._quota_denial(key[0], claims, self._lower(key[0], pod_priority(pod)))
+        denial = self.quota_denial(key[0], claims, self.lower(key[0], pod_priority(pod)))
         if denial is not None:
             metrics.record_preemption("over-quota")
             return (f"not preempting: {denial.message} (evicting lower-priority pods would "
@@ -245,7 +280,7 @@ class Preemption:
         if choice is None:
             metrics.record_preemption("no-candidates")
             return None
-        await self._nominate(key, pod, choice)
+        await self.nominate(key, pod, choice)
         metrics.record_preemption("preempted")
         victims = ", ".join(v.ref for v in choice.victims)
         return (f"preempting {len(choice.victims)} lower-priority pod(s) on node "
@@ -254,7 +289,7 @@ class Preemption:
     async def _decide(self, key: Key, pod: JSON, claims: Sequence[ResourceClaim],
                       nodes: Sequence[NodeInfo]) -> NodeVictims | None:
         priority = pod_priority(pod)
-        if not self._priorities or min(self._priorities) >= priority:
+        if not self.has_lower(priority):
             return None  # no bound pod of lower priority anywhere (the common case: cheap)
         lower = [n for n in nodes if any(
             (p := self.pods.get(uid)) is not None and p.priority < priority and not p.leaving
@@ -266,16 +301,15 @@ class Preemption:
                              steps=self.settings.steps)
         except Unallocatable:
             return None  # the binder reports the bad input
-        budgets = await self._budgets()
+        budgets = await self.budgets()
         # At its quota, only the pod's own namespace's pods free what it may take: others'
         # are no victims then (their devices would go to someone else).
-        own_only = self._quota_denial(key[0], claims, ()) is not None
+        own_only = self.quota_denial(key[0], claims, ()) is not None
         options: list[NodeVictims] = []
         for node in lower:
             pods = [p for uid in sorted(self.on_node.get(node.name, ()))
                     if (p := self.pods[uid]).namespace == key[0] or p.leaving or not own_only]
-            holds = [h for h in (_hold_of(c) for p in pods
-                                 for c in self.claims.index("reserved", p.uid)) if h]
+            holds = self.holds(pods)
             try:
                 option = select_victims(node.name, priority, pods, holds, budgets,
                                         functools.partial(probe.fits, node))
@@ -290,17 +324,26 @@ class Preemption:
             await asyncio.sleep(0)  # one node's searches at a time: watches and webhooks go on
         # The quotas, with exactly what each option's victims free (of the pod's namespace).
         return pick_node(o for o in options
-                         if self._quota_denial(key[0], claims, o.victims) is None)
+                         if self.quota_denial(key[0], claims, o.victims) is None)
 
     # ------------------------------------------------------------------ bounds
 
-    def _lower(self, namespace: str, priority: int) -> Iterator[Pod]:
+    def has_lower(self, priority: int) -> bool:
+        """Whether some bound pod has a lower priority."""
+        return bool(self._priorities) and min(self._priorities) < priority
+
+    def holds(self, pods: Iterable[Pod]) -> list[Hold]:
+        """The devices the claims reserved for ``pods`` hold."""
+        return [h for h in (_hold_of(c) for p in pods
+                            for c in self.claims.index("reserved", p.uid)) if h]
+
+    def lower(self, namespace: str, priority: int) -> Iterator[Pod]:
         """Bound pods of ``namespace`` that preemption could free: lower priority, or
         leaving anyway."""
         return (p for p in self.pods.values() if p.namespace == namespace
                 and (p.priority < priority or p.leaving))
 
-    def _quota_denial(self, namespace: str, claims: Sequence[ResourceClaim],
+    def quota_denial(self, namespace: str, claims: Sequence[ResourceClaim],
                       leaving: Iterable[Pod]) -> Denial | None:
         """What the namespace's quotas would refuse even with the claims of ``leaving``
         (those no one else uses) released; None: no quota stands in the way."""
@@ -312,11 +355,11 @@ class Preemption:
                  if (hold := _hold_of(c)) is not None and hold.consumers <= uids]
         return self.quotas.least_denial(namespace, claims, freed)
 
-    def _held_back(self, key: Key, pod: JSON) -> str | None:
-        """Why the pod may not preempt now (its earlier nominations did not get it bound),
-        or None."""
+    def held_back(self, key: Key, uid: str) -> str | None:
+        """Why the pod (or gang: :func:`gang_key`, its oldest member's uid) may not preempt
+        now (its earlier nominations did not get it bound), or None."""
         rounds = self.rounds.get(key)
-        if rounds is None or rounds.uid != str(pod["metadata"].get("uid", "")):
+        if rounds is None or rounds.uid != uid:
             return None
         if rounds.count >= self.settings.max_rounds:
             return (f"not preempting again: {rounds.count} preemption(s) for this pod did not "
@@ -342,7 +385,7 @@ class Preemption:
             rounds.not_before = time.monotonic() + self.settings.backoff * 2 ** max(
                 rounds.count - 1, 0)
 
-    async def _budgets(self) -> list[Budget]:
+    async def budgets(self) -> list[Budget]:
         """The cluster's PodDisruptionBudgets, listed at most every :data:`BUDGETS_TTL`
         seconds (pods that cannot preempt retry on every release of devices)."""
         now = time.monotonic()
@@ -366,7 +409,11 @@ class Preemption:
 
     # ------------------------------------------------------------------ acting
 
-    async def _nominate(self, key: Key, pod: JSON, choice: NodeVictims) -> None:
+    async def nominate(self, key: Key, pod: JSON, choice: NodeVictims,
+                       targets: Sequence[tuple[Key, str]] | None = None) -> None:
+        """Hold ``choice.freed`` for ``key`` (a pod, or a gang: :func:`gang_key`), write
+        the nominated node of each of ``targets`` (pod, node; default: ``key`` on
+        ``choice.node``), tell ``pod`` and evict the victims."""
         uid = str(pod["metadata"].get("uid", ""))
         rounds = self.rounds.get(key)
         if rounds is None or rounds.uid != uid:
@@ -376,18 +423,20 @@ class Preemption:
             choice.node, pod_priority(pod), {v.uid: v for v in choice.victims}, choice.freed,
             time.monotonic() + self.settings.hold)
         metrics.set_nominated_pods(len(self.nominations))
-        try:
-            await self.client.patch(PODS, key[1], {"status": {"nominatedNodeName": choice.node}},
-                                    key[0], subresource="status", content_type=STRATEGIC_MERGE)
-        except (ApiError, OSError) as exc:
-            log.warning("pod %s/%s: nominatedNodeName not written: %s", *key, exc)
+        for target, node in targets if targets is not None else [(key, choice.node)]:
+            try:
+                await self.client.patch(PODS, target[1], {"status": {"nominatedNodeName": node}},
+                                        target[0], subresource="status",
+                                        content_type=STRATEGIC_MERGE)
+            except (ApiError, OSError) as exc:
+                log.warning("pod %s/%s: nominatedNodeName not written: %s", *target, exc)
         listed = ", ".join(f"{v.ref} (priority {v.priority})" for v in choice.victims[:10])
         more = f" and {len(choice.victims) - 10} more" if len(choice.victims) > 10 else ""
         await self.events.normal(pod, "Preempting", f"Preempting {len(choice.victims)} pod(s) "
-                                 f"on node {choice.node}: {listed}{more}")
+                                 f"on {_nodes(choice.node)}{_for(key)}: {listed}{more}")
         await self._evict_all(key, pod, self.nominations[key])
 
-    async def _nominated(self, key: Key, pod: JSON) -> str | None:
+    async def nominated(self, key: Key, pod: JSON) -> str | None:
         """For a pod already nominated: evict victims not yet gone (a budget may have blocked
         them) and say what it waits for; None when there is no live nomination."""
         nomination = self.nominations.get(key)
@@ -404,10 +453,10 @@ class Preemption:
             self._ended(key)
             return None
         await self._evict_all(key, pod, nomination)
-        return (f"waiting for {len(present)} preempted pod(s) on node {nomination.node!r} to "
-                "terminate and release their devices" if present else
-                f"waiting for the devices of preempted pods on node {nomination.node!r} to "
-                "be released")
+        where = _nodes(nomination.node, quoted=True)
+        return (f"waiting for {len(present)} preempted pod(s) on {where} to terminate and "
+                "release their devices" if present else
+                f"waiting for the devices of preempted pods on {where} to be released")
 
     async def _evict_all(self, key: Key, pod: JSON, nomination: _Nomination) -> None:
         now = time.monotonic()
@@ -419,7 +468,7 @@ class Preemption:
             if last is not None and now - last < RETRY:
                 continue
             nomination.tried[uid] = now
-            await self._evict(key, pod, victim, nomination.node)
+            await self._evict(key, pod, victim, victim.node)
 
     async def _evict(self, key: Key, pod: JSON, victim: Pod, node: str) -> None:
         body = {"apiVersion": "policy/v1", "kind": "Eviction",
@@ -435,18 +484,17 @@ class Preemption:
         except ApiError as exc:
             if exc.status == 409:
                 return  # another pod by that name now (uid precondition)
-            log.info("pod %s/%s: evicting %s failed (%s); retrying", *key, victim.ref, exc)
+            log.info("%s: evicting %s failed (%s); retrying", _by(key), victim.ref, exc)
             if exc.status == 429:  # a PodDisruptionBudget does not allow it now
                 await self.events.warn(pod, "PreemptionBlocked", f"cannot evict {victim.ref} "
                                        f"on node {node} yet: {exc.message}")
             return
         except OSError as exc:
-            log.warning("pod %s/%s: evicting %s failed: %s", *key, victim.ref, exc)
+            log.warning("%s: evicting %s failed: %s", _by(key), victim.ref, exc)
             return
         metrics.record_preemption_victim()
-        log.info("pod %s/%s preempted %s on node %s", *key, victim.ref, node)
-        await self.events.normal(ref, "Preempted", f"Preempted by {key[0]}/{key[1]} on node "
-                                 f"{node}")
+        log.info("%s preempted %s on node %s", _by(key), victim.ref, node)
+        await self.events.normal(ref, "Preempted", f"Preempted by {_by(key)} on node {node}")
 
 
-__all__ = ["PDBS", "Preemption", "PreemptionSettings"]
+__all__ = ["GANG_PREFIX", "PDBS", "Preemption", "PreemptionSettings", "gang_key"]
