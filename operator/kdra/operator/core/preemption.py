@@ -54,8 +54,10 @@ __all__ = [
     "can_preempt",
     "freed_by",
     "gang_units",
+    "hold_of",
     "label_selector_matches",
     "pick_node",
+    "pod_of",
     "pod_priority",
     "reprieve",
     "run_probe",
@@ -142,6 +144,35 @@ def freed_by(leaving: Collection[str], holds: Iterable[Hold]) -> frozenset[Devic
         if hold.consumers and all(uid in leaving for uid in hold.consumers):
             freed.update(hold.devices)
     return frozenset(freed)
+
+
+def pod_of(pod: Mapping[str, Any]) -> Pod:
+    """A bound pod as preemption sees it. Total over malformed fields."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels")
+    return Pod(str(meta.get("namespace", "")), str(meta.get("name", "")),
+               str(meta.get("uid", "")), str((pod.get("spec") or {}).get("nodeName") or ""),
+               pod_priority(pod), str((pod.get("status") or {}).get("startTime") or ""),
+               {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {},
+               bool(meta.get("deletionTimestamp")))
+
+
+def hold_of(claim: Mapping[str, Any]) -> Hold | None:
+    """The devices a claim's allocation holds (admin-access results excluded) and its
+    consumers; None when it holds nothing. Total over malformed status."""
+    status = claim.get("status") or {}
+    allocation = status.get("allocation") if isinstance(status, dict) else None
+    if not isinstance(allocation, dict):
+        return None
+    devices_ = allocation.get("devices")
+    results = devices_.get("results") if isinstance(devices_, dict) else None
+    devices = frozenset(
+        DeviceId(str(r.get("driver")), str(r.get("pool")), str(r.get("device")))
+        for r in (results if isinstance(results, list) else ())
+        if isinstance(r, dict) and not r.get("adminAccess"))
+    consumers = frozenset(str(ref.get("uid")) for ref in status.get("reservedFor") or ()
+                          if isinstance(ref, dict) and ref.get("uid"))
+    return Hold(devices, consumers) if devices and consumers else None
 
 
 def _importance(pod: Pod) -> tuple[int, int, str, str]:

@@ -94,20 +94,10 @@ class GangPreemption:
             return None
         key = gang_key(*gang)
         first = pods[0]
-        waiting = await shared.nominated(key, first)
-        if waiting is not None:
-            metrics.record_preemption("gang-waiting")
-            return waiting
-        held_back = shared.held_back(key, str(first["metadata"].get("uid", "")))
-        if held_back is not None:
-            metrics.record_preemption("gang-held-back")
-            return held_back
         priority = min(pod_priority(pod) for pod in pods)
-        denial = shared.quota_denial(gang[0], claims, shared.lower(gang[0], priority))
-        if denial is not None:
-            metrics.record_preemption("gang-over-quota")
-            return (f"not preempting: {denial.message} (evicting lower-priority pods would "
-                    "not change that)")
+        blocked = await shared.blocked(key, first, claims, priority, "gang-")
+        if blocked is not None:
+            return blocked
         started = time.perf_counter()
         decided = await self._decide(gang, priority, claims, nodes, len(members), search)
         metrics.observe_preemption_decision(time.perf_counter() - started)

@@ -74,7 +74,9 @@ from kdra.operator.core.preemption import (
     NodeVictims,
     Pod,
     can_preempt,
+    hold_of,
     pick_node,
+    pod_of,
     pod_priority,
     select_victims,
 )
@@ -127,34 +129,6 @@ class _Rounds:
     uid: str
     count: int = 0
     not_before: float = 0.0  # monotonic time before which it does not preempt again
-
-
-def _pod_of(pod: JSON) -> Pod:
-    meta = pod.get("metadata") or {}
-    labels = meta.get("labels")
-    return Pod(str(meta.get("namespace", "")), str(meta.get("name", "")),
-               str(meta.get("uid", "")), str((pod.get("spec") or {}).get("nodeName") or ""),
-               pod_priority(pod), str((pod.get("status") or {}).get("startTime") or ""),
-               {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {},
-               bool(meta.get("deletionTimestamp")))
-
-
-def _hold_of(claim: JSON) -> Hold | None:
-    """The devices a claim's allocation holds (admin-access results excluded) and its
-    consumers; None when it holds nothing. Total over malformed status."""
-    status = claim.get("status") or {}
-    allocation = status.get("allocation") if isinstance(status, dict) else None
-    if not isinstance(allocation, dict):
-        return None
-    devices_ = allocation.get("devices")
-    results = devices_.get("results") if isinstance(devices_, dict) else None
-    devices = frozenset(
-        DeviceId(str(r.get("driver")), str(r.get("pool")), str(r.get("device")))
-        for r in (results if isinstance(results, list) else ())
-        if isinstance(r, dict) and not r.get("adminAccess"))
-    consumers = frozenset(str(ref.get("uid")) for ref in status.get("reservedFor") or ()
-                          if isinstance(ref, dict) and ref.get("uid"))
-    return Hold(devices, consumers) if devices and consumers else None
 
 
 GANG_PREFIX = "pod-group:"
@@ -223,7 +197,7 @@ class Preemption:
         done = event_type == "DELETED" or (pod.get("status") or {}).get("phase") in (
             "Succeeded", "Failed")
         if node and not done:
-            self.pods[uid] = current = _pod_of(pod)
+            self.pods[uid] = current = pod_of(pod)
             self.on_node[str(node)].add(uid)
             self._priorities[current.priority] += 1
         if node or done:
@@ -261,19 +235,9 @@ class Preemption:
         if not can_preempt(pod):
             metrics.record_preemption("never")
             return None
-        waiting = await self.nominated(key, pod)
-        if waiting is not None:
-            metrics.record_preemption("waiting")
-            return waiting
-        held_back = self.held_back(key, str(pod["metadata"].get("uid", "")))
-        if held_back is not None:
-            metrics.record_preemption("held-back")
-            return held_back
-        denial = self.quota_denial(key[0], claims, self.lower(key[0], pod_priority(pod)))
-        if denial is not None:
-            metrics.record_preemption("over-quota")
-            return (f"not preempting: {denial.message} (evicting lower-priority pods would "
-                    "not change that)")
+        blocked = await self.blocked(key, pod, claims, pod_priority(pod))
+        if blocked is not None:
+            return blocked
         started = time.perf_counter()
         choice = await self._decide(key, pod, claims, nodes)
         metrics.observe_preemption_decision(time.perf_counter() - started)
@@ -285,6 +249,26 @@ class Preemption:
         victims = ", ".join(v.ref for v in choice.victims)
         return (f"preempting {len(choice.victims)} lower-priority pod(s) on node "
                 f"{choice.node!r} ({victims}); its devices are held for this pod")
+
+    async def blocked(self, key: Key, pod: JSON, claims: Sequence[ResourceClaim],
+                      priority: int, result: str = "") -> str | None:
+        """Why the pod (or gang: ``key`` its :func:`gang_key`, ``pod`` its oldest member)
+        does not look for victims now — it waits for its nomination, backs off, or its quota
+        refuses it anyway —, counted with the ``result`` prefix; None: it may."""
+        waiting = await self.nominated(key, pod)
+        if waiting is not None:
+            metrics.record_preemption(f"{result}waiting")
+            return waiting
+        held_back = self.held_back(key, str(pod["metadata"].get("uid", "")))
+        if held_back is not None:
+            metrics.record_preemption(f"{result}held-back")
+            return held_back
+        denial = self.quota_denial(key[0], claims, self.lower(key[0], priority))
+        if denial is not None:
+            metrics.record_preemption(f"{result}over-quota")
+            return (f"not preempting: {denial.message} (evicting lower-priority pods would "
+                    "not change that)")
+        return None
 
     async def _decide(self, key: Key, pod: JSON, claims: Sequence[ResourceClaim],
                       nodes: Sequence[NodeInfo]) -> NodeVictims | None:
@@ -334,7 +318,7 @@ class Preemption:
 
     def holds(self, pods: Iterable[Pod]) -> list[Hold]:
         """The devices the claims reserved for ``pods`` hold."""
-        return [h for h in (_hold_of(c) for p in pods
+        return [h for h in (hold_of(c) for p in pods
                             for c in self.claims.index("reserved", p.uid)) if h]
 
     def lower(self, namespace: str, priority: int) -> Iterator[Pod]:
@@ -352,7 +336,7 @@ class Preemption:
         uids = {pod.uid for pod in leaving}
         freed = [f"{c['metadata'].get('namespace')}/{c['metadata'].get('name')}"
                  for uid in uids for c in self.claims.index("reserved", uid)
-                 if (hold := _hold_of(c)) is not None and hold.consumers <= uids]
+                 if (hold := hold_of(c)) is not None and hold.consumers <= uids]
         return self.quotas.least_denial(namespace, claims, freed)
 
     def held_back(self, key: Key, uid: str) -> str | None:
