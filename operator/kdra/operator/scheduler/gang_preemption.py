@@ -111,7 +111,8 @@ class GangPreemption:
         # too, or a smaller pod could take one meanwhile and the gang would not fit again.
         await shared.nominate(key, first, NodeVictims(where, victims.pods,
                                                       victims.pdb_violations,
-                                                      victims.freed | used), targets)
+                                                      victims.freed | used), targets,
+                              priority)
         metrics.record_preemption("gang-preempted")
         listed = ", ".join(v.ref for v in victims.pods)
         return (f"preempting {len(victims.pods)} lower-priority pod(s) on "

@@ -394,17 +394,20 @@ class Preemption:
     # ------------------------------------------------------------------ acting
 
     async def nominate(self, key: Key, pod: JSON, choice: NodeVictims,
-                       targets: Sequence[tuple[Key, str]] | None = None) -> None:
+                       targets: Sequence[tuple[Key, str]] | None = None,
+                       priority: int | None = None) -> None:
         """Hold ``choice.freed`` for ``key`` (a pod, or a gang: :func:`gang_key`), write
         the nominated node of each of ``targets`` (pod, node; default: ``key`` on
-        ``choice.node``), tell ``pod`` and evict the victims."""
+        ``choice.node``), tell ``pod`` and evict the victims. ``priority``: the hold's
+        (default: ``pod``'s)."""
         uid = str(pod["metadata"].get("uid", ""))
         rounds = self.rounds.get(key)
         if rounds is None or rounds.uid != uid:
             self.rounds[key] = rounds = _Rounds(uid)
         rounds.count += 1
         self.nominations[key] = _Nomination(
-            choice.node, pod_priority(pod), {v.uid: v for v in choice.victims}, choice.freed,
+            choice.node, pod_priority(pod) if priority is None else priority,
+            {v.uid: v for v in choice.victims}, choice.freed,
             time.monotonic() + self.settings.hold)
         metrics.set_nominated_pods(len(self.nominations))
         for target, node in targets if targets is not None else [(key, choice.node)]:
