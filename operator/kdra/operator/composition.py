@@ -40,6 +40,7 @@ from kdra.operator import metrics, utilisation
 from kdra.operator.claim_controller import ClaimController, claim_store, pod_store
 from kdra.operator.notices import PodNotices
 from kdra.operator.scheduler import Binder, BinderSettings
+from kdra.operator.scheduler.gangs import POD_GROUPS
 from kdra.operator.scheduler.preemption import PreemptionSettings
 from kdra.operator.scheduler.quota import DEVICE_QUOTAS, QuotaStatusWriter
 from kdra.operator.settings import OperatorSettings
@@ -108,6 +109,8 @@ class Operator:
         self.informers: list[Informer] = []  # kdra.operator.handlers.routes starts them (watch())
         self.feeds: list[Informer] = []  # --watch=kopf: fed by kopf's handlers (feed())
         self._reconciler: asyncio.Task[None] | None = None
+        self.pod_groups = False
+        """Whether the API server serves scheduler-plugins' PodGroups (found at start-up)."""
         self.primed: dict[str, list[JSON]] = {}
         """Resource plural → the objects of the start-up LIST (until its informer starts)."""
 
@@ -199,6 +202,17 @@ class Operator:
         for quota in quotas:
             self.binder.on_quota(None, quota)
         self.primed[DEVICE_QUOTAS.plural] = quotas
+        try:  # scheduler-plugins' PodGroups: optional (crds/optional/podgroups.yaml)
+            groups = await self.client.list(POD_GROUPS)
+        except NotFound:
+            log.info("PodGroup CRD (scheduling.x-k8s.io) not installed: gangs are sized by "
+                     "their pods' annotations (restart after installing it to read PodGroups)")
+            self.pod_groups = False
+        else:
+            self.pod_groups = True
+            for group in groups:
+                self.binder.on_pod_group(None, group)
+            self.primed[POD_GROUPS.plural] = groups
 
     def watch(self, resource: Resource, handler: Handler, *, namespace: str | None = None,
               label_selector: str | None = None) -> None:

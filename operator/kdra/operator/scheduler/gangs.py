@@ -43,9 +43,17 @@ from kdra.dra.allocator import DeviceId, Snapshot
 from kdra.dra.allocator.gang import GangOutcome
 from kdra.dra.allocator.gangplace import GangPod, Pick, gang_search
 from kdra.dra.errors import InvalidObject
-from kdra.kube.store import JSON, Key
+from kdra.kube.resources import Resource
+from kdra.kube.store import JSON, Key, key_of
 from kdra.operator import metrics
-from kdra.operator.core.gangs import GangSpec, agreed, gang_of, gang_spec
+from kdra.operator.core.gangs import (
+    GangSpec,
+    PodGroupSize,
+    agreed,
+    gang_of,
+    gang_spec,
+    pod_group,
+)
 from kdra.operator.scheduler.cluster import ClusterView
 from kdra.operator.scheduler.gang_preemption import GangPreemption
 from kdra.operator.scheduler.gang_writes import GangMember, GangWrites
@@ -56,6 +64,10 @@ from kdra.operator.scheduler.reporting import Reporter
 from kdra.operator.scheduler.settings import BinderSettings
 
 log = logging.getLogger(__name__)
+
+POD_GROUPS = Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", True, "PodGroup")
+"""scheduler-plugins' PodGroup (crds/optional/podgroups.yaml): read where its CRD is
+installed."""
 
 GANG_DEADLINE_CAP = 60.0
 """The most seconds one gang's search may take, however many members it has."""
@@ -88,6 +100,24 @@ class Gangs:
         """Gang → the state its last failed attempt saw (snapshot version, node list,
         members)."""
         self.first_seen: dict[Key, float] = {}  # gang → when a member was first tried
+        self.groups: dict[Key, PodGroupSize] = {}
+        """PodGroup objects (namespace, name) → the gang size they declare, or why not."""
+
+    def on_pod_group(self, event_type: str | None, obj: JSON) -> None:
+        """A PodGroup: the gang of its name is tried again with its size."""
+        key = key_of(obj)
+        if event_type == "DELETED":
+            self.groups.pop(key, None)
+        else:
+            size = pod_group(obj)
+            if self.groups.get(key) == size:
+                return  # its status changed (another scheduler's), not what kdra reads
+            self.groups[key] = size
+        self.failed.pop(key, None)
+        for member in self.members(*key):
+            if (pod := self.pods.pending.get(member)) is not None:
+                self.pods.parked.discard(member)
+                self.pods.queue.add(member, pod)
 
     def members(self, namespace: str, name: str) -> list[Key]:
         """The gang's pending pods, oldest first (their keys)."""
@@ -105,7 +135,9 @@ class Gangs:
         if any(m in self.pods.binding for m in members):
             return "waiting"  # the gang is being written: its members wait for it
         try:
-            spec = agreed(s for m in members if (s := gang_spec(self.pods.pending[m])))
+            group = self.groups.get(gang)
+            spec = agreed(s for m in members
+                          if (s := gang_spec(self.pods.pending[m], group)))
         except InvalidObject as exc:
             for member in members:
                 if (other := self.pods.pending.get(member)) is not None:
@@ -278,4 +310,4 @@ class Gangs:
         return "allocated"
 
 
-__all__ = ["GANG_DEADLINE_CAP", "Gangs"]
+__all__ = ["GANG_DEADLINE_CAP", "POD_GROUPS", "Gangs"]

@@ -246,6 +246,10 @@ class Binder:
         self.quotas.on_quota(event_type, quota)
         self.pods.wake()
 
+    def on_pod_group(self, event_type: str | None, obj: JSON) -> None:
+        """A scheduler-plugins PodGroup: its gang's size (kdra.operator.scheduler.gangs)."""
+        self.gangs.on_pod_group(event_type, obj)
+
     def on_class(self, event_type: str | None, device_class: JSON) -> None:
         self.cluster.on_class(event_type, device_class)
         self.pods.wake()
