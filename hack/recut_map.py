@@ -329,6 +329,10 @@ NEW = (
     "kdra.operator.scheduler.gang_writes", "tests.unit.dra.test_allocator_gang",
     "tests.unit.operator.test_gangs", "tests.unit.operator.test_binder_gangs",
     "tests.unit.dra.test_allocator_gangplace",
+    # issue 40 (gangpre): preemption for a whole gang; PodGroup objects
+    "kdra.operator.scheduler.gang_preemption", "tests.unit.operator.test_gang_preemption",
+    "tests.unit.operator.test_binder_gang_preemption",
+    "tests.unit.operator.test_binder_pod_groups",
     # issue 38 (natdef): hack/kind-up.sh's kind configuration, native by default
     "tests.unit.hack.test_kind_up", "tests.unit.test_bench_report",
     # issue 41 (freectr): free counts devices blocked by shared counters as blocked
