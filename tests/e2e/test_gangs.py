@@ -11,12 +11,19 @@ several simulated nodes of fake GPUs, as real processes; pods labelled
 - Gang preemption: a gang that could not fit even with every lower-priority pod gone evicts
   nobody; a high-priority gang evicts exactly the lower-priority pods it needs, across
   nodes, and binds whole on their GPUs.
+- A gang sized by a scheduler-plugins ``PodGroup`` object (manifests/optional/podgroups-crd.yaml,
+  installed before the operator starts): its pods carry only the label, wait for each other
+  as the PodGroup says, and place whole.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from kdra.operator.core.gangs import (
     MATCH_ATTRIBUTE_ANNOTATION,
@@ -41,6 +48,19 @@ from tests.e2e.test_preemption import events, gpu_pod, live_pods
 
 agents = agent_helpers.agents
 classes = test_preemption.classes
+POD_GROUP_CRD = Path(__file__).resolve().parents[2] / "manifests/optional/podgroups-crd.yaml"
+
+
+@pytest.fixture(scope="session")
+def pod_group_crd(control_plane: ControlPlane) -> Iterator[None]:
+    """scheduler-plugins' PodGroup CRD, kdra's optional copy, installed (session-scoped: before
+    a test's operator starts, which looks for it at start-up)."""
+    control_plane.kubectl("apply", "--server-side", "-f", str(POD_GROUP_CRD))
+    control_plane.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                          "crd/podgroups.scheduling.x-k8s.io")
+    yield
+    control_plane.kubectl("delete", "crd", "podgroups.scheduling.x-k8s.io", "--wait=false",
+                          check=False)
 
 
 def gang_pod(name: str, namespace: str, gang: str, size: int, template_name: str,
@@ -247,3 +267,33 @@ def test_a_high_priority_gang_preempts_exactly_the_victims_it_needs(
     assert metric(operator, 'kdra_preemption_attempts_total{result="gang-preempted"}') == 1
     assert metric(operator, "kdra_preemption_victims_total") >= 3
     assert operator.alive
+
+
+def test_a_gang_declared_by_a_pod_group_places_whole(
+        control_plane: ControlPlane, pod_group_crd: None, agents: AgentFactory,
+        operator: KdraProcess, namespace: str) -> None:
+    start_nodes(agents, unique("pg"), 2, "gpus: ['2 x L4-24GB']\n")
+    apply(control_plane, gpu_class(), template("two-gpus", namespace, count=2))
+    apply(control_plane, {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+                          "metadata": {"name": "pg", "namespace": namespace},
+                          "spec": {"minMember": 2, "scheduleTimeoutSeconds": 30}})
+
+    def member(name: str) -> dict[str, Any]:
+        body = gang_pod(name, namespace, "pg", 2, "two-gpus")
+        del body["metadata"]["annotations"][MIN_MEMBER_ANNOTATION]  # the PodGroup sizes it
+        return body
+
+    apply(control_plane, member("pg-0"))
+    message = wait_for(
+        lambda: next((c["message"] for c in (pods(control_plane, namespace)["pg-0"]["status"]
+                                             .get("conditions") or ())
+                      if c["type"] == "PodScheduled" and "gang 'pg'" in c["message"]), None),
+        timeout=90, what="the first member waiting for its gang")
+    assert "waits for its pods: 1 of 2 (minMember) pending" in message, message
+    assert not allocated(control_plane, namespace)
+    apply(control_plane, member("pg-1"))
+    wait_for(lambda: bound_by_gang(control_plane, namespace).get("pg") == {"pg-0", "pg-1"},
+             timeout=120, what="the PodGroup's gang bound whole")
+    held = allocated(control_plane, namespace)
+    assert len(held) == 2 and sum(len(d) for d in held.values()) == 4, held
+    assert "kdra_gang_placement_attempts_total{result=\"placed\"} 1.0" in operator.metrics()

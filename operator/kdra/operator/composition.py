@@ -202,7 +202,7 @@ class Operator:
         for quota in quotas:
             self.binder.on_quota(None, quota)
         self.primed[DEVICE_QUOTAS.plural] = quotas
-        try:  # scheduler-plugins' PodGroups: optional (crds/optional/podgroups.yaml)
+        try:  # scheduler-plugins' PodGroups: optional (manifests/optional/podgroups-crd.yaml)
             groups = await self.client.list(POD_GROUPS)
         except NotFound:
             log.info("PodGroup CRD (scheduling.x-k8s.io) not installed: gangs are sized by "

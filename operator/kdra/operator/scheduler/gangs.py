@@ -66,7 +66,7 @@ from kdra.operator.scheduler.settings import BinderSettings
 log = logging.getLogger(__name__)
 
 POD_GROUPS = Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", True, "PodGroup")
-"""scheduler-plugins' PodGroup (crds/optional/podgroups.yaml): read where its CRD is
+"""scheduler-plugins' PodGroup (manifests/optional/podgroups-crd.yaml): read where its CRD is
 installed."""
 
 GANG_DEADLINE_CAP = 60.0
