@@ -19,11 +19,7 @@ several simulated nodes of fake GPUs, as real processes; pods labelled
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from kdra.operator.core.gangs import (
     MATCH_ATTRIBUTE_ANNOTATION,
@@ -48,21 +44,6 @@ from tests.e2e.test_preemption import events, gpu_pod, live_pods
 
 agents = agent_helpers.agents
 classes = test_preemption.classes
-POD_GROUP_CRD = Path(__file__).resolve().parents[2] / "manifests/optional/podgroups-crd.yaml"
-
-
-@pytest.fixture(scope="session")
-def pod_group_crd(control_plane: ControlPlane) -> Iterator[None]:
-    """scheduler-plugins' PodGroup CRD, kdra's optional copy, installed (session-scoped: before
-    a test's operator starts, which looks for it at start-up)."""
-    control_plane.kubectl("apply", "--server-side", "-f", str(POD_GROUP_CRD))
-    control_plane.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                          "crd/podgroups.scheduling.x-k8s.io")
-    yield
-    control_plane.kubectl("delete", "crd", "podgroups.scheduling.x-k8s.io", "--wait=false",
-                          check=False)
-
-
 def gang_pod(name: str, namespace: str, gang: str, size: int, template_name: str,
              **annotations: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod",
