@@ -54,6 +54,7 @@ __all__ = [
     "can_preempt",
     "freed_by",
     "gang_units",
+    "group_of",
     "hold_of",
     "label_selector_matches",
     "pick_node",
@@ -325,6 +326,12 @@ def pick_node(options: Iterable[NodeVictims]) -> NodeVictims | None:
     return min(options, key=_rank, default=None)
 
 
+def group_of(pod: Pod) -> tuple[str, str] | None:
+    """The pod's gang (namespace, ``scheduling.x-k8s.io/pod-group`` label), or None."""
+    group = pod.labels.get(POD_GROUP_LABEL)
+    return None if group is None else (pod.namespace, group)
+
+
 def gang_units(pods: Iterable[Pod], priority: int, holds: Sequence[Hold]
                ) -> list[tuple[Pod, ...]]:
     """The units a gang of ``priority`` may evict, for :func:`reprieve`: a pod of lower
@@ -338,9 +345,9 @@ def gang_units(pods: Iterable[Pod], priority: int, holds: Sequence[Hold]
     for pod in pods:
         if pod.leaving:
             continue
-        group = pod.labels.get(POD_GROUP_LABEL)
+        group = group_of(pod)
         if group is not None:
-            gangs.setdefault((pod.namespace, group), []).append(pod)
+            gangs.setdefault(group, []).append(pod)
         elif pod.priority < priority and pod.uid in users:
             alone.append((pod,))
     together = [tuple(sorted(members, key=_importance)) for members in gangs.values()

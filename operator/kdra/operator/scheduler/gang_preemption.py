@@ -59,6 +59,7 @@ from kdra.operator.core.preemption import (
     Victims,
     can_preempt,
     gang_units,
+    group_of,
     pod_priority,
     reprieve,
 )
@@ -131,6 +132,11 @@ class GangPreemption:
         # At its quota, only the gang's own namespace's pods free what it may take.
         own_only = shared.quota_denial(gang[0], claims, ()) is not None
         bound = [p for p in shared.pods.values() if not own_only or p.namespace == gang[0]]
+        # The pods on the gang's nodes, and the other members of their gangs (a victim gang
+        # goes whole): nobody else can free anything the gang may take.
+        touched = {group for p in bound if p.node in reach
+                   and (group := group_of(p)) is not None}
+        bound = [p for p in bound if p.node in reach or group_of(p) in touched]
         leaving = [p for p in bound if p.leaving and p.node in reach]
         holds = shared.holds(bound)
         units = [unit for unit in gang_units(bound, priority, holds)
