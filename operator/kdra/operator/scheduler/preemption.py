@@ -28,6 +28,10 @@ only after a backoff (:attr:`PreemptionSettings.backoff`, doubling), and at most
 :attr:`PreemptionSettings.max_rounds` times — a tenant's pod that something keeps refusing
 cannot evict other tenants' pods again and again (issue 36).
 
+A gang (:mod:`.gang_preemption`) uses the same state and writes under its own key
+(:func:`gang_key`): one nomination for the whole gang, whose held devices its members' own
+searches see free, and that ends when one of them is bound.
+
 Invariants:
 - A pod with ``preemptionPolicy: Never`` never preempts; a pod never preempts for a node where
   it would still not fit; only pods of lower priority that hold devices are victims (kdra
@@ -328,7 +332,7 @@ class Preemption:
                 and (p.priority < priority or p.leaving))
 
     def quota_denial(self, namespace: str, claims: Sequence[ResourceClaim],
-                      leaving: Iterable[Pod]) -> Denial | None:
+                     leaving: Iterable[Pod]) -> Denial | None:
         """What the namespace's quotas would refuse even with the claims of ``leaving``
         (those no one else uses) released; None: no quota stands in the way."""
         if self.quotas is None or not self.quotas.quotas.get(namespace):
