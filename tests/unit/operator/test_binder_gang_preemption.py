@@ -182,3 +182,22 @@ def test_a_gang_that_would_still_not_fit_preempts_nobody() -> None:
     assert client.preempted_nobody()
     assert attempts("gang-no-candidates") - before == 1
     assert binder.preemption.nominations == {}
+
+
+def test_a_gang_with_a_member_that_never_preempts_waits() -> None:
+    members = [pod("t-0", 1000, gang="t"), pod("t-1", 1000, gang="t")]
+    members[1]["spec"]["preemptionPolicy"] = "Never"
+    client = GangRecording(*members)
+    binder = cluster(client)
+    before = attempts("gang-never")
+
+    async def scenario() -> str:
+        for member in members:
+            binder.on_pod(None, member)
+        result = await binder.gangs.schedule((NS, "t-0"), members[0])
+        await binder.stop()
+        return result
+
+    assert asyncio.run(scenario()) == "unschedulable"
+    assert client.preempted_nobody()
+    assert attempts("gang-never") - before == 1
