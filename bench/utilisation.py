@@ -4,7 +4,9 @@ The operator computes ``kdra_devices`` & co. when scraped (kdra.operator.utilisa
 event loop, from its caches: the binder's snapshot (slices, classes, selector memos) and the
 claim store. This builds those caches for a cluster of N nodes with 8 GPUs each, two
 DeviceClasses and half the GPUs allocated to one-GPU claims, and times the computation:
-cold (the first scrape evaluates every class selector on every device) and warm (memo hits).
+cold (the first scrape evaluates every class selector on every device), warm (nothing changed
+since the last scrape) and churn (between two scrapes 1 % of the claims moved to another GPU of
+their node: new versions, other devices held).
 
     .venv/bin/python bench/utilisation.py [--nodes 500] [--repeat 20]
 
@@ -73,12 +75,25 @@ def main() -> None:
         started = time.process_time()
         figures(snapshot, claims, rows)
         warm.append(time.process_time() - started)
+    churn = []
+    for round_ in range(args.repeat):
+        for i in range(round_ % 100, len(claims), 100):  # 1 %: a claim moves to another GPU
+            old = claims[i]
+            node = old["status"]["allocation"]["devices"]["results"][0]["pool"]
+            moved = claim(i, node, (i % (args.gpus // 2)) + (args.gpus // 2) * (round_ % 2 == 0))
+            moved["metadata"]["resourceVersion"] = str(round_ + 2)
+            claims[i] = moved
+        started = time.process_time()
+        figures(snapshot, claims, rows)
+        churn.append(time.process_time() - started)
     series = len(found.devices) * 3 + len(found.pools) + len(found.namespaces)
     print(f"{args.nodes} nodes x {args.gpus} GPUs, 2 classes, {len(claims)} allocated claims: "
           f"{series} series before the label limits")
     print(f"scrape computation (CPU time): cold {cold * 1000:.1f} ms, warm median "
           f"{statistics.median(warm) * 1000:.1f} ms (max {max(warm) * 1000:.1f} ms) "
           f"over {args.repeat} scrapes")
+    print(f"scrape computation after 1 % of the claims changed: median "
+          f"{statistics.median(churn) * 1000:.1f} ms (max {max(churn) * 1000:.1f} ms)")
 
 
 if __name__ == "__main__":

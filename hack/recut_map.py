@@ -337,6 +337,8 @@ NEW = (
     "tests.unit.hack.test_kind_up", "tests.unit.test_bench_report",
     # issue 41 (freectr): free counts devices blocked by shared counters as blocked
     "tests.unit.dra.test_utilisation_counters",
+    # 2026-12-05: the utilisation scrape's memo; a gang's search beside the scheduling loop
+    "tests.unit.dra.test_utilisation_memo", "tests.unit.operator.test_gang_search_beside_loop",
 )
 """Modules that exist only after the re-cut (no old module moves there)."""
 

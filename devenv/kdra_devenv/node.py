@@ -53,6 +53,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from kdra.kube.core.podclaims import NRI_TOLERATE_ANNOTATION
 from kdra_devenv.containerd import Containerd, ContainerdError
 from kdra_devenv.controlplane import CONTROLLERS, ControlPlane, free_port
 from kdra_devenv.hostledger import HostLedger, LedgerError
@@ -87,7 +88,7 @@ NRI_SOCKET = Path("/var/run/nri/nri.sock")
 CDI_DIR = Path("/var/run/cdi")
 AGENT_STATE_DIR = Path("/var/lib/kdra")
 """The agent DaemonSet's hostPath for its checkpoints (manifests/base/agent)."""
-TOLERATE_ANNOTATION = "tolerate-missing-plugins.kdra.dev"
+TOLERATE_ANNOTATION = NRI_TOLERATE_ANNOTATION
 """containerd's NRI validator requires kdra's plugin at every container creation (fail
 closed: no container starts without its devices while the agent restarts); a pod annotated
 ``tolerate-missing-plugins.kdra.dev: "true"`` is created without it (kdra's own pods)."""

@@ -22,6 +22,7 @@ from tests.e2e.hostile_helpers import (
     API,
     CLAIMS,
     GPU_CLASS,
+    SYSTEM,
     Hostile,
     hostile,
     logs_on_failure,
@@ -349,3 +350,33 @@ def test_held_cross_namespace_claims_dotted_names_and_oversized_cel(hostile: Hos
     delete_pods(hostile, waiting)
     hostile.plane.kubectl("delete", CLAIMS, shared, "-n", other)
     hostile.after_attack("held attacks")
+
+
+# --------------------------------------------------------------------------- NRI tolerance
+
+
+def test_a_tenant_cannot_opt_out_of_kdras_nri_plugin(hostile: Hostile) -> None:
+    """With containerd's NRI validator requiring kdra, ``tolerate-missing-plugins.kdra.dev``
+    lets a container start without kdra's plugin — without its device isolation, so an image's
+    ``NVIDIA_VISIBLE_DEVICES=all`` would stand while the agent is away. A tenant's pod may not
+    carry it (NRI's per-container and per-pod forms neither), not at creation and not by a later
+    annotate; kdra's own pods, in kdra's namespace, still may."""
+    ns = hostile.namespace
+    for key in ("tolerate-missing-plugins.kdra.dev",
+                "tolerate-missing-plugins.kdra.dev/container.main",
+                "tolerate-missing-plugins.kdra.dev/pod"):
+        message = hostile.denied(
+            hostile.create_as_user(pod_body(unique("optout"), ns, annotations={key: "true"})),
+            f"metadata.annotations[{key}]", "without kdra's NRI plugin")
+        print(message)
+    plain = unique("plain")
+    assert hostile.create_as_user(pod_body(plain, ns)).returncode == 0
+    hostile.denied(hostile.as_user("annotate", "pod", plain,
+                                   "tolerate-missing-plugins.kdra.dev=true"),
+                   "without kdra's NRI plugin")
+    own = unique("kdra-own")
+    created = hostile.plane.kubectl("create", "-f", "-", input=json.dumps(pod_body(
+        own, SYSTEM, annotations={"tolerate-missing-plugins.kdra.dev": "true"})), check=False)
+    assert created.returncode == 0, created.stderr
+    delete_pods(hostile, plain)
+    hostile.delete_pods(own, namespace=SYSTEM)

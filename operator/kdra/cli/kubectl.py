@@ -95,11 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
         "unhealthy",
         description="Per DeviceClass, node and pool: how many devices there are, how many are "
         "allocated, free (could be allocated now), blocked (held by nobody, but a shared "
-        "counter it consumes is used up: a partition of a GPU whose other partitions are in "
-        "use) and unhealthy (held by a claim but gone from the slices or reported "
-        "unhealthy by the node agent), then totals per class. A device that allows multiple "
-        "allocations is free while a share of its default size still fits. A device is "
-        "counted for every "
+        "counter it consumes is used up - a partition of a GPU whose other partitions are in "
+        "use - or its slice taints it NoSchedule/NoExecute) and unhealthy (held by a claim "
+        "but gone from the slices or reported unhealthy by the node agent), then totals per "
+        "class. A device that allows multiple allocations is free while a share of its "
+        "default size still fits. A device is counted for every "
         "class whose selectors it passes; '-' is the class of devices no class selects. Devices "
         "are the cluster's: -n only names the namespace whose claims are counted when you may "
         "not list every namespace's.")

@@ -9,6 +9,12 @@ view ``kubectl kdra free`` uses (:mod:`kdra.dra.usage.utilisation`).
 
 Invariants:
 - No API call: only the caches are read.
+- A scrape pays for what changed since the last one: claim rows are rebuilt only for new
+  claim versions (:class:`ClaimRows`), the counts of a pool only when its slices or what the
+  claims hold in it changed, and nothing is walked when nothing changed
+  (:class:`~kdra.dra.usage.utilisation.UsageMemo`; bench/utilisation.py: 24,000 GPUs and
+  12,000 claims, 194 ms a scrape before, 44 ms unchanged and ~110 ms after 1 % of the claims
+  moved).
 - The caches belong to the operator's event loop, and the scrape runs in the metrics server's
   thread: :func:`loop_source` runs the computation *on* the loop (between two events) and
   waits at most ``timeout`` seconds; a busy or stopped loop makes the scrape leave these
@@ -23,7 +29,7 @@ from collections.abc import Callable, Iterable
 
 from kdra.dra.allocator import Snapshot
 from kdra.dra.usage.claims import ClaimRow, claims_of
-from kdra.dra.usage.utilisation import namespace_usage, pool_totals, utilisation
+from kdra.dra.usage.utilisation import UsageMemo, namespace_usage, pool_totals, utilisation
 from kdra.kube.store import JSON
 from kdra.operator import metrics
 
@@ -31,10 +37,12 @@ from kdra.operator import metrics
 class ClaimRows:
     """Each claim's row (:func:`kdra.dra.usage.claims.claims_of`), kept per claim (namespace,
     name, uid) and resourceVersion from one scrape to the next: a claim that did not change
-    is not read again."""
+    is not read again; with it, the per-pool counts of the last scrape (:attr:`pools`), so a
+    pool whose slices and holders did not change is not counted again."""
 
     def __init__(self) -> None:
         self._rows: dict[str, tuple[str, ClaimRow]] = {}
+        self.pools = UsageMemo()
 
     def __call__(self, claims: Iterable[JSON]) -> list[ClaimRow]:
         rows: dict[str, tuple[str, ClaimRow]] = {}
@@ -55,11 +63,12 @@ def figures(snapshot: Snapshot, claims: Iterable[JSON],
             rows: ClaimRows | None = None) -> metrics.Utilisation:
     """The utilisation of the cluster the caches describe (``rows``: a cache kept between
     calls)."""
-    found = (rows or ClaimRows())(claims)
+    rows = rows or ClaimRows()
+    found = rows(claims)
     devices = {(u.device_class, u.node, u.driver, u.pool):
                (u.free, u.allocated, u.blocked, u.unhealthy)
-               for u in utilisation(snapshot, found, sort=False)}
-    return metrics.Utilisation(devices=devices, pools=pool_totals(snapshot),
+               for u in utilisation(snapshot, found, sort=False, memo=rows.pools)}
+    return metrics.Utilisation(devices=devices, pools=pool_totals(snapshot, rows.pools),
                                namespaces=dict(namespace_usage(found)))
 
 

@@ -89,3 +89,41 @@ def test_alike_pods_pack_and_a_full_gang_holds_whole_nodes() -> None:
                                                         ["a", "a", "c", "c"],
                                                         ["b", "b", "c", "c"])
     assert len(set(held(outcome))) == 8
+
+
+def hostile_pod(snap: Snapshot, infos: list[NodeInfo], tag: str) -> GangPod:
+    """Five one-device claims ahead of a claim for every device: a search that tries every
+    combination of the five before it finds the last one cannot be satisfied (node steps)."""
+    ones = [parse_claim({"metadata": {"name": f"{tag}-one-{i}", "namespace": "ns"},
+                         "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                             "deviceClassName": DRIVER}}]}}}) for i in range(5)]
+    everything = parse_claim({"metadata": {"name": f"{tag}-all", "namespace": "ns"},
+                              "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                                  "deviceClassName": DRIVER, "allocationMode": "All"}}]}}})
+    return GangPod([*ones, everything], infos)
+
+
+def test_a_long_evaluation_of_one_pod_is_sliced_and_decides_as_unsliced() -> None:
+    """One member's evaluation may take its node's whole budget: the search pauses inside it
+    at the caller's slice (hostile input cannot hold the event loop for a pod's budget) and
+    decides what an unsliced search decides."""
+    snap = snapshot({"a": ["x"] * 12})
+    infos = nodes({"a": ""})
+
+    def search() -> object:
+        return gang_search(snap, [hostile_pod(snap, infos, f"m{i}") for i in range(2)],
+                           steps=200_000, node_steps=lambda _: 40_000)
+
+    whole = search().advance(None)  # type: ignore[attr-defined]
+    sliced = search()
+    deltas = []
+    while True:
+        before = sliced.steps  # type: ignore[attr-defined]
+        outcome = sliced.advance(500)  # type: ignore[attr-defined]
+        deltas.append(sliced.steps - before)  # type: ignore[attr-defined]
+        if outcome is not None:
+            break
+    assert len(deltas) > 20, deltas  # the 40,000 steps of the first member, 500 at a time
+    assert max(deltas[:-1]) <= 1_000, deltas  # a slice overruns by one slot's scan at most
+    assert (outcome.choices, outcome.nearest, outcome.exhausted) == \
+        (whole.choices, whole.nearest, whole.exhausted) == (None, 0, False)

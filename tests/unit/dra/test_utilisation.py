@@ -95,6 +95,25 @@ def test_a_device_with_the_health_taint_is_unhealthy_held_or_not() -> None:
     assert rows(found) == [(GPU, "node-a", "node-a", 4, 1, 0, 3)]
 
 
+def test_a_device_another_acting_taint_keeps_from_claims_is_blocked_as_describe_says() -> None:
+    """A NoSchedule/NoExecute taint of the slice (not the health taint) keeps an unheld device
+    from claims without a toleration: not free but blocked, and describe's FREE agrees; held,
+    it stays allocated; a taint with effect None changes nothing."""
+    from kdra.cli.core.describe import describe
+
+    drained, held, noted, plain = gpus(4)
+    for dev, effect in ((drained, "NoSchedule"), (held, "NoExecute"), (noted, "None")):
+        dev["taints"] = [{"key": "example.com/maintenance", "effect": effect}]
+    slices = [raw_slice("node-a", drained, held, noted, plain)]
+    claims = [with_class(raw_claim("a", ("gpu", GPU, "node-a", held["name"]), node="node-a"),
+                         GPU)]
+    (found,) = utilisation(snapshot(slices, [GPU_CLASS]), claims_of(claims))
+    assert (found.total, found.allocated, found.free, found.blocked, found.unhealthy) == \
+        (4, 1, 2, 1, 0)
+    (pool,) = describe(slices, claims).pools
+    assert pool.free == found.free
+
+
 def test_only_the_newest_generation_counts_and_bad_selectors_match_nothing() -> None:
     slices = [raw_slice("node-a", *gpus(4), generation=0, name="old"),
               raw_slice("node-a", *gpus(2), generation=1, name="new")]

@@ -496,3 +496,40 @@ def test_pod_notices_are_bounded() -> None:
     found = pod_notices(obj)
     assert len(found) == MAX_NOTICES
     assert all(len(n.message) < 700 for n in found)
+
+
+# --------------------------------------------------------------------------- NRI tolerance
+
+TOLERATE = "tolerate-missing-plugins.kdra.dev"
+
+
+def tolerating(key: str = TOLERATE, namespace: str = "team-a") -> dict[str, Any]:
+    obj = pod(None)
+    obj["metadata"]["namespace"] = namespace
+    obj["metadata"]["annotations"][key] = "true"
+    return obj
+
+
+@pytest.mark.parametrize("key", [TOLERATE, f"{TOLERATE}/container.main", f"{TOLERATE}/pod"])
+def test_the_nri_tolerance_is_denied_outside_kdras_namespace(key: str) -> None:
+    (error,) = pod_errors(tolerating(key), namespace="team-a", own_namespace="kdra-system")
+    assert error.field == f"metadata.annotations[{key}]"
+    assert "without kdra's NRI plugin" in error.message
+    # Through the webhook's entry point, with the request's namespace.
+    review = request_for(tolerating(key))
+    assert review["namespace"] == "team-a"
+    assert not validate(review, own_namespace="kdra-system").allowed
+    assert validate(review).allowed  # kdra's namespace not known: nothing to compare
+
+
+def test_the_nri_tolerance_stays_where_it_may_be() -> None:
+    assert pod_errors(tolerating(namespace="kdra-system"), namespace="kdra-system",
+                      own_namespace="kdra-system") == []
+    # An update of a pod that had it (from before the rule) keeps it; adding it does not.
+    old = tolerating()
+    assert pod_errors(tolerating(), old, namespace="team-a", own_namespace="kdra-system") == []
+    assert pod_errors(tolerating(), pod(None), namespace="team-a",
+                      own_namespace="kdra-system") != []
+    # An unrelated key alike is no tolerance.
+    assert pod_errors(tolerating(f"{TOLERATE}x"), namespace="team-a",
+                      own_namespace="kdra-system") == []

@@ -107,16 +107,28 @@ def cluster(client: Recording) -> Binder:
     return binder
 
 
+async def settle(binder: Binder) -> None:
+    """Until the runner of long searches has nothing left (the gang's victims are chosen
+    there, beside the scheduling loop)."""
+    for _ in range(2000):
+        if not len(binder.searches):
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("the preemption decision did not end")
+
+
 def test_a_gang_preempts_exactly_the_victims_it_needs_across_nodes() -> None:
     members = [pod("t-0", 1000, gang="t"), pod("t-1", 1000, gang="t")]
     client = GangRecording(*members)
     binder = cluster(client)
     before = attempts("gang-preempted")
 
-    async def scenario() -> tuple[list[str], dict[str, str], int]:
+    async def scenario() -> tuple[list[str], dict[str, str], int, int]:
         for member in members:
             binder.on_pod(None, member)
         results = [await binder.gangs.schedule((NS, "t-0"), members[0])]
+        choosing = len(binder.searches)  # the victims are chosen beside the loop
+        await settle(binder)
         # Again before the victims are gone: it waits, evicts nothing more.
         binder.gangs.failed.clear()
         results.append(await binder.gangs.schedule((NS, "t-0"), members[0]))
@@ -139,10 +151,11 @@ def test_a_gang_preempts_exactly_the_victims_it_needs_across_nodes() -> None:
             **members[0]["spec"], "nodeName": placed["t-0"]}})
         held = len(binder.preemption.nominations)
         await binder.stop()
-        return results, placed, held
+        return results, placed, held, choosing
 
-    results, placed, held = asyncio.run(scenario())
+    results, placed, held, choosing = asyncio.run(scenario())
     assert results == ["unschedulable", "unschedulable", "unschedulable", "allocated"]
+    assert choosing == 1
     assert sorted(client.evictions) == ["low-a", "low-b"]  # exactly those, once each
     assert sorted(placed.values()) == ["w1", "w2"] and set(placed) == {"t-0", "t-1"}
     nominated = {name: body["status"]["nominatedNodeName"]
@@ -155,9 +168,10 @@ def test_a_gang_preempts_exactly_the_victims_it_needs_across_nodes() -> None:
     (preempting,) = client.reasons("Preempting")
     assert preempting[0] == "t-0"
     assert preempting[1].startswith("Preempting 2 pod(s) on nodes w1, w2 for gang ns/t: ")
-    first = client.messages("t-1")[0]
-    assert "preemption: preempting 2 lower-priority pod(s) on nodes w1, w2" in first, first
-    assert "waiting for 2 preempted pod(s) on nodes w1, w2" in client.messages("t-1")[1]
+    said = client.messages("t-1")
+    assert "preemption: choosing lower-priority pods to preempt for the whole gang" in said[0]
+    assert "preemption: preempting 2 lower-priority pod(s) on nodes w1, w2" in said[1], said
+    assert "waiting for 2 preempted pod(s) on nodes w1, w2" in said[2], said
     assert all("preempting" not in m for m in client.messages("other"))
     assert attempts("gang-preempted") - before == 1
     assert held == 0
@@ -175,12 +189,16 @@ def test_a_gang_that_would_still_not_fit_preempts_nobody() -> None:
         for member in members:
             binder.on_pod(None, member)
         result = await binder.gangs.schedule((NS, "u-0"), members[0])
+        await settle(binder)
         await binder.stop()
         return result
 
     assert asyncio.run(scenario()) == "unschedulable"
     assert client.preempted_nobody()
     assert attempts("gang-no-candidates") - before == 1
+    # The members were told the decision ended with nothing done.
+    last = client.messages("u-0")[-1]
+    assert "gang 'u' needs 3 pods" in last and "preemption" not in last, last
     assert binder.preemption.nominations == {}
 
 

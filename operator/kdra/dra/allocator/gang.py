@@ -23,7 +23,11 @@ before anything is written:
 - in steps: :meth:`GangSearch.advance` runs until about ``steps`` were spent (the
   ``options`` callable reports what each evaluation cost) and returns None to be called
   again — the binder yields to its event loop between slices; :meth:`GangSearch.give_up`
-  ends it with what is known.
+  ends it with what is known. One pod's evaluation may itself be long (a tenant's claims
+  can make one node's search take a pod's whole budget): ``options`` may raise
+  :class:`Unfinished` with what it spent so far, ending the slice, and is called again with
+  the same arguments at the next ``advance`` to go on (:attr:`GangSearch.allowance` tells
+  it how many steps the slice has left).
 
 The search is exhaustive over the choices ``options`` offers: it finds an assignment
 whenever one exists among them (tests/unit/dra/test_allocator_gang.py checks this against a
@@ -38,7 +42,7 @@ Invariants:
 - With ``scope_backtracks`` None the search is exhaustive over the choices offered; with it,
   a failure is reported ``exhausted`` whenever a scope was cut short.
 - Steps are bounded by the caller's budget: ``advance`` overruns its ``steps`` by at most
-  one ``options`` evaluation.
+  what one ``options`` call spends before it finishes or raises :class:`Unfinished`.
 - Pure: no I/O, no clock; the caller owns deadlines.
 """
 
@@ -49,7 +53,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-__all__ = ["Choice", "GangOutcome", "GangSearch", "Options", "Scope", "scopes"]
+__all__ = ["Choice", "GangOutcome", "GangSearch", "Options", "Scope", "Unfinished", "scopes"]
 
 P = TypeVar("P")
 
@@ -81,6 +85,15 @@ Options = Callable[[int, Scope, frozenset[Hashable], frozenset[str]],
                    tuple[Sequence[Choice[P]], int]]
 """``(pod index, scope, devices taken by earlier pods, nodes they use) → (the pod's choices,
 steps the evaluation cost)``."""
+
+
+class Unfinished(Exception):
+    """Raised by ``options``: the evaluation spent ``cost`` steps and is not finished; call
+    again with the same arguments to go on."""
+
+    def __init__(self, cost: int) -> None:
+        super().__init__(cost)
+        self.cost = cost
 
 
 @dataclass
@@ -132,6 +145,9 @@ class GangSearch(Generic[P]):
     _nearest: int = 0
     _nearest_scope: Scope | None = None
     _outcome: GangOutcome[P] | None = None
+    _pushing: bool = False  # the last _push raised Unfinished: it goes on first
+    allowance: int | None = None
+    """Steps left in the current slice (None: no limit), for ``options`` to pause at."""
 
     def advance(self, steps: int | None) -> GangOutcome[P] | None:
         """Search on for about ``steps`` steps (None: to the end); the outcome, or None if
@@ -143,9 +159,10 @@ class GangSearch(Generic[P]):
             scope = self.scopes[self._scope]
             if self.pods == 0:
                 return self._finish([], scope)
-            if not self._started:
+            if not self._started or self._pushing:
                 self._started = True
-                self._push(scope)
+                if not self._push(scope, stop):
+                    return None
             while self._stack:
                 if stop is not None and self.steps >= stop:
                     return None
@@ -171,7 +188,8 @@ class GangSearch(Generic[P]):
                     self._nearest, self._nearest_scope = len(self._path), scope
                 if len(self._path) == self.pods:
                     return self._finish(list(self._path), scope)
-                self._push(scope)
+                if not self._push(scope, stop):
+                    return None
             self._scope += 1
             self._started = False
             self._failed.clear()
@@ -185,7 +203,9 @@ class GangSearch(Generic[P]):
                                         exhausted=True, steps=self.steps)
         return self._outcome
 
-    def _push(self, scope: Scope) -> None:
+    def _push(self, scope: Scope, stop: int | None) -> bool:
+        """The next pod's frame onto the stack; False when its evaluation paused
+        (:class:`Unfinished`: the slice is over, the next ``advance`` goes on with it)."""
         taken: frozenset[Hashable] = frozenset().union(*(c.devices for c in self._path))
         used = frozenset(c.node for c in self._path)
         index = len(self._path)
@@ -194,13 +214,22 @@ class GangSearch(Generic[P]):
         if (index, taken, used) in self._failed:
             self.steps += 1  # reached before in another order, and failed
             self._stack.append(_Frame((), (taken, used)))
-            return
-        choices, cost = self.options(index, scope, taken, frozenset(c.node for c in self._path))
+            return True
+        self.allowance = None if stop is None else max(1, stop - self.steps)
+        try:
+            choices, cost = self.options(index, scope, taken,
+                                         frozenset(c.node for c in self._path))
+        except Unfinished as pause:
+            self.steps += max(1, pause.cost)
+            self._pushing = True
+            return False
+        self._pushing = False
         self.steps += max(1, cost)
         self._stack.append(_Frame([
             c for c in choices
             if scope.allows(c.node) and not (c.devices & taken)
             and not (self.distinct_nodes and c.node in used)], (taken, used)))
+        return True
 
     def _finish(self, choices: list[Choice[P]] | None, scope: Scope | None) -> GangOutcome[P]:
         self._outcome = GangOutcome(choices, scope, self._nearest if choices is None

@@ -15,8 +15,10 @@ Invariants:
   has them.
 - The Placings together spend at most ``steps`` (each gets what is left; one that runs out
   gives up with what it found). An evaluation costs its Placing's steps plus one per node
-  evaluated, so the caller's slices (``GangSearch.advance``) bound the time between yields
-  to about one pod's evaluation over its candidate nodes.
+  evaluated. A Placing is stepped within what the caller's slice has left
+  (``GangSearch.allowance``): one that needs more pauses the search
+  (:class:`~.gang.Unfinished`) and goes on at the next slice, so the time between two yields
+  is bounded by the slice, not by a pod's evaluation.
 - A device without the ``match_attribute`` attribute is never in a scope; a node without
   the ``topology_key`` label never either (:func:`~.gang.scopes`).
 """
@@ -27,7 +29,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 from kdra.dra.allocator.cluster import ClusterOutcome, Placing
-from kdra.dra.allocator.gang import Choice, GangSearch, Scope, scopes
+from kdra.dra.allocator.gang import Choice, GangSearch, Scope, Unfinished, scopes
 from kdra.dra.allocator.nodeselector import NodeInfo
 from kdra.dra.allocator.placement import Placement
 from kdra.dra.allocator.pools import DeviceId
@@ -97,6 +99,7 @@ def gang_search(snapshot: Snapshot, pods: Sequence[GangPod], *, steps: int,
         return excluded[scope.value]
 
     spent = [0]
+    ongoing: dict[Hashable, tuple[Placing, int]] = {}  # a paused evaluation, steps reported
 
     def options(i: int, scope: Scope, taken: frozenset[Hashable],
                 used: frozenset[str]) -> tuple[Sequence[Choice[Pick]], int]:
@@ -108,17 +111,28 @@ def gang_search(snapshot: Snapshot, pods: Sequence[GangPod], *, steps: int,
         if not pod.claims:
             return [Choice(n.name, frozenset(), Pick(Placement(n.name, (), [], {}), None))
                     for n in nodes], len(nodes)
-        in_flight = frozenset(d for d in taken if isinstance(d, DeviceId)) \
-            | outside(scope) | pod.reserved
-        placing = Placing(snapshot, pod.claims, nodes, in_flight=in_flight,
-                          node_steps=node_steps(max(1, len(nodes))) if node_steps else None,
-                          scoring=pod.scoring, freed=freed)
-        found: ClusterOutcome | None = placing.advance(max(1, steps - spent[0]))
+        key = (i, scope, taken, used)
+        placing, reported = ongoing.pop(key, (None, 0))
+        if placing is None:
+            in_flight = frozenset(d for d in taken if isinstance(d, DeviceId)) \
+                | outside(scope) | pod.reserved
+            placing = Placing(snapshot, pod.claims, nodes, in_flight=in_flight,
+                              node_steps=node_steps(max(1, len(nodes))) if node_steps
+                              else None, scoring=pod.scoring, freed=freed)
+        left = max(1, steps - spent[0])
+        allowance = search.allowance
+        found: ClusterOutcome | None = placing.advance(
+            left if allowance is None else min(left, allowance))
         if found is None:
-            found = placing.give_up()
+            if allowance is not None and placing.steps - reported < left:
+                ongoing.clear()  # one evaluation at a time: the search resumes this one
+                ongoing[key] = (placing, placing.steps)
+                spent[0] += placing.steps - reported
+                raise Unfinished(placing.steps - reported)
+            found = placing.give_up()  # the gang's budget is spent
         # Each node evaluated counts a step too: a count-only evaluation tries no device,
         # yet costs the event loop its time (the search slices by these steps).
-        cost = placing.steps + len(nodes)
+        cost = placing.steps - reported + len(nodes)
         spent[0] += cost
         ordered = sorted(found.placements.values(), key=lambda p: (
             -p.preference, sum(p.free_after.values()), p.node))
@@ -126,10 +140,11 @@ def gang_search(snapshot: Snapshot, pods: Sequence[GangPod], *, steps: int,
                 for p in ordered], cost
 
     labels = {n.name: n.labels for pod in pods for n in pod.nodes}
-    return GangSearch(len(pods), options, scopes(
+    search = GangSearch(len(pods), options, scopes(
         node_labels=labels, topology_key=topology_key, attribute=match_attribute,
         attribute_values={v for v in values.values() if v is not None}, show=_shown),
         distinct_nodes=spread, scope_backtracks=SCOPE_BACKTRACKS * max(1, len(pods)))
+    return search
 
 
 def _shown(value: object) -> str:

@@ -25,8 +25,11 @@ Rules (also in ``docs/user-guide.md``):
   it and either no current slice publishes it any more or the agent reported it
   ``Ready=False`` with reason ``DeviceUnhealthy`` or ``Healthy=False``; ``allocated`` when
   a claim holds it alone; else ``free`` when it could be allocated now, ``blocked`` when
-  not (below). Unpublished devices are counted under their claim's request class, on the
-  claim's node.
+  not: a counter it consumes has no room (below), or its slice puts another acting taint
+  (NoSchedule, NoExecute) on it that keeps it from claims without a toleration (as
+  ``describe`` leaves such devices out of a pool's FREE; a DeviceTaintRule's taints are not
+  counted here, neither there). Unpublished devices are counted under their claim's request
+  class, on the claim's node.
 - *Could be allocated now* is the allocator's own test (:meth:`~kdra.dra.allocator.ledger.
   Ledger.can_take` with no capacity request), on one ledger for the whole cluster seeded with
   every held device: every counter the device consumes (``consumesCounters`` against its
@@ -56,10 +59,10 @@ from decimal import Decimal
 from typing import Any
 
 from kdra.dra.allocator.capacity import EXACT, amount
-from kdra.dra.allocator.gather import cluster_pools
+from kdra.dra.allocator.gather import PoolKey, cluster_pools
 from kdra.dra.allocator.ledger import Ledger, SharedUse
 from kdra.dra.allocator.nodeselector import NodeInfo
-from kdra.dra.allocator.pools import DeviceEntry, DeviceId, NodePools, Selector
+from kdra.dra.allocator.pools import DeviceEntry, DeviceId, NodePools, Pool, Selector, SliceEntry
 from kdra.dra.allocator.snapshot import Snapshot
 from kdra.dra.allocator.stats import Stats
 from kdra.dra.cel import compile_selector
@@ -74,6 +77,7 @@ __all__ = [
     "NamespaceTop",
     "PodTop",
     "Usage",
+    "UsageMemo",
     "namespace_usage",
     "pool_totals",
     "top",
@@ -145,16 +149,98 @@ def _class_selectors(classes: Iterable[DeviceClass]) -> list[tuple[str, tuple[Se
     return compiled
 
 
+class UsageMemo:
+    """What :func:`utilisation` counted at its last call, reused at the next while nothing
+    the counts depend on changed — kept by a caller that asks repeatedly (the operator's
+    scrapes), so a scrape of a cluster where nothing changed walks no device, and one where
+    little changed walks only the pools that did.
+
+    The whole result is reused when the claim rows are the same objects as last time (the
+    caller keeps a row per claim version) and the slices and classes are unchanged.
+
+    A pool's counts depend on its newest generation's slices (compared by identity: the
+    snapshot keeps a slice's entries, with their selector memos, while it is unchanged), the
+    classes and their selectors (compared as text), and what the claims hold in the pool (each
+    held device's health and, for a shared device, its shares' count and consumed capacity).
+    Anything else about a device (taints, attributes, counters) is part of its slice.
+
+    Invariants: a result computed with a memo equals one computed without; the memo keeps
+    only the pools of its last call (a removed pool is dropped)."""
+
+    def __init__(self) -> None:
+        self._entries: tuple[SliceEntry, ...] = ()
+        self._pools: tuple[Pool, ...] = ()
+        self._counts: dict[PoolKey, _PoolCounts] = {}
+        self._last: tuple[tuple[ClaimRow, ...], tuple[Pool, ...], _ClassKey,
+                          list[tuple[tuple[str, str, str, str], _Count]]] | None = None
+
+    def _same_as_last(self, rows: tuple[ClaimRow, ...], pools: tuple[Pool, ...],
+                      class_key: _ClassKey) -> list[tuple[tuple[str, str, str, str],
+                                                         _Count]] | None:
+        last = self._last
+        if last is None or last[1] is not pools or last[2] != class_key or len(
+                last[0]) != len(rows) or any(
+                a is not b for a, b in zip(last[0], rows, strict=True)):
+            return None
+        return last[3]
+
+    def pools(self, snapshot: Snapshot) -> tuple[Pool, ...]:
+        """:func:`cluster_pools` of the snapshot's slices, rebuilt only when a slice changed."""
+        entries = tuple(snapshot.slice_entries())
+        if len(entries) != len(self._entries) or any(
+                a is not b for a, b in zip(entries, self._entries, strict=True)):
+            self._entries, self._pools = entries, cluster_pools(entries)
+        return self._pools
+
+
+_ClassKey = tuple[tuple[str, tuple[str, ...]], ...]
+"""The classes by name, with their selectors' expressions."""
+
+
+@dataclass(frozen=True)
+class _PoolCounts:
+    slices: tuple[SliceEntry, ...]
+    classes: _ClassKey
+    held: tuple[tuple[str, bool, int, tuple[tuple[str, Decimal], ...]], ...]
+    counts: tuple[tuple[tuple[str, str, str, str], _Count], ...]
+    names: frozenset[str]
+
+
 def utilisation(snapshot: Snapshot, claims: Sequence[ClaimRow],
-                stats: Stats | None = None, *, sort: bool = True) -> list[Usage]:
+                stats: Stats | None = None, *, sort: bool = True,
+                memo: UsageMemo | None = None) -> list[Usage]:
     """Per (class, node, driver, pool): free, allocated, blocked and unhealthy devices (module
     doc).
 
     ``snapshot`` supplies the slices and classes (its claims are not used: ``claims`` say who
     holds what, with the agents' readiness); ``stats`` counts the CEL work (a private one by
     default, so the allocator's figures stay the allocator's). ``sort=False`` leaves the rows
-    in no particular order (the metrics need none)."""
+    in no particular order (the metrics need none). ``memo``: the counts of pools that did not
+    change since the memo's last call are reused (:class:`UsageMemo`)."""
     stats = stats if stats is not None else Stats()
+    memo = memo if memo is not None else UsageMemo()
+    rows = tuple(claims)
+    classes = _class_selectors(snapshot.classes())
+    class_key = tuple((name, tuple(s.expression for s in selectors))
+                      for name, selectors in classes)
+    pools = memo.pools(snapshot)
+    items = memo._same_as_last(rows, pools, class_key)
+    if items is None:
+        items = _count(rows, classes, class_key, pools, memo, stats)
+        memo._last = (rows, pools, class_key, items)
+    if sort:
+        items = sorted(items, key=lambda kv: (kv[0][0], natural(kv[0][1]), kv[0][2],
+                                              natural(kv[0][3])))
+    return [Usage(name, node, driver, pool, count.free, count.allocated, count.unhealthy,
+                  count.blocked)
+            for (name, node, driver, pool), count in items]
+
+
+def _count(claims: tuple[ClaimRow, ...], classes: list[tuple[str, tuple[Selector, ...]]],
+           class_key: _ClassKey, pools: tuple[Pool, ...], memo: UsageMemo,
+           stats: Stats) -> list[tuple[tuple[str, str, str, str], _Count]]:
+    """:func:`utilisation`'s counts, unsorted (pools unchanged since ``memo``'s last call
+    are not walked again)."""
     held: dict[DeviceId, tuple[bool, str, str]] = {}  # device → (unhealthy, class, node)
     shares: dict[DeviceId, SharedUse] = {}
     for claim in claims:
@@ -166,45 +252,73 @@ def utilisation(snapshot: Snapshot, claims: Sequence[ClaimRow],
                          claim.node or (was[2] if was else ""))
             if device.share_id:
                 shares.setdefault(key, SharedUse()).add(1, _amounts(device.consumed))
-    classes = _class_selectors(snapshot.classes())
+    held_in: dict[PoolKey, list[tuple[str, bool, int, tuple[tuple[str, Decimal], ...]]]] = \
+        defaultdict(list)
+    for device_id, (unhealthy, _, _) in held.items():
+        share = shares.get(device_id)
+        held_in[(device_id.driver, device_id.pool)].append(
+            (device_id.device, unhealthy, share.count if share else 0,
+             tuple(sorted(share.consumed.items())) if share else ()))
     counts: dict[tuple[str, str, str, str], _Count] = defaultdict(_Count)
-    published: set[DeviceId] = set()
-    pools = cluster_pools(snapshot.slice_entries())
-    ledger = Ledger(NodePools(NodeInfo(""), pools), held, shares)
+    ledger: Ledger | None = None
+    known: dict[PoolKey, _PoolCounts] = {}
     for pool in pools:
-        seen: set[str] = set()
-        for entry in pool.entries:
-            if entry.id.device in seen:
-                continue
-            seen.add(entry.id.device)
-            published.add(entry.id)
-            state = _state(entry, held.get(entry.id), ledger)
-            node = _node_of(entry.slice)
-            matched = [name for name, selectors in classes
-                       if _matches(entry, selectors, stats)] or [NO_CLASS]
-            for name in matched:
-                count = counts[(name, node, pool.driver, pool.name)]
-                setattr(count, state, getattr(count, state) + 1)
+        pool_key = (pool.driver, pool.name)
+        held_here = tuple(sorted(held_in.get(pool_key, ())))
+        done = memo._counts.get(pool_key)
+        if done is None or done.held != held_here or done.classes != class_key or len(
+                done.slices) != len(pool.slices) or any(
+                a is not b for a, b in zip(done.slices, pool.slices, strict=True)):
+            if ledger is None:
+                ledger = Ledger(NodePools(NodeInfo(""), pools), held, shares)
+            done = _count_pool(pool, classes, held, ledger, stats, class_key, held_here)
+        known[pool_key] = done
+        for where, count in done.counts:
+            into = counts[where]
+            into.free += count.free
+            into.allocated += count.allocated
+            into.unhealthy += count.unhealthy
+            into.blocked += count.blocked
+    memo._counts = known
     for device_id, (_, device_class, node) in held.items():
-        if device_id not in published:
+        pool_counts = known.get((device_id.driver, device_id.pool))
+        if pool_counts is None or device_id.device not in pool_counts.names:
             counts[(device_class, node, device_id.driver, device_id.pool)].unhealthy += 1
-    items = list(counts.items())
-    if sort:
-        items.sort(key=lambda kv: (kv[0][0], natural(kv[0][1]), kv[0][2], natural(kv[0][3])))
-    return [Usage(name, node, driver, pool, count.free, count.allocated, count.unhealthy,
-                  count.blocked)
-            for (name, node, driver, pool), count in items]
+    return list(counts.items())
+
+
+def _count_pool(pool: Pool, classes: list[tuple[str, tuple[Selector, ...]]],
+                held: Mapping[DeviceId, tuple[bool, str, str]], ledger: Ledger, stats: Stats,
+                class_key: _ClassKey,
+                held_here: tuple[tuple[str, bool, int, tuple[tuple[str, Decimal], ...]], ...],
+                ) -> _PoolCounts:
+    """One pool's counts per (class, node, driver, pool), each published device once."""
+    counts: dict[tuple[str, str, str, str], _Count] = defaultdict(_Count)
+    seen: set[str] = set()
+    for entry in pool.entries:
+        if entry.id.device in seen:
+            continue
+        seen.add(entry.id.device)
+        state = _state(entry, held.get(entry.id), ledger)
+        node = _node_of(entry.slice)
+        matched = [name for name, selectors in classes
+                   if _matches(entry, selectors, stats)] or [NO_CLASS]
+        for name in matched:
+            count = counts[(name, node, pool.driver, pool.name)]
+            setattr(count, state, getattr(count, state) + 1)
+    return _PoolCounts(pool.slices, class_key, held_here, tuple(counts.items()),
+                       frozenset(seen))
 
 
 def _state(entry: DeviceEntry, holder: tuple[bool, str, str] | None, ledger: Ledger) -> str:
     """One device's state (module doc): ``holder`` is (unhealthy, class, node) of a device
     some claim holds (alone or a share of it)."""
-    if any(t.key == UNHEALTHY_KEY and acts(t) for t in entry.taints) or (
-            holder is not None and holder[0]):
+    acting = [t for t in entry.taints if acts(t)]
+    if any(t.key == UNHEALTHY_KEY for t in acting) or (holder is not None and holder[0]):
         return "unhealthy"
     if holder is not None and not entry.shared:
         return "allocated"
-    if ledger.can_take(entry, ()):
+    if not acting and ledger.can_take(entry, ()):
         return "free"
     return "allocated" if holder is not None else "blocked"
 
@@ -222,11 +336,13 @@ def _amounts(written: Iterable[tuple[str, str]]) -> dict[str, Decimal]:
     return amounts
 
 
-def pool_totals(snapshot: Snapshot) -> dict[tuple[str, str, str], int]:
+def pool_totals(snapshot: Snapshot,
+                memo: UsageMemo | None = None) -> dict[tuple[str, str, str], int]:
     """(node, driver, pool) → devices the pool's newest generation publishes (each once,
-    whatever its classes), for ``kdra_pool_devices``."""
+    whatever its classes), for ``kdra_pool_devices`` (``memo``: pools gathered once per change
+    of the slices, :meth:`UsageMemo.pools`)."""
     totals: dict[tuple[str, str, str], int] = {}
-    for pool in cluster_pools(snapshot.slice_entries()):
+    for pool in (memo or UsageMemo()).pools(snapshot):
         names = {entry.id.device for entry in pool.entries}
         totals[(_node_of(pool.slices[0].slice), pool.driver, pool.name)] = len(names)
     return totals

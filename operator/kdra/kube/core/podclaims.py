@@ -58,6 +58,19 @@ def is_kdra_owned(key: str) -> bool:
             or key.startswith(GPU_UUIDS_ANNOTATION_PREFIX))
 
 
+NRI_TOLERATE_ANNOTATION = "tolerate-missing-plugins.kdra.dev"
+"""The pod annotation containerd's NRI default validator is configured to read
+(``tolerate_missing_plugins_annotation``, docs/architecture.md): a pod carrying it (or NRI's
+per-container and per-pod forms, ``<key>/container.<name>``, ``<key>/pod``) starts without
+kdra's NRI plugin — no device adjustment, no env override. kdra's own pods need it; a
+tenant's pod must not have it (kdra.operator.core.admission)."""
+
+
+def is_nri_tolerance(key: str) -> bool:
+    """Whether a pod annotation key lets a container start without kdra's NRI plugin."""
+    return key == NRI_TOLERATE_ANNOTATION or key.startswith(NRI_TOLERATE_ANNOTATION + "/")
+
+
 def kdra_owned(annotations: Mapping[str, Any] | None) -> dict[str, Any]:
     """The kdra-owned entries of ``annotations``."""
     if not isinstance(annotations, Mapping):

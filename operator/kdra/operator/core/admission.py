@@ -78,6 +78,7 @@ from kdra.kube.core.podclaims import (
     GPU_UUIDS_ENV,
     SCHEDULER_NAME,
     PodClaim,
+    is_nri_tolerance,
     kdra_owned,
     pod_claims,
 )
@@ -227,7 +228,8 @@ def validate(request: Mapping[str, Any],
              trusted: frozenset[str] = frozenset(),
              namespace_labels: Mapping[str, str] | None = None, *,
              flavour: Flavour = KDRA,
-             foreign_claims: Mapping[str, tuple[str, str]] | None = None) -> AdmissionResponse:
+             foreign_claims: Mapping[str, tuple[str, str]] | None = None,
+             own_namespace: str = "") -> AdmissionResponse:
     """The validating webhook: claims, templates, classes, pods with kdra's keys, and the
     device data drivers write into a claim's status.
 
@@ -237,7 +239,8 @@ def validate(request: Mapping[str, Any],
     :func:`admin_access_requested` (None: they could not be read). ``foreign_claims``: as
     for :func:`mutate_pod` — a pod being created that names (in the ``flavour``'s claims) a
     claim generated for another pod is denied (the native flavour checks it here: its pods
-    may have no mutating webhook).
+    may have no mutating webhook). ``own_namespace``: kdra's, the one namespace whose pods may
+    carry the NRI tolerance (:func:`pod_errors`).
     """
     uid = str(request.get("uid", ""))
     kind = request.get("kind") or {}
@@ -254,7 +257,9 @@ def validate(request: Mapping[str, Any],
                           or "")}
     if group == "" and name == "Pod":
         user = (request.get("userInfo") or {}).get("username")
-        errors = pod_errors(obj, old, kdra_writer=isinstance(user, str) and user in trusted)
+        errors = pod_errors(obj, old, kdra_writer=isinstance(user, str) and user in trusted,
+                            namespace=str(request.get("namespace") or meta.get("namespace")
+                                          or ""), own_namespace=own_namespace)
         if operation == "CREATE" and foreign_claims:
             errors += stolen_claims(obj, flavour, foreign_claims)
         return AdmissionResponse(uid, _capped(errors),
@@ -404,11 +409,16 @@ def _scheduler_patch(pod: Mapping[str, Any], claims: Sequence[PodClaim]) -> list
 
 
 def pod_errors(pod: Mapping[str, Any], old: Mapping[str, Any] | None = None, *,
-               kdra_writer: bool = False) -> list[FieldError]:
+               kdra_writer: bool = False, namespace: str = "",
+               own_namespace: str = "") -> list[FieldError]:
     """Why a pod's creation (``old`` None) or update must be rejected (empty: it is fine).
 
-    ``kdra_writer``: the request is kdra's own, which may write kdra-owned keys."""
+    ``kdra_writer``: the request is kdra's own, which may write kdra-owned keys.
+    ``namespace``: the pod's; outside ``own_namespace`` (kdra's; empty: not known, nothing
+    is checked) the NRI tolerance may not be written (:func:`_tolerance_errors`)."""
     errors = [] if kdra_writer else _owned_key_errors(pod, old)
+    if own_namespace and namespace != own_namespace:
+        errors += _tolerance_errors(pod, old)
     errors += _claims_annotation_errors(pod, old)
     errors += device_env_errors(pod, old)
     return errors
@@ -428,6 +438,24 @@ def _owned_key_errors(pod: Mapping[str, Any], old: Mapping[str, Any] | None) -> 
             if old is None else "is written by kdra only: it cannot be added, changed or "
                                 "removed")
     return [FieldError(f"metadata.annotations[{shorten(key, 100)}]", what) for key in changed]
+
+
+def _tolerance_errors(pod: Mapping[str, Any],
+                      old: Mapping[str, Any] | None) -> list[FieldError]:
+    """The NRI tolerance (``tolerate-missing-plugins.kdra.dev``, and NRI's per-container and
+    per-pod forms) added or changed: with containerd's NRI validator requiring kdra, it is
+    what lets a container start while kdra's plugin is away — without its devices' isolation
+    (an image's ``NVIDIA_VISIBLE_DEVICES=all`` would stand). Only kdra's own pods, in kdra's
+    namespace (or ``kube-system``, which the webhook does not see), may carry it. A key an
+    old pod already had is left alone, so such a pod can still be changed."""
+    now, before = _annotations(pod), _annotations(old)
+    keys = sorted(k for k in now if isinstance(k, str) and is_nri_tolerance(k)
+                  and (k not in before or before.get(k) != now.get(k)))
+    return [FieldError(f"metadata.annotations[{shorten(key, 100)}]",
+                       "lets the pod's containers start without kdra's NRI plugin (no device "
+                       "isolation while it is away): only kdra's own pods, in its namespace, "
+                       "may carry it; remove it")
+            for key in keys]
 
 
 def _resolved(pod: Mapping[str, Any]) -> bool:

@@ -29,7 +29,9 @@ Failure policy — the trade-off, written down once:
   write kdra-owned keys (claim-statuses, ``devices.`` / ``gpus.resource.kdra.dev/*``) by
   anyone but kdra's own identities (the ``trusted`` usernames: the operator's
   ServiceAccount), so kdra's own writes (the claim controller's claim-statuses) never wait
-  for a webhook, and users' are denied.
+  for a webhook, and users' are denied — and those that write the NRI tolerance
+  (``tolerate-missing-plugins.kdra.dev``: start without kdra's NRI plugin) outside kdra's
+  namespace, which are denied too.
 * The one exception to ``Fail``: ``notice-pods`` (the same ``/mutate-pods``, for pods no
   other kdra webhook gets) only warns — ``spec.resourceClaims``, which kdra's flavour does not
   read, or an annotation key mentioning kdra that is none of kdra's (a typo of the claims
@@ -61,6 +63,7 @@ from kdra.kube.core.podclaims import (
     CLAIMS_ANNOTATION,
     DEVICES_ANNOTATION_PREFIX,
     GPU_UUIDS_ANNOTATION_PREFIX,
+    NRI_TOLERATE_ANNOTATION,
     SCHEDULER_NAME,
 )
 from kdra.operator.core.pod_notices import NOTICE_POD_CONDITION
@@ -169,16 +172,34 @@ adds, changes or removes the claims annotation."""
 
 _OWNED = (f"(k == '{CLAIM_STATUSES_ANNOTATION}' || k.startsWith('{DEVICES_ANNOTATION_PREFIX}') "
           f"|| k.startsWith('{GPU_UUIDS_ANNOTATION_PREFIX}'))")
-OWNED_KEYS_CHANGED_CONDITION = (
-    f"request.operation == 'CREATE' ? (has(object.metadata.annotations) && "
-    f"object.metadata.annotations.exists(k, {_OWNED})) : "
-    f"((has(object.metadata.annotations) && object.metadata.annotations.exists(k, {_OWNED} && "
-    "(!has(oldObject.metadata.annotations) || !(k in oldObject.metadata.annotations) || "
-    "oldObject.metadata.annotations[k] != object.metadata.annotations[k]))) || "
-    f"(has(oldObject.metadata.annotations) && oldObject.metadata.annotations.exists(k, {_OWNED}"
-    " && (!has(object.metadata.annotations) || !(k in object.metadata.annotations)))))"
-)
+_TOLERANCE = (f"(k == '{NRI_TOLERATE_ANNOTATION}' || "
+              f"k.startsWith('{NRI_TOLERATE_ANNOTATION}/'))")
+
+
+def _keys_written(keys: str) -> str:
+    """A creation carrying an annotation key ``keys`` (a CEL test of ``k``) holds, or an
+    update that adds, changes or removes one."""
+    return (
+        f"request.operation == 'CREATE' ? (has(object.metadata.annotations) && "
+        f"object.metadata.annotations.exists(k, {keys})) : "
+        f"((has(object.metadata.annotations) && object.metadata.annotations.exists(k, {keys} && "
+        "(!has(oldObject.metadata.annotations) || !(k in oldObject.metadata.annotations) || "
+        "oldObject.metadata.annotations[k] != object.metadata.annotations[k]))) || "
+        f"(has(oldObject.metadata.annotations) && oldObject.metadata.annotations.exists(k, {keys}"
+        " && (!has(object.metadata.annotations) || !(k in object.metadata.annotations)))))"
+    )
+
+
+OWNED_KEYS_CHANGED_CONDITION = _keys_written(_OWNED)
 """A creation carrying a kdra-owned key, or an update that adds, changes or removes one."""
+
+
+def protected_keys_condition(namespace: str) -> str:
+    """``protect-pods``: a kdra-owned key written (:data:`OWNED_KEYS_CHANGED_CONDITION`), or
+    the NRI tolerance (:data:`~kdra.kube.core.podclaims.NRI_TOLERATE_ANNOTATION`) written in
+    a namespace other than kdra's own (where kdra's agent and operator pods carry it)."""
+    return (f"({OWNED_KEYS_CHANGED_CONDITION}) || (request.namespace != '{namespace}' && "
+            f"({_keys_written(_TOLERANCE)}))")
 
 
 NATIVE_SCHEDULER_CONDITION = (
@@ -398,7 +419,8 @@ def validating_configuration(endpoint: Endpoint, ca_bundle: bytes | None,
         _pod_webhook(PROTECT_PODS_WEBHOOK, endpoint, VALIDATE_PATH, ca_bundle,
                      ("CREATE", "UPDATE"),
                      (("not-kdra", _not_trusted(users)),
-                      ("kdra-owned-keys-written", OWNED_KEYS_CHANGED_CONDITION))),
+                      ("kdra-owned-keys-written",
+                       protected_keys_condition(endpoint.namespace)))),
     ]
     if flavour.group == GROUP:
         kinds = [objects, _binding_webhook(endpoint, ca_bundle),

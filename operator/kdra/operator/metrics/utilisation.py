@@ -100,7 +100,8 @@ _FAMILIES = (
     ("kdra_devices",
      "Devices by DeviceClass, node, driver, pool and state (free: could be allocated now; "
      "allocated; blocked: held by nobody, but a shared counter it consumes has no room left, "
-     "e.g. a GPU partition whose memory another partition holds; unhealthy: held "
+     "e.g. a GPU partition whose memory another partition holds, or its slice taints it "
+     "NoSchedule/NoExecute; unhealthy: held "
      "by a claim but no longer published, or reported unhealthy by the node agent). A device "
      "counts for every class it matches; class <none>: no class selects it. node and pool are "
      "<all> above metrics_max_nodes nodes.",

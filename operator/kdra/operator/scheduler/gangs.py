@@ -15,8 +15,13 @@ Invariants:
   a gang that does not fit holds no device (every member is reported, parked until the
   cluster changes).
 - The gang's search budget is its members' (steps: the pod budget times the members;
-  time: the pod deadline times the members, at most ``GANG_DEADLINE_CAP``), spent in
-  slices with a yield to the event loop between them.
+  time: the pod deadline times the members, at most ``GANG_DEADLINE_CAP``). One slice runs
+  inline; a search that needs more goes on beside the scheduling loop in the binder's runner
+  of long searches (:mod:`.searches`: one long search at a time, at most half the event loop),
+  so a tenant's gang never holds the loop — the pods queued behind it are scheduled
+  meanwhile. While it searches, its members are in :attr:`Gangs.searching` (the loop skips
+  them) and no second search of the gang starts; members that arrived meanwhile are queued
+  again when it ends.
 - A placement found during a search that yielded is taken only if every member's placement
   still fits the snapshot as it is then (``Placing.still_fits``).
 - DeviceQuotas are checked for the gang as a whole: each member is admitted with the
@@ -33,14 +38,13 @@ Invariants:
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
 
 from kdra.dra.allocator import DeviceId, Snapshot
-from kdra.dra.allocator.gang import GangOutcome
+from kdra.dra.allocator.gang import GangOutcome, GangSearch
 from kdra.dra.allocator.gangplace import GangPod, Pick, gang_search
 from kdra.dra.errors import InvalidObject
 from kdra.kube.resources import Resource
@@ -61,6 +65,7 @@ from kdra.operator.scheduler.pending import Attempt, Context, PendingPods
 from kdra.operator.scheduler.preemption import gang_key
 from kdra.operator.scheduler.quota import QUOTA_REASON
 from kdra.operator.scheduler.reporting import Reporter
+from kdra.operator.scheduler.searches import Limit, Searches
 from kdra.operator.scheduler.settings import BinderSettings
 
 log = logging.getLogger(__name__)
@@ -85,7 +90,8 @@ class Gangs:
 
     def __init__(self, *, cluster: ClusterView, pods: PendingPods, reporter: Reporter,
                  writes: GangWrites, settings: BinderSettings, context: ContextOf,
-                 reserved: Reserved, preemption: GangPreemption | None = None) -> None:
+                 reserved: Reserved, searches: Searches,
+                 preemption: GangPreemption | None = None) -> None:
         self.cluster = cluster
         self.snapshot: Snapshot = cluster.snapshot
         self.pods = pods
@@ -100,6 +106,9 @@ class Gangs:
         """Gang → the state its last failed attempt saw (snapshot version, node list,
         members)."""
         self.first_seen: dict[Key, float] = {}  # gang → when a member was first tried
+        self.searches = searches
+        self.searching: dict[Key, frozenset[Key]] = {}
+        """Gang → its members whose joint search runs beside the loop."""
         self.groups: dict[Key, PodGroupSize] = {}
         """PodGroup objects (namespace, name) → the gang size they declare, or why not."""
 
@@ -119,6 +128,10 @@ class Gangs:
                 self.pods.parked.discard(member)
                 self.pods.queue.add(member, pod)
 
+    def busy(self, key: Key) -> bool:
+        """Pod ``key``'s gang is searching with it (the loop skips it meanwhile)."""
+        return bool(self.searching) and any(key in members for members in self.searching.values())
+
     def members(self, namespace: str, name: str) -> list[Key]:
         """The gang's pending pods, oldest first (their keys)."""
         found = [(pod["metadata"].get("creationTimestamp") or "", key)
@@ -134,6 +147,8 @@ class Gangs:
         members = self.members(*gang)
         if any(m in self.pods.binding for m in members):
             return "waiting"  # the gang is being written: its members wait for it
+        if gang in self.searching:
+            return "searching"  # queued again when the search ends
         try:
             group = self.groups.get(gang)
             spec = agreed(s for m in members
@@ -176,8 +191,52 @@ class Gangs:
                 if (other := self.pods.pending.get(member)) is not None:
                     await self.reporter.unschedulable(other, message)
             return "unschedulable"
-        outcome = await self.search(members, contexts, spec)
+        search, steps, timeout = self._search(members, contexts, spec)
+        outcome = search.advance(self.settings.search.slice)
+        if outcome is None:  # a long search: on beside the loop (scheduler.searches)
+            self.searching[gang] = frozenset(members)
+            self.searches.start(
+                _search_key(gang), search,
+                functools.partial(self._searched, gang, members, contexts, spec, state),
+                steps=steps, timeout=timeout,
+                on_error=functools.partial(self._search_failed, gang))
+            return "searching"
         return await self._decide(gang, members, contexts, spec, outcome, state)
+
+    async def _searched(self, gang: Key, members: list[Key], contexts: list[Context],
+                        spec: GangSpec, state: tuple[int, int, frozenset[Key]],
+                        outcome: GangOutcome[Pick], limit: Limit, seconds: float) -> None:
+        """The gang's long search ended: decide as :meth:`schedule` would have (a placement
+        is taken only if it still fits the snapshot as it is now), then queue the members
+        that arrived meanwhile."""
+        started = time.perf_counter()
+        try:
+            result = await self._decide(gang, members, contexts, spec, outcome, state)
+        except Exception:
+            log.exception("deciding gang %s/%s failed; retrying", *gang)
+            result = "error"
+            for member in members:
+                if member in self.pods.pending and member not in self.pods.binding:
+                    self.pods.retry_later(member, self.pods.backoff(member))
+        finally:
+            self._requeue_others(gang)
+        metrics.record_schedule_attempt(result, seconds + time.perf_counter() - started)
+
+    def _search_failed(self, gang: Key, _: Key) -> None:
+        """The gang's search raised (a bug, logged by the runner): retry its members."""
+        members = self.searching.get(gang, frozenset())
+        self._requeue_others(gang)
+        for member in members:
+            if member in self.pods.pending:
+                self.pods.retry_later(member, self.pods.backoff(member))
+
+    def _requeue_others(self, gang: Key) -> None:
+        """The gang searches no more: queue its pending members that were not part of the
+        search (they arrived, or were popped and skipped, meanwhile)."""
+        searched = self.searching.pop(gang, frozenset())
+        for member in self.members(*gang):
+            if member not in searched and member not in self.pods.binding:
+                self.pods.queue.add(member, self.pods.pending[member])
 
     def _prune(self) -> None:
         """Forget gangs with no pending member (deleted, or bound whole)."""
@@ -189,16 +248,14 @@ class Gangs:
 
     # ------------------------------------------------------------------ search
 
-    async def search(self, members: list[Key], contexts: list[Context], spec: GangSpec,
-                     freed: frozenset[DeviceId] = frozenset(), steps: int | None = None,
-                     deadline: float | None = None) -> GangOutcome[Pick]:
-        """The gang's joint search, in slices with a yield between them, within its budget
-        (and ``steps`` / the monotonic ``deadline`` if less); ``freed``: devices in use
-        counted as free (preemption's what-if)."""
+    def _search(self, members: list[Key], contexts: list[Context], spec: GangSpec,
+                freed: frozenset[DeviceId] = frozenset()
+                ) -> tuple[GangSearch[Pick], int, float]:
+        """The gang's joint search, with its budget: (search, steps, seconds). ``freed``:
+        devices in use counted as free (preemption's what-if)."""
         budget = self.settings.search
-        steps = min(budget.steps * len(members), steps if steps is not None else 1 << 62)
-        end = time.monotonic() + min(budget.timeout * len(members), GANG_DEADLINE_CAP)
-        deadline = end if deadline is None else min(end, deadline)
+        steps = budget.steps * len(members)
+        timeout = min(budget.timeout * len(members), GANG_DEADLINE_CAP)
         search = gang_search(
             self.snapshot, [GangPod(c.unallocated, c.candidates,
                                     self.reserved(m, self.pods.pending.get(m, {})),
@@ -207,13 +264,25 @@ class Gangs:
             steps=steps, match_attribute=spec.match_attribute,
             topology_key=spec.topology_key, spread=spec.spread,
             node_steps=budget.node_steps, freed=freed)
-        while True:
-            outcome = search.advance(budget.slice)
-            if outcome is not None:
-                return outcome
-            if search.steps >= steps or time.monotonic() >= deadline:
-                return search.give_up()
-            await asyncio.sleep(0)  # other work of the event loop between two slices
+        return search, steps, timeout
+
+    def _what_if(self, members: list[Key], contexts: list[Context], spec: GangSpec,
+                 freed: frozenset[DeviceId]) -> tuple[GangSearch[Pick], int]:
+        """A preemption's fit test: the gang's joint search with ``freed`` devices free, and
+        its step budget."""
+        search, steps, _ = self._search(members, contexts, spec, freed)
+        return search, steps
+
+    async def _preempted(self, members: list[Key], message: str, sentence: str | None) -> None:
+        """The gang's preemption decision ended: its members say what was done."""
+        for member in members:
+            pod = self.pods.pending.get(member)
+            if pod is not None and member not in self.pods.binding:
+                await self.reporter.unschedulable(
+                    pod, f"{message} preemption: {sentence}" if sentence else message)
+
+    def _all_pending(self, members: list[Key]) -> bool:
+        return all(m in self.pods.pending and m not in self.pods.binding for m in members)
 
     # ------------------------------------------------------------------ decide
 
@@ -238,7 +307,9 @@ class Gangs:
                     gang, [(m, p) for m in members if (p := self.pods.pending.get(m))],
                     [c for context in contexts for c in context.unallocated],
                     {n.name for context in contexts for n in context.candidates},
-                    functools.partial(self.search, members, contexts, spec))
+                    functools.partial(self._what_if, members, contexts, spec),
+                    functools.partial(self._preempted, members, message),
+                    functools.partial(self._all_pending, members))
                 if preempting:  # kube-scheduler's "<fit error> preemption: ..."
                     message = f"{message} preemption: {preempting}"
             if not outcome.exhausted:
@@ -308,6 +379,11 @@ class Gangs:
         metrics.observe_gang_wait(waited)
         self.writes.start(gang, batch)
         return "allocated"
+
+
+def _search_key(gang: Key) -> Key:
+    """The gang's key in the runner of long searches: no pod's (a pod name has no ``/``)."""
+    return (gang[0], f"gang/{gang[1]}")
 
 
 __all__ = ["GANG_DEADLINE_CAP", "POD_GROUPS", "Gangs"]

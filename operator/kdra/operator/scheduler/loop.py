@@ -133,7 +133,9 @@ class Binder:
             cluster=self.cluster, pods=self.pods, reporter=self.reporter,
             writes=GangWrites(self.writes, self.pods), settings=self.settings,
             context=self._context, reserved=self.preemption.reserved_against,
-            preemption=GangPreemption(self.preemption, deadline=GANG_DEADLINE_CAP))
+            searches=self.searches,
+            preemption=GangPreemption(self.preemption, self.searches,
+                                      deadline=GANG_DEADLINE_CAP))
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -262,7 +264,8 @@ class Binder:
                 await asyncio.sleep(0)  # a long search takes its slice between two pods
             key = await self.queue.pop()
             pod = self.pending.get(key)
-            if pod is None or key in self.binding or key in self.searches:
+            if pod is None or key in self.binding or key in self.searches or \
+                    self.gangs.busy(key):
                 continue
             started = time.perf_counter()
             try:

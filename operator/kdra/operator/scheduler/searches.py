@@ -15,6 +15,10 @@ also ends between two evaluations of a node's devices, so a tenant's selector th
 CEL limit on each of a node's 128 devices holds the loop for one evaluation at a time (the
 inline slice included), not for all 128, and spends the pod's budget like a long search does.
 
+A gang's joint search (:mod:`.gangs`) runs here too, with the gang's budget (its members'
+together): one runner for both, so a long search of either kind never holds the scheduling
+loop, and the two kinds never run at once.
+
 Invariants:
 - One long search runs at a time, in the order they were handed over. Its step budget counts
   every step of the pod's attempt; its deadline counts from when it starts running, so
@@ -37,9 +41,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
-from kdra.dra.allocator import ClusterOutcome, Placing
 from kdra.dra.scheduling import SearchBudget
 from kdra.kube.store import Key
 
@@ -48,15 +51,34 @@ log = logging.getLogger(__name__)
 Limit = Literal["", "steps", "deadline"]
 """What ended a search early: nothing (it finished), its step budget, or its deadline."""
 
-Done = Callable[[ClusterOutcome, Limit, float], Awaitable[None]]
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Stepped(Protocol[T_co]):
+    """A search that goes on in slices: :class:`~kdra.dra.allocator.Placing` (one pod) or
+    :class:`~kdra.dra.allocator.gang.GangSearch` (a gang)."""
+
+    @property
+    def steps(self) -> int: ...
+
+    def advance(self, steps: int | None) -> T_co | None: ...
+
+    def give_up(self) -> T_co: ...
+
+
+Done = Callable[[T, Limit, float], Awaitable[None]]
 """Called with the outcome, what ended the search early, and the seconds it ran."""
 
 
 @dataclass
-class _Job:
+class _Job(Generic[T]):
     key: Key
-    placing: Placing
-    done: Done
+    search: Stepped[T]
+    done: Callable[[T, Limit, float], Awaitable[None]]
+    steps: int
+    timeout: float
+    on_error: Callable[[Key], None] | None
 
 
 class Searches:
@@ -68,7 +90,7 @@ class Searches:
         caller retries the pod later."""
         self.budget = budget
         self.on_error = on_error
-        self._jobs: dict[Key, _Job] = {}
+        self._jobs: dict[Key, _Job[Any]] = {}
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._current: Key | None = None
@@ -79,11 +101,19 @@ class Searches:
     def __len__(self) -> int:
         return len(self._jobs)
 
-    def start(self, key: Key, placing: Placing, done: Done) -> None:
-        """Search on for pod ``key`` (after those already waiting); ``done`` gets the
-        outcome. A pod has at most one search (a second one replaces the first)."""
+    def start(self, key: Key, search: Stepped[T], done: Callable[[T, Limit, float],
+                                                                 Awaitable[None]],
+              *, steps: int | None = None, timeout: float | None = None,
+              on_error: Callable[[Key], None] | None = None) -> None:
+        """Search on for ``key`` (a pod, or a gang's own key; after those already waiting);
+        ``done`` gets the outcome. ``steps`` / ``timeout``: the search's budget (default:
+        one pod's); ``on_error``: called instead of the runner's for this search. A key has
+        at most one search (a second one replaces the first)."""
         self._jobs.pop(key, None)
-        self._jobs[key] = _Job(key, placing, done)
+        self._jobs[key] = _Job(key, search, done,
+                               self.budget.steps if steps is None else steps,
+                               self.budget.timeout if timeout is None else timeout,
+                               on_error if on_error is not None else self.on_error)
         self._ready.set()
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name="binder-searches")
@@ -111,29 +141,28 @@ class Searches:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("searching a placement for pod %s/%s failed", *job.key)
-                if self.on_error is not None:
-                    self.on_error(job.key)
+                log.exception("searching a placement for %s/%s failed", *job.key)
+                if job.on_error is not None:
+                    job.on_error(job.key)
             finally:
                 if self._jobs.get(job.key) is job:
                     del self._jobs[job.key]
 
-    async def _search(self, job: _Job) -> None:
-        budget = self.budget
-        placing = job.placing
+    async def _search(self, job: _Job[Any]) -> None:
+        search = job.search
         started = time.monotonic()
-        deadline = started + budget.timeout
+        deadline = started + job.timeout
         limit: Limit = ""
         while True:
-            if placing.steps >= budget.steps:  # the binder's inline slice included
+            if search.steps >= job.steps:  # the binder's inline slice included
                 limit = "steps"
             elif time.monotonic() >= deadline:
                 limit = "deadline"
             if limit:
-                outcome = placing.give_up()
+                outcome = search.give_up()
                 break
             began = time.monotonic()
-            result = placing.advance(min(budget.slice, budget.steps - placing.steps))
+            result = search.advance(min(self.budget.slice, job.steps - search.steps))
             if result is not None:
                 outcome = result
                 break

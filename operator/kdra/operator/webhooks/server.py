@@ -340,7 +340,8 @@ class WebhookServer:
                 self._foreign_claims(body))
             decide = functools.partial(admission.validate, trusted=frozenset(self.trusted),
                                        namespace_labels=labels, flavour=self.flavour,
-                                       foreign_claims=foreign)
+                                       foreign_claims=foreign,
+                                       own_namespace=self.settings.namespace)
             decide = with_quotas(decide, quotas)
         if gpu_lookup and not self.flavour.device_annotations:  # native: schedulerName only
             foreign = await self._foreign_claims(body)

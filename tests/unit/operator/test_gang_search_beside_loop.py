@@ -1,0 +1,86 @@
+"""A tenant's gang cannot hold the binder's scheduling loop (hostile input, issue 40): a
+gang's joint search may take its members' budget together (up to a minute), so it runs in
+slices beside the loop, as one pod's long search does (tests/unit/operator/
+test_binder_search_budget.py) — the pods queued behind the gang get their claims allocated
+while the gang is still searching. The client records writes; nothing here talks to an API
+server."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kdra.dra.scheduling import POD_GROUP_LABEL, SearchBudget
+from kdra.kube.events import EventRecorder
+from kdra.operator.claim_controller import claim_store
+from kdra.operator.core.gangs import MIN_MEMBER_ANNOTATION
+from kdra.operator.scheduler import Binder, BinderSettings
+from tests.unit.builders import DRIVER
+from tests.unit.operator.test_binder_search_budget import (
+    NODE,
+    OTHER,
+    Recording,
+    raw_claim,
+    raw_class,
+    raw_node,
+    raw_pod,
+    raw_slice,
+)
+
+MEMBERS = 3
+
+
+def gang_pod(name: str, claims: list[str], created: str) -> dict[str, Any]:
+    pod = raw_pod(name, claims, created)
+    pod["metadata"]["labels"] = {POD_GROUP_LABEL: "hostile"}
+    pod["metadata"]["annotations"][MIN_MEMBER_ANNOTATION] = str(MEMBERS)
+    return pod
+
+
+def test_pods_behind_a_gang_are_allocated_while_the_gang_searches() -> None:
+    async def scenario() -> Recording:
+        client = Recording()
+        budget = SearchBudget(steps=80_000, timeout=60.0, slice=200)
+        binder = Binder(client, EventRecorder(client),  # type: ignore[arg-type]
+                        claims=claim_store(),
+                        settings=BinderSettings(prepare_timeout=30, search=budget))
+        # Each member of the hostile gang: five one-device claims ahead of a claim for all
+        # twelve devices of node-1 — a search that spends its node's whole budget. The small
+        # pods (queued after the gang) take one device each of another driver on node-2.
+        pods = []
+        for m in range(MEMBERS):
+            mine = [f"m{m}-one-{i}" for i in range(5)]
+            for name in mine:
+                binder.claims.upsert(raw_claim(name))
+            binder.claims.upsert(raw_claim(f"m{m}-everything", all_devices=True))
+            pods.append(gang_pod(f"member-{m}", [*mine, f"m{m}-everything"],
+                                 f"2026-01-01T00:00:0{m}Z"))
+        for i in range(3):
+            binder.claims.upsert(raw_claim(f"small-{i}", cls=OTHER))
+            pods.append(raw_pod(f"small-{i}", [f"small-{i}"], f"2026-01-01T00:01:0{i}Z"))
+        binder.prime(nodes=[raw_node(NODE), raw_node("node-2")],
+                     slices=[raw_slice(), raw_slice("node-2", OTHER)],
+                     classes=[raw_class(DRIVER), raw_class(OTHER)], pods=pods)
+        binder.start()
+        try:
+            for _ in range(3000):
+                await asyncio.sleep(0.01)
+                if any(kind == "pod-status" and name.startswith("member-")
+                       for kind, name, _ in client.log):
+                    break
+        finally:
+            await binder.stop()
+        return client
+
+    client = asyncio.run(scenario())
+    kinds = [(kind, name) for kind, name, _ in client.log]
+    small = [i for i, (kind, name) in enumerate(kinds) if kind == "claim"]
+    assert [kinds[i][1] for i in small] == ["small-0", "small-1", "small-2"], client.log
+    gang_told = min(i for i, (kind, name) in enumerate(kinds)
+                    if kind == "pod-status" and name.startswith("member-"))
+    assert max(small) < gang_told, client.log
+    message = client.log[gang_told][2]["message"]
+    assert message.startswith("gang 'hostile' needs 3 pods (3 pending) placed together: "
+                              "at most 0 of them fit at once"), message
+    # Nothing of the gang was written.
+    assert not any(kind == "claim" and name.startswith("m") for kind, name in kinds)
