@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -252,3 +253,40 @@ def test_victims_fit_are_minimal_and_less_important(
         assert uids <= chosen or not (uids & chosen)
         if uids <= chosen:
             assert not fits(freed(chosen - uids)), unit
+
+
+# --------------------------------------------------------------------------- in slices
+
+def test_the_victim_search_in_slices_chooses_as_the_synchronous_reprieve() -> None:
+    """VictimSearch (the binder's runner steps it a slice at a time): the same victims as
+    the reprieve run at once, each member's node in the search that fit, and the devices it
+    took; a joint search out of its own budget ends the decision with no victims."""
+    from kdra.operator.scheduler.gang_preemption import VictimSearch
+
+    bound = [Bound("a", "n1", 10, 1), Bound("b", "n1", 10, 1), Bound("c", "n2", 50, 2),
+             Bound("d", "n3", 5, 1)]
+    cluster = Cluster({"n1": 2, "n2": 2, "n3": 2}, bound)
+    claims = [claim_with(request("gpu", count=2), name=f"member-{i}") for i in range(2)]
+    units = gang_units(cluster.pods, 100, cluster.holds)
+
+    def start(cap: int) -> Callable[[frozenset[DeviceId]], tuple[Any, int]]:
+        return lambda freed: (gang_search(cluster.snapshot, [GangPod([c], cluster.nodes)
+                                                             for c in claims],
+                                          steps=cap, freed=freed), cap)
+
+    search = VictimSearch(reprieve(units, cluster.holds, ()), start(1_000_000))
+    slices = 0
+    while (decision := search.advance(3)) is None:
+        slices += 1
+    assert slices > 1  # it did pause between slices
+    assert decision.victims is not None and names(decision.victims) == {"a", "b", "d"}
+    assert sorted(decision.nodes) == ["n1", "n3"]
+    assert decision.used == frozenset(DeviceId(DRIVER, n, f"gpu-{i}")
+                                      for n in ("n1", "n3") for i in (0, 1))
+    assert decision.tests == 5 and search.steps > 0  # all gone, then each of 4 units
+    assert search.advance(3) is decision  # done is done
+
+    starved = VictimSearch(reprieve(units, cluster.holds, ()), start(1))
+    while (decision := starved.advance(3)) is None:
+        pass
+    assert decision.victims is None and decision.exhausted
