@@ -92,6 +92,15 @@ class World:
         make_node(plane, self.node)
         apply(plane, device_class(self.cls, self.driver))
 
+    def two_gpu_nodes(self, prefix: str) -> str:
+        """This world's node and another, 2 GPUs each; the other's name."""
+        other = unique(prefix)
+        make_node(self.plane, other)
+        self.nodes.append(other)
+        self.publish({"devices": gpus(2)})
+        self.publish({"devices": gpus(2)}, node=other)
+        return other
+
     def publish(self, *specs: dict[str, object], node: str | None = None) -> None:
         apply(self.plane, *slices(node or self.node, self.driver, *specs))
 
@@ -323,11 +332,7 @@ def test_a_gang_binds_whole_or_holds_nothing(control_plane: ControlPlane,
     on 2 nodes x 2 GPUs, a gang of 3 pods x 2 GPUs holds nothing, one of 2 pods x 2 binds
     whole, one GPU per pod's claim on distinct devices."""
     plane = control_plane
-    other = unique("gang")
-    make_node(plane, other)
-    world.nodes.append(other)
-    world.publish({"devices": gpus(2)})
-    world.publish({"devices": gpus(2)}, node=other)
+    other = world.two_gpu_nodes("gang")
 
     def member(name: str, gang: str, size: int) -> dict[str, object]:
         body = pod(name, templates={"gpu": "two"})
@@ -356,11 +361,7 @@ def test_a_gang_sized_by_a_pod_group_binds_whole(control_plane: ControlPlane,
     """A scheduler-plugins PodGroup sizes a gang in the native flavour too (its pods carry
     only the label): one member waits for the other, then both bind."""
     plane = control_plane
-    other = unique("pg")
-    make_node(plane, other)
-    world.nodes.append(other)
-    world.publish({"devices": gpus(2)})
-    world.publish({"devices": gpus(2)}, node=other)
+    other = world.two_gpu_nodes("pg")
     apply(plane, template("two", request("gpu", world.cls, count=2)),
           {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
            "metadata": {"name": "pg"}, "spec": {"minMember": 2}}, namespace=ns)

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
+
+import pytest
 
 from kdra.kube.core.podclaims import CLAIMS_ANNOTATION, FINALIZER
 from kdra.kube.events import EventRecorder
@@ -117,6 +120,20 @@ async def settle(binder: Binder) -> None:
     raise AssertionError("the preemption decision did not end")
 
 
+def attempt_once(binder: Binder, members: list[dict[str, Any]]) -> str:
+    """The gang of ``members`` tried once (its preemption decision, if any, run to its end);
+    the attempt's result."""
+    async def scenario() -> str:
+        for member in members:
+            binder.on_pod(None, member)
+        result = await binder.gangs.schedule((NS, members[0]["metadata"]["name"]), members[0])
+        await settle(binder)
+        await binder.stop()
+        return result
+
+    return asyncio.run(scenario())
+
+
 def test_a_gang_preempts_exactly_the_victims_it_needs_across_nodes() -> None:
     members = [pod("t-0", 1000, gang="t"), pod("t-1", 1000, gang="t")]
     client = GangRecording(*members)
@@ -177,45 +194,33 @@ def test_a_gang_preempts_exactly_the_victims_it_needs_across_nodes() -> None:
     assert held == 0
 
 
-def test_a_gang_that_would_still_not_fit_preempts_nobody() -> None:
-    members = [pod(f"u-{i}", 400, gang="u", size=3) for i in range(3)]
-    client = GangRecording(*members)
-    binder = cluster(client)
-    # Three pods x 2 GPUs at priority 400: low-a and low-b may go, mid (500) may not — two
-    # nodes at most, the gang needs three.
-    before = attempts("gang-no-candidates")
-
-    async def scenario() -> str:
-        for member in members:
-            binder.on_pod(None, member)
-        result = await binder.gangs.schedule((NS, "u-0"), members[0])
-        await settle(binder)
-        await binder.stop()
-        return result
-
-    assert asyncio.run(scenario()) == "unschedulable"
-    assert client.preempted_nobody()
-    assert attempts("gang-no-candidates") - before == 1
-    # The members were told the decision ended with nothing done.
-    last = client.messages("u-0")[-1]
-    assert "gang 'u' needs 3 pods" in last and "preemption" not in last, last
-    assert binder.preemption.nominations == {}
+def too_big() -> list[dict[str, Any]]:
+    """Three pods x 2 GPUs at priority 400: low-a and low-b may go, mid (500) may not — two
+    nodes at most, the gang needs three."""
+    return [pod(f"u-{i}", 400, gang="u", size=3) for i in range(3)]
 
 
-def test_a_gang_with_a_member_that_never_preempts_waits() -> None:
+def never() -> list[dict[str, Any]]:
+    """Two pods x 2 GPUs at priority 1000, one of them with preemptionPolicy Never."""
     members = [pod("t-0", 1000, gang="t"), pod("t-1", 1000, gang="t")]
     members[1]["spec"]["preemptionPolicy"] = "Never"
-    client = GangRecording(*members)
+    return members
+
+
+@pytest.mark.parametrize(("members", "result"), [(too_big, "gang-no-candidates"),
+                                                 (never, "gang-never")])
+def test_a_gang_preempts_nobody(members: Callable[[], list[dict[str, Any]]],
+                                result: str) -> None:
+    """A gang that would still not fit with every lower-priority pod gone, or with a member
+    that never preempts: nobody evicted, nobody nominated, its members told the gang's
+    message alone."""
+    gang = members()
+    client = GangRecording(*gang)
     binder = cluster(client)
-    before = attempts("gang-never")
-
-    async def scenario() -> str:
-        for member in members:
-            binder.on_pod(None, member)
-        result = await binder.gangs.schedule((NS, "t-0"), members[0])
-        await binder.stop()
-        return result
-
-    assert asyncio.run(scenario()) == "unschedulable"
+    before = attempts(result)
+    assert attempt_once(binder, gang) == "unschedulable"
     assert client.preempted_nobody()
-    assert attempts("gang-never") - before == 1
+    assert attempts(result) - before == 1
+    last = client.messages(gang[0]["metadata"]["name"])[-1]
+    assert "placed together" in last and "preemption" not in last, last
+    assert binder.preemption.nominations == {}
