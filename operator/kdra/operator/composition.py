@@ -29,7 +29,7 @@ from kdra.dra.scheduling import SearchBudget
 from kdra.kube.client import KubeClient, connect
 from kdra.kube.core.agent_leases import AGENT_LEASE_LABEL
 from kdra.kube.core.flavours import Flavour
-from kdra.kube.errors import ApiError, NotFound
+from kdra.kube.errors import ApiError, Forbidden, NotFound
 from kdra.kube.events import EventRecorder
 from kdra.kube.flavour import resolve
 from kdra.kube.informer import Handler, Informer
@@ -207,6 +207,11 @@ class Operator:
         except NotFound:
             log.info("PodGroup CRD (scheduling.x-k8s.io) not installed: gangs are sized by "
                      "their pods' annotations (restart after installing it to read PodGroups)")
+            self.pod_groups = False
+        except Forbidden:  # an older ClusterRole: gangs work as before, by annotation
+            log.warning("PodGroups (scheduling.x-k8s.io) may not be listed by kdra's service "
+                        "account: gangs are sized by their pods' annotations (grant list/watch "
+                        "on podgroups, manifests/base/operator/rbac.yaml)")
             self.pod_groups = False
         else:
             self.pod_groups = True
