@@ -202,7 +202,12 @@ class Operator:
         for quota in quotas:
             self.binder.on_quota(None, quota)
         self.primed[DEVICE_QUOTAS.plural] = quotas
-        try:  # scheduler-plugins' PodGroups: optional (manifests/optional/podgroups-crd.yaml)
+        await self.prime_pod_groups()
+
+    async def prime_pod_groups(self) -> None:
+        """scheduler-plugins' PodGroups, optional (manifests/optional/podgroups-crd.yaml):
+        primed and watched where the API server serves them and kdra may list them."""
+        try:
             groups = await self.client.list(POD_GROUPS)
         except NotFound:
             log.info("PodGroup CRD (scheduling.x-k8s.io) not installed: gangs are sized by "

@@ -11,12 +11,20 @@ PodGroup makes the gang invalid naming its field; deleted, the gang is unsized a
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
+from kdra.kube.core.flavours import KDRA
+from kdra.kube.errors import ApiError, Forbidden, NotFound
 from kdra.kube.events import EventRecorder
 from kdra.operator.claim_controller import claim_store
+from kdra.operator.composition import Operator
 from kdra.operator.core.gangs import MIN_MEMBER_ANNOTATION
+from kdra.operator.handlers.routes import watches
 from kdra.operator.scheduler import Binder, BinderSettings
+from kdra.operator.scheduler.gangs import POD_GROUPS
 from tests.unit.operator.test_binder_gang_preemption import (
     CLASS,
     NS,
@@ -85,3 +93,38 @@ def test_a_deleted_pod_group_unsizes_its_gang() -> None:
     assert binder.gangs.groups == {(NS, "t"): 2}
     binder.on_pod_group("DELETED", group(2))
     assert binder.gangs.groups == {}
+
+
+class Lister:
+    """The operator's client, for its start-up LIST of PodGroups."""
+
+    def __init__(self, answer: list[dict[str, Any]] | ApiError) -> None:
+        self.answer = answer
+
+    async def list(self, res: Any, *_: Any, **__: Any) -> list[dict[str, Any]]:
+        assert res is POD_GROUPS
+        if isinstance(self.answer, ApiError):
+            raise self.answer
+        return self.answer
+
+
+@pytest.mark.parametrize(("answer", "served"), [
+    ([group(2)], True),
+    (NotFound(404, "NotFound", "the server could not find the requested resource"), False),
+    (Forbidden(403, "Forbidden", "cannot list resource \"podgroups\""), False),
+])
+def test_the_operator_reads_pod_groups_where_served_and_allowed(answer: Any,
+                                                                served: bool) -> None:
+    """Operator.prime_pod_groups: served and allowed, the PodGroups reach the binder (and are
+    watched); not installed, or not allowed by an older ClusterRole, the operator starts all
+    the same and sizes gangs by the annotation."""
+    binder = Binder(GangRecording(), EventRecorder(GangRecording()),  # type: ignore[arg-type]
+                    claims=claim_store(), settings=BinderSettings(flush_interval=3600))
+    operator = SimpleNamespace(client=Lister(answer), binder=binder, primed={},
+                               pod_groups=None)
+    asyncio.run(Operator.prime_pod_groups(operator))  # type: ignore[arg-type]
+    assert operator.pod_groups is served
+    assert binder.gangs.groups == ({(NS, "t"): 2} if served else {})
+    assert (POD_GROUPS.plural in operator.primed) is served
+    assert ("podgroups" in {w.resource.plural for w in watches(
+        KDRA, pod_groups=operator.pod_groups)}) is served
