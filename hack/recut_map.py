@@ -329,10 +329,16 @@ NEW = (
     "kdra.operator.scheduler.gang_writes", "tests.unit.dra.test_allocator_gang",
     "tests.unit.operator.test_gangs", "tests.unit.operator.test_binder_gangs",
     "tests.unit.dra.test_allocator_gangplace",
+    # issue 40 (gangpre): preemption for a whole gang; PodGroup objects
+    "kdra.operator.scheduler.gang_preemption", "tests.unit.operator.test_gang_preemption",
+    "tests.unit.operator.test_binder_gang_preemption",
+    "tests.unit.operator.test_binder_pod_groups",
     # issue 38 (natdef): hack/kind-up.sh's kind configuration, native by default
     "tests.unit.hack.test_kind_up", "tests.unit.test_bench_report",
     # issue 41 (freectr): free counts devices blocked by shared counters as blocked
     "tests.unit.dra.test_utilisation_counters",
+    # 2026-12-05: the utilisation scrape's memo; a gang's search beside the scheduling loop
+    "tests.unit.dra.test_utilisation_memo", "tests.unit.operator.test_gang_search_beside_loop",
     # issue 37 point 3 (cache): the typed caches the operator's services subscribe to
     "kdra.operator.caches",
 )

@@ -35,6 +35,7 @@ from tests.e2e.procs import KdraProcess, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = ROOT / "crds"
+POD_GROUP_CRD = ROOT / "manifests" / "optional" / "podgroups-crd.yaml"
 WORKLOAD_CONTROLLERS = ("deployment-controller", "replicaset-controller")
 
 
@@ -173,6 +174,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         plane = item.funcargs.get("control_plane") if hasattr(item, "funcargs") else None
         if isinstance(plane, ControlPlane):
             report.sections.append(("control plane logs", plane.logs()))
+
+
+@pytest.fixture(scope="session")
+def pod_group_crd(control_plane: ControlPlane) -> Iterator[None]:
+    """scheduler-plugins' PodGroup CRD (kdra's optional copy,
+    manifests/optional/podgroups-crd.yaml) installed — session-scoped, so before any test's
+    operator starts (it looks for the CRD at start-up); tests/e2e/test_gangs.py, test_native."""
+    control_plane.kubectl("apply", "--server-side", "-f", str(POD_GROUP_CRD))
+    control_plane.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                          "crd/podgroups.scheduling.x-k8s.io")
+    yield
+    control_plane.kubectl("delete", "crd", "podgroups.scheduling.x-k8s.io", "--wait=false",
+                          check=False)
 
 
 @pytest.fixture(scope="session")

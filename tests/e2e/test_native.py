@@ -71,7 +71,9 @@ STATIC_SLICE = ROOT / "manifests" / "examples" / "native-static-slice" / "resour
 
 @pytest.fixture(scope="module")
 def operator(control_plane: ControlPlane, conversion_server: ConversionServer,
-             tmp_path_factory: pytest.TempPathFactory) -> Iterator[KdraProcess]:
+             tmp_path_factory: pytest.TempPathFactory,
+             pod_group_crd: None) -> Iterator[KdraProcess]:
+    """The module's native operator (PodGroups served before it starts: it reads them)."""
     log = tmp_path_factory.mktemp("native") / "operator.log"
     with native_operator(control_plane, conversion_server, log) as proc:
         yield proc
@@ -89,6 +91,15 @@ class World:
         self.nodes = [self.node]
         make_node(plane, self.node)
         apply(plane, device_class(self.cls, self.driver))
+
+    def two_gpu_nodes(self, prefix: str) -> str:
+        """This world's node and another, 2 GPUs each; the other's name."""
+        other = unique(prefix)
+        make_node(self.plane, other)
+        self.nodes.append(other)
+        self.publish({"devices": gpus(2)})
+        self.publish({"devices": gpus(2)}, node=other)
+        return other
 
     def publish(self, *specs: dict[str, object], node: str | None = None) -> None:
         apply(self.plane, *slices(node or self.node, self.driver, *specs))
@@ -321,11 +332,7 @@ def test_a_gang_binds_whole_or_holds_nothing(control_plane: ControlPlane,
     on 2 nodes x 2 GPUs, a gang of 3 pods x 2 GPUs holds nothing, one of 2 pods x 2 binds
     whole, one GPU per pod's claim on distinct devices."""
     plane = control_plane
-    other = unique("gang")
-    make_node(plane, other)
-    world.nodes.append(other)
-    world.publish({"devices": gpus(2)})
-    world.publish({"devices": gpus(2)}, node=other)
+    other = world.two_gpu_nodes("gang")
 
     def member(name: str, gang: str, size: int) -> dict[str, object]:
         body = pod(name, templates={"gpu": "two"})
@@ -346,6 +353,31 @@ def test_a_gang_binds_whole_or_holds_nothing(control_plane: ControlPlane,
     assert sorted(obj["status"]["reservedFor"][0]["name"] for obj in held.values()) == [
         "fit-0", "fit-1"]
     assert not any(get_pod(plane, ns, f"big-{i}")["spec"].get("nodeName") for i in range(3))
+
+
+def test_a_gang_sized_by_a_pod_group_binds_whole(control_plane: ControlPlane,
+                                                 operator: KdraProcess, ns: str,
+                                                 world: World) -> None:
+    """A scheduler-plugins PodGroup sizes a gang in the native flavour too (its pods carry
+    only the label): one member waits for the other, then both bind."""
+    plane = control_plane
+    other = world.two_gpu_nodes("pg")
+    apply(plane, template("two", request("gpu", world.cls, count=2)),
+          {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+           "metadata": {"name": "pg"}, "spec": {"minMember": 2}}, namespace=ns)
+
+    def member(name: str) -> dict[str, object]:
+        body = pod(name, templates={"gpu": "two"})
+        body["metadata"]["labels"] = {POD_GROUP_LABEL: "pg"}
+        return body
+
+    apply(plane, member("pg-0"), namespace=ns)
+    wait_for(lambda: (c := pod_scheduled(get_pod(plane, ns, "pg-0"))) and
+             "gang 'pg' waits for its pods: 1 of 2 (minMember) pending" in c.get("message", ""),
+             timeout=60, what="the first member waiting for the PodGroup's size")
+    apply(plane, member("pg-1"), namespace=ns)
+    placed = [bound(plane, ns, f"pg-{i}", timeout=120) for i in range(2)]
+    assert {p["spec"]["nodeName"] for p in placed} == {world.node, other}
 
 
 # --------------------------------------------------------------------------- hostile

@@ -29,7 +29,7 @@ from kdra.dra.scheduling import SearchBudget
 from kdra.kube.client import KubeClient, connect
 from kdra.kube.core.agent_leases import AGENT_LEASE_LABEL
 from kdra.kube.core.flavours import Flavour
-from kdra.kube.errors import ApiError, NotFound
+from kdra.kube.errors import ApiError, Forbidden, NotFound
 from kdra.kube.events import EventRecorder
 from kdra.kube.flavour import resolve
 from kdra.kube.informer import Handler, Informer
@@ -41,6 +41,7 @@ from kdra.operator.caches import claim_store, pod_store, slice_store
 from kdra.operator.claim_controller import ClaimController
 from kdra.operator.notices import PodNotices
 from kdra.operator.scheduler import Binder, BinderSettings
+from kdra.operator.scheduler.gangs import POD_GROUPS
 from kdra.operator.scheduler.preemption import PreemptionSettings
 from kdra.operator.scheduler.quota import DEVICE_QUOTAS, QuotaStatusWriter
 from kdra.operator.settings import OperatorSettings
@@ -119,6 +120,8 @@ class Operator:
         self.informers: list[Informer] = []  # kdra.operator.handlers.routes starts them (watch())
         self.feeds: list[Informer] = []  # --watch=kopf: fed by kopf's handlers (feed())
         self._reconciler: asyncio.Task[None] | None = None
+        self.pod_groups = False
+        """Whether the API server serves scheduler-plugins' PodGroups (found at start-up)."""
         self.primed: dict[str, list[JSON]] = {}
         """Resource plural → the objects of the start-up LIST (until its informer starts)."""
 
@@ -211,6 +214,27 @@ class Operator:
         for quota in quotas:
             self.binder.on_quota(None, quota)
         self.primed[DEVICE_QUOTAS.plural] = quotas
+        await self.prime_pod_groups()
+
+    async def prime_pod_groups(self) -> None:
+        """scheduler-plugins' PodGroups, optional (manifests/optional/podgroups-crd.yaml):
+        primed and watched where the API server serves them and kdra may list them."""
+        try:
+            groups = await self.client.list(POD_GROUPS)
+        except NotFound:
+            log.info("PodGroup CRD (scheduling.x-k8s.io) not installed: gangs are sized by "
+                     "their pods' annotations (restart after installing it to read PodGroups)")
+            self.pod_groups = False
+        except Forbidden:  # an older ClusterRole: gangs work as before, by annotation
+            log.warning("PodGroups (scheduling.x-k8s.io) may not be listed by kdra's service "
+                        "account: gangs are sized by their pods' annotations (grant list/watch "
+                        "on podgroups, manifests/base/operator/rbac.yaml)")
+            self.pod_groups = False
+        else:
+            self.pod_groups = True
+            for group in groups:
+                self.binder.on_pod_group(None, group)
+            self.primed[POD_GROUPS.plural] = groups
 
     def watch(self, resource: Resource, handler: Handler, *, namespace: str | None = None,
               label_selector: str | None = None) -> None:

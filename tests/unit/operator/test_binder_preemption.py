@@ -100,6 +100,11 @@ class Recording:
     def reasons(self, reason: str) -> list[tuple[str, str]]:
         return [(obj, message) for obj, r, message in self.events if r == reason]
 
+    def preempted_nobody(self) -> bool:
+        """No eviction, no ``Preempting`` event, no nominated node written."""
+        return self.evictions == [] and self.reasons("Preempting") == [] and not any(
+            "nominatedNodeName" in body.get("status", {}) for _, body in self.status_patches)
+
     def messages(self, pod: str) -> list[str]:
         """The PodScheduled messages written on ``pod``, in order."""
         return [body["status"]["conditions"][0]["message"]
@@ -181,9 +186,7 @@ def test_preemption_policy_never_does_not_preempt() -> None:
         return result
 
     assert asyncio.run(scenario()) == "unschedulable"
-    assert client.evictions == [] and client.reasons("Preempting") == []
-    assert not any("nominatedNodeName" in body.get("status", {})
-                   for _, body in client.status_patches)
+    assert client.preempted_nobody()
     assert attempts("never") - before == 1
 
 
@@ -404,12 +407,12 @@ def test_binding_forgets_the_rounds() -> None:
 
 
 def test_malformed_claim_status_holds_nothing() -> None:
-    from kdra.operator.scheduler.preemption import _hold_of
+    from kdra.operator.core.preemption import hold_of
 
     for status in ({"allocation": "x"}, {"allocation": {"devices": "x"}},
                    {"allocation": {"devices": {"results": "x"}}, "reservedFor": [{"uid": "u"}]},
                    {"allocation": {"devices": {"results": [1, {"driver": DRIVER}]}},
                     "reservedFor": "x"}, "x"):
-        assert _hold_of({"status": status}) is None
-    held = _hold_of(claim("c", "1", owner="a"))
+        assert hold_of({"status": status}) is None
+    held = hold_of(claim("c", "1", owner="a"))
     assert held is not None and held.consumers == {"uid-a"} and len(held.devices) == 1

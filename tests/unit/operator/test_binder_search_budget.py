@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -99,6 +100,30 @@ class Recording:
         return {}  # events
 
 
+def budget_binder(client: Recording) -> Binder:
+    """A binder whose pods have 80,000 search steps, stepped 200 at a time."""
+    budget = SearchBudget(steps=80_000, timeout=60.0, slice=200)
+    return Binder(client, EventRecorder(client),  # type: ignore[arg-type]
+                  claims=claim_store(), settings=BinderSettings(prepare_timeout=30, search=budget))
+
+
+async def run_until(binder: Binder, pods: list[dict[str, Any]], client: Recording,
+                    done: Callable[[tuple[str, str, Any]], bool]) -> None:
+    """Prime ``binder`` with node-1 (the hostile driver's devices), node-2 (the small pods'
+    driver) and ``pods``; run it until an entry of the client's log is ``done`` (at most 30 s)."""
+    binder.prime(nodes=[raw_node(NODE), raw_node("node-2")],
+                 slices=[raw_slice(), raw_slice("node-2", OTHER)],
+                 classes=[raw_class(DRIVER), raw_class(OTHER)], pods=pods)
+    binder.start()
+    try:
+        for _ in range(3000):
+            await asyncio.sleep(0.01)
+            if any(done(entry) for entry in client.log):
+                break
+    finally:
+        await binder.stop()
+
+
 def exhausted_count(limit: str) -> float:
     value = REGISTRY.get_sample_value("kdra_allocator_search_exhausted_total", {"limit": limit})
     return value or 0.0
@@ -112,10 +137,7 @@ def test_other_pods_are_allocated_while_one_pods_search_runs_out_of_budget(
     alternative counts against the same budget."""
     async def scenario() -> Recording:
         client = Recording()
-        budget = SearchBudget(steps=80_000, timeout=60.0, slice=200)
-        binder = Binder(client, EventRecorder(client),  # type: ignore[arg-type]
-                        claims=claim_store(),
-                        settings=BinderSettings(prepare_timeout=30, search=budget))
+        binder = budget_binder(client)
         # The adversarial pod (first in the queue): five one-device claims ahead of a claim
         # for all twelve devices. The others: one device each.
         hostile = [f"one-{i}" for i in range(5)]
@@ -128,17 +150,7 @@ def test_other_pods_are_allocated_while_one_pods_search_runs_out_of_budget(
         pods = [raw_pod("hostile", [*hostile, "everything"], "2026-01-01T00:00:00Z"),
                 *(raw_pod(f"small-{i}", [f"small-{i}"], f"2026-01-01T00:00:0{i + 1}Z")
                   for i in range(3))]
-        binder.prime(nodes=[raw_node(NODE), raw_node("node-2")],
-                     slices=[raw_slice(), raw_slice("node-2", OTHER)],
-                     classes=[raw_class(DRIVER), raw_class(OTHER)], pods=pods)
-        binder.start()
-        try:
-            for _ in range(3000):
-                await asyncio.sleep(0.01)
-                if any(entry[0] == "pod-status" for entry in client.log):
-                    break
-        finally:
-            await binder.stop()
+        await run_until(binder, pods, client, lambda entry: entry[0] == "pod-status")
         return client
 
     before = exhausted_count("node-steps")

@@ -10,21 +10,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from kdra.dra.scheduling import POD_GROUP_LABEL, SearchBudget
-from kdra.kube.events import EventRecorder
-from kdra.operator.claim_controller import claim_store
+from kdra.dra.scheduling import POD_GROUP_LABEL
 from kdra.operator.core.gangs import MIN_MEMBER_ANNOTATION
-from kdra.operator.scheduler import Binder, BinderSettings
-from tests.unit.builders import DRIVER
 from tests.unit.operator.test_binder_search_budget import (
-    NODE,
     OTHER,
     Recording,
+    budget_binder,
     raw_claim,
-    raw_class,
-    raw_node,
     raw_pod,
-    raw_slice,
+    run_until,
 )
 
 MEMBERS = 3
@@ -40,10 +34,7 @@ def gang_pod(name: str, claims: list[str], created: str) -> dict[str, Any]:
 def test_pods_behind_a_gang_are_allocated_while_the_gang_searches() -> None:
     async def scenario() -> Recording:
         client = Recording()
-        budget = SearchBudget(steps=80_000, timeout=60.0, slice=200)
-        binder = Binder(client, EventRecorder(client),  # type: ignore[arg-type]
-                        claims=claim_store(),
-                        settings=BinderSettings(prepare_timeout=30, search=budget))
+        binder = budget_binder(client)
         # Each member of the hostile gang: five one-device claims ahead of a claim for all
         # twelve devices of node-1 — a search that spends its node's whole budget. The small
         # pods (queued after the gang) take one device each of another driver on node-2.
@@ -58,18 +49,8 @@ def test_pods_behind_a_gang_are_allocated_while_the_gang_searches() -> None:
         for i in range(3):
             binder.claims.upsert(raw_claim(f"small-{i}", cls=OTHER))
             pods.append(raw_pod(f"small-{i}", [f"small-{i}"], f"2026-01-01T00:01:0{i}Z"))
-        binder.prime(nodes=[raw_node(NODE), raw_node("node-2")],
-                     slices=[raw_slice(), raw_slice("node-2", OTHER)],
-                     classes=[raw_class(DRIVER), raw_class(OTHER)], pods=pods)
-        binder.start()
-        try:
-            for _ in range(3000):
-                await asyncio.sleep(0.01)
-                if any(kind == "pod-status" and name.startswith("member-")
-                       for kind, name, _ in client.log):
-                    break
-        finally:
-            await binder.stop()
+        await run_until(binder, pods, client, lambda entry: entry[0] == "pod-status"
+                        and entry[1].startswith("member-"))
         return client
 
     client = asyncio.run(scenario())

@@ -1,11 +1,14 @@
-"""Declaring a gang (kdra.operator.core.gangs): the label, the annotations, their bounds, and
-members that disagree."""
+"""Declaring a gang (kdra.operator.core.gangs): the label, the annotations, their bounds,
+members that disagree, and scheduler-plugins' PodGroup objects (their size; the annotation
+overrides it)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -20,7 +23,9 @@ from kdra.operator.core.gangs import (
     agreed,
     gang_of,
     gang_spec,
+    pod_group,
 )
+from kdra.operator.scheduler.gangs import POD_GROUPS
 
 
 def pod(gang: Any = "train", **annotations: Any) -> dict[str, Any]:
@@ -90,3 +95,69 @@ def test_parsing_is_total(annotations: dict[str, Any], gang: Any) -> None:
         assert len(str(exc)) < 600
     else:
         assert spec is None or 1 <= spec.min_member <= 1024
+
+
+def group(**spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+            "metadata": {"name": "train", "namespace": "ns"}, "spec": spec}
+
+
+def test_a_pod_group_sizes_the_gang_and_the_annotation_overrides_it() -> None:
+    size = pod_group(group(minMember=4, scheduleTimeoutSeconds=10))
+    assert size == 4
+    assert gang_spec(pod(), size) == GangSpec("train", 4)
+    # Constraints still come from the pods' annotations.
+    assert gang_spec(pod(**{SPREAD_ANNOTATION: "node"}), size) == GangSpec("train", 4,
+                                                                          spread=True)
+    # The pods' own annotation wins (documented precedence), even over a bad PodGroup.
+    assert gang_spec(pod(**{MIN_MEMBER_ANNOTATION: "2"}), size) == GangSpec("train", 2)
+    bad = pod_group(group(minMember=0))
+    assert gang_spec(pod(**{MIN_MEMBER_ANNOTATION: "2"}), bad) == GangSpec("train", 2)
+    # Neither: the message names both ways to size it.
+    with pytest.raises(InvalidObject, match="or create a PodGroup"):
+        gang_spec(pod(), None)
+
+
+@pytest.mark.parametrize(("obj", "field", "says"), [
+    (group(), "spec.minMember", "missing"),
+    (group(minMember=0), "spec.minMember", "from 1 to 1024"),
+    (group(minMember=1025), "spec.minMember", "from 1 to 1024"),
+    (group(minMember="4"), "spec.minMember", "not a whole number"),
+    (group(minMember=True), "spec.minMember", "not a whole number"),
+    (group(minMember=10**400), "spec.minMember", "not a whole number"),
+    (group(minMember=10**5000), "spec.minMember", "out of range"),
+    (group(minMember={"deep": ["x" * 10_000]}), "spec.minMember", "dict"),
+    (group(minMember=2, scheduleTimeoutSeconds=-1), "spec.scheduleTimeoutSeconds",
+     "whole number of seconds"),
+    (group(minMember=2, scheduleTimeoutSeconds="10s"), "spec.scheduleTimeoutSeconds",
+     "whole number of seconds"),
+    ({"metadata": "nonsense", "spec": ["x"]}, "spec.minMember", "missing"),
+    ("not an object", "spec.minMember", "missing"),
+])
+def test_a_bad_pod_group_makes_its_gang_invalid_naming_the_field(obj: Any, field: str,
+                                                                  says: str) -> None:
+    size = pod_group(obj)
+    assert isinstance(size, InvalidObject)
+    assert size.field == field and says in size.message and len(str(size)) < 400
+    with pytest.raises(InvalidObject) as caught:
+        gang_spec(pod(), size)
+    assert caught.value is size and "PodGroup" in str(caught.value)
+
+
+def test_the_shipped_pod_group_crd_serves_what_kdra_reads() -> None:
+    """manifests/optional/podgroups-crd.yaml: the kind kdra watches (POD_GROUPS), with the fields
+    pod_group reads; the chart ships the same file (value podGroups.installCRD)."""
+    root = Path(__file__).resolve().parents[3]
+    text = (root / "manifests/optional/podgroups-crd.yaml").read_text()
+    assert (root / "charts/kdra/files/podgroups-crd.yaml").read_text() == text
+    (crd,) = [doc for doc in yaml.safe_load_all(text) if doc]
+    spec = crd["spec"]
+    assert (spec["group"], spec["names"]["plural"], spec["names"]["kind"], spec["scope"]) == (
+        POD_GROUPS.group, POD_GROUPS.plural, POD_GROUPS.kind, "Namespaced")
+    (version,) = spec["versions"]
+    assert version["name"] == POD_GROUPS.version and version["served"] and version["storage"]
+    fields = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert fields["minMember"]["type"] == fields["scheduleTimeoutSeconds"]["type"] == "integer"
+    assert "minResources" in fields  # scheduler-plugins' field: kept, not read
+    # Not among kdra's CRDs (crds/: `kubectl apply -k/-f crds/`, `kubectl wait -f crds/`).
+    assert not list((root / "crds").rglob("*podgroup*"))

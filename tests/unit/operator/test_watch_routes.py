@@ -60,12 +60,16 @@ def test_every_kind_has_exactly_one_route(flavour: Flavour) -> None:
     plurals = [w.resource.plural for w in table]
     assert sorted(plurals) == sorted(set(plurals))
     assert {"pods", "resourceclaims", "resourceslices", "nodes", "leases", "deviceclasses",
-            "resourceclaimtemplates", "devicetaintrules", "devicequotas"} == set(plurals)
+            "resourceclaimtemplates", "devicetaintrules", "devicequotas",
+            "podgroups"} == set(plurals)
+    # PodGroups only where the API server serves them (found at start-up).
+    assert "podgroups" not in {w.resource.plural for w in watches(flavour, pod_groups=False)}
     # The four DRA kinds where the flavour has them; kdra's own kinds stay in its group.
     groups = {w.resource.plural: w.resource.group for w in table}
     assert {groups[p] for p in ("resourceclaims", "resourceslices", "deviceclasses",
                                 "resourceclaimtemplates")} == {flavour.group}
     assert groups["devicequotas"] == groups["devicetaintrules"] == "resource.kdra.dev"
+    assert groups["podgroups"] == "scheduling.x-k8s.io"
 
 
 def test_a_pod_without_claims_reaches_the_binder_only() -> None:

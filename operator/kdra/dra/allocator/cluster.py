@@ -152,6 +152,7 @@ class Placing:
         start: int = 0,
         node_steps: int | None = None,
         scoring: bool = True,
+        freed: Collection[DeviceId] = (),
     ) -> None:
         self.snapshot = snapshot
         self.scoring = scoring
@@ -161,6 +162,8 @@ class Placing:
         self.start = start
         self.node_steps = node_steps
         self.in_flight = in_flight
+        self.freed = freed
+        """Devices in use counted as free (preemption's what-if: a gang's victims gone)."""
         self.version = snapshot.version
         """The snapshot's version when the evaluation started."""
         self.search_steps = 0
@@ -204,7 +207,7 @@ class Placing:
         stop = None if steps is None else self.steps + steps
         snapshot = self.snapshot
         in_flight = self.in_flight
-        busy = busy_view(snapshot, in_flight)
+        busy = busy_view(snapshot, in_flight, self.freed)
         stats = snapshot.stats
         nodes = self.nodes
         total = len(nodes)
@@ -236,7 +239,7 @@ class Placing:
                 else:
                     self._node_units = 0
                 pools = snapshot.node_pools(node)
-                stamp = None if in_flight else snapshot.busy_stamp(node.name)
+                stamp = None if in_flight or self.freed else snapshot.busy_stamp(node.name)
                 if pools.unusable:  # counts do not know upstream's pool errors: search
                     self._current = (node, pools, stamp, ChoiceSearch(
                         prepared, pools, busy, stats, scoring=self.scoring))
@@ -433,7 +436,7 @@ class Placing:
         picks = placement.search()
         if picks is None:
             return False
-        busy = busy_view(snapshot, self.in_flight)
+        busy = busy_view(snapshot, self.in_flight, self.freed)
         if any(pick.entry.id in busy for chosen in picks for pick in chosen
                if not pick.request.admin_access):
             return False

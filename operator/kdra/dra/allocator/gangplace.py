@@ -10,8 +10,9 @@ node where the pod fits is one choice, nodes the pod fills best first (binpack: 
 keeps whole nodes for others).
 
 Invariants:
-- Nothing here changes the snapshot: the gang's devices are passed as in flight; the caller
-  assumes the picks once the whole gang has them.
+- Nothing here changes the snapshot: the gang's devices are passed as in flight (and a
+  preemption's victims' devices as freed); the caller assumes the picks once the whole gang
+  has them.
 - The Placings together spend at most ``steps`` (each gets what is left; one that runs out
   gives up with what it found). An evaluation costs its Placing's steps plus one per node
   evaluated. A Placing is stepped within what the caller's slice has left
@@ -67,8 +68,11 @@ class Pick:
 
 def gang_search(snapshot: Snapshot, pods: Sequence[GangPod], *, steps: int,
                 match_attribute: str = "", topology_key: str = "", spread: bool = False,
-                node_steps: Callable[[int], int] | None = None) -> GangSearch[Pick]:
-    """The joint search for ``pods`` (see the module doc); run it with ``advance``."""
+                node_steps: Callable[[int], int] | None = None,
+                freed: frozenset[DeviceId] = frozenset()) -> GangSearch[Pick]:
+    """The joint search for ``pods`` (see the module doc); run it with ``advance``.
+    ``freed``: devices in use counted as free (gang preemption's what-if: its victims
+    gone)."""
     values: dict[DeviceId, object] = {}
     # Value → the nodes with a device of it (None: some slice is not a single node's, so
     # every node stays a candidate): a scope's pods skip the nodes that cannot help.
@@ -114,7 +118,7 @@ def gang_search(snapshot: Snapshot, pods: Sequence[GangPod], *, steps: int,
                 | outside(scope) | pod.reserved
             placing = Placing(snapshot, pod.claims, nodes, in_flight=in_flight,
                               node_steps=node_steps(max(1, len(nodes))) if node_steps
-                              else None, scoring=pod.scoring)
+                              else None, scoring=pod.scoring, freed=freed)
         left = max(1, steps - spent[0])
         allowance = search.allowance
         found: ClusterOutcome | None = placing.advance(

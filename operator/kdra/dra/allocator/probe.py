@@ -3,7 +3,9 @@
 :class:`FitProbe` answers it with the allocator's own search (:class:`~.choices.ChoiceSearch`,
 ``firstAvailable`` alternatives included) over the snapshot's pools of the node, with the
 devices in use taken from the snapshot, plus ``reserved`` devices (held for others, e.g. for
-pods nominated by an earlier preemption), minus the devices the caller asks about freeing.
+pods nominated by an earlier preemption), minus the devices the caller asks about freeing
+(:func:`~.busy.busy_view`; a freed device's shares stay counted: the probe may only
+under-estimate what freeing gains).
 
 Invariants:
 - Pure and read-only: the snapshot is never changed; an answer is a search's, never an
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from kdra.dra.allocator.busy import InUse
+from kdra.dra.allocator.busy import busy_view
 from kdra.dra.allocator.choices import ChoiceSearch
 from kdra.dra.allocator.nodeselector import NodeInfo
 from kdra.dra.allocator.pacing import StepBudget
@@ -36,22 +38,6 @@ __all__ = ["FitProbe", "OutOfSteps"]
 
 class OutOfSteps(Exception):
     """The probe's step budget ran out before a search finished."""
-
-
-class _Busy(InUse):
-    """In use (snapshot or ``reserved``) and not ``freed``: a container for the search, with
-    the snapshot's shares of devices that allow multiple allocations (a freed claim's shares
-    stay counted: the probe may only under-estimate what freeing gains)."""
-
-    __slots__ = ("freed",)
-
-    def __init__(self, snapshot: Snapshot, reserved: Collection[DeviceId],
-                 freed: Collection[DeviceId]) -> None:
-        super().__init__(snapshot.devices_in_use, reserved, snapshot.shares)
-        self.freed = freed
-
-    def __contains__(self, device: object) -> bool:
-        return super().__contains__(device) and device not in self.freed
 
 
 class FitProbe:
@@ -73,7 +59,7 @@ class FitProbe:
         Raises OutOfSteps when the budget runs out first."""
         if self.budget.out:
             raise OutOfSteps
-        busy = _Busy(self.snapshot, self.reserved, freed)
+        busy = busy_view(self.snapshot, self.reserved, freed)
         search = ChoiceSearch(self.prepared, self.snapshot.node_pools(node), busy,
                               self.snapshot.stats)
         self.probes += 1

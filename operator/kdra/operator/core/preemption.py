@@ -28,18 +28,20 @@ Invariants:
 - Pure: the fit test is the caller's (:class:`~kdra.dra.allocator.probe.FitProbe`), so
   every "fits" is the allocator's own search.
 - A node's answer is *minimal* in the kube-scheduler sense: no victim could be reprieved on
-  its own and the preemptor still fit.
+  its own and the preemptor still fit. The reprieve (:func:`reprieve`) is one piece for a
+  single pod's node and a gang's whole cluster (units of pods evicted together).
 - Parsing is total: a malformed PodDisruptionBudget selector matches no pod; a priority that
   is not an integer counts as 0.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from kdra.dra.allocator.pools import DeviceId
+from kdra.dra.scheduling import POD_GROUP_LABEL
 
 __all__ = [
     "NEVER",
@@ -47,11 +49,19 @@ __all__ = [
     "Hold",
     "NodeVictims",
     "Pod",
+    "Probe",
+    "Victims",
     "can_preempt",
     "freed_by",
+    "gang_units",
+    "group_of",
+    "hold_of",
     "label_selector_matches",
     "pick_node",
+    "pod_of",
     "pod_priority",
+    "reprieve",
+    "run_probe",
     "select_victims",
     "violating",
 ]
@@ -137,6 +147,35 @@ def freed_by(leaving: Collection[str], holds: Iterable[Hold]) -> frozenset[Devic
     return frozenset(freed)
 
 
+def pod_of(pod: Mapping[str, Any]) -> Pod:
+    """A bound pod as preemption sees it. Total over malformed fields."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels")
+    return Pod(str(meta.get("namespace", "")), str(meta.get("name", "")),
+               str(meta.get("uid", "")), str((pod.get("spec") or {}).get("nodeName") or ""),
+               pod_priority(pod), str((pod.get("status") or {}).get("startTime") or ""),
+               {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {},
+               bool(meta.get("deletionTimestamp")))
+
+
+def hold_of(claim: Mapping[str, Any]) -> Hold | None:
+    """The devices a claim's allocation holds (admin-access results excluded) and its
+    consumers; None when it holds nothing. Total over malformed status."""
+    status = claim.get("status") or {}
+    allocation = status.get("allocation") if isinstance(status, dict) else None
+    if not isinstance(allocation, dict):
+        return None
+    devices_ = allocation.get("devices")
+    results = devices_.get("results") if isinstance(devices_, dict) else None
+    devices = frozenset(
+        DeviceId(str(r.get("driver")), str(r.get("pool")), str(r.get("device")))
+        for r in (results if isinstance(results, list) else ())
+        if isinstance(r, dict) and not r.get("adminAccess"))
+    consumers = frozenset(str(ref.get("uid")) for ref in status.get("reservedFor") or ()
+                          if isinstance(ref, dict) and ref.get("uid"))
+    return Hold(devices, consumers) if devices and consumers else None
+
+
 def _importance(pod: Pod) -> tuple[int, int, str, str]:
     """Sort key, most important first: higher priority, then started (earlier first)."""
     return (-pod.priority, 0 if pod.started else 1, pod.started, pod.ref)
@@ -194,6 +233,65 @@ def violating(pods: Sequence[Pod], budgets: Sequence[Budget]) -> set[str]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Victims:
+    """What :func:`reprieve` chose: the pods to evict (most important first), how many of
+    them violate a PodDisruptionBudget, and the devices they (and pods leaving anyway) free."""
+
+    pods: tuple[Pod, ...]
+    pdb_violations: int
+    freed: frozenset[DeviceId]
+
+
+Probe = Generator[frozenset[DeviceId], bool, Victims | None]
+"""A victim search as a coroutine: it yields the devices a fit test frees and is sent whether
+the preemptor fits with them free (``send``); it returns the victims, or None. Pure: the
+caller runs the fit tests, synchronously (:func:`select_victims`) or between yields to its
+event loop (a gang's joint search, :mod:`kdra.operator.scheduler.gang_preemption`)."""
+
+
+def reprieve(units: Sequence[Sequence[Pod]], holds: Sequence[Hold], budgets: Sequence[Budget],
+             leaving: Collection[str] = frozenset()) -> Probe:
+    """The fewest, least important victims among ``units`` — each a set of pods evicted
+    together or not at all (a pod; the bound members of a gang) — whose eviction lets the
+    preemptor fit (the module doc's steps 1-3, with the fit tests yielded). ``leaving``: UIDs
+    of pods leaving anyway (their devices count as free throughout). None when there is no
+    unit, when the preemptor would not fit even with every unit gone, or when it fits with
+    none of them gone (nothing to preempt)."""
+    potential = sorted((u for u in units if u), key=lambda u: min(_importance(p) for p in u))
+    if not potential:
+        return None
+    victims = {pod.uid for unit in potential for pod in unit}
+    if not (yield freed_by(set(leaving) | victims, holds)):
+        return None
+    breaking = violating([pod for unit in potential for pod in unit], budgets)
+    order = ([u for u in potential if any(p.uid in breaking for p in u)] +
+             [u for u in potential if not any(p.uid in breaking for p in u)])
+    violations = 0
+    for unit in order:
+        uids = {pod.uid for pod in unit}
+        victims -= uids
+        if (yield freed_by(set(leaving) | victims, holds)):
+            continue  # reprieved
+        victims |= uids
+        violations += sum(1 for pod in unit if pod.uid in breaking)
+    if not victims:
+        return None  # fits once pods already leaving are gone: nothing to preempt
+    chosen = tuple(p for unit in potential for p in unit if p.uid in victims)
+    return Victims(chosen, violations, freed_by(set(leaving) | victims, holds))
+
+
+def run_probe(probe: Probe, fits: Callable[[frozenset[DeviceId]], bool]) -> Victims | None:
+    """Run a victim search with synchronous fit tests (``fits`` may raise to stop it)."""
+    try:
+        freed = next(probe)
+        while True:
+            freed = probe.send(fits(freed))
+    except StopIteration as done:
+        result: Victims | None = done.value
+        return result
+
+
 def select_victims(node: str, priority: int, pods: Sequence[Pod], holds: Sequence[Hold],
                    budgets: Sequence[Budget],
                    fits: Callable[[frozenset[DeviceId]], bool]) -> NodeVictims | None:
@@ -204,29 +302,12 @@ def select_victims(node: str, priority: int, pods: Sequence[Pod], holds: Sequenc
     raise to stop the search, e.g. its budget ran out)."""
     leaving = {pod.uid for pod in pods if pod.leaving}
     users = {uid for hold in holds for uid in hold.consumers}
-    potential = sorted((pod for pod in pods if not pod.leaving and pod.priority < priority
-                        and pod.uid in users), key=_importance)
-    if not potential:
+    units = [(pod,) for pod in pods if not pod.leaving and pod.priority < priority
+             and pod.uid in users]
+    found = run_probe(reprieve(units, holds, budgets, leaving), fits)
+    if found is None:
         return None
-    victims = {pod.uid for pod in potential}
-    everything = freed_by(leaving | victims, holds)
-    if not fits(everything):
-        return None
-    breaking = violating(potential, budgets)
-    order = ([p for p in potential if p.uid in breaking] +
-             [p for p in potential if p.uid not in breaking])
-    violations = 0
-    for pod in order:
-        victims.discard(pod.uid)
-        if fits(freed_by(leaving | victims, holds)):
-            continue  # reprieved
-        victims.add(pod.uid)
-        if pod.uid in breaking:
-            violations += 1
-    if not victims:
-        return None  # fits once pods already leaving are gone: nothing to preempt
-    chosen = tuple(p for p in potential if p.uid in victims)
-    return NodeVictims(node, chosen, violations, freed_by(leaving | victims, holds))
+    return NodeVictims(node, found.pods, found.pdb_violations, found.freed)
 
 
 def _rank(option: NodeVictims) -> tuple[int, int, int, int, str, str]:
@@ -243,3 +324,33 @@ def _rank(option: NodeVictims) -> tuple[int, int, int, int, str, str]:
 def pick_node(options: Iterable[NodeVictims]) -> NodeVictims | None:
     """The node to preempt on (ranking in the module doc); None when there is none."""
     return min(options, key=_rank, default=None)
+
+
+def group_of(pod: Pod) -> tuple[str, str] | None:
+    """The pod's gang (namespace, ``scheduling.x-k8s.io/pod-group`` label), or None."""
+    group = pod.labels.get(POD_GROUP_LABEL)
+    return None if group is None else (pod.namespace, group)
+
+
+def gang_units(pods: Iterable[Pod], priority: int, holds: Sequence[Hold]
+               ) -> list[tuple[Pod, ...]]:
+    """The units a gang of ``priority`` may evict, for :func:`reprieve`: a pod of lower
+    priority that holds devices, alone; the bound members of a gang (pods of a namespace
+    with the same ``scheduling.x-k8s.io/pod-group`` label), together — every member, a gang
+    without a few of its pods does nothing useful — and only when every member has a lower
+    priority and one of them holds devices. Pods leaving anyway are in no unit."""
+    users = {uid for hold in holds for uid in hold.consumers}
+    alone: list[tuple[Pod, ...]] = []
+    gangs: dict[tuple[str, str], list[Pod]] = {}
+    for pod in pods:
+        if pod.leaving:
+            continue
+        group = group_of(pod)
+        if group is not None:
+            gangs.setdefault(group, []).append(pod)
+        elif pod.priority < priority and pod.uid in users:
+            alone.append((pod,))
+    together = [tuple(sorted(members, key=_importance)) for members in gangs.values()
+                if all(p.priority < priority for p in members)
+                and any(p.uid in users for p in members)]
+    return alone + together

@@ -66,6 +66,7 @@ from kdra.kube.metrics.watches import record_watch_decode_error
 from kdra.kube.resources import LEASES, NODES, PODS, Resource
 from kdra.kube.store import JSON
 from kdra.operator.composition import Operator
+from kdra.operator.scheduler.gangs import POD_GROUPS
 from kdra.operator.scheduler.quota import DEVICE_QUOTAS
 from kdra.operator.settings import OperatorSettings
 from kdra.operator.taint_eviction import DEVICE_TAINT_RULES
@@ -123,6 +124,11 @@ def route_quota(op: Operator, event: str | None, quota: JSON) -> None:
     op.binder.on_quota(event, quota)
 
 
+def route_pod_group(op: Operator, event: str | None, group: JSON) -> None:
+    """scheduler-plugins' PodGroups (where served): the binder's gang sizes."""
+    op.binder.on_pod_group(event, group)
+
+
 def route_class(op: Operator, event: str | None, device_class: JSON) -> None:
     """DeviceClasses: the binder's snapshot (selectors, configuration)."""
     op.binder.on_class(event, device_class)
@@ -152,10 +158,12 @@ class Watch:
         return ",".join(f"{k}={v}" for k, v in self.labels) or None
 
 
-def watches(flavour: Flavour) -> tuple[Watch, ...]:
+def watches(flavour: Flavour, *, pod_groups: bool = True) -> tuple[Watch, ...]:
     """Every kind the operator watches, hot (pods, claims, slices, nodes, Leases) and rare;
-    the four DRA kinds where the API ``flavour`` has them."""
-    return (
+    the four DRA kinds where the API ``flavour`` has them; scheduler-plugins' PodGroups with
+    ``pod_groups`` (where the API server serves them)."""
+    optional = (Watch(POD_GROUPS, route_pod_group),) if pod_groups else ()
+    return (*optional,
         Watch(PODS, route_pod),
         Watch(flavour.claims, route_claim),
         Watch(flavour.slices, route_slice),
@@ -193,15 +201,16 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     if pause:
         log.warning("pausing %ss before the watches start (%s: tests only)", pause, PAUSE_ENV)
         await asyncio.sleep(float(pause))
+    served = watches(operator.flavour, pod_groups=operator.pod_groups)
     if ours.watch != "informers":
         memo.feeds = {
             watch.resource.plural: operator.feed(
                 watch.resource, partial(watch.route, operator),
                 namespace=ours.namespace if watch.own_namespace else None,
                 label_selector=watch.label_selector())
-            for watch in watches(operator.flavour)}
+            for watch in served}
     else:
-        for watch in watches(operator.flavour):
+        for watch in served:
             operator.watch(watch.resource, partial(watch.route, operator),
                            namespace=ours.namespace if watch.own_namespace else None,
                            label_selector=watch.label_selector())
@@ -238,5 +247,7 @@ def _kopf_handler(res: Resource, namespace: str | None) -> Callable[..., Any]:
         if namespace is not None and meta.get("namespace") != namespace:
             return
         strip_managed_fields(obj)  # as kdra's client does for what it reads
-        memo.feeds[res.plural].deliver(event.get("type"), obj)
+        feed = memo.feeds.get(res.plural)
+        if feed is not None:  # None: a kind not served at start-up (PodGroups)
+            feed.deliver(event.get("type"), obj)
     return on_event

@@ -59,8 +59,11 @@ unschedulable_reasons = Counter(
 
 # --------------------------------------------------------------------------- preemption
 
-PREEMPTION_RESULTS = ("preempted", "waiting", "no-candidates", "never", "over-quota",
-                      "held-back")
+_PREEMPTION_PLAIN = ("preempted", "waiting", "no-candidates", "never", "over-quota",
+                     "held-back")
+PREEMPTION_RESULTS = (*_PREEMPTION_PLAIN, *(f"gang-{r}" for r in _PREEMPTION_PLAIN))
+"""A gang's preemption (kdra.operator.scheduler.gang_preemption) counts its results with the
+``gang-`` prefix: ``gang-preempted``, ``gang-no-candidates``, ..."""
 
 preemption_attempts = Counter(
     "kdra_preemption_attempts_total",
@@ -69,12 +72,13 @@ preemption_attempts = Counter(
     "terminating), no-candidates (no node where evicting lower-priority pods would let it "
     "fit), never (the pod's preemptionPolicy is Never), over-quota (its DeviceQuota would "
     "refuse it even with the devices free), held-back (its earlier preemptions did not get it "
-    "bound: backing off, or out of rounds).",
+    "bound: backing off, or out of rounds); the same results prefixed gang- for a whole gang "
+    "that fits nowhere (gang-preempted: victims chosen across nodes).",
     ["result"],
 )
 preemption_victims = Counter(
     "kdra_preemption_victims_total",
-    "Pods evicted (Eviction API accepted) to make room for a higher-priority pod.",
+    "Pods evicted (Eviction API accepted) to make room for a higher-priority pod or gang.",
 )
 preemption_decision = Histogram(
     "kdra_preemption_decision_seconds",
@@ -88,8 +92,9 @@ nominated_pods = Gauge(
 
 
 def record_preemption(result: str) -> None:
+    fallback = "gang-no-candidates" if result.startswith("gang-") else "no-candidates"
     preemption_attempts.labels(result=result if result in PREEMPTION_RESULTS
-                               else "no-candidates").inc()
+                               else fallback).inc()
 
 
 def record_preemption_victim() -> None:

@@ -28,6 +28,9 @@ Invariants:
   members before it assumed; one denial and nothing of the gang is kept.
 - A gang whose last attempt failed is not searched again until the snapshot, the nodes or
   its members changed (its other members, popped meanwhile, are parked at once).
+- A gang that fits nowhere (the search finished) may preempt lower-priority pods as a whole
+  (:mod:`.gang_preemption`); the devices it freed are held for it, and its members' searches
+  see them free.
 - Pods without the label never reach this module (one label lookup in the loop).
 - Its bookkeeping is bounded: past ``REMEMBERED`` gangs, those with no pending member are
   forgotten.
@@ -44,18 +47,32 @@ from kdra.dra.allocator import DeviceId, Snapshot
 from kdra.dra.allocator.gang import GangOutcome, GangSearch
 from kdra.dra.allocator.gangplace import GangPod, Pick, gang_search
 from kdra.dra.errors import InvalidObject
-from kdra.kube.store import JSON, Key
+from kdra.kube.resources import Resource
+from kdra.kube.store import JSON, Key, key_of
 from kdra.operator import metrics
-from kdra.operator.core.gangs import GangSpec, agreed, gang_of, gang_spec
+from kdra.operator.core.gangs import (
+    GangSpec,
+    PodGroupSize,
+    agreed,
+    gang_of,
+    gang_spec,
+    pod_group,
+)
 from kdra.operator.scheduler.cluster import ClusterView
+from kdra.operator.scheduler.gang_preemption import GangPreemption
 from kdra.operator.scheduler.gang_writes import GangMember, GangWrites
 from kdra.operator.scheduler.pending import Attempt, Context, PendingPods
+from kdra.operator.scheduler.preemption import gang_key
 from kdra.operator.scheduler.quota import QUOTA_REASON
 from kdra.operator.scheduler.reporting import Reporter
 from kdra.operator.scheduler.searches import Limit, Searches
 from kdra.operator.scheduler.settings import BinderSettings
 
 log = logging.getLogger(__name__)
+
+POD_GROUPS = Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", True, "PodGroup")
+"""scheduler-plugins' PodGroup (manifests/optional/podgroups-crd.yaml): read where its CRD is
+installed."""
 
 GANG_DEADLINE_CAP = 60.0
 """The most seconds one gang's search may take, however many members it has."""
@@ -73,7 +90,8 @@ class Gangs:
 
     def __init__(self, *, cluster: ClusterView, pods: PendingPods, reporter: Reporter,
                  writes: GangWrites, settings: BinderSettings, context: ContextOf,
-                 reserved: Reserved, searches: Searches) -> None:
+                 reserved: Reserved, searches: Searches,
+                 preemption: GangPreemption | None = None) -> None:
         self.cluster = cluster
         self.snapshot: Snapshot = cluster.snapshot
         self.pods = pods
@@ -82,6 +100,8 @@ class Gangs:
         self.settings = settings
         self.context = context
         self.reserved = reserved
+        self.preemption = preemption
+        """Preemption for a gang that fits nowhere (kdra.operator.scheduler.gang_preemption)."""
         self.failed: dict[Key, tuple[int, int, frozenset[Key]]] = {}
         """Gang → the state its last failed attempt saw (snapshot version, node list,
         members)."""
@@ -89,6 +109,24 @@ class Gangs:
         self.searches = searches
         self.searching: dict[Key, frozenset[Key]] = {}
         """Gang → its members whose joint search runs beside the loop."""
+        self.groups: dict[Key, PodGroupSize] = {}
+        """PodGroup objects (namespace, name) → the gang size they declare, or why not."""
+
+    def on_pod_group(self, event_type: str | None, obj: JSON) -> None:
+        """A PodGroup: the gang of its name is tried again with its size."""
+        key = key_of(obj)
+        if event_type == "DELETED":
+            self.groups.pop(key, None)
+        else:
+            size = pod_group(obj)
+            if self.groups.get(key) == size:
+                return  # its status changed (another scheduler's), not what kdra reads
+            self.groups[key] = size
+        self.failed.pop(key, None)
+        for member in self.members(*key):
+            if (pod := self.pods.pending.get(member)) is not None:
+                self.pods.parked.discard(member)
+                self.pods.queue.add(member, pod)
 
     def busy(self, key: Key) -> bool:
         """Pod ``key``'s gang is searching with it (the loop skips it meanwhile)."""
@@ -112,7 +150,9 @@ class Gangs:
         if gang in self.searching:
             return "searching"  # queued again when the search ends
         try:
-            spec = agreed(s for m in members if (s := gang_spec(self.pods.pending[m])))
+            group = self.groups.get(gang)
+            spec = agreed(s for m in members
+                          if (s := gang_spec(self.pods.pending[m], group)))
         except InvalidObject as exc:
             for member in members:
                 if (other := self.pods.pending.get(member)) is not None:
@@ -208,9 +248,11 @@ class Gangs:
 
     # ------------------------------------------------------------------ search
 
-    def _search(self, members: list[Key], contexts: list[Context],
-                spec: GangSpec) -> tuple[GangSearch[Pick], int, float]:
-        """The gang's joint search, with its budget: (search, steps, seconds)."""
+    def _search(self, members: list[Key], contexts: list[Context], spec: GangSpec,
+                freed: frozenset[DeviceId] = frozenset()
+                ) -> tuple[GangSearch[Pick], int, float]:
+        """The gang's joint search, with its budget: (search, steps, seconds). ``freed``:
+        devices in use counted as free (preemption's what-if)."""
         budget = self.settings.search
         steps = budget.steps * len(members)
         timeout = min(budget.timeout * len(members), GANG_DEADLINE_CAP)
@@ -221,8 +263,26 @@ class Gangs:
                             for m, c in zip(members, contexts, strict=True)],
             steps=steps, match_attribute=spec.match_attribute,
             topology_key=spec.topology_key, spread=spec.spread,
-            node_steps=budget.node_steps)
+            node_steps=budget.node_steps, freed=freed)
         return search, steps, timeout
+
+    def _what_if(self, members: list[Key], contexts: list[Context], spec: GangSpec,
+                 freed: frozenset[DeviceId]) -> tuple[GangSearch[Pick], int]:
+        """A preemption's fit test: the gang's joint search with ``freed`` devices free, and
+        its step budget."""
+        search, steps, _ = self._search(members, contexts, spec, freed)
+        return search, steps
+
+    async def _preempted(self, members: list[Key], message: str, sentence: str | None) -> None:
+        """The gang's preemption decision ended: its members say what was done."""
+        for member in members:
+            pod = self.pods.pending.get(member)
+            if pod is not None and member not in self.pods.binding:
+                await self.reporter.unschedulable(
+                    pod, f"{message} preemption: {sentence}" if sentence else message)
+
+    def _all_pending(self, members: list[Key]) -> bool:
+        return all(m in self.pods.pending and m not in self.pods.binding for m in members)
 
     # ------------------------------------------------------------------ decide
 
@@ -242,6 +302,16 @@ class Gangs:
                        f"{budget}{scope_note}; nothing is allocated until all fit")
             verdict = "exhausted" if outcome.exhausted else "unschedulable"
             metrics.record_gang_attempt(verdict)
+            if not outcome.exhausted and self.preemption is not None:
+                preempting = await self.preemption.preempt(
+                    gang, [(m, p) for m in members if (p := self.pods.pending.get(m))],
+                    [c for context in contexts for c in context.unallocated],
+                    {n.name for context in contexts for n in context.candidates},
+                    functools.partial(self._what_if, members, contexts, spec),
+                    functools.partial(self._preempted, members, message),
+                    functools.partial(self._all_pending, members))
+                if preempting:  # kube-scheduler's "<fit error> preemption: ..."
+                    message = f"{message} preemption: {preempting}"
             if not outcome.exhausted:
                 self.failed[gang] = state
             for member in members:
@@ -280,6 +350,8 @@ class Gangs:
                 self.cluster.quotas.assume(claim, result[claim.key])
                 assumed.append(claim.key)
         if denial is not None:
+            if self.preemption is not None:  # devices freed for the gang go to others
+                self.preemption.preemption.refused(gang_key(*gang))
             for claim_key in assumed:
                 self.snapshot.forget(claim_key)
                 self.cluster.quotas.forget(claim_key)
@@ -314,4 +386,4 @@ def _search_key(gang: Key) -> Key:
     return (gang[0], f"gang/{gang[1]}")
 
 
-__all__ = ["GANG_DEADLINE_CAP", "Gangs"]
+__all__ = ["GANG_DEADLINE_CAP", "POD_GROUPS", "Gangs"]

@@ -75,8 +75,9 @@ from kdra.operator import metrics
 from kdra.operator.caches import ClaimCache, SliceCache
 from kdra.operator.core.admission_env import device_env_errors
 from kdra.operator.scheduler.cluster import ClusterView
+from kdra.operator.scheduler.gang_preemption import GangPreemption
 from kdra.operator.scheduler.gang_writes import GangWrites
-from kdra.operator.scheduler.gangs import Gangs
+from kdra.operator.scheduler.gangs import GANG_DEADLINE_CAP, Gangs
 from kdra.operator.scheduler.pending import Attempt, Context, PendingPods
 from kdra.operator.scheduler.preemption import Preemption
 from kdra.operator.scheduler.prepare import PrepareWait
@@ -134,7 +135,9 @@ class Binder:
             cluster=self.cluster, pods=self.pods, reporter=self.reporter,
             writes=GangWrites(self.writes, self.pods), settings=self.settings,
             context=self._context, reserved=self.preemption.reserved_against,
-            searches=self.searches)
+            searches=self.searches,
+            preemption=GangPreemption(self.preemption, self.searches,
+                                      deadline=GANG_DEADLINE_CAP))
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -248,6 +251,10 @@ class Binder:
         """A DeviceQuota: pods it held back are retried (or held back) at the next attempt."""
         self.quotas.on_quota(event_type, quota)
         self.pods.wake()
+
+    def on_pod_group(self, event_type: str | None, obj: JSON) -> None:
+        """A scheduler-plugins PodGroup: its gang's size (kdra.operator.scheduler.gangs)."""
+        self.gangs.on_pod_group(event_type, obj)
 
     def on_class(self, event_type: str | None, device_class: JSON) -> None:
         self.cluster.on_class(event_type, device_class)

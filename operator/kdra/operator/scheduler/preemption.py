@@ -28,6 +28,10 @@ only after a backoff (:attr:`PreemptionSettings.backoff`, doubling), and at most
 :attr:`PreemptionSettings.max_rounds` times — a tenant's pod that something keeps refusing
 cannot evict other tenants' pods again and again (issue 36).
 
+A gang (:mod:`.gang_preemption`) uses the same state and writes under its own key
+(:func:`gang_key`): one nomination for the whole gang, whose held devices its members' own
+searches see free, and that ends when one of them is bound.
+
 Invariants:
 - A pod with ``preemptionPolicy: Never`` never preempts; a pod never preempts for a node where
   it would still not fit; only pods of lower priority that hold devices are victims (kdra
@@ -67,13 +71,16 @@ from kdra.kube.events import EventRecorder
 from kdra.kube.resources import PODS, Resource
 from kdra.kube.store import JSON, Key, Store, key_of
 from kdra.operator import metrics
+from kdra.operator.core.gangs import gang_of
 from kdra.operator.core.preemption import (
     Budget,
     Hold,
     NodeVictims,
     Pod,
     can_preempt,
+    hold_of,
     pick_node,
+    pod_of,
     pod_priority,
     select_victims,
 )
@@ -128,32 +135,32 @@ class _Rounds:
     not_before: float = 0.0  # monotonic time before which it does not preempt again
 
 
-def _pod_of(pod: JSON) -> Pod:
-    meta = pod.get("metadata") or {}
-    labels = meta.get("labels")
-    return Pod(str(meta.get("namespace", "")), str(meta.get("name", "")),
-               str(meta.get("uid", "")), str((pod.get("spec") or {}).get("nodeName") or ""),
-               pod_priority(pod), str((pod.get("status") or {}).get("startTime") or ""),
-               {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {},
-               bool(meta.get("deletionTimestamp")))
+GANG_PREFIX = "pod-group:"
+"""A gang's key in the books of nominations and rounds: ``(namespace, "pod-group:<name>")``,
+never a pod's (a pod name has no colon)."""
 
 
-def _hold_of(claim: JSON) -> Hold | None:
-    """The devices a claim's allocation holds (admin-access results excluded) and its
-    consumers; None when it holds nothing. Total over malformed status."""
-    status = claim.get("status") or {}
-    allocation = status.get("allocation") if isinstance(status, dict) else None
-    if not isinstance(allocation, dict):
-        return None
-    devices_ = allocation.get("devices")
-    results = devices_.get("results") if isinstance(devices_, dict) else None
-    devices = frozenset(
-        DeviceId(str(r.get("driver")), str(r.get("pool")), str(r.get("device")))
-        for r in (results if isinstance(results, list) else ())
-        if isinstance(r, dict) and not r.get("adminAccess"))
-    consumers = frozenset(str(ref.get("uid")) for ref in status.get("reservedFor") or ()
-                          if isinstance(ref, dict) and ref.get("uid"))
-    return Hold(devices, consumers) if devices and consumers else None
+def gang_key(namespace: str, name: str) -> Key:
+    """The key gang ``name``'s nomination and rounds are kept under."""
+    return (namespace, GANG_PREFIX + name)
+
+
+def _by(key: Key) -> str:
+    """The preemptor, for events and logs: a pod ``ns/name`` or a gang ``gang ns/name``."""
+    if key[1].startswith(GANG_PREFIX):
+        return f"gang {key[0]}/{key[1][len(GANG_PREFIX):]}"
+    return f"{key[0]}/{key[1]}"
+
+
+def _for(key: Key) -> str:
+    return f" for {_by(key)}" if key[1].startswith(GANG_PREFIX) else ""
+
+
+def _nodes(nodes: str, *, quoted: bool = False) -> str:
+    """``node 'a'`` (one node) or ``nodes a, b`` (a gang's: joined with ", ")."""
+    if ", " in nodes:
+        return f"nodes {nodes}"
+    return f"node {nodes!r}" if quoted else f"node {nodes}"
 
 
 class Preemption:
@@ -194,24 +201,30 @@ class Preemption:
         done = event_type == "DELETED" or (pod.get("status") or {}).get("phase") in (
             "Succeeded", "Failed")
         if node and not done:
-            self.pods[uid] = current = _pod_of(pod)
+            self.pods[uid] = current = pod_of(pod)
             self.on_node[str(node)].add(uid)
             self._priorities[current.priority] += 1
         if node or done:
-            self.rounds.pop(key_of(pod), None)
-            if self.nominations.pop(key_of(pod), None) is not None:
-                metrics.set_nominated_pods(len(self.nominations))
+            keys = [key_of(pod)]
+            if node and (group := gang_of(pod)) is not None:  # the gang is placed
+                keys.append(gang_key(str(meta.get("namespace", "")), group))
+            for ended in keys:
+                self.rounds.pop(ended, None)
+                if self.nominations.pop(ended, None) is not None:
+                    metrics.set_nominated_pods(len(self.nominations))
 
     def reserved_against(self, key: Key, pod: JSON) -> frozenset[DeviceId]:
-        """Devices held for other nominated pods at least as important as ``pod``: in use
-        for ``pod``'s search."""
+        """Devices held for other nominated pods (or gangs) at least as important as
+        ``pod``: in use for ``pod``'s search (a gang's members share their gang's)."""
         if not self.nominations:
             return frozenset()
         now = time.monotonic()
         priority = pod_priority(pod)
+        own = gang_key(key[0], group) if (group := gang_of(pod)) is not None else None
         held: set[DeviceId] = set()
         for other, nomination in self.nominations.items():
-            if other != key and nomination.until > now and nomination.priority >= priority:
+            if other != key and other != own and nomination.until > now \
+                    and nomination.priority >= priority:
                 held.update(nomination.devices)
         return frozenset(held)
 
@@ -226,35 +239,45 @@ class Preemption:
         if not can_preempt(pod):
             metrics.record_preemption("never")
             return None
-        waiting = await self._nominated(key, pod)
-        if waiting is not None:
-            metrics.record_preemption("waiting")
-            return waiting
-        held_back = self._held_back(key, pod)
-        if held_back is not None:
-            metrics.record_preemption("held-back")
-            return held_back
-        denial = self._quota_denial(key[0], claims, self._lower(key[0], pod_priority(pod)))
-        if denial is not None:
-            metrics.record_preemption("over-quota")
-            return (f"not preempting: {denial.message} (evicting lower-priority pods would "
-                    "not change that)")
+        blocked = await self.blocked(key, pod, claims, pod_priority(pod))
+        if blocked is not None:
+            return blocked
         started = time.perf_counter()
         choice = await self._decide(key, pod, claims, nodes)
         metrics.observe_preemption_decision(time.perf_counter() - started)
         if choice is None:
             metrics.record_preemption("no-candidates")
             return None
-        await self._nominate(key, pod, choice)
+        await self.nominate(key, pod, choice)
         metrics.record_preemption("preempted")
         victims = ", ".join(v.ref for v in choice.victims)
         return (f"preempting {len(choice.victims)} lower-priority pod(s) on node "
                 f"{choice.node!r} ({victims}); its devices are held for this pod")
 
+    async def blocked(self, key: Key, pod: JSON, claims: Sequence[ResourceClaim],
+                      priority: int, result: str = "") -> str | None:
+        """Why the pod (or gang: ``key`` its :func:`gang_key`, ``pod`` its oldest member)
+        does not look for victims now — it waits for its nomination, backs off, or its quota
+        refuses it anyway —, counted with the ``result`` prefix; None: it may."""
+        waiting = await self.nominated(key, pod)
+        if waiting is not None:
+            metrics.record_preemption(f"{result}waiting")
+            return waiting
+        held_back = self.held_back(key, str(pod["metadata"].get("uid", "")))
+        if held_back is not None:
+            metrics.record_preemption(f"{result}held-back")
+            return held_back
+        denial = self.quota_denial(key[0], claims, self.lower(key[0], priority))
+        if denial is not None:
+            metrics.record_preemption(f"{result}over-quota")
+            return (f"not preempting: {denial.message} (evicting lower-priority pods would "
+                    "not change that)")
+        return None
+
     async def _decide(self, key: Key, pod: JSON, claims: Sequence[ResourceClaim],
                       nodes: Sequence[NodeInfo]) -> NodeVictims | None:
         priority = pod_priority(pod)
-        if not self._priorities or min(self._priorities) >= priority:
+        if not self.has_lower(priority):
             return None  # no bound pod of lower priority anywhere (the common case: cheap)
         lower = [n for n in nodes if any(
             (p := self.pods.get(uid)) is not None and p.priority < priority and not p.leaving
@@ -266,16 +289,15 @@ class Preemption:
                              steps=self.settings.steps)
         except Unallocatable:
             return None  # the binder reports the bad input
-        budgets = await self._budgets()
+        budgets = await self.budgets()
         # At its quota, only the pod's own namespace's pods free what it may take: others'
         # are no victims then (their devices would go to someone else).
-        own_only = self._quota_denial(key[0], claims, ()) is not None
+        own_only = self.quota_denial(key[0], claims, ()) is not None
         options: list[NodeVictims] = []
         for node in lower:
             pods = [p for uid in sorted(self.on_node.get(node.name, ()))
                     if (p := self.pods[uid]).namespace == key[0] or p.leaving or not own_only]
-            holds = [h for h in (_hold_of(c) for p in pods
-                                 for c in self.claims.index("reserved", p.uid)) if h]
+            holds = self.holds(pods)
             try:
                 option = select_victims(node.name, priority, pods, holds, budgets,
                                         functools.partial(probe.fits, node))
@@ -290,18 +312,27 @@ class Preemption:
             await asyncio.sleep(0)  # one node's searches at a time: watches and webhooks go on
         # The quotas, with exactly what each option's victims free (of the pod's namespace).
         return pick_node(o for o in options
-                         if self._quota_denial(key[0], claims, o.victims) is None)
+                         if self.quota_denial(key[0], claims, o.victims) is None)
 
     # ------------------------------------------------------------------ bounds
 
-    def _lower(self, namespace: str, priority: int) -> Iterator[Pod]:
+    def has_lower(self, priority: int) -> bool:
+        """Whether some bound pod has a lower priority."""
+        return bool(self._priorities) and min(self._priorities) < priority
+
+    def holds(self, pods: Iterable[Pod]) -> list[Hold]:
+        """The devices the claims reserved for ``pods`` hold."""
+        return [h for h in (hold_of(c) for p in pods
+                            for c in self.claims.index("reserved", p.uid)) if h]
+
+    def lower(self, namespace: str, priority: int) -> Iterator[Pod]:
         """Bound pods of ``namespace`` that preemption could free: lower priority, or
         leaving anyway."""
         return (p for p in self.pods.values() if p.namespace == namespace
                 and (p.priority < priority or p.leaving))
 
-    def _quota_denial(self, namespace: str, claims: Sequence[ResourceClaim],
-                      leaving: Iterable[Pod]) -> Denial | None:
+    def quota_denial(self, namespace: str, claims: Sequence[ResourceClaim],
+                     leaving: Iterable[Pod]) -> Denial | None:
         """What the namespace's quotas would refuse even with the claims of ``leaving``
         (those no one else uses) released; None: no quota stands in the way."""
         if self.quotas is None or not self.quotas.quotas.get(namespace):
@@ -309,14 +340,14 @@ class Preemption:
         uids = {pod.uid for pod in leaving}
         freed = [f"{c['metadata'].get('namespace')}/{c['metadata'].get('name')}"
                  for uid in uids for c in self.claims.index("reserved", uid)
-                 if (hold := _hold_of(c)) is not None and hold.consumers <= uids]
+                 if (hold := hold_of(c)) is not None and hold.consumers <= uids]
         return self.quotas.least_denial(namespace, claims, freed)
 
-    def _held_back(self, key: Key, pod: JSON) -> str | None:
-        """Why the pod may not preempt now (its earlier nominations did not get it bound),
-        or None."""
+    def held_back(self, key: Key, uid: str) -> str | None:
+        """Why the pod (or gang: :func:`gang_key`, its oldest member's uid) may not preempt
+        now (its earlier nominations did not get it bound), or None."""
         rounds = self.rounds.get(key)
-        if rounds is None or rounds.uid != str(pod["metadata"].get("uid", "")):
+        if rounds is None or rounds.uid != uid:
             return None
         if rounds.count >= self.settings.max_rounds:
             return (f"not preempting again: {rounds.count} preemption(s) for this pod did not "
@@ -342,7 +373,7 @@ class Preemption:
             rounds.not_before = time.monotonic() + self.settings.backoff * 2 ** max(
                 rounds.count - 1, 0)
 
-    async def _budgets(self) -> list[Budget]:
+    async def budgets(self) -> list[Budget]:
         """The cluster's PodDisruptionBudgets, listed at most every :data:`BUDGETS_TTL`
         seconds (pods that cannot preempt retry on every release of devices)."""
         now = time.monotonic()
@@ -366,28 +397,37 @@ class Preemption:
 
     # ------------------------------------------------------------------ acting
 
-    async def _nominate(self, key: Key, pod: JSON, choice: NodeVictims) -> None:
+    async def nominate(self, key: Key, pod: JSON, choice: NodeVictims,
+                       targets: Sequence[tuple[Key, str]] | None = None,
+                       priority: int | None = None) -> None:
+        """Hold ``choice.freed`` for ``key`` (a pod, or a gang: :func:`gang_key`), write
+        the nominated node of each of ``targets`` (pod, node; default: ``key`` on
+        ``choice.node``), tell ``pod`` and evict the victims. ``priority``: the hold's
+        (default: ``pod``'s)."""
         uid = str(pod["metadata"].get("uid", ""))
         rounds = self.rounds.get(key)
         if rounds is None or rounds.uid != uid:
             self.rounds[key] = rounds = _Rounds(uid)
         rounds.count += 1
         self.nominations[key] = _Nomination(
-            choice.node, pod_priority(pod), {v.uid: v for v in choice.victims}, choice.freed,
+            choice.node, pod_priority(pod) if priority is None else priority,
+            {v.uid: v for v in choice.victims}, choice.freed,
             time.monotonic() + self.settings.hold)
         metrics.set_nominated_pods(len(self.nominations))
-        try:
-            await self.client.patch(PODS, key[1], {"status": {"nominatedNodeName": choice.node}},
-                                    key[0], subresource="status", content_type=STRATEGIC_MERGE)
-        except (ApiError, OSError) as exc:
-            log.warning("pod %s/%s: nominatedNodeName not written: %s", *key, exc)
+        for target, node in targets if targets is not None else [(key, choice.node)]:
+            try:
+                await self.client.patch(PODS, target[1], {"status": {"nominatedNodeName": node}},
+                                        target[0], subresource="status",
+                                        content_type=STRATEGIC_MERGE)
+            except (ApiError, OSError) as exc:
+                log.warning("pod %s/%s: nominatedNodeName not written: %s", *target, exc)
         listed = ", ".join(f"{v.ref} (priority {v.priority})" for v in choice.victims[:10])
         more = f" and {len(choice.victims) - 10} more" if len(choice.victims) > 10 else ""
         await self.events.normal(pod, "Preempting", f"Preempting {len(choice.victims)} pod(s) "
-                                 f"on node {choice.node}: {listed}{more}")
+                                 f"on {_nodes(choice.node)}{_for(key)}: {listed}{more}")
         await self._evict_all(key, pod, self.nominations[key])
 
-    async def _nominated(self, key: Key, pod: JSON) -> str | None:
+    async def nominated(self, key: Key, pod: JSON) -> str | None:
         """For a pod already nominated: evict victims not yet gone (a budget may have blocked
         them) and say what it waits for; None when there is no live nomination."""
         nomination = self.nominations.get(key)
@@ -404,10 +444,10 @@ class Preemption:
             self._ended(key)
             return None
         await self._evict_all(key, pod, nomination)
-        return (f"waiting for {len(present)} preempted pod(s) on node {nomination.node!r} to "
-                "terminate and release their devices" if present else
-                f"waiting for the devices of preempted pods on node {nomination.node!r} to "
-                "be released")
+        where = _nodes(nomination.node, quoted=True)
+        return (f"waiting for {len(present)} preempted pod(s) on {where} to terminate and "
+                "release their devices" if present else
+                f"waiting for the devices of preempted pods on {where} to be released")
 
     async def _evict_all(self, key: Key, pod: JSON, nomination: _Nomination) -> None:
         now = time.monotonic()
@@ -419,7 +459,7 @@ class Preemption:
             if last is not None and now - last < RETRY:
                 continue
             nomination.tried[uid] = now
-            await self._evict(key, pod, victim, nomination.node)
+            await self._evict(key, pod, victim, victim.node)
 
     async def _evict(self, key: Key, pod: JSON, victim: Pod, node: str) -> None:
         body = {"apiVersion": "policy/v1", "kind": "Eviction",
@@ -435,18 +475,17 @@ class Preemption:
         except ApiError as exc:
             if exc.status == 409:
                 return  # another pod by that name now (uid precondition)
-            log.info("pod %s/%s: evicting %s failed (%s); retrying", *key, victim.ref, exc)
+            log.info("%s: evicting %s failed (%s); retrying", _by(key), victim.ref, exc)
             if exc.status == 429:  # a PodDisruptionBudget does not allow it now
                 await self.events.warn(pod, "PreemptionBlocked", f"cannot evict {victim.ref} "
                                        f"on node {node} yet: {exc.message}")
             return
         except OSError as exc:
-            log.warning("pod %s/%s: evicting %s failed: %s", *key, victim.ref, exc)
+            log.warning("%s: evicting %s failed: %s", _by(key), victim.ref, exc)
             return
         metrics.record_preemption_victim()
-        log.info("pod %s/%s preempted %s on node %s", *key, victim.ref, node)
-        await self.events.normal(ref, "Preempted", f"Preempted by {key[0]}/{key[1]} on node "
-                                 f"{node}")
+        log.info("%s preempted %s on node %s", _by(key), victim.ref, node)
+        await self.events.normal(ref, "Preempted", f"Preempted by {_by(key)} on node {node}")
 
 
-__all__ = ["PDBS", "Preemption", "PreemptionSettings"]
+__all__ = ["GANG_PREFIX", "PDBS", "Preemption", "PreemptionSettings", "gang_key"]
