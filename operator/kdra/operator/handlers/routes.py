@@ -3,9 +3,11 @@
 kopf starts and stops the operator (:class:`kdra.operator.composition.Operator`), serves the
 liveness endpoint and retries a failed start. Everything the operator does starts from one
 of the watches in the table :func:`watches` (the kind watched — where the API flavour has
-it — and the services each event feeds), from
-the services' own write responses (the claim controller hands the binder the pods and claims
-it wrote, ``Operator._pod_written`` and ``Binder.on_claim``), from the admission webhooks
+it — and the services each event feeds; claims and slices feed their typed cache, which hands
+each event to the services subscribed to it, kdra.operator.caches), from
+the services' own write responses (the claim controller hands the binder the pods it wrote,
+``Operator._pod_written``, and the claims it wrote go through the claim cache to its other
+subscribers, ``TypedCache.record``), from the admission webhooks
 (kdra.operator.webhooks.server) or from timers inside the services (backoffs, the prepare wait, the
 slice GC's grace, certificate rotation).
 
