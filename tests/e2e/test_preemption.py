@@ -110,10 +110,13 @@ def test_priority_pod_preempts_exactly_the_lowest_pods_it_needs(
 
     # The urgent pod preempts exactly the two priority-10 pods and is nominated to the node.
     apply(control_plane, gpu_pod("urgent", namespace, "two-gpus", classes["high"]))
+    # The nomination and the PodScheduled condition are two writes of the binder: wait for
+    # both (under load the test may read the pod between them).
     nominated = wait_for(
         lambda: (p := get_json(control_plane, "pod", "urgent", "-n", namespace)) and
-        (p.get("status") or {}).get("nominatedNodeName") and p,
-        timeout=60, what="the urgent pod nominated")
+        (p.get("status") or {}).get("nominatedNodeName") and
+        any(c.get("type") == "PodScheduled" for c in p["status"].get("conditions") or ())
+        and p, timeout=60, what="the urgent pod nominated and told so")
     assert nominated["status"]["nominatedNodeName"] == node
     assert set(live_pods(control_plane, namespace)) == {"mid-1", "mid-2", "patient", "urgent"}
     condition = next(c for c in nominated["status"]["conditions"]
