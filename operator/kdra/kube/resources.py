@@ -14,8 +14,8 @@ from kdra.kube.core.flavours import NATIVE
 from kdra.kube.core.paths import Resource
 
 __all__ = ["CLAIMS", "CLASSES", "CRDS", "EVENTS", "LEASES", "MUTATING_WEBHOOKS", "NAMESPACES",
-           "NODES", "PODS", "SECRETS", "SERVICES", "SERVICE_ACCOUNTS", "SLICES", "TEMPLATES",
-           "VALIDATING_WEBHOOKS", "Resource"]
+           "NODES", "PODS", "POD_GROUPS", "SECRETS", "SERVICES", "SERVICE_ACCOUNTS", "SLICES",
+           "TEMPLATES", "VALIDATING_WEBHOOKS", "Resource"]
 
 CLAIMS = Resource(GROUP, VERSION, "resourceclaims", True, "ResourceClaim")
 TEMPLATES = Resource(GROUP, VERSION, "resourceclaimtemplates", True, "ResourceClaimTemplate")
@@ -25,6 +25,9 @@ PODS = Resource("", "v1", "pods", True, "Pod")
 NODES = Resource("", "v1", "nodes", False, "Node")
 EVENTS = Resource("events.k8s.io", "v1", "events", True, "Event")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", True, "Lease")
+POD_GROUPS = Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", True, "PodGroup")
+"""scheduler-plugins' PodGroup (manifests/optional/podgroups-crd.yaml): the operator reads it
+where its CRD is installed (docs/gangs.md)."""
 NAMESPACES = Resource("", "v1", "namespaces", False, "Namespace")
 SECRETS = Resource("", "v1", "secrets", True, "Secret")
 SERVICES = Resource("", "v1", "services", True, "Service")

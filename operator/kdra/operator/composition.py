@@ -34,14 +34,13 @@ from kdra.kube.events import EventRecorder
 from kdra.kube.flavour import resolve
 from kdra.kube.informer import Handler, Informer
 from kdra.kube.leader import LeaderElector
-from kdra.kube.resources import LEASES, NODES, PODS, Resource
+from kdra.kube.resources import LEASES, NODES, POD_GROUPS, PODS, Resource
 from kdra.kube.store import JSON, Store
 from kdra.operator import metrics, utilisation
 from kdra.operator.caches import claim_store, pod_store, slice_store
 from kdra.operator.claim_controller import ClaimController
 from kdra.operator.notices import PodNotices
 from kdra.operator.scheduler import Binder, BinderSettings
-from kdra.operator.scheduler.gangs import POD_GROUPS
 from kdra.operator.scheduler.preemption import PreemptionSettings
 from kdra.operator.scheduler.quota import DEVICE_QUOTAS, QuotaStatusWriter
 from kdra.operator.settings import OperatorSettings

@@ -19,12 +19,12 @@ import pytest
 from kdra.kube.core.flavours import KDRA
 from kdra.kube.errors import ApiError, Forbidden, NotFound
 from kdra.kube.events import EventRecorder
+from kdra.kube.resources import POD_GROUPS
 from kdra.operator.claim_controller import claim_store
 from kdra.operator.composition import Operator
 from kdra.operator.core.gangs import MIN_MEMBER_ANNOTATION
 from kdra.operator.handlers.routes import watches
 from kdra.operator.scheduler import Binder, BinderSettings
-from kdra.operator.scheduler.gangs import POD_GROUPS
 from tests.unit.operator.test_binder_gang_preemption import (
     CLASS,
     NS,

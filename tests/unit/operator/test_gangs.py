@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kdra.dra.errors import InvalidObject
+from kdra.kube.resources import POD_GROUPS
 from kdra.operator.core.gangs import (
     MATCH_ATTRIBUTE_ANNOTATION,
     MIN_MEMBER_ANNOTATION,
@@ -25,7 +26,6 @@ from kdra.operator.core.gangs import (
     gang_spec,
     pod_group,
 )
-from kdra.operator.scheduler.gangs import POD_GROUPS
 
 
 def pod(gang: Any = "train", **annotations: Any) -> dict[str, Any]:

@@ -65,10 +65,9 @@ from kdra.kube.core.agent_leases import AGENT_LEASE_LABEL
 from kdra.kube.core.backoff import Backoffs
 from kdra.kube.core.flavours import Flavour
 from kdra.kube.metrics.watches import record_watch_decode_error
-from kdra.kube.resources import LEASES, NODES, PODS, Resource
+from kdra.kube.resources import LEASES, NODES, POD_GROUPS, PODS, Resource
 from kdra.kube.store import JSON
 from kdra.operator.composition import Operator
-from kdra.operator.scheduler.gangs import POD_GROUPS
 from kdra.operator.scheduler.quota import DEVICE_QUOTAS
 from kdra.operator.settings import OperatorSettings
 from kdra.operator.taint_eviction import DEVICE_TAINT_RULES

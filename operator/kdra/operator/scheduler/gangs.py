@@ -47,7 +47,6 @@ from kdra.dra.allocator import DeviceId, Snapshot
 from kdra.dra.allocator.gang import GangOutcome, GangSearch
 from kdra.dra.allocator.gangplace import GangPod, Pick, gang_search
 from kdra.dra.errors import InvalidObject
-from kdra.kube.resources import Resource
 from kdra.kube.store import JSON, Key, key_of
 from kdra.operator import metrics
 from kdra.operator.core.gangs import (
@@ -69,10 +68,6 @@ from kdra.operator.scheduler.searches import Limit, Searches
 from kdra.operator.scheduler.settings import BinderSettings
 
 log = logging.getLogger(__name__)
-
-POD_GROUPS = Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", True, "PodGroup")
-"""scheduler-plugins' PodGroup (manifests/optional/podgroups-crd.yaml): read where its CRD is
-installed."""
 
 GANG_DEADLINE_CAP = 60.0
 """The most seconds one gang's search may take, however many members it has."""
@@ -386,4 +381,4 @@ def _search_key(gang: Key) -> Key:
     return (gang[0], f"gang/{gang[1]}")
 
 
-__all__ = ["GANG_DEADLINE_CAP", "POD_GROUPS", "Gangs"]
+__all__ = ["GANG_DEADLINE_CAP", "Gangs"]
