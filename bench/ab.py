@@ -7,7 +7,9 @@ spell of this shared machine hits every commit alike; then pooled ratios against
         baseline=67eafc5 parent=HEAD~1 new=WORKTREE
 
 Each ``NAME=REV`` is a commit (a worktree of it is made under ``--trees``, with its own venv,
-once) or ``WORKTREE`` (this checkout, uncommitted changes included). The first is the one the
+once) or ``WORKTREE`` (this checkout, uncommitted changes included); ``NAME=REV,VAR=VALUE``
+also sets an environment variable for that contender's runs (a diagnosis, e.g.
+``nopolicies=WORKTREE,KDRA_BENCH_NO_POLICIES=1``: bench/contenders.py). The first is the one the
 others are compared with; bench/RESULTS.md names the baseline commit ("A baseline that shows
 drift") and keeps the table of every hot-path change's ratios against it.
 
@@ -46,12 +48,15 @@ def worktree(rev: str, trees: Path) -> Path:
     return path
 
 
-def run_once(tree: Path, workloads: str, size: list[str], out: Path) -> list[dict[str, object]]:
-    """One ``scale.py`` run of kdra from ``tree``; its results (one per workload)."""
+def run_once(tree: Path, workloads: str, size: list[str], out: Path,
+             env: dict[str, str] | None = None) -> list[dict[str, object]]:
+    """One ``scale.py`` run of kdra from ``tree`` (``env``: variables added to this process's
+    environment); its results (one per workload)."""
     out.mkdir(parents=True, exist_ok=True)
     subprocess.run([str(tree / ".venv" / "bin" / "python"), str(tree / "bench" / "scale.py"),
                     *size, "--workloads", workloads, "--contenders", "kdra", "--out", str(out)],
-                   cwd=tree, check=True, stdout=subprocess.DEVNULL)
+                   cwd=tree, check=True, stdout=subprocess.DEVNULL,
+                   env={**os.environ, **(env or {})})
     results: list[dict[str, object]] = json.loads((out / "results.json").read_text())["results"]
     return results
 
@@ -68,6 +73,13 @@ def main(argv: list[str] | None = None) -> int:
     named = [tuple(c.split("=", 1)) for c in args.commits]
     if any(len(c) != 2 for c in named) or len(named) < 2:
         parser.error("give at least two NAME=REV")
+    envs: dict[str, dict[str, str]] = {}
+    for index, (name, spec) in enumerate(named):
+        rev, *assignments = spec.split(",")
+        if any("=" not in a for a in assignments):
+            parser.error(f"{name}: environment settings are VAR=VALUE, not {assignments!r}")
+        envs[name] = dict(a.split("=", 1) for a in assignments)  # type: ignore[misc]
+        named[index] = (name, rev)
     args.trees.mkdir(parents=True, exist_ok=True)
     out = args.out or Path(tempfile.mkdtemp(prefix="kdra-ab-"))
     trees = {name: worktree(rev, args.trees) for name, rev in named}
@@ -79,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in order if round_ % 2 else order[::-1]:
             print(f"round {round_}: {name} ...", flush=True)
             for result in run_once(trees[name], args.workloads, size,
-                                   out / f"{name}-r{round_}"):
+                                   out / f"{name}-r{round_}", envs[name]):
                 result["round"] = round_
                 runs[name].append(result)
                 cpu = float(result["cpu"])  # type: ignore[arg-type]

@@ -225,8 +225,14 @@ class Kdra(Contender):
         install_crds(self.plane)
         await api.create("/api/v1/namespaces", {"metadata": {"name": "kdra-system"}},
                          ok_conflict=True)
+        # KDRA_BENCH_NO_POLICIES=1: diagnosis only (bench/RESULTS.md, issue 42) — leave out
+        # the components' admission policies, to measure what they cost the API server per
+        # pod; never for figures that stand for kdra as deployed.
+        policies = os.environ.get("KDRA_BENCH_NO_POLICIES") != "1"
         for component in components:
             for part in ("serviceaccount.yaml", "rbac.yaml", "admission-policy.yaml"):
+                if part == "admission-policy.yaml" and not policies:
+                    continue
                 self.plane.kubectl("apply", "-f", str(MANIFESTS / component / part))
 
     async def setup(self, api: Api) -> None:

@@ -24,7 +24,8 @@ are gone). After a kill -9 anywhere, the restarted agent loads the checkpoint, d
 of its node that no entry names (:meth:`Preparer.load`: files written just before the
 crash), and syncs every claim the checkpoint or the API names: a claim still wanted is
 prepared again (a prepared entry whose file is missing gets it rewritten), any other entry is
-unprepared. Status Ready is reported only after the claim's own files and entry are on disk.
+unprepared. Status Ready is reported only after the claim's own files and entry are on disk,
+and never for a claim being deleted (it ends with its finalizer; nobody binds it).
 (Checkpoints written by older versions may hold ``preparing`` entries: prepared again.)
 
 Invariants:
@@ -466,8 +467,12 @@ class Preparer:
     async def _report(self, claim: JSON, outcomes: Sequence[DeviceOutcome]) -> None:
         """Make the claim's ``status.devices`` entries of this node say ``outcomes`` (no
         outcomes: remove them). PUT with resourceVersion; re-read on Conflict. Nothing without
-        ``report_status``."""
-        if not self.report_status:
+        ``report_status``. Nothing for a claim being deleted either: its object ends with its
+        finalizer (the claim controller's next write), nobody may allocate or bind it any more,
+        and its deletion bumped ``metadata.generation`` — re-reporting each device's
+        ``observedGeneration`` would cost a write per claim and make the controller's
+        finalizer removal conflict (issue 42)."""
+        if not self.report_status or claim["metadata"].get("deletionTimestamp"):
             return
         drivers = list(self.drivers())
         if self.health is not None:

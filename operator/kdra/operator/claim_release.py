@@ -4,9 +4,16 @@ replaced (the controller: :mod:`kdra.operator.claim_controller`).
 
 ``sync_claim(ns, name)`` drops ``reservedFor`` entries of pods that are gone, replaced (other
 UID) or done; clears ``status.allocation`` when no reservation is left; removes the flavour's
-finalizer once the claim is deallocated; deletes generated claims whose pod is done or was
-replaced (the claim of a pod that is gone is the garbage collector's: its ownerReference names
-the pod, and upstream's controller leaves it to the collector too).
+finalizer once the claim is deallocated, or once nobody valid reserves a claim being deleted —
+which ends the object with its allocation, so no status write comes first.
+
+A generated claim whose pod is done or was replaced (the pod is cached: certainly done with
+it) is deleted first and then released by removing the finalizer: two writes, where
+deallocating, removing the finalizer and deleting took three. The claim of a pod that is gone
+is the garbage collector's, as upstream's controller leaves it (its ownerReference names the
+pod): deallocated, its finalizer removed, no DELETE racing the collector's. (Deleting it here
+as well was measured in issue 42: ``bench/ab.py`` steady-empty 0.88x pods/s against leaving it
+to the collector, which the benchmark's short window never reaches.)
 
 :class:`ClaimWrites` are the writes of a claim both sides make (the pod side adds a bound pod
 to ``reservedFor``): a status PUT, its answer cached and handed to the binder.
@@ -14,12 +21,15 @@ to ``reservedFor``): a status PUT, its answer cached and handed to the binder.
 Invariants:
 - Every status write is a PUT of the object as cached, so its resourceVersion is the
   precondition: a concurrent change (the binder allocating) makes it fail with Conflict and the
-  claim is reconciled again from fresh state.
+  claim is reconciled again from fresh state. The finalizer's removal carries the
+  resourceVersion too; a claim's deletion carries its UID.
 - A pod missing from the cache is looked up with a live GET before its reservation is dropped
   (the cache may simply not have seen a brand-new pod yet).
 - The finalizer (the flavour's: kdra's, or upstream's in the native flavour) is removed only
-  from a claim that is not allocated and is being deleted or was just deallocated by this
-  controller; the binder owns the finalizer while it allocates.
+  from a claim that nobody valid reserves and that is either not allocated or being deleted
+  (a deleted claim takes its allocation with it: the binder, the agent and the quota book
+  release its devices on its DELETED event); the binder owns the finalizer while it
+  allocates.
 """
 
 from __future__ import annotations
@@ -108,6 +118,14 @@ class ClaimRelease(ClaimWrites):
                     and not pod_is_done(pod):
                 valid.append(ref)
         deleting = bool(claim["metadata"].get("deletionTimestamp"))
+        if not valid and not deleting and self._unneeded(claim):
+            left = await self._delete(claim)
+            if left is None:
+                return
+            claim, deleting = left, True
+        if deleting and not valid:
+            await self._release_deleted(claim, len(reserved))
+            return
         allocated = bool(status.get("allocation"))
         deallocated = False
         # Also an allocation a scheduler wrote with the flavour's finalizer (kdra's binder, or
@@ -133,10 +151,63 @@ class ClaimRelease(ClaimWrites):
                 log.info("deallocated claim %s/%s", namespace, claim["metadata"]["name"])
             allocated = allocated and not deallocated
         finalizers = claim["metadata"].get("finalizers") or []
-        if self.flavour.finalizer in finalizers and not allocated and (deleting or deallocated):
-            claim = await self._remove_finalizer(claim)
-        if not valid and not deleting:
-            await self._delete_if_orphaned(claim)
+        if self.flavour.finalizer in finalizers and not allocated and deallocated:
+            await self._remove_finalizer(claim)
+
+    def _unneeded(self, claim: JSON) -> bool:
+        """Whether ``claim`` was generated for a pod this controller sees done or replaced
+        (same name, other UID). A pod it does not see is gone or not seen yet: as upstream,
+        the garbage collector deletes the claim of a pod that is truly gone (the claim's
+        ownerReference), with no lookup here and no second DELETE racing it."""
+        if not self.flavour.is_generated(claim):
+            return False
+        meta = claim["metadata"]
+        owner = next((ref for ref in meta.get("ownerReferences") or ()
+                      if ref.get("controller") and ref.get("kind") == "Pod"), None)
+        if owner is None:
+            return False
+        pod = self.pods.get((meta["namespace"], str(owner.get("name"))))
+        if pod is None:
+            return False
+        return pod["metadata"].get("uid") != owner.get("uid") or pod_is_done(pod)
+
+    async def _delete(self, claim: JSON) -> JSON | None:
+        """Delete the unneeded generated ``claim`` (its UID the precondition); the claim as
+        left terminating (a finalizer holds it), or None when it is gone."""
+        meta = claim["metadata"]
+        key = (meta["namespace"], meta["name"])
+        try:
+            left = await self.client.delete(self.flavour.claims, meta["name"], meta["namespace"],
+                                            uid=meta["uid"])
+        except NotFound:
+            self.claims.delete(key)  # gone already (the garbage collector was first)
+            return None
+        except Conflict as exc:
+            raise Retry("claim replaced while deleting it") from exc
+        metrics.record_release("delete")
+        log.info("deleted claim %s/%s: its pod is done or was replaced", *key)
+        # Cached at once: the watch events still on their way (older versions, ignored once
+        # its UID is buried) would each ask for the deletion again, in vain.
+        if left.get("kind") == "ResourceClaim" and left.get("metadata", {}).get("finalizers"):
+            self._written("MODIFIED", left)  # a finalizer holds it: terminating
+            return left
+        self._written("DELETED", claim)
+        return None
+
+    async def _release_deleted(self, claim: JSON, unreserved: int) -> None:
+        """Release a claim being deleted that nobody valid reserves: the flavour's finalizer
+        removed (if it is there), which ends the object — its allocation and reservations
+        with it, so no status write comes first."""
+        if self.flavour.finalizer not in (claim["metadata"].get("finalizers") or []):
+            return
+        allocated = bool((claim.get("status") or {}).get("allocation"))
+        await self._remove_finalizer(claim)
+        for _ in range(unreserved):
+            metrics.record_release("unreserve")
+        if allocated:
+            metrics.record_release("deallocate")
+            log.info("released claim %s/%s with its deletion", claim["metadata"]["namespace"],
+                     claim["metadata"]["name"])
 
     async def _pod(self, namespace: str, name: str, uid: str) -> JSON | None:
         """The pod ``namespace/name`` as cached, or else as the API server has it; None
@@ -165,42 +236,7 @@ class ClaimRelease(ClaimWrites):
             return claim
         except Conflict as exc:
             raise Retry("claim changed while removing the finalizer") from exc
-        self._written("MODIFIED", updated)
+        gone = bool(meta.get("deletionTimestamp")) and not (
+            updated.get("metadata") or {}).get("finalizers")
+        self._written("DELETED" if gone else "MODIFIED", updated)
         return updated
-
-    async def _delete_if_orphaned(self, claim: JSON) -> None:
-        meta = claim["metadata"]
-        if not self.flavour.is_generated(claim):
-            return
-        owner = next((ref for ref in meta.get("ownerReferences") or ()
-                      if ref.get("controller") and ref.get("kind") == "Pod"), None)
-        if owner is None:
-            return
-        # Only a pod this controller sees, replaced or done, is certain not to need the claim.
-        # A pod it does not see is either gone or not seen yet: as upstream, the garbage
-        # collector deletes the claim of a pod that is truly gone (the claim's ownerReference),
-        # with no lookup here and no second DELETE racing it.
-        pod = self.pods.get((meta["namespace"], owner["name"]))
-        if pod is None or (pod["metadata"].get("uid") == owner["uid"]
-                           and not pod_is_done(pod)):
-            return
-        key = (meta["namespace"], meta["name"])
-        try:
-            left = await self.client.delete(self.flavour.claims, meta["name"], meta["namespace"],
-                                            uid=meta["uid"])
-        except NotFound:
-            self.claims.delete(key)  # gone already (the garbage collector was first)
-            return
-        except Conflict as exc:
-            raise Retry("claim replaced while deleting it") from exc
-        # Gone from the cache at once: the watch events still on their way (older versions,
-        # ignored once its UID is buried) would each ask for the deletion again, in vain.
-        if left.get("kind") == "ResourceClaim" and left.get("metadata", {}).get(
-                "finalizers"):
-            self._written("MODIFIED", left)  # someone else's finalizer holds it: terminating
-        else:
-            self._written("DELETED", claim)
-        metrics.record_release("delete")
-        replaced = pod["metadata"].get("uid") != owner["uid"]
-        log.info("deleted claim %s/%s: its pod %s is %s", meta["namespace"], meta["name"],
-                 owner["name"], "replaced" if replaced else "done")

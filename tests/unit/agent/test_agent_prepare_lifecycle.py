@@ -226,3 +226,31 @@ def test_a_release_whose_unprepare_never_comes_is_reported_busy_after_the_wait(
     asyncio.run(preparer.sync("ns", "new", new))
     assert new_conditions(node) == [("False", "DeviceBusy")]
     assert preparer._waiting == {}  # nothing kept for a claim no longer waiting
+
+
+def test_a_claim_being_deleted_keeps_its_devices_and_gets_no_status_write(
+        tmp_path: Path) -> None:
+    # Issue 42: deleting a claim bumps its generation. The agent re-reporting each device's
+    # observedGeneration was a third status write per pod in the steady workloads, and made the
+    # claim controller's finalizer removal conflict. A claim being deleted stays prepared while
+    # it is reserved (its pod may still run) and gets no new status; once gone, it is
+    # unprepared.
+    node = Node(tmp_path)
+    node.client.put(claim_obj(["gpu-1"]))
+    preparer = node.preparer()
+    sync(preparer, node)
+    assert ready(node) == [("gpu-1", "True")]
+    writes = node.client.status_writes
+    terminating = node.claim()
+    assert terminating is not None
+    terminating["metadata"] = {**terminating["metadata"], "deletionTimestamp":
+                               "2026-12-05T00:00:00Z", "generation": 2}
+    node.client.put(terminating)
+    sync(preparer, node)
+    assert node.client.status_writes == writes
+    assert node.checkpoint()[UID]["state"] == "prepared"
+    unreserved = {**terminating, "status": {**terminating["status"], "reservedFor": []}}
+    node.client.put(unreserved)
+    sync(preparer, node)
+    assert node.client.status_writes == writes  # its entries are not removed either
+    assert node.checkpoint() == {} and node.cdi_files() == []

@@ -17,6 +17,13 @@ own write included). The node agent's side is one line: a claim written with an 
 comes back as a watch event with every device ``Ready`` (what the agent writes after
 preparing). A bound pod comes back as a watch event with its ``nodeName``.
 
+Then the release (``release=True``): every pod is deleted (its DELETED event, as the harness's
+delete causes it), and the claim controller releases each claim until none is allocated or
+holds kdra's finalizer (the garbage collector deletes it after); the recorder also answers a
+claim's DELETE as the API server does (a finalizer holds it: terminating, ``generation``
+bumped) and ends an object being deleted when its last finalizer is patched away. Requests in
+this phase are counted apart (``release ...``).
+
 What is counted (:class:`Counts`), per pod: API requests by verb and resource (reads too),
 allocator placements (``Placing`` objects: one per scheduling attempt that searches), allocator
 search passes (``Placing.advance`` calls), CEL evaluations (device selector runs, after the
@@ -118,6 +125,8 @@ class Counts:
     pods: int = 0
     bound: int = 0
     requests: Counter[str] = field(default_factory=Counter)  # "verb resource" → count
+    releases: Counter[str] = field(default_factory=Counter)  # the same, while releasing
+    release_parses: int = 0  # claim parses while releasing (not in claim_parses)
     placements: int = 0
     search_passes: int = 0
     cel_evaluations: int = 0
@@ -136,7 +145,18 @@ class Counts:
                 "allocator search passes": self.search_passes / n,
                 "CEL evaluations": self.cel_evaluations / n,
                 "claim parses": self.claim_parses / n,
-                "quota charges": self.quota_charges / n}
+                "quota charges": self.quota_charges / n,
+                **self._release(n)}
+
+    def _release(self, n: int) -> dict[str, float]:
+        if not self.releases:
+            return {}
+        writes = {k: v for k, v in self.releases.items() if not k.startswith("GET ")}
+        reads = {k: v for k, v in self.releases.items() if k.startswith("GET ")}
+        return {"release writes": sum(writes.values()) / n,
+                **{f"  release {k}": v / n for k, v in sorted(writes.items())},
+                "release reads": sum(reads.values()) / n,
+                "release claim parses": self.release_parses / n}
 
 
 class Recorder:
@@ -149,7 +169,12 @@ class Recorder:
         self.version = itertools.count(1_000_000)
         self.objects: dict[tuple[str, str, str], JSON] = {}  # (plural, ns, name) → object
         self.events: list[tuple[str, JSON]] = []  # (plural, object) in the order written
+        self.deleted: list[JSON] = []  # claims gone (their DELETED events), in order
         self.suffix = itertools.count()
+        self.releasing = False
+
+    def _count(self, request: str) -> None:
+        (self.counts.releases if self.releasing else self.counts.requests)[request] += 1
 
     def _stored(self, resource: Resource, obj: JSON) -> JSON:
         obj["metadata"]["resourceVersion"] = str(next(self.version))
@@ -164,14 +189,14 @@ class Recorder:
             copy.deepcopy(obj)
 
     async def get(self, resource: Resource, name: str, namespace: str | None = None) -> JSON:
-        self.counts.requests[f"GET {resource.plural}"] += 1
+        self._count(f"GET {resource.plural}")
         held = self.objects.get((resource.plural, namespace or "", name))
         if held is None:
             raise NotFound(404, "NotFound", f"{resource.plural} {name} not found")
         return copy.deepcopy(held)
 
     async def create(self, resource: Resource, body: JSON, namespace: str | None = None) -> JSON:
-        self.counts.requests[f"POST {resource.plural}"] += 1
+        self._count(f"POST {resource.plural}")
         obj = copy.deepcopy(body)
         meta = obj["metadata"]
         if not meta.get("name"):
@@ -183,7 +208,7 @@ class Recorder:
 
     async def patch(self, resource: Resource, name: str, body: JSON,
                     namespace: str | None = None, **_: Any) -> JSON:
-        self.counts.requests[f"PATCH {resource.plural}"] += 1
+        self._count(f"PATCH {resource.plural}")
         held = copy.deepcopy(self.objects[(resource.plural, namespace or "", name)])
         patch = body.get("metadata") or {}
         for key, value in patch.items():
@@ -194,15 +219,35 @@ class Recorder:
                 held["metadata"][key] = value
         if "status" in body:  # the native flavour's status.resourceClaimStatuses
             held["status"] = {**held.get("status", {}), **body["status"]}
+        if held["metadata"].get("deletionTimestamp") and not held["metadata"].get("finalizers"):
+            del self.objects[(resource.plural, namespace or "", name)]  # its last finalizer
+            self.deleted.append(held)
+            return copy.deepcopy(held)
+        return self._stored(resource, held)
+
+    async def delete(self, resource: Resource, name: str, namespace: str | None = None, *,
+                     uid: str | None = None, **_: Any) -> JSON:
+        self._count(f"DELETE {resource.plural}")
+        key = (resource.plural, namespace or "", name)
+        held = self.objects.get(key)
+        if held is None or (uid and held["metadata"].get("uid") != uid):
+            raise NotFound(404, "NotFound", f"{resource.plural} {name} not found")
+        if not held["metadata"].get("finalizers"):
+            del self.objects[key]
+            self.deleted.append(held)
+            return {"kind": "Status", "status": "Success"}
+        held = copy.deepcopy(held)
+        held["metadata"]["deletionTimestamp"] = "2026-12-05T00:00:00Z"
+        held["metadata"]["generation"] = held["metadata"].get("generation", 1) + 1
         return self._stored(resource, held)
 
     async def replace_status(self, resource: Resource, body: JSON) -> JSON:
-        self.counts.requests[f"PUT {resource.plural}/status"] += 1
+        self._count(f"PUT {resource.plural}/status")
         return self._stored(resource, copy.deepcopy(body))
 
     async def bind(self, namespace: str, name: str, uid: str, node: str,
                    annotations: dict[str, str] | None = None) -> None:
-        self.counts.requests["POST pods/binding"] += 1
+        self._count("POST pods/binding")
         pod = copy.deepcopy(self.objects[("pods", namespace, name)])
         pod["spec"]["nodeName"] = node
         pod["metadata"]["annotations"] = {**pod["metadata"].get("annotations", {}),
@@ -235,10 +280,11 @@ def counting(counts: Counts) -> Iterator[None]:
 
 
 async def run(nodes: int = 10, pods: int = 50, *, count: bool = True,
-              limit: float = 60.0, flavour: Flavour = KDRA) -> Counts:
+              limit: float = 60.0, flavour: Flavour = KDRA, release: bool = False) -> Counts:
     """Schedule ``pods`` pods on ``nodes`` nodes (see the module doc) and return the counts;
     ``flavour``: the API flavour the controllers serve (native: no agent step, the kubelet
-    prepares after binding)."""
+    prepares after binding); ``release``: then delete every pod and wait until the claim
+    controller has released (and deleted) every claim."""
     counts = Counts(pods=pods)
     api = Recorder(counts)
     events = EventRecorder(api)  # type: ignore[arg-type]
@@ -253,6 +299,7 @@ async def run(nodes: int = 10, pods: int = 50, *, count: bool = True,
     for subscriber in (controller.on_claim, binder.on_claim):  # as the composition does
         claims.subscribe(subscriber)
     done = asyncio.Event()
+    released = asyncio.Event()  # the release: no claim allocated or finalized any more
 
     def deliver(plural: str, obj: JSON) -> None:
         """A watch event, routed as kdra.operator.handlers.routes routes it."""
@@ -269,7 +316,7 @@ async def run(nodes: int = 10, pods: int = 50, *, count: bool = True,
             claims.apply("MODIFIED", obj)  # the typed cache hands it to its subscribers
             status = obj.get("status") or {}
             if flavour.agent_prepares and status.get("allocation") and not status.get(
-                    "devices"):
+                    "devices") and not obj["metadata"].get("deletionTimestamp"):
                 # The node agent prepares the devices and reports them Ready.
                 ready = copy.deepcopy(obj)
                 ready["status"]["devices"] = [
@@ -284,7 +331,25 @@ async def run(nodes: int = 10, pods: int = 50, *, count: bool = True,
         while True:
             while api.events:
                 deliver(*api.events.pop(0))
+            while api.deleted:
+                claims.apply("DELETED", api.deleted.pop(0))
+            if api.releasing and not any(
+                    plural == "resourceclaims" and (obj["metadata"].get("finalizers") or (
+                        obj.get("status") or {}).get("allocation"))
+                    for (plural, _, _), obj in api.objects.items()):
+                released.set()
             await asyncio.sleep(0)
+
+    async def release_all() -> None:
+        api.releasing = True
+        parsed = counts.claim_parses
+        for key in sorted(bound):
+            pod = api.objects.pop(("pods", *key))
+            controller.on_pod("DELETED", pod)
+            binder.on_pod("DELETED", pod)
+            await asyncio.sleep(0)
+        await released.wait()
+        counts.release_parses, counts.claim_parses = counts.claim_parses - parsed, parsed
 
     with counting(counts) if count else contextlib.nullcontext():
         template = template_object()
@@ -302,6 +367,8 @@ async def run(nodes: int = 10, pods: int = 50, *, count: bool = True,
                 deliver("pods", pod)  # the harness's create, as its watch event
                 await asyncio.sleep(0)
             await asyncio.wait_for(done.wait(), limit)
+            if release:
+                await asyncio.wait_for(release_all(), limit)
         finally:
             watcher.cancel()
             await controller.stop()

@@ -195,39 +195,58 @@ def test_the_claim_of_a_gone_pod_is_released_and_left_to_the_garbage_collector()
     assert server.gets == []
 
 
+def test_a_claim_deleted_while_in_use_is_released_by_its_finalizer_alone() -> None:
+    # A user deleted the claim while its pod ran; once the pod is gone the finalizer's
+    # removal ends it — its allocation goes with the object, no status write first.
+    claim = reserved_claim([FINALIZER])
+    claim["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:00Z"
+    server = Releasing(claim)
+    ctrl = controller(server, [claim])
+    ctrl.on_pod("DELETED", POD)
+    asyncio.run(ctrl.sync_claim(claim))
+    assert server.calls == ["patch"]
+    assert ctrl.claims.get((NS, "p-gpu-one")) is None
+
+
 def test_each_release_write_is_handed_to_the_binder_as_written() -> None:
     # The binder sees the device freed from the write response, not a watch hop later: the
     # claim cache hands it to its other subscribers (not back to the controller).
-    for pod, calls in ((None, ["MODIFIED", "MODIFIED"]),  # gone: deallocated, finalizer off
-                       ({**POD, "status": {"phase": "Succeeded"}},
-                        ["MODIFIED", "MODIFIED", "DELETED"])):  # done: and deleted
+    gone: list[tuple[str, dict[str, Any]]] = []
+    done: list[tuple[str, dict[str, Any]]] = []
+    for pod, handed in ((None, gone), ({**POD, "status": {"phase": "Succeeded"}}, done)):
         claim = reserved_claim([FINALIZER])
         server = Releasing(claim)
         ctrl = controller(server, [claim])
-        handed: list[tuple[str, dict[str, Any]]] = []
         ctrl.claims.subscribe(
             lambda event, obj, old: handed.append((event, obj)))  # noqa: B023
         ctrl.on_pod("DELETED" if pod is None else "MODIFIED", pod or POD)
         asyncio.run(ctrl.sync_claim(claim))
-        assert [event for event, _ in handed] == calls
-        deallocated = handed[0][1]
-        assert deallocated["metadata"]["resourceVersion"] == "11"
-        assert "allocation" not in deallocated["status"]
-        assert handed[1][1]["metadata"]["finalizers"] == []
-        assert ctrl.claims.get((NS, "p-gpu-one")) is (None if pod else handed[1][1])
+        kept = ctrl.claims.get((NS, "p-gpu-one"))
+        assert kept is (handed[-1][1] if pod is None else None)
+    # Gone: deallocated, then the finalizer off (the garbage collector deletes it).
+    assert [event for event, _ in gone] == ["MODIFIED", "MODIFIED"]
+    assert gone[0][1]["metadata"]["resourceVersion"] == "11"
+    assert "allocation" not in gone[0][1]["status"]
+    assert gone[1][1]["metadata"]["finalizers"] == []
+    # Done: deleted (terminating under the finalizer), then the finalizer off, which ends it.
+    assert [event for event, _ in done] == ["MODIFIED", "DELETED"]
+    assert done[0][1]["metadata"]["deletionTimestamp"]
+    assert done[0][1]["metadata"]["resourceVersion"] == "10"
+    assert done[1][1]["metadata"]["finalizers"] == []
 
 
 def test_the_claim_of_a_done_or_replaced_pod_is_deleted() -> None:
     done = {**POD, "status": {"phase": "Succeeded"}}
     replaced = {**POD, "metadata": {**POD["metadata"], "uid": "uid-other"}}
     for pod in (done, replaced):
-        claim = reserved_claim([FINALIZER])
-        server = Releasing(claim)
-        ctrl = controller(server, [claim])
-        ctrl.on_pod("MODIFIED", pod)
-        asyncio.run(ctrl.sync_claim(claim))
-        assert server.calls == ["status", "patch", "delete"], pod
-        # The watch events of the versions written meanwhile find nothing left to delete.
-        ctrl.claims.apply("MODIFIED", claim)
-        asyncio.run(ctrl._sync_claim_key((NS, "p-gpu-one")))
-        assert server.calls == ["status", "patch", "delete"], pod
+        for finalizers, calls in (([FINALIZER], ["delete", "patch"]), ([], ["delete"])):
+            claim = reserved_claim(finalizers)
+            server = Releasing(claim)
+            ctrl = controller(server, [claim])
+            ctrl.on_pod("MODIFIED", pod)
+            asyncio.run(ctrl.sync_claim(claim))
+            assert server.calls == calls, pod
+            # The watch events of the versions written meanwhile find nothing left to delete.
+            ctrl.claims.apply("MODIFIED", claim)
+            asyncio.run(ctrl._sync_claim_key((NS, "p-gpu-one")))
+            assert server.calls == calls, pod
