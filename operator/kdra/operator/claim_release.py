@@ -1,19 +1,19 @@
 """The claim controller's claim side: a claim's reservations, allocation and finalizer
-released when its pods are gone or done, and a generated claim deleted when its pod is done or
-replaced (the controller: :mod:`kdra.operator.claim_controller`).
+released when its pods are gone or done, and a generated claim deleted when its pod is done,
+replaced or gone (the controller: :mod:`kdra.operator.claim_controller`).
 
 ``sync_claim(ns, name)`` drops ``reservedFor`` entries of pods that are gone, replaced (other
 UID) or done; clears ``status.allocation`` when no reservation is left; removes the flavour's
 finalizer once the claim is deallocated, or once nobody valid reserves a claim being deleted —
 which ends the object with its allocation, so no status write comes first.
 
-A generated claim whose pod is done or was replaced (the pod is cached: certainly done with
-it) is deleted first and then released by removing the finalizer: two writes, where
-deallocating, removing the finalizer and deleting took three. The claim of a pod that is gone
-is the garbage collector's, as upstream's controller leaves it (its ownerReference names the
-pod): deallocated, its finalizer removed, no DELETE racing the collector's. (Deleting it here
-as well was measured in issue 42: ``bench/ab.py`` steady-empty 0.88x pods/s against leaving it
-to the collector, which the benchmark's short window never reaches.)
+A generated claim whose pod is certainly done with it — done or replaced (the pod is cached),
+or gone by the pod watch's own DELETED event (its UID buried) — is deleted here first and then
+released by removing the finalizer, which ends it with its allocation: two writes. Leaving it
+to the garbage collector cost a deallocating status PUT, the finalizer's removal and the
+collector's DELETEs (1.9 DELETE requests per claim at 500 nodes, bench/RESULTS.md, issue 42).
+A claim whose pod is merely not seen (not cached, no deletion watched) is left to the garbage
+collector, as upstream's controller leaves it: its ownerReference names the pod.
 
 :class:`ClaimWrites` are the writes of a claim both sides make (the pod side adds a bound pod
 to ``reservedFor``): a status PUT, its answer cached and handed to the binder.
@@ -155,10 +155,11 @@ class ClaimRelease(ClaimWrites):
             await self._remove_finalizer(claim)
 
     def _unneeded(self, claim: JSON) -> bool:
-        """Whether ``claim`` was generated for a pod this controller sees done or replaced
-        (same name, other UID). A pod it does not see is gone or not seen yet: as upstream,
-        the garbage collector deletes the claim of a pod that is truly gone (the claim's
-        ownerReference), with no lookup here and no second DELETE racing it."""
+        """Whether ``claim`` was generated for a pod that is certainly done with it: the pod
+        is done, replaced (same name, other UID), or its deletion was watched. A pod this
+        controller does not see at all is either gone or not seen yet: as upstream, the
+        garbage collector deletes the claim of a pod that is truly gone (the claim's
+        ownerReference), with no lookup here."""
         if not self.flavour.is_generated(claim):
             return False
         meta = claim["metadata"]
@@ -166,10 +167,11 @@ class ClaimRelease(ClaimWrites):
                       if ref.get("controller") and ref.get("kind") == "Pod"), None)
         if owner is None:
             return False
+        uid = str(owner.get("uid") or "")
         pod = self.pods.get((meta["namespace"], str(owner.get("name"))))
         if pod is None:
-            return False
-        return pod["metadata"].get("uid") != owner.get("uid") or pod_is_done(pod)
+            return bool(uid) and self.pods.was_deleted(uid)
+        return pod["metadata"].get("uid") != uid or pod_is_done(pod)
 
     async def _delete(self, claim: JSON) -> JSON | None:
         """Delete the unneeded generated ``claim`` (its UID the precondition); the claim as
@@ -185,7 +187,7 @@ class ClaimRelease(ClaimWrites):
         except Conflict as exc:
             raise Retry("claim replaced while deleting it") from exc
         metrics.record_release("delete")
-        log.info("deleted claim %s/%s: its pod is done or was replaced", *key)
+        log.info("deleted claim %s/%s: its pod is done, replaced or gone", *key)
         # Cached at once: the watch events still on their way (older versions, ignored once
         # its UID is buried) would each ask for the deletion again, in vain.
         if left.get("kind") == "ResourceClaim" and left.get("metadata", {}).get("finalizers"):

@@ -19,8 +19,7 @@ preparing). A bound pod comes back as a watch event with its ``nodeName``.
 
 Then the release (``release=True``): every pod is deleted (its DELETED event, as the harness's
 delete causes it), and the claim controller releases each claim until none is allocated or
-holds kdra's finalizer (the garbage collector deletes it after); the recorder also answers a
-claim's DELETE as the API server does (a finalizer holds it: terminating, ``generation``
+holds kdra's finalizer; the recorder answers a claim's DELETE as the API server does (a finalizer holds it: terminating, ``generation``
 bumped) and ends an object being deleted when its last finalizer is patched away. Requests in
 this phase are counted apart (``release ...``).
 

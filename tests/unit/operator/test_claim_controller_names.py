@@ -177,22 +177,38 @@ def test_a_pod_whose_deletion_was_seen_is_gone_without_asking_the_api_server() -
             ctrl.on_pod("DELETED", POD)
         asyncio.run(ctrl.sync_claim(claim))
         assert len(server.gets) == gets  # the reserving pod, unless its deletion was seen
-        assert "reservedFor" not in server.statuses[0]["status"]  # no field, not []
+        if not seen_deleted:
+            assert "reservedFor" not in server.statuses[0]["status"]  # no field, not []
 
 
-def test_the_claim_of_a_gone_pod_is_released_and_left_to_the_garbage_collector() -> None:
-    # As upstream: unreserve and deallocate, drop the finalizer; the garbage collector
-    # deletes the claim (its ownerReference names the pod), with no second DELETE racing it.
+def test_the_claim_of_a_pod_whose_deletion_was_watched_is_deleted_then_released() -> None:
+    # Issue 42: two writes — the claim deleted (its finalizer holds it), then the finalizer
+    # removed, which ends it with its allocation; no status write, no GET, and no DELETE left
+    # for the garbage collector (which sent 1.9 per claim at 500 nodes).
     claim = reserved_claim([FINALIZER])
     server = Releasing(claim)
     ctrl = controller(server, [claim])
     ctrl.on_pod("DELETED", POD)
     asyncio.run(ctrl.sync_claim(claim))
+    assert server.calls == ["delete", "patch"]
+    assert server.statuses == []
+    assert server.patches[0]["metadata"] == {"resourceVersion": "10", "finalizers": []}
+    assert server.gets == []
+
+
+def test_the_claim_of_a_pod_never_seen_is_released_and_left_to_the_garbage_collector() -> None:
+    # As upstream: a pod the controller does not see may be one it has not seen yet. Its
+    # reservation goes only after a live GET says it is gone; unreserve and deallocate, drop
+    # the finalizer; the garbage collector deletes the claim (its ownerReference names the pod).
+    claim = reserved_claim([FINALIZER])
+    server = Releasing(claim)
+    ctrl = controller(server, [claim])
+    asyncio.run(ctrl.sync_claim(claim))
     assert server.calls == ["status", "patch"]
     written = server.statuses[0]["status"]
     assert "allocation" not in written and "reservedFor" not in written
     assert server.patches[0]["metadata"]["finalizers"] == []
-    assert server.gets == []
+    assert server.gets == ["p"]
 
 
 def test_a_claim_deleted_while_in_use_is_released_by_its_finalizer_alone() -> None:
@@ -211,28 +227,22 @@ def test_a_claim_deleted_while_in_use_is_released_by_its_finalizer_alone() -> No
 def test_each_release_write_is_handed_to_the_binder_as_written() -> None:
     # The binder sees the device freed from the write response, not a watch hop later: the
     # claim cache hands it to its other subscribers (not back to the controller).
-    gone: list[tuple[str, dict[str, Any]]] = []
-    done: list[tuple[str, dict[str, Any]]] = []
-    for pod, handed in ((None, gone), ({**POD, "status": {"phase": "Succeeded"}}, done)):
+    for pod in (None, {**POD, "status": {"phase": "Succeeded"}}):  # gone; done
         claim = reserved_claim([FINALIZER])
         server = Releasing(claim)
         ctrl = controller(server, [claim])
+        handed: list[tuple[str, dict[str, Any]]] = []
         ctrl.claims.subscribe(
             lambda event, obj, old: handed.append((event, obj)))  # noqa: B023
         ctrl.on_pod("DELETED" if pod is None else "MODIFIED", pod or POD)
         asyncio.run(ctrl.sync_claim(claim))
-        kept = ctrl.claims.get((NS, "p-gpu-one"))
-        assert kept is (handed[-1][1] if pod is None else None)
-    # Gone: deallocated, then the finalizer off (the garbage collector deletes it).
-    assert [event for event, _ in gone] == ["MODIFIED", "MODIFIED"]
-    assert gone[0][1]["metadata"]["resourceVersion"] == "11"
-    assert "allocation" not in gone[0][1]["status"]
-    assert gone[1][1]["metadata"]["finalizers"] == []
-    # Done: deleted (terminating under the finalizer), then the finalizer off, which ends it.
-    assert [event for event, _ in done] == ["MODIFIED", "DELETED"]
-    assert done[0][1]["metadata"]["deletionTimestamp"]
-    assert done[0][1]["metadata"]["resourceVersion"] == "10"
-    assert done[1][1]["metadata"]["finalizers"] == []
+        # Deleted (terminating under the finalizer), then the finalizer off, which ends it.
+        assert [event for event, _ in handed] == ["MODIFIED", "DELETED"]
+        terminating = handed[0][1]
+        assert terminating["metadata"]["deletionTimestamp"]
+        assert terminating["metadata"]["resourceVersion"] == "10"
+        assert handed[1][1]["metadata"]["finalizers"] == []
+        assert ctrl.claims.get((NS, "p-gpu-one")) is None
 
 
 def test_the_claim_of_a_done_or_replaced_pod_is_deleted() -> None:
