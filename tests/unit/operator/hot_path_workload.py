@@ -19,9 +19,10 @@ preparing). A bound pod comes back as a watch event with its ``nodeName``.
 
 Then the release (``release=True``): every pod is deleted (its DELETED event, as the harness's
 delete causes it), and the claim controller releases each claim until none is allocated or
-holds kdra's finalizer; the recorder answers a claim's DELETE as the API server does (a finalizer holds it: terminating, ``generation``
-bumped) and ends an object being deleted when its last finalizer is patched away. Requests in
-this phase are counted apart (``release ...``).
+holds kdra's finalizer; the recorder answers a claim's DELETE as the API server does (a
+finalizer holds it: terminating, ``generation`` bumped) and ends an object being deleted when
+its last finalizer is patched away. Requests in this phase are counted apart
+(``release ...``).
 
 What is counted (:class:`Counts`), per pod: API requests by verb and resource (reads too),
 allocator placements (``Placing`` objects: one per scheduling attempt that searches), allocator
