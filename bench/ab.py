@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         rev, *assignments = spec.split(",")
         if any("=" not in a for a in assignments):
             parser.error(f"{name}: environment settings are VAR=VALUE, not {assignments!r}")
-        envs[name] = dict(a.split("=", 1) for a in assignments)  # type: ignore[misc]
+        envs[name] = {var: value for var, _, value in (a.partition("=") for a in assignments)}
         named[index] = (name, rev)
     args.trees.mkdir(parents=True, exist_ok=True)
     out = args.out or Path(tempfile.mkdtemp(prefix="kdra-ab-"))

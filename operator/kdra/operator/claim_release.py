@@ -160,15 +160,11 @@ class ClaimRelease(ClaimWrites):
         controller does not see at all is either gone or not seen yet: as upstream, the
         garbage collector deletes the claim of a pod that is truly gone (the claim's
         ownerReference), with no lookup here."""
-        if not self.flavour.is_generated(claim):
-            return False
-        meta = claim["metadata"]
-        owner = next((ref for ref in meta.get("ownerReferences") or ()
-                      if ref.get("controller") and ref.get("kind") == "Pod"), None)
+        owner = self.flavour.generated_for(claim)
         if owner is None:
             return False
         uid = str(owner.get("uid") or "")
-        pod = self.pods.get((meta["namespace"], str(owner.get("name"))))
+        pod = self.pods.get((claim["metadata"]["namespace"], str(owner.get("name"))))
         if pod is None:
             return bool(uid) and self.pods.was_deleted(uid)
         return pod["metadata"].get("uid") != uid or pod_is_done(pod)
