@@ -24,6 +24,8 @@ import aiohttp
 JSON = dict[str, Any]
 MERGE = "application/merge-patch+json"
 WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE", "APPLY", "CREATE", "UPDATE"}
+WATCH_SERIES = {"apiserver_watch_events_total": "events",
+                "apiserver_watch_events_sizes_sum": "bytes"}
 
 
 class ApiFailure(RuntimeError):
@@ -84,24 +86,11 @@ class Api:
                 await asyncio.sleep(0.2 * (attempt + 1))
         raise AssertionError("unreachable")
 
-    async def write_requests(self) -> Counter[str]:
-        """kube-apiserver's count of write requests so far, by "VERB resource[/subresource]"
-        (``apiserver_request_total`` from its /metrics; excludes reads and watches)."""
+    async def server_counters(self) -> tuple[Counter[str], Counter[str]]:
+        """kube-apiserver's counts so far (:func:`server_counts` of its /metrics)."""
         assert self.session is not None
         async with self.session.get("/metrics") as resp:
-            text = await resp.text()
-        counts: Counter[str] = Counter()
-        for line in text.splitlines():
-            if not line.startswith("apiserver_request_total{"):
-                continue
-            labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}", 1)[0]))
-            if labels.get("verb") not in WRITE_VERBS:
-                continue
-            what = labels.get("resource", "")
-            if labels.get("subresource"):
-                what += "/" + labels["subresource"]
-            counts[f"{labels['verb']} {what}"] += int(float(line.rsplit(" ", 1)[1]))
-        return counts
+            return server_counts(await resp.text())
 
     async def create(self, path: str, body: JSON, **kw: Any) -> JSON:
         return await self.call("POST", path, body, **kw)
@@ -261,3 +250,27 @@ def rss_mib(pid: int) -> tuple[float, float]:
     except OSError:
         pass
     return now, peak
+
+
+def server_counts(metrics: str) -> tuple[Counter[str], Counter[str]]:
+    """From kube-apiserver's /metrics text: write requests by "VERB resource[/subresource]"
+    (``apiserver_request_total``; reads and watches excluded), and the watch traffic by
+    "events resource" and "bytes resource" (every event sent to every watcher:
+    ``apiserver_watch_events_total``, ``apiserver_watch_events_sizes_sum``). Other series and
+    lines are ignored."""
+    writes: Counter[str] = Counter()
+    watch: Counter[str] = Counter()
+    for line in metrics.splitlines():
+        name, _, rest = line.partition("{")
+        if name not in WATCH_SERIES and name != "apiserver_request_total":
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', rest.split("}", 1)[0]))
+        what = labels.get("resource", "")
+        value = int(float(line.rsplit(" ", 1)[1]))
+        if name in WATCH_SERIES:
+            watch[f"{WATCH_SERIES[name]} {what}"] += value
+        elif labels.get("verb") in WRITE_VERBS:
+            if labels.get("subresource"):
+                what += "/" + labels["subresource"]
+            writes[f"{labels['verb']} {what}"] += value
+    return writes, watch

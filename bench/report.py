@@ -32,6 +32,7 @@ class Result:
     note: str = ""
     extra: dict[str, float] = field(default_factory=dict)
     writes: dict[str, int] = field(default_factory=dict)  # API writes in the measured phase
+    watch: dict[str, int] = field(default_factory=dict)  # "events|bytes resource" sent, ditto
     window: tuple[float, float] = (0.0, 0.0)  # the measured phase, wall clock (time.time())
     round: int = 1
 
@@ -56,8 +57,10 @@ def pooled(runs: list[Result]) -> Result:
         extra[key] = (sum(values) if key.startswith(SUMMED_EXTRAS)
                       else sum(values) / len(values))
     writes: Counter[str] = Counter()
+    watch: Counter[str] = Counter()
     for r in done:
         writes.update(r.writes)
+        watch.update(r.watch)
 
     def mean(values: list[float]) -> float:
         return sum(values) / len(values) if values else float("nan")
@@ -68,7 +71,7 @@ def pooled(runs: list[Result]) -> Result:
         p99=mean([r.p99 for r in done]), cpu=sum(r.cpu for r in runs),
         rss=max((r.rss for r in runs), default=0.0),
         complete=all(r.complete for r in runs), note="; ".join(r.note for r in runs if r.note),
-        extra=extra, writes=dict(writes), round=0)
+        extra=extra, writes=dict(writes), watch=dict(watch), round=0)
 
 
 def by_workload(results: list[Result]) -> dict[str, dict[str, list[Result]]]:
@@ -178,6 +181,26 @@ def writes_table(results: list[Result]) -> str:
         rows.append(f"| {r.workload} | {r.contender} | "
                     f"{fmt(sum(r.writes.values()) / r.pods, 2)} | {cells} |")
     return "\n".join(rows)
+
+
+def watch_table(results: list[Result]) -> str:
+    """What the API server's watches sent per bound pod in the measured phase, by resource
+    (every event to every watcher: the contender's, kube-controller-manager's and the
+    harness's own pod watch alike); a contender's rounds pooled. Resources under 0.01
+    events per pod are left out."""
+    rows = ["| workload | contender | resource | events/pod | bytes/event | KB/pod |",
+            "|---|---|---|---:|---:|---:|"]
+    pools = [pooled(runs) for pair in by_workload(results).values() for runs in pair.values()]
+    for r in pools:
+        for key in sorted(k for k in r.watch if k.startswith("events ")):
+            resource = key.split(" ", 1)[1]
+            events, size = r.watch[key], r.watch.get("bytes " + resource, 0)
+            if not r.pods or events / r.pods < 0.01:
+                continue
+            rows.append(f"| {r.workload} | {r.contender} | {resource} | "
+                        f"{fmt(events / r.pods, 2)} | {fmt(size / events, 0)} | "
+                        f"{fmt(size / r.pods / 1024, 1)} |")
+    return "\n".join(rows) if len(rows) > 2 else ""
 
 
 SERVER = ("kube-apiserver", "etcd")  # the control plane's, every contender's alike

@@ -69,7 +69,9 @@ RSS: the mean and the maximum over the rounds), and list the ratio of each round
 Measured: pods/s over the measured phase (pods bound / (last binding - first create)),
 create->bound latency from client-side timestamps (create call returned; first watch event
 with spec.nodeName), CPU seconds of the contender's processes during the measured phase
-(/proc utime+stime) and their peak RSS (VmHWM). Prints tables; asserts nothing.
+(/proc utime+stime) and their peak RSS (VmHWM); from kube-apiserver's /metrics, the write
+requests and the watch events (and their bytes) it sent in the phase, per bound pod. Prints
+tables; asserts nothing.
 
 The code, by responsibility (bench/, all imported by this CLI): objects.py (the workloads' API
 objects), contenders.py (kdra, kdra-kopf, kdra-native, upstream and their processes),
@@ -104,6 +106,7 @@ from report import (
     sweep_table,
     table,
     targets,
+    watch_table,
     write_block,
     writes_table,
 )
@@ -211,6 +214,10 @@ def main(argv: list[str] | None = None) -> int:
         if writes:
             lines += ["API writes per bound pod (kube-apiserver's apiserver_request_total; the "
                       "harness's pod creates and deletes included):", "", writes, ""]
+        watch = watch_table(results)
+        if watch:
+            lines += ["Watch events sent per bound pod (kube-apiserver's "
+                      "apiserver_watch_events_total and _sizes, every watcher):", "", watch, ""]
         if swept:
             lines += ["Template workload by cluster size:", "", sweep_table(swept), ""]
         if compare == COMPARE:

@@ -89,7 +89,7 @@ async def template_workload(api: Api, contender: Contender, params: Params,
         if not await tracker.wait_bound("init", len(init), params.stall):
             result.note = f"init stalled at {tracker.bound_in('init')}/{len(init)}"
         alloc0 = contender.allocator_seconds() if isinstance(contender, Kdra) else (0.0, 0)
-        writes0 = await api.write_requests()
+        writes0, watch0 = await api.server_counters()
         usage = Usage(contender.measured)
         server = ServerUsage(contender.plane, contender.measured)
         profiler.start(tag, contender.measured)
@@ -107,7 +107,8 @@ async def template_workload(api: Api, contender: Contender, params: Params,
         result.cpu, result.rss = usage.finish()
         result.extra.update({f"cpu_{name}": cpu for name, cpu in usage.by_proc.items()})
         result.extra.update(server.finish())
-        result.writes = dict(await api.write_requests() - writes0)
+        writes1, watch1 = await api.server_counters()
+        result.writes, result.watch = dict(writes1 - writes0), dict(watch1 - watch0)
         result.window = (wall, time.time())
         profiler.stop()
         result.pods = sum(1 for k in keys if k in tracker.bound)
@@ -168,7 +169,7 @@ async def steady_workload(api: Api, contender: Contender, params: Params,
     tracker.on_bound = on_bound
     watcher = asyncio.create_task(api.watch("/api/v1/pods", rv, tracker.handle))
     try:
-        writes0 = await api.write_requests()
+        writes0, watch0 = await api.server_counters()
         usage = Usage(contender.measured)
         server = ServerUsage(contender.plane, contender.measured)
         profiler.start(tag, contender.measured)
@@ -181,7 +182,8 @@ async def steady_workload(api: Api, contender: Contender, params: Params,
         result.cpu, result.rss = usage.finish()
         result.extra.update({f"cpu_{name}": cpu for name, cpu in usage.by_proc.items()})
         result.extra.update(server.finish())
-        result.writes = dict(await api.write_requests() - writes0)
+        writes1, watch1 = await api.server_counters()
+        result.writes, result.watch = dict(writes1 - writes0), dict(watch1 - watch0)
         result.window = (wall, time.time())
         profiler.stop()
         keys = [k for k, t in tracker.bound.items() if k.startswith("test/") and t <= deadline]
