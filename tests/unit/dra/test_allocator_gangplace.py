@@ -127,3 +127,32 @@ def test_a_long_evaluation_of_one_pod_is_sliced_and_decides_as_unsliced() -> Non
     assert max(deltas[:-1]) <= 1_000, deltas  # a slice overruns by one slot's scan at most
     assert (outcome.choices, outcome.nearest, outcome.exhausted) == \
         (whole.choices, whole.nearest, whole.exhausted) == (None, 0, False)
+
+
+def test_freed_devices_stay_out_of_scope_and_taken_by_earlier_members() -> None:
+    """Gang preemption's what-if (``freed``: the victims' devices counted free) frees only
+    what the snapshot holds: a freed device outside the member's matchAttribute scope, or one
+    an earlier member of the gang took, stays unavailable to the member."""
+    from kdra.dra.allocator import DeviceId
+    from tests.unit.builders import allocated, claim_with, request
+
+    snap = snapshot({"a": ["nv1", "nv1", "nv2", "nv2"]})
+    for i in range(4):  # every GPU held by a victim
+        snap.upsert_claim(allocated(claim_with(request("gpu"), name=f"held-{i}"),
+                                    ("gpu", f"gpu-{i}"), pool="a"))
+    infos = nodes({"a": ""})
+
+    def search(count: int, freed: set[str], attribute: str = "") -> object:
+        return gang_search(snap, [GangPod([c], infos) for c in claims(count, 1)],
+                           steps=10_000, match_attribute=attribute,
+                           freed=frozenset(DeviceId(DRIVER, "a", d) for d in freed)
+                           ).advance(None)
+
+    # One device freed per domain: two members fit only by mixing domains — no fit.
+    mixed = search(2, {"gpu-0", "gpu-2"}, f"{DRIVER}/nvlinkDomain")
+    assert getattr(mixed, "choices", "unset") is None
+    both = search(2, {"gpu-0", "gpu-1"}, f"{DRIVER}/nvlinkDomain")
+    assert sorted(held(both)) == [("a", "gpu-0"), ("a", "gpu-1")]
+    # One device freed: one member fits, two do not (the second may not reuse the first's).
+    assert held(search(1, {"gpu-3"})) == [("a", "gpu-3")]
+    assert getattr(search(2, {"gpu-3"}), "choices", "unset") is None

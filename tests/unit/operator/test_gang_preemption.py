@@ -209,6 +209,21 @@ def test_pods_leaving_anyway_make_room_without_victims() -> None:
     assert names(cluster.victims(100, 2, 2)) == {"b"}  # never the pod already leaving
 
 
+def test_a_freed_device_taken_by_an_earlier_member_stays_taken() -> None:
+    # Found by the property below: n2's gpu-0 is held by p1. Asked "what if p1 were gone",
+    # the joint search gave the first member gpu-0 and then counted it free again for the
+    # next member (a freed device subtracted from the search's own in-flight devices too),
+    # so the gang "fitted" without p1 gone but not with it gone, and the reprieve kept the
+    # wrong victim: p0, for a gang that needs nobody evicted.
+    cluster = Cluster({"n0": 1, "n1": 1, "n2": 3, "n3": 1},
+                      [Bound("p0", "n0", 0, 1), Bound("p1", "n2", 0, 1),
+                       Bound("p2", "n3", 10, 1)])
+    fits = cluster.fits(3, 1)
+    assert fits(frozenset())
+    assert fits(frozenset({DeviceId(DRIVER, "n2", "gpu-0")}))  # more free: still fits
+    assert cluster.victims(1, 3, 1) is None  # nothing to preempt
+
+
 # --------------------------------------------------------------------------- property
 
 @st.composite

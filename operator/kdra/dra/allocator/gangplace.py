@@ -72,7 +72,9 @@ def gang_search(snapshot: Snapshot, pods: Sequence[GangPod], *, steps: int,
                 freed: frozenset[DeviceId] = frozenset()) -> GangSearch[Pick]:
     """The joint search for ``pods`` (see the module doc); run it with ``advance``.
     ``freed``: devices in use counted as free (gang preemption's what-if: its victims
-    gone)."""
+    gone). A freed device an earlier member of the gang took in this search, or one outside
+    the member's matchAttribute scope, stays taken for the member (only what the snapshot
+    holds is freed; else the next member would count its predecessor's device free again)."""
     values: dict[DeviceId, object] = {}
     # Value → the nodes with a device of it (None: some slice is not a single node's, so
     # every node stays a candidate): a scope's pods skip the nodes that cannot help.
@@ -114,11 +116,11 @@ def gang_search(snapshot: Snapshot, pods: Sequence[GangPod], *, steps: int,
         key = (i, scope, taken, used)
         placing, reported = ongoing.pop(key, (None, 0))
         if placing is None:
-            in_flight = frozenset(d for d in taken if isinstance(d, DeviceId)) \
-                | outside(scope) | pod.reserved
-            placing = Placing(snapshot, pod.claims, nodes, in_flight=in_flight,
+            ours = frozenset(d for d in taken if isinstance(d, DeviceId)) | outside(scope)
+            placing = Placing(snapshot, pod.claims, nodes, in_flight=ours | pod.reserved,
                               node_steps=node_steps(max(1, len(nodes))) if node_steps
-                              else None, scoring=pod.scoring, freed=freed)
+                              else None, scoring=pod.scoring,
+                              freed=freed - ours if freed and ours else freed)
         left = max(1, steps - spent[0])
         allowance = search.allowance
         found: ClusterOutcome | None = placing.advance(
