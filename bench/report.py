@@ -82,6 +82,12 @@ def by_workload(results: list[Result]) -> dict[str, dict[str, list[Result]]]:
     return by
 
 
+def pooled_each(results: list[Result]) -> list[Result]:
+    """Each contender's rounds of each workload pooled (:func:`pooled`), workload by workload
+    in the order they ran."""
+    return [pooled(runs) for pair in by_workload(results).values() for runs in pair.values()]
+
+
 COMPARE = ("kdra", "upstream")  # the default pair of --compare: the targets are for it
 
 
@@ -173,7 +179,7 @@ def writes_table(results: list[Result]) -> str:
         return ""
     rows = ["| workload | contender | writes/pod | " + " | ".join(kinds) + " |",
             "|---|---|---:|" + "---:|" * len(kinds)]
-    pools = [pooled(runs) for pair in by_workload(results).values() for runs in pair.values()]
+    pools = pooled_each(results)
     for r in pools:
         if not r.pods:
             continue
@@ -190,7 +196,7 @@ def watch_table(results: list[Result]) -> str:
     events per pod are left out."""
     rows = ["| workload | contender | resource | events/pod | bytes/event | KB/pod |",
             "|---|---|---|---:|---:|---:|"]
-    pools = [pooled(runs) for pair in by_workload(results).values() for runs in pair.values()]
+    pools = pooled_each(results)
     for r in pools:
         for key in sorted(k for k in r.watch if k.startswith("events ")):
             resource = key.split(" ", 1)[1]
@@ -212,7 +218,7 @@ def cpu_table(results: list[Result]) -> str:
     upstream's kube-scheduler and kube-controller-manager), then the control plane's (the
     kube-controller-manager of a kdra contender, where the garbage collector runs, and the
     API server and etcd)."""
-    pools = [pooled(runs) for pair in by_workload(results).values() for runs in pair.values()]
+    pools = pooled_each(results)
     names = sorted({k.removeprefix("cpu_") for r in pools for k in r.extra
                     if k.startswith("cpu_")}, key=lambda n: (n in SERVER, n))
     if not names:

@@ -4,9 +4,10 @@ are the allocator's results."""
 
 from __future__ import annotations
 
-from kdra.dra.allocator import NodeInfo, Snapshot
+from kdra.dra.allocator import DeviceId, NodeInfo, Snapshot
 from kdra.dra.allocator.gangplace import GangPod, gang_search
 from kdra.dra.models import ResourceClaim, parse_claim, parse_class, parse_slice
+from tests.unit.builders import allocated, claim_with, request
 
 DRIVER = "gpu.kdra.dev"
 
@@ -133,9 +134,6 @@ def test_freed_devices_stay_out_of_scope_and_taken_by_earlier_members() -> None:
     """Gang preemption's what-if (``freed``: the victims' devices counted free) frees only
     what the snapshot holds: a freed device outside the member's matchAttribute scope, or one
     an earlier member of the gang took, stays unavailable to the member."""
-    from kdra.dra.allocator import DeviceId
-    from tests.unit.builders import allocated, claim_with, request
-
     snap = snapshot({"a": ["nv1", "nv1", "nv2", "nv2"]})
     for i in range(4):  # every GPU held by a victim
         snap.upsert_claim(allocated(claim_with(request("gpu"), name=f"held-{i}"),

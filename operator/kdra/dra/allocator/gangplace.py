@@ -119,8 +119,7 @@ def gang_search(snapshot: Snapshot, pods: Sequence[GangPod], *, steps: int,
             ours = frozenset(d for d in taken if isinstance(d, DeviceId)) | outside(scope)
             placing = Placing(snapshot, pod.claims, nodes, in_flight=ours | pod.reserved,
                               node_steps=node_steps(max(1, len(nodes))) if node_steps
-                              else None, scoring=pod.scoring,
-                              freed=freed - ours if freed and ours else freed)
+                              else None, scoring=pod.scoring, freed=freed - ours)
         left = max(1, steps - spent[0])
         allowance = search.allowance
         found: ClusterOutcome | None = placing.advance(
