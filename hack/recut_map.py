@@ -341,6 +341,8 @@ NEW = (
     "tests.unit.dra.test_utilisation_memo", "tests.unit.operator.test_gang_search_beside_loop",
     # issue 37 point 3 (cache): the typed caches the operator's services subscribe to
     "kdra.operator.caches",
+    # issue 42: a pod's claim-name record rides on its Binding
+    "kdra.operator.core.claim_records", "tests.unit.operator.test_claim_records",
 )
 """Modules that exist only after the re-cut (no old module moves there)."""
 

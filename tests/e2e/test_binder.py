@@ -249,6 +249,25 @@ def test_hundred_pods_on_eighty_gpus(control_plane: ControlPlane, agents: AgentF
     assert set(per_node.values()) == {8}
     assert re.match(r"0/\d+ nodes are available: 10 matching devices all allocated", message), \
         message
+    # kdra's flavour records a bound pod's claim names in its Binding (issue 42): no manager
+    # owns the record on a bound pod (a Binding is nobody's field update), while a pending
+    # pod's record was written apart, by the operator, once it was reported unschedulable.
+    def recorded() -> dict[str, dict[str, Any]] | None:
+        items = get_json(control_plane, "pods", "-n", namespace, "--show-managed-fields")
+        found = {p["metadata"]["name"]: p for p in items["items"]}
+        return found if all(CLAIM_STATUSES_ANNOTATION in p["metadata"]["annotations"]
+                            for p in found.values()) else None
+
+    listed = wait_for(recorded, timeout=30, what="every pod's claim names recorded")
+
+    def record_writers(name: str) -> set[str]:
+        pod = listed[name]
+        assert json.loads(pod["metadata"]["annotations"][CLAIM_STATUSES_ANNOTATION])["gpu"]
+        return {m["manager"] for m in pod["metadata"].get("managedFields", [])
+                if f'"f:{CLAIM_STATUSES_ANNOTATION}"' in json.dumps(m.get("fieldsV1"))}
+
+    assert [record_writers(p["metadata"]["name"]) for p in bound] == [set()] * 80
+    assert [record_writers(p["metadata"]["name"]) for p in pending] == [{"kdra-operator"}] * 20
 
     # No kubelet here: force the deletion, as a kubelet would finish it.
     control_plane.kubectl("delete", "pod", *[p["metadata"]["name"] for p in bound[:10]],

@@ -333,10 +333,14 @@ class KubeClient:
         return user
 
     async def bind(self, namespace: str, pod: str, uid: str, node: str, *,
-                   annotations: dict[str, str] | None = None) -> JSON:
+                   annotations: dict[str, str] | None = None,
+                   resource_version: str | None = None) -> JSON:
         """Bind a pod to a node through the ``pods/binding`` subresource. ``annotations`` are
-        set on the pod by the API server in the same update as ``spec.nodeName``."""
+        set on the pod by the API server in the same update as ``spec.nodeName``; the pod's
+        UID and, if given, ``resource_version`` are preconditions (Conflict otherwise)."""
         meta: JSON = {"name": pod, "namespace": namespace, "uid": uid}
+        if resource_version:
+            meta["resourceVersion"] = resource_version
         if annotations:
             meta["annotations"] = annotations
         return await self.request("POST", PODS.path(namespace, pod, "binding"), body={

@@ -46,6 +46,7 @@ from kdra.operator.claim_owner import ClaimOwner
 from kdra.operator.claim_pods import PodClaims
 from kdra.operator.claim_release import ClaimRelease
 from kdra.operator.core.claim_births import Births
+from kdra.operator.core.claim_records import ClaimRecords
 
 __all__ = ["ClaimController", "claim_store", "pod_store"]
 
@@ -73,6 +74,12 @@ class ClaimController(PodClaims, ClaimRelease):
         self.pods_synced: Callable[[], bool] = lambda: False
         """Whether the pod cache speaks for the API server (its informer's first LIST was
         compared with the primed pods); set by the operator's composition."""
+        self.records: ClaimRecords | None = None
+        """Claim names the scheduler's Binding is to record (kdra's flavour,
+        :mod:`kdra.operator.core.claim_records`); None: every record is written here."""
+        self.names_known: Callable[[JSON], None] | None = None
+        """Called with a pod whose claim names went to :attr:`records` (not to the pod), so
+        the scheduler tries it (set with :attr:`records` by the operator's composition)."""
         self.pod_gone = pod_gone
         """Called with a cached pod found gone (or replaced) at the API server, as its
         DELETED event would have been: the binder drops it too."""
@@ -128,6 +135,8 @@ class ClaimController(PodClaims, ClaimRelease):
         uid = pod["metadata"].get("uid", "")
         if event_type == "DELETED" or pod_is_done(pod):
             self.births.forget(uid)
+            if self.records is not None:
+                self.records.drop(key)
         if event_type == "DELETED" or pod_is_done(pod) or pod.get("spec", {}).get("nodeName"):
             for claim in self.claims.index("reserved", uid) + self.claims.index("owner", uid):
                 self.claim_queue.add(key_of(claim))

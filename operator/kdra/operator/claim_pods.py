@@ -33,16 +33,17 @@ import logging
 from collections.abc import Callable
 
 from kdra.dra.errors import InvalidObject
-from kdra.kube.core.podclaims import PodClaim, owned_by, pod_is_done, pod_ref
+from kdra.kube.core.podclaims import SCHEDULER_NAME, PodClaim, owned_by, pod_is_done, pod_ref
 from kdra.kube.errors import ApiError, Conflict, NotFound
 from kdra.kube.events import EventRecorder
 from kdra.kube.resources import PODS
 from kdra.kube.store import JSON, Key, Store, key_of
-from kdra.kube.workqueue import Retry
+from kdra.kube.workqueue import Retry, WorkQueue
 from kdra.operator import metrics
 from kdra.operator.claim_owner import ClaimOwner
 from kdra.operator.claim_release import ClaimWrites, with_status
 from kdra.operator.core.claim_births import Births
+from kdra.operator.core.claim_records import ClaimRecords
 from kdra.operator.core.extended import extended_claim
 
 __all__ = ["MAX_RESERVED_FOR", "PodClaims"]
@@ -63,6 +64,9 @@ class PodClaims(ClaimWrites):
     pod_written: Callable[[JSON], None] | None
     pod_gone: Callable[[JSON], None] | None
     pods_synced: Callable[[], bool]
+    records: ClaimRecords | None
+    pod_queue: WorkQueue[Key]
+    names_known: Callable[[JSON], None] | None
     _reported: dict[Key, str]
 
     async def _sync_pod_key(self, key: Key) -> None:
@@ -218,12 +222,25 @@ class PodClaims(ClaimWrites):
     async def _record_names(self, pod: JSON, entries: tuple[PodClaim, ...],
                             names: dict[str, str]) -> None:
         """Record the claim names where the flavour keeps them (the claim-statuses
-        annotation, or ``status.resourceClaimStatuses``), unless they are already there."""
+        annotation, or ``status.resourceClaimStatuses``), unless they are already there —
+        or, for a pod kdra's scheduler binds in kdra's flavour, hand them to the scheduler,
+        whose Binding records them (:mod:`kdra.operator.core.claim_records`), unless the
+        record is due apart from it."""
         write = self.flavour.statuses_write(pod, entries, names)
+        key, meta = key_of(pod), pod["metadata"]
+        records = self.records
         if write is None:
+            if records is not None:
+                records.drop(key)
             return
+        if records is not None and self._binding_records(pod):
+            fresh = records.put(key, meta["uid"], names)
+            if not records.due(key, meta["uid"]):
+                if fresh and self.names_known is not None:
+                    self.names_known(pod)  # the scheduler resolves the claims from here
+                self.pod_queue.add_after(key, records.remaining(key) + 0.05)
+                return
         subresource, patch = write
-        meta = pod["metadata"]
         try:
             if subresource is None:
                 updated = await self.client.patch(PODS, meta["name"], patch, meta["namespace"])
@@ -234,9 +251,19 @@ class PodClaims(ClaimWrites):
             return
         except Conflict as exc:
             raise Retry("pod changed while recording claim names") from exc
+        if records is not None:
+            records.drop(key)
         self.pods.upsert(updated)
         if self.pod_written is not None:
             self.pod_written(updated)
+
+    def _binding_records(self, pod: JSON) -> bool:
+        """Whether the pod's Binding will carry its record: kdra's flavour, a pod kdra's
+        scheduler is to bind (unbound, not being deleted)."""
+        return self.flavour.records_in_binding and \
+            pod.get("spec", {}).get("schedulerName") == SCHEDULER_NAME and \
+            not pod.get("spec", {}).get("nodeName") and \
+            not pod["metadata"].get("deletionTimestamp")
 
     async def _ensure_reserved(self, pod: JSON, claim_name: str) -> None:
         """A pod already bound to a node uses its allocated claims: make that visible. A

@@ -62,6 +62,19 @@ def _leadership_lost(reason: str) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
+def share_claim_records(controller: ClaimController, binder: Binder) -> None:
+    """Where the flavour records claim names on the pod (kdra's annotation), a pod's names go
+    from the claim controller to the binder, whose Binding records them; the claim
+    controller writes a record that falls due apart from it
+    (:mod:`kdra.operator.core.claim_records`)."""
+    if not controller.flavour.records_in_binding:
+        return
+    records = binder.pods.records
+    records.wake = controller.pod_queue.add
+    controller.records = records
+    controller.names_known = binder.names_known
+
+
 class Operator:
     def __init__(self, settings: OperatorSettings, client: KubeClient,
                  flavour: Flavour) -> None:
@@ -98,6 +111,7 @@ class Operator:
             pod_gone=lambda pod: self.binder.on_pod("DELETED", pod),
             flavour=flavour, mode=settings.claim_controller,
         )
+        share_claim_records(self.claim_controller, self.binder)
         self.webhook: WebhookServer | None = None  # admission webhooks (started in start())
         self.slice_gc = SliceGC(client, namespace=settings.namespace,
                                 grace=settings.slice_gc_grace, slices=flavour.slices,

@@ -4,6 +4,7 @@ The pod and the objects are raw API dicts, as ``kubectl kdra why`` reads them.""
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -114,6 +115,24 @@ def test_fits_now_missing_claims_and_bound_pods() -> None:
     template = explain(pod([{"name": "gpu", "resourceClaimTemplateName": "t"}],
                            statuses={"gpu": "c"}), [pending_claim("c")])
     assert template.claims[0].name == "c" and template.verdict == "fits"
+
+
+def test_a_generated_claim_not_yet_recorded_is_found_by_its_owner() -> None:
+    # kdra's flavour records a bound pod's claim names in its Binding: until then the
+    # pod's own claim is the one it controls whose pod-claim-name names the entry.
+    generated = pending_claim("big-gpu-x7k2p")
+    generated["metadata"]["annotations"] = {"resource.kdra.dev/pod-claim-name": "gpu"}
+    generated["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "Pod", "name": "big", "uid": "uid-big",
+         "controller": True, "blockOwnerDeletion": True}]
+    others = copy.deepcopy(generated)
+    others["metadata"]["name"] = "someone-elses"
+    others["metadata"]["ownerReferences"][0]["uid"] = "uid-other"
+    found = explain(pod([{"name": "gpu", "resourceClaimTemplateName": "t"}]),
+                    [others, generated])
+    assert found.claims[0].name == "big-gpu-x7k2p" and found.verdict == "fits"
+    alone = explain(pod([{"name": "gpu", "resourceClaimTemplateName": "t"}]), [others])
+    assert alone.verdict == "waiting" and "not created yet" in alone.claims[0].problem
 
 
 def test_unreadable_nodes_are_taken_from_the_slices_and_said() -> None:

@@ -52,11 +52,12 @@ import kdra.operator.caches
 import kdra.operator.scheduler.quota
 from kdra.kube.core.flavours import KDRA, Flavour
 from kdra.kube.core.podclaims import CLAIMS_ANNOTATION, SCHEDULER_NAME
-from kdra.kube.errors import NotFound
+from kdra.kube.errors import Conflict, NotFound
 from kdra.kube.events import EventRecorder
 from kdra.kube.resources import Resource
 from kdra.kube.store import Store, key_of
 from kdra.operator.claim_controller import ClaimController, claim_store, pod_store
+from kdra.operator.composition import share_claim_records
 from kdra.operator.scheduler import Binder, BinderSettings
 
 DRIVER = "test-driver.kdra.dev"
@@ -246,9 +247,12 @@ class Recorder:
         return self._stored(resource, copy.deepcopy(body))
 
     async def bind(self, namespace: str, name: str, uid: str, node: str,
-                   annotations: dict[str, str] | None = None) -> None:
+                   annotations: dict[str, str] | None = None,
+                   resource_version: str | None = None) -> None:
         self._count("POST pods/binding")
         pod = copy.deepcopy(self.objects[("pods", namespace, name)])
+        if resource_version and pod["metadata"]["resourceVersion"] != resource_version:
+            raise Conflict(409, "Conflict", "Precondition failed: ResourceVersion")
         pod["spec"]["nodeName"] = node
         pod["metadata"]["annotations"] = {**pod["metadata"].get("annotations", {}),
                                           **(annotations or {})}
@@ -296,6 +300,7 @@ async def run(nodes: int = 10, pods: int = 50, *, count: bool = True,
                                  workers=1, pod_written=lambda p: binder.on_pod("MODIFIED", p),
                                  flavour=flavour)
     controller.pods_synced = lambda: True  # the pod informer listed, as in the operator
+    share_claim_records(controller, binder)  # as the composition does
     for subscriber in (controller.on_claim, binder.on_claim):  # as the composition does
         claims.subscribe(subscriber)
     done = asyncio.Event()

@@ -212,6 +212,23 @@ def explain_pod(pod: JSON, *, claims: Iterable[JSON], classes: Iterable[JSON],
     return replace(found, condition_reason=reason)
 
 
+def _generated_unrecorded(pod: JSON, claims: Iterable[JSON], flavour: Flavour) -> dict[str, str]:
+    """Entry name → the claim generated for it, for a pod whose record is not written yet
+    (kdra's flavour writes it in the pod's Binding): the claims the pod controls, by their
+    pod-claim-name annotation, as the claim controller finds them."""
+    uid = (pod.get("metadata") or {}).get("uid")
+    found: dict[str, str] = {}
+    for claim in claims:
+        meta = claim.get("metadata") if isinstance(claim, Mapping) else None
+        owner = flavour.generated_for(claim)
+        if not isinstance(meta, Mapping) or owner is None or owner.get("uid") != uid:
+            continue
+        entry = (meta.get("annotations") or {}).get(flavour.pod_claim_name_annotation)
+        if isinstance(entry, str) and isinstance(meta.get("name"), str):
+            found.setdefault(entry, meta["name"])
+    return found
+
+
 @dataclass(frozen=True)
 class _Budget:
     steps: int | None
@@ -248,8 +265,10 @@ def _evaluate(pod: JSON, claims: Iterable[JSON], classes: Iterable[JSON],
     template_names = None if templates is None else {
         str((t.get("metadata") or {}).get("name")) for t in templates
         if isinstance(t, Mapping) and (t.get("metadata") or {}).get("namespace") == namespace}
+    unrecorded = {} if statuses else _generated_unrecorded(pod, raw_claims, flavour)
     for entry in entries:
-        name = entry.resource_claim_name or statuses.get(entry.name, "")
+        name = entry.resource_claim_name or statuses.get(entry.name, "") or \
+            unrecorded.get(entry.name, "")
         raw = by_key.get((namespace, name)) if name else None
         if raw is None:
             template = entry.resource_claim_template_name

@@ -9,7 +9,8 @@ the four kinds          ``resource.k8s.io/v1`` (built in)           ``resource.k
 a pod's claims          ``spec.resourceClaims`` (+ containers'       annotation
                         ``resources.claims``)                       ``resource.kdra.dev/claims``
 their claim names       ``status.resourceClaimStatuses``            annotation ``.../claim-
-                        (``pods/status``)                           statuses``
+                        (``pods/status``)                           statuses`` (in the Binding
+                                                                    for pods kdra binds)
 generated-claim marker  ``resource.kubernetes.io/pod-claim-name``    ``resource.kdra.dev/pod-
                                                                     claim-name``
 finalizer               ``resource.kubernetes.io/delete-protection``  ``resource.kdra.dev/
@@ -83,6 +84,10 @@ class Flavour:
     """kube-controller-manager's resourceclaim-controller may serve these objects too (the
     built-in kinds): kdra's claim controller then checks whether it runs, and leaves claim
     generation and clean-up to it if so (:mod:`kdra.operator.claim_owner`)."""
+    records_in_binding: bool = False
+    """The claim names' record is a pod annotation, which a Binding can carry: for a pod
+    kdra's scheduler binds, the record rides on the Binding (one pod write fewer per pod;
+    :mod:`kdra.operator.core.claim_records`); else (``pods/status``) it is written apart."""
     version: str = VERSION
 
     @property
@@ -126,6 +131,12 @@ class Flavour:
         """The claim names recorded for the pod: pod-claim name → claim name (malformed
         records ignored)."""
         raise NotImplementedError
+
+    def binding_record(self, pod: JSON, names: Mapping[str, str]) -> dict[str, str]:
+        """The annotations a Binding carries to record ``names`` (pod-claim name → claim
+        name, every entry's) on the pod: none where the pod's record already says exactly that
+        or the flavour keeps its record elsewhere (:attr:`records_in_binding`)."""
+        return {}
 
     def statuses_write(self, pod: JSON, entries: Sequence[PodClaim],
                        names: Mapping[str, str]) -> tuple[str | None, JSON] | None:
@@ -176,17 +187,20 @@ class _Kdra(Flavour):
     def claim_statuses(self, pod: JSON) -> dict[str, str]:
         return podclaims.claim_statuses(pod)
 
+    def binding_record(self, pod: JSON, names: Mapping[str, str]) -> dict[str, str]:
+        if dict(names) == podclaims.claim_statuses(pod):
+            return {}
+        return {podclaims.CLAIM_STATUSES_ANNOTATION: json.dumps(dict(names), sort_keys=True)}
+
     def statuses_write(self, pod: JSON, entries: Sequence[PodClaim],
                        names: Mapping[str, str]) -> tuple[str | None, JSON] | None:
         # Every entry's claim, shared ones too (the agent's NRI plugin reads them here).
-        if dict(names) == podclaims.claim_statuses(pod):
+        record = self.binding_record(pod, names)
+        if not record:
             return None
         meta = pod.get("metadata") or {}
-        return None, {"metadata": {
-            "resourceVersion": meta.get("resourceVersion"),
-            "annotations": {podclaims.CLAIM_STATUSES_ANNOTATION: json.dumps(dict(names),
-                                                                            sort_keys=True)},
-        }}
+        return None, {"metadata": {"resourceVersion": meta.get("resourceVersion"),
+                                   "annotations": record}}
 
 
 @dataclass(frozen=True)
@@ -217,7 +231,7 @@ KDRA: Flavour = _Kdra(
     claims_field=f"metadata.annotations[{podclaims.CLAIMS_ANNOTATION}]",
     claims_name="claims annotation",
     agent_prepares=True, device_annotations=True, shared_slices=False,
-    upstream_controllers=False)
+    upstream_controllers=False, records_in_binding=True)
 NATIVE: Flavour = _Native(
     name="native", group=native_pods.GROUP,
     pod_claim_name_annotation=native_pods.POD_CLAIM_NAME_ANNOTATION,

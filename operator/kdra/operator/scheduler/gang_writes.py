@@ -31,7 +31,7 @@ from kdra.kube.store import JSON, Key
 from kdra.operator import metrics
 from kdra.operator.scheduler.pending import Attempt, PendingPods
 from kdra.operator.scheduler.reporting import devices
-from kdra.operator.scheduler.writes import Writes
+from kdra.operator.scheduler.writes import PodChanged, Writes
 
 log = logging.getLogger(__name__)
 
@@ -153,15 +153,16 @@ class GangWrites:
         pod, node = member.attempt.pod, member.attempt.node
         namespace, name = member.key
         try:
-            await self.writes.client.bind(namespace, name, pod["metadata"]["uid"], node,
-                                          annotations=self.writes.device_annotations(
-                                              pod, member.attempt))
+            await self.writes.bind(member.key, pod, node, member.attempt)
         except NotFound:
             log.warning("gang pod %s/%s was deleted before its binding; the rest of its gang "
                         "is bound", namespace, name)
             return
-        except Conflict:
-            pass  # already bound
+        except PodChanged as exc:
+            # Its claims stay allocated and reserved for it: its next attempt binds it there.
+            log.warning("gang pod %s/%s changed before its binding (%s); the rest of its gang "
+                        "is bound, it is tried again", namespace, name, exc)
+            return
         pods = self.pods
         pods.remember_bound(pod["metadata"]["uid"])
         pods.failures.pop(member.key, None)

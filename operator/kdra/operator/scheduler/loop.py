@@ -208,6 +208,15 @@ class Binder:
             self.parked.discard(key)
             self.queue.add(key, pod)
 
+    def names_known(self, pod: JSON) -> None:
+        """The claim controller put the pod's claim names in ``pods.records`` (not on the
+        pod: no pod event follows): try the pod."""
+        key = key_of(pod)
+        current = self.pending.get(key)
+        if current is not None and key not in self.binding:
+            self.parked.discard(key)
+            self.queue.add(key, current)
+
     def on_claim(self, event_type: str | None, claim: JSON, old: JSON | None = None) -> None:
         """The claim cache's subscriber (called after the cache applied the event; ``old``
         unused), and the claim controller's write responses (kdra.operator.composition)."""
@@ -344,8 +353,11 @@ class Binder:
         except InvalidObject:
             self.parked.add(key)  # the claim controller reports the bad claims
             return "invalid"
-        recorded = self.flavour.claim_statuses(pod)
         uid = pod["metadata"]["uid"]
+        recorded = self.flavour.claim_statuses(pod)
+        held = self.pods.records.names(key, uid)  # decided, to be recorded by the Binding
+        if held:
+            recorded = {**recorded, **held}
         resolved: list[tuple[PodClaim, str, JSON]] = []
         for entry in entries:
             # A generated claim only once the pod's record (claim-statuses annotation, or

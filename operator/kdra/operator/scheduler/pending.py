@@ -39,6 +39,7 @@ from kdra.dra.models import ResourceClaim
 from kdra.kube.core.backoff import backoff_delay
 from kdra.kube.core.podclaims import PodClaim
 from kdra.kube.store import JSON, Key, RecentSet, Store, key_of
+from kdra.operator.core.claim_records import ClaimRecords
 from kdra.operator.scheduler.settings import BinderSettings
 
 BOUND_REMEMBERED = 4096
@@ -126,6 +127,10 @@ class PendingPods:
         self.releasing: dict[Key, float] = {}
         self.release_deadline: dict[Key, float] = {}
         self.bound = RecentSet()  # UIDs this binder bound: their unbound versions are stale
+        self.records = ClaimRecords()
+        """Claim names the claim controller decided for pods not yet recorded on them: the
+        loop resolves claims from here, the Binding writes the record
+        (:mod:`kdra.operator.core.claim_records`); shared with the claim controller."""
         self._wake_handle: asyncio.TimerHandle | None = None
 
     def remember_bound(self, uid: str) -> None:

@@ -57,6 +57,7 @@ class Reporter:
         message = printable(message, MAX_CONDITION_MESSAGE)
         if park:
             self.pods.parked.add(key)
+        self.pods.records.request(key)  # not bound soon: its claims' record is written now
         log.info("pod %s/%s is unschedulable: %s", *key, message)
         current = next((c for c in pod.get("status", {}).get("conditions") or []
                         if c.get("type") == "PodScheduled"), None)

@@ -37,6 +37,7 @@ import time
 from collections.abc import Sequence
 
 from kdra.dra.binding_conditions import has_binding_conditions
+from kdra.dra.errors import InvalidObject
 from kdra.dra.models import AllocationResult, ResourceClaim, dump
 from kdra.dra.timestamps import api_time
 from kdra.kube.client import KubeClient
@@ -49,6 +50,7 @@ from kdra.kube.core.podclaims import (
 )
 from kdra.kube.errors import ApiError, Conflict, NotFound
 from kdra.kube.events import EventRecorder
+from kdra.kube.resources import PODS
 from kdra.kube.store import JSON, Key, Store
 from kdra.operator import metrics
 from kdra.operator.core.pod_devices import container_devices
@@ -59,6 +61,11 @@ from kdra.operator.scheduler.reporting import devices
 from kdra.operator.scheduler.settings import BinderSettings
 
 log = logging.getLogger(__name__)
+
+
+class PodChanged(Exception):
+    """The pod changed between the decision and its Binding (another version of its claims
+    or their record): the attempt is rolled back and the pod tried again."""
 
 
 class Writes:
@@ -268,17 +275,13 @@ class Writes:
                 metrics.record_schedule_attempt("prepare-failed", 0.0)
                 return
             try:
-                # The devices annotation travels in the Binding: the API server copies a
-                # Binding's annotations onto the pod in the same update that sets nodeName,
-                # so a kubelet never sees the pod bound without it (and it costs no write).
-                await self.client.bind(namespace, pod["metadata"]["name"],
-                                       pod["metadata"]["uid"], node,
-                                       annotations=self.device_annotations(pod, attempt))
-            except NotFound:
+                await self.bind(key, pod, node, attempt)
+            except (NotFound, PodChanged) as exc:
+                if isinstance(exc, PodChanged):
+                    log.info("pod %s/%s changed before its binding: %s; trying it again",
+                             *key, exc)
                 await self.roll_back(attempt)
                 return
-            except Conflict:
-                pass  # already bound (e.g. a previous attempt's bind went through)
             # Bound: not pending any more, though the watch event saying so may still be on
             # its way (requeueing the unbound copy would schedule it again, only to be told
             # 409 by the API server).
@@ -302,6 +305,55 @@ class Writes:
             current = pods.pending.get(key)
             if current is not None and not current.get("spec", {}).get("nodeName"):
                 pods.queue.add(key, current)
+
+    async def bind(self, key: Key, pod: JSON, node: str, attempt: Attempt) -> None:
+        """Bind the pod to ``node``. The Binding carries the per-container devices
+        annotations and, where the pod has no record of its claims' names yet, that record
+        (kdra's flavour): the API server copies a Binding's annotations onto the pod in the
+        same update that sets nodeName, so a kubelet never sees the pod bound without them
+        (and they cost no write). A Binding with the record binds only the pod version the
+        attempt decided on (its resourceVersion as precondition: the claims annotation may
+        still change until the record is written); where only something else changed, it
+        is retried once on the version the API server has. Raises NotFound (the pod is
+        gone or replaced) and
+        PodChanged; a pod already bound (a previous attempt's Binding went through) is
+        not an error."""
+        meta = pod["metadata"]
+        annotations = self.device_annotations(pod, attempt)
+        names = {entry.name: name for entry, name in attempt.claims}
+        target = pod
+        for _ in range(2):
+            record = self.flavour.binding_record(target, names)
+            version = target["metadata"].get("resourceVersion") if record else None
+            try:
+                await self.client.bind(meta["namespace"], meta["name"], meta["uid"], node,
+                                       annotations={**annotations, **record},
+                                       resource_version=version)
+                break
+            except Conflict as exc:
+                if version is None:
+                    break  # already bound (its record was on it before)
+                # Which change? Asked once (a rare path): the cache may not have it yet.
+                current = await self.client.get(PODS, meta["name"], meta["namespace"])
+                if current["metadata"].get("uid") != meta["uid"]:
+                    raise NotFound(404, "NotFound", "the pod was replaced") from exc
+                recorded = self.flavour.claim_statuses(current)
+                if current.get("spec", {}).get("nodeName"):
+                    if recorded == names:
+                        break  # a previous attempt's Binding went through
+                    raise PodChanged("bound by another binder on other claims") from exc
+                if not self._same_claims(current, pod) or recorded not in ({}, names):
+                    raise PodChanged(exc.message) from exc
+                target = current  # only something else changed (or the record was written)
+        else:
+            raise PodChanged("it changed again while being bound")
+        self.pods.records.drop(key)
+
+    def _same_claims(self, pod: JSON, other: JSON) -> bool:
+        try:
+            return self.flavour.pod_claims(pod) == self.flavour.pod_claims(other)
+        except InvalidObject:
+            return False
 
     def device_annotations(self, pod: JSON, attempt: Attempt) -> dict[str, str]:
         """The per-container devices annotations for the pod (kdra.dra.scheduling); none
