@@ -38,7 +38,7 @@ from kdra.kube.client import KubeClient
 from kdra.kube.core.flavours import KDRA, Flavour
 from kdra.kube.core.podclaims import pod_is_done
 from kdra.kube.events import EventRecorder
-from kdra.kube.store import JSON, Key, Store, is_not_newer, key_of
+from kdra.kube.store import JSON, Key, RecentSet, Store, is_not_newer, key_of
 from kdra.kube.workqueue import WorkQueue
 from kdra.operator import metrics
 from kdra.operator.caches import ClaimCache, claim_store, pod_store
@@ -94,6 +94,7 @@ class ClaimController(PodClaims, ClaimRelease):
         self.claim_queue: WorkQueue[Key] = WorkQueue("claims-release", self._sync_claim_key,
                                                      workers=workers)
         self._reported: dict[Key, str] = {}
+        self._released_here = RecentSet()
         self._gauges: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle

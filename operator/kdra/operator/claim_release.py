@@ -8,8 +8,14 @@ finalizer once the claim is deallocated, or once nobody valid reserves a claim b
 which ends the object with its allocation, so no status write comes first.
 
 A generated claim whose pod is certainly done with it — done or replaced (the pod is cached),
-or gone by the pod watch's own DELETED event (its UID buried) — is deleted here first and then
-released by removing the finalizer, which ends it with its allocation: two writes. Leaving it
+or gone by the pod watch's own DELETED event (its UID buried) — is released by removing the
+finalizer and then deleted, which ends it at once with its allocation: two writes. The DELETE
+waits for the finalizer-free version's watch event, so the API server finds that version in
+its watch cache. (Deleting first and then removing the finalizer of the terminating claim cost
+the API server a re-read of the claim from etcd on the removal — emptying the finalizers of a
+terminating object is an error path of its update that re-fetches — and another on the
+deletion it ended in when the removal was sent on the DELETE's answer: each a decode and
+schema coercion of the claim, ~4 % of its CPU in the steady workload, issue 42.) Leaving it
 to the garbage collector cost a deallocating status PUT, the finalizer's removal and the
 collector's DELETEs (1.9 DELETE requests per claim at 500 nodes, bench/RESULTS.md, issue 42).
 A claim whose pod is merely not seen (not cached, no deletion watched) is left to the garbage
@@ -26,10 +32,10 @@ Invariants:
 - A pod missing from the cache is looked up with a live GET before its reservation is dropped
   (the cache may simply not have seen a brand-new pod yet).
 - The finalizer (the flavour's: kdra's, or upstream's in the native flavour) is removed only
-  from a claim that nobody valid reserves and that is either not allocated or being deleted
-  (a deleted claim takes its allocation with it: the binder, the agent and the quota book
-  release its devices on its DELETED event); the binder owns the finalizer while it
-  allocates.
+  from a claim that nobody valid reserves and that is either not allocated, being deleted, or
+  a generated claim whose pod is done with it, deleted here next (a deleted claim takes its
+  allocation with it: the binder, the agent and the quota book release its devices on its
+  DELETED event); the binder owns the finalizer while it allocates.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ from kdra.kube.core.podclaims import (
 )
 from kdra.kube.errors import Conflict, NotFound
 from kdra.kube.resources import PODS
-from kdra.kube.store import JSON, Key, Store
+from kdra.kube.store import JSON, Key, RecentSet, Store
 from kdra.kube.typed_cache import Subscriber
 from kdra.kube.workqueue import Retry
 from kdra.operator import metrics
@@ -94,11 +100,17 @@ class ClaimWrites:
         self.claims.record(event_type, claim, by=self.on_claim)
 
 
+RELEASED_REMEMBERED = 4096
+"""Claims whose finalizer was removed here and whose DELETE awaits that version's watch event
+(UIDs; an event lags its write by milliseconds: thousands is ample)."""
+
+
 class ClaimRelease(ClaimWrites):
     """The claim side of :class:`~kdra.operator.claim_controller.ClaimController`."""
 
     pods: Store
     owner: ClaimOwner
+    _released_here: RecentSet
 
     async def _sync_claim_key(self, key: Key) -> None:
         claim = self.claims.get(key)
@@ -119,10 +131,15 @@ class ClaimRelease(ClaimWrites):
                 valid.append(ref)
         deleting = bool(claim["metadata"].get("deletionTimestamp"))
         if not valid and not deleting and self._unneeded(claim):
-            left = await self._delete(claim)
-            if left is None:
-                return
-            claim, deleting = left, True
+            if self.flavour.finalizer not in (claim["metadata"].get("finalizers") or []):
+                await self._delete(claim)  # ends it (or leaves it to others' finalizers)
+            elif claim["metadata"].get("uid") not in self._released_here:
+                # The finalizer off first; the DELETE on that version's watch event (the
+                # module doc). An older version's event meanwhile asks for nothing.
+                await self._remove_finalizer(claim, cached=False)
+                self._released_here.add(claim["metadata"]["uid"], RELEASED_REMEMBERED)
+                self._count_release(claim, len(reserved))
+            return
         if deleting and not valid:
             await self._release_deleted(claim, len(reserved))
             return
@@ -169,9 +186,10 @@ class ClaimRelease(ClaimWrites):
             return bool(uid) and self.pods.was_deleted(uid)
         return pod["metadata"].get("uid") != uid or pod_is_done(pod)
 
-    async def _delete(self, claim: JSON) -> JSON | None:
-        """Delete the unneeded generated ``claim`` (its UID the precondition); the claim as
-        left terminating (a finalizer holds it), or None when it is gone."""
+    async def _delete(self, claim: JSON) -> None:
+        """Delete the unneeded generated ``claim``, kdra's finalizer no longer on it (its UID
+        the precondition): it ends at once, unless another controller's finalizer holds it
+        (then that controller's to release)."""
         meta = claim["metadata"]
         key = (meta["namespace"], meta["name"])
         try:
@@ -179,18 +197,24 @@ class ClaimRelease(ClaimWrites):
                                             uid=meta["uid"])
         except NotFound:
             self.claims.delete(key)  # gone already (the garbage collector was first)
-            return None
+            return
         except Conflict as exc:
             raise Retry("claim replaced while deleting it") from exc
         metrics.record_release("delete")
         log.info("deleted claim %s/%s: its pod is done, replaced or gone", *key)
-        # Cached at once: the watch events still on their way (older versions, ignored once
-        # its UID is buried) would each ask for the deletion again, in vain.
         if left.get("kind") == "ResourceClaim" and left.get("metadata", {}).get("finalizers"):
-            self._written("MODIFIED", left)  # a finalizer holds it: terminating
-            return left
+            self._written("MODIFIED", left)  # terminating under someone else's finalizer
+            return
         self._written("DELETED", claim)
-        return None
+
+    def _count_release(self, claim: JSON, unreserved: int) -> None:
+        """The metrics of a claim released by its finalizer's removal."""
+        for _ in range(unreserved):
+            metrics.record_release("unreserve")
+        if (claim.get("status") or {}).get("allocation"):
+            metrics.record_release("deallocate")
+            log.info("released claim %s/%s", claim["metadata"]["namespace"],
+                     claim["metadata"]["name"])
 
     async def _release_deleted(self, claim: JSON, unreserved: int) -> None:
         """Release a claim being deleted that nobody valid reserves: the flavour's finalizer
@@ -198,14 +222,8 @@ class ClaimRelease(ClaimWrites):
         with it, so no status write comes first."""
         if self.flavour.finalizer not in (claim["metadata"].get("finalizers") or []):
             return
-        allocated = bool((claim.get("status") or {}).get("allocation"))
         await self._remove_finalizer(claim)
-        for _ in range(unreserved):
-            metrics.record_release("unreserve")
-        if allocated:
-            metrics.record_release("deallocate")
-            log.info("released claim %s/%s with its deletion", claim["metadata"]["namespace"],
-                     claim["metadata"]["name"])
+        self._count_release(claim, unreserved)
 
     async def _pod(self, namespace: str, name: str, uid: str) -> JSON | None:
         """The pod ``namespace/name`` as cached, or else as the API server has it; None
@@ -221,7 +239,10 @@ class ClaimRelease(ClaimWrites):
         except NotFound:
             return None
 
-    async def _remove_finalizer(self, claim: JSON) -> JSON:
+    async def _remove_finalizer(self, claim: JSON, *, cached: bool = True) -> JSON:
+        """Remove the flavour's finalizer (the claim's resourceVersion the precondition);
+        ``cached``: the answer goes to the cache and its subscribers at once — else the
+        version's watch event brings it, and with it the claim's next step."""
         meta = claim["metadata"]
         patch = {"metadata": {
             "resourceVersion": meta.get("resourceVersion"),
@@ -236,5 +257,6 @@ class ClaimRelease(ClaimWrites):
             raise Retry("claim changed while removing the finalizer") from exc
         gone = bool(meta.get("deletionTimestamp")) and not (
             updated.get("metadata") or {}).get("finalizers")
-        self._written("DELETED" if gone else "MODIFIED", updated)
+        if cached or gone:
+            self._written("DELETED" if gone else "MODIFIED", updated)
         return updated

@@ -147,16 +147,19 @@ class Releasing(Server):
         self.calls.append("delete")
         self.deleted.append(name)
         if self.claim["metadata"].get("finalizers"):
-            return {**self.claim, "metadata": {**self.claim["metadata"],
-                                               "deletionTimestamp": "2026-12-01T00:00:00Z",
-                                               "resourceVersion": "10"}}
+            self.claim = {**self.claim, "metadata": {**self.claim["metadata"],
+                                                     "deletionTimestamp": "2026-12-01T00:00:00Z",
+                                                     "resourceVersion": "10"}}
+            return self.claim
         return {"kind": "Status", "status": "Success"}
 
     async def patch(self, res: Resource, name: str, body: dict[str, Any],
                     namespace: str) -> dict[str, Any]:
         self.calls.append("patch")
         self.patches.append(body)
-        self.claim = {**self.claim, "metadata": {**self.claim["metadata"], **body["metadata"]}}
+        version = str(int(body["metadata"]["resourceVersion"]) + 1)
+        self.claim = {**self.claim, "metadata": {**self.claim["metadata"], **body["metadata"],
+                                                 "resourceVersion": version}}
         return self.claim
 
 
@@ -181,19 +184,26 @@ def test_a_pod_whose_deletion_was_seen_is_gone_without_asking_the_api_server() -
             assert "reservedFor" not in server.statuses[0]["status"]  # no field, not []
 
 
-def test_the_claim_of_a_pod_whose_deletion_was_watched_is_deleted_then_released() -> None:
-    # Issue 42: two writes — the claim deleted (its finalizer holds it), then the finalizer
-    # removed, which ends it with its allocation; no status write, no GET, and no DELETE left
-    # for the garbage collector (which sent 1.9 per claim at 500 nodes).
+def test_the_claim_of_a_pod_whose_deletion_was_watched_is_released_then_deleted() -> None:
+    # Issue 42: two writes — the finalizer removed, then (on that version's watch event, so
+    # the API server serves it from its watch cache) the claim deleted, which ends it at once
+    # with its allocation; no status write, no GET, and no DELETE left for the garbage
+    # collector (which sent 1.9 per claim at 500 nodes).
     claim = reserved_claim([FINALIZER])
     server = Releasing(claim)
     ctrl = controller(server, [claim])
     ctrl.on_pod("DELETED", POD)
     asyncio.run(ctrl.sync_claim(claim))
-    assert server.calls == ["delete", "patch"]
+    assert server.calls == ["patch"]
+    assert server.patches[0]["metadata"] == {"resourceVersion": "3", "finalizers": []}
+    asyncio.run(ctrl.sync_claim(claim))  # an older version's event on its way: nothing more
+    assert server.calls == ["patch"]
+    ctrl.claims.apply("MODIFIED", server.claim)  # the watch event of the finalizer-free version
+    asyncio.run(ctrl.sync_claim(ctrl.claims.get((NS, "p-gpu-one")) or {}))
+    assert server.calls == ["patch", "delete"]
     assert server.statuses == []
-    assert server.patches[0]["metadata"] == {"resourceVersion": "10", "finalizers": []}
     assert server.gets == []
+    assert ctrl.claims.get((NS, "p-gpu-one")) is None
 
 
 def test_the_claim_of_a_pod_never_seen_is_released_and_left_to_the_garbage_collector() -> None:
@@ -225,7 +235,7 @@ def test_a_claim_deleted_while_in_use_is_released_by_its_finalizer_alone() -> No
 
 
 def test_each_release_write_is_handed_to_the_binder_as_written() -> None:
-    # The binder sees the device freed from the write response, not a watch hop later: the
+    # The binder sees the device freed from the DELETE's answer, not a watch hop later: the
     # claim cache hands it to its other subscribers (not back to the controller).
     for pod in (None, {**POD, "status": {"phase": "Succeeded"}}):  # gone; done
         claim = reserved_claim([FINALIZER])
@@ -236,12 +246,13 @@ def test_each_release_write_is_handed_to_the_binder_as_written() -> None:
             lambda event, obj, old: handed.append((event, obj)))  # noqa: B023
         ctrl.on_pod("DELETED" if pod is None else "MODIFIED", pod or POD)
         asyncio.run(ctrl.sync_claim(claim))
-        # Deleted (terminating under the finalizer), then the finalizer off, which ends it.
+        assert handed == []  # the finalizer off: that version's watch event is awaited
+        ctrl.claims.apply("MODIFIED", server.claim)  # the watch event (handed on as well)
+        asyncio.run(ctrl.sync_claim(ctrl.claims.get((NS, "p-gpu-one")) or {}))
+        # Deleted, which ends it: handed on from the DELETE's answer.
         assert [event for event, _ in handed] == ["MODIFIED", "DELETED"]
-        terminating = handed[0][1]
-        assert terminating["metadata"]["deletionTimestamp"]
-        assert terminating["metadata"]["resourceVersion"] == "10"
-        assert handed[1][1]["metadata"]["finalizers"] == []
+        assert handed[0][1]["metadata"]["finalizers"] == []
+        assert handed[0][1]["metadata"]["resourceVersion"] == "4"
         assert ctrl.claims.get((NS, "p-gpu-one")) is None
 
 
@@ -249,14 +260,19 @@ def test_the_claim_of_a_done_or_replaced_pod_is_deleted() -> None:
     done = {**POD, "status": {"phase": "Succeeded"}}
     replaced = {**POD, "metadata": {**POD["metadata"], "uid": "uid-other"}}
     for pod in (done, replaced):
-        for finalizers, calls in (([FINALIZER], ["delete", "patch"]), ([], ["delete"])):
+        for finalizers, calls in (([FINALIZER], ["patch", "delete"]), ([], ["delete"])):
             claim = reserved_claim(finalizers)
             server = Releasing(claim)
             ctrl = controller(server, [claim])
             ctrl.on_pod("MODIFIED", pod)
             asyncio.run(ctrl.sync_claim(claim))
-            assert server.calls == calls, pod
-            # The watch events of the versions written meanwhile find nothing left to delete.
+            assert server.calls == calls[:1], pod
+            # An older version's watch event finds nothing more to do; the finalizer-free
+            # version's has the claim deleted (where the finalizer came off first).
             ctrl.claims.apply("MODIFIED", claim)
             asyncio.run(ctrl._sync_claim_key((NS, "p-gpu-one")))
+            assert server.calls == calls[:1], pod
+            if finalizers:
+                ctrl.claims.apply("MODIFIED", server.claim)
+                asyncio.run(ctrl._sync_claim_key((NS, "p-gpu-one")))
             assert server.calls == calls, pod

@@ -15,11 +15,11 @@ The budgets are today's counts, and what each is:
 - CEL: the class selector once per device (memoised per device: 100 devices / 50 pods);
 - claim parses: once per claim version the binder sees (created, allocated, Ready);
 - quota charges: none, as no DeviceQuota exists (what quota costs when unused is zero);
-- the release, once every pod is deleted: two writes per pod — the claim's DELETE (its
-  finalizer holds it) and the finalizer's removal, which ends it with its allocation — no
-  reads (the pod's deletion was watched), and the binder's cache parses the terminating
-  version. (Leaving the claim to the garbage collector cost a deallocating status PUT, the
-  finalizer's removal and the collector's DELETEs; issue 42.)
+- the release, once every pod is deleted: two writes per pod — the finalizer's removal,
+  then (on that version's watch event) the claim's DELETE, which ends it with its
+  allocation — no reads (the pod's deletion was watched), and the binder's cache parses the
+  finalizer-free version. (Leaving the claim to the garbage collector cost a deallocating
+  status PUT, the finalizer's removal and the collector's DELETEs; issue 42.)
 """
 
 from __future__ import annotations
