@@ -21,7 +21,9 @@ Invariants:
 - The pod is bound only after every device lets it bind — its binding conditions True, or
   for a device without any kdra's ``Ready`` where kdra's agent prepares before bind (the
   kdra flavour; :mod:`kdra.operator.scheduler.prepare`); its per-container devices
-  annotations (kdra flavour) travel in the Binding itself.
+  annotations (kdra flavour) travel in the Binding itself, and so does its claim-statuses
+  record where it has none yet — then with the pod's resourceVersion as precondition, so the
+  pod bound is the pod decided on.
 - Claims are written as the flavour has them (:class:`kdra.kube.core.flavours.Flavour`): its
   claims resource, its finalizer (added with a plain update first, as upstream's scheduler
   does), its status shape. An allocation whose devices
@@ -315,9 +317,8 @@ class Writes:
         attempt decided on (its resourceVersion as precondition: the claims annotation may
         still change until the record is written); where only something else changed, it
         is retried once on the version the API server has. Raises NotFound (the pod is
-        gone or replaced) and
-        PodChanged; a pod already bound (a previous attempt's Binding went through) is
-        not an error."""
+        gone or replaced) and PodChanged; a pod already bound (a previous attempt's Binding
+        went through) is not an error."""
         meta = pod["metadata"]
         annotations = self.device_annotations(pod, attempt)
         names = {entry.name: name for entry, name in attempt.claims}
