@@ -127,7 +127,7 @@ class ClaimRelease(ClaimWrites):
                 continue
             pod = await self._pod(namespace, ref["name"], ref.get("uid", ""))
             if pod is not None and pod["metadata"].get("uid") == ref.get("uid") \
-                    and not pod_is_done(pod):
+                    and not pod_is_done(pod) and not self._superseded(claim, pod):
                 valid.append(ref)
         deleting = bool(claim["metadata"].get("deletionTimestamp"))
         if not valid and not deleting and self._unneeded(claim):
@@ -184,7 +184,23 @@ class ClaimRelease(ClaimWrites):
         pod = self.pods.get((claim["metadata"]["namespace"], str(owner.get("name"))))
         if pod is None:
             return bool(uid) and self.pods.was_deleted(uid)
-        return pod["metadata"].get("uid") != uid or pod_is_done(pod)
+        return pod["metadata"].get("uid") != uid or pod_is_done(pod) or \
+            self._superseded(claim, pod)
+
+    def _superseded(self, claim: JSON, pod: JSON) -> bool:
+        """Whether ``claim``, generated for ``pod``, is not the one the pod's record names for
+        its entry: a duplicate a second claim controller made (two replicas at once), which
+        that replica's binder may even have allocated and had prepared before the other's
+        record was written — a recorded name is final (never replaced while its claim
+        exists), and the pod runs on it, so this one is released and deleted, its devices
+        freed. A pod with no record for the entry yet supersedes nothing."""
+        owner = self.flavour.generated_for(claim)
+        if owner is None or owner.get("uid") != pod["metadata"].get("uid"):
+            return False
+        entry = (claim["metadata"].get("annotations") or {}).get(
+            self.flavour.pod_claim_name_annotation)
+        recorded = self.flavour.claim_statuses(pod).get(str(entry))
+        return recorded is not None and recorded != claim["metadata"]["name"]
 
     async def _delete(self, claim: JSON) -> None:
         """Delete the unneeded generated ``claim``, kdra's finalizer no longer on it (its UID

@@ -276,3 +276,44 @@ def test_the_claim_of_a_done_or_replaced_pod_is_deleted() -> None:
                 ctrl.claims.apply("MODIFIED", server.claim)
                 asyncio.run(ctrl._sync_claim_key((NS, "p-gpu-one")))
             assert server.calls == calls, pod
+
+
+def test_a_duplicate_claim_the_pods_record_does_not_name_is_released_and_deleted() -> None:
+    # Two replicas at once: each claim controller generated a claim for the pod's entry and
+    # each binder allocated (and had prepared) its own; one Binding won and recorded
+    # p-gpu-one with nodeName. The other claim, p-gpu-two, is reserved for the pod but not its
+    # claim: released (finalizer off, then DELETE on that version's event), devices freed.
+    bound = {**POD, "spec": {**POD["spec"], "nodeName": "node-1"}}
+    duplicate = reserved_claim([FINALIZER])
+    duplicate["metadata"] = {**duplicate["metadata"], "name": "p-gpu-two",
+                             "uid": "uid-p-gpu-two"}
+    duplicate["status"]["devices"] = [{"driver": "gpu.kdra.dev", "pool": "node-1",
+                                       "device": "gpu-0", "conditions": [
+                                           {"type": "Ready", "status": "True"}]}]
+    recorded = reserved_claim([FINALIZER])  # p-gpu-one, the pod's own
+    server = Releasing(duplicate)
+    ctrl = controller(server, [recorded, duplicate])
+    ctrl.on_pod("MODIFIED", bound)
+    asyncio.run(ctrl.sync_claim(recorded))
+    assert server.calls == []  # the recorded claim stays reserved and allocated
+    asyncio.run(ctrl.sync_claim(duplicate))
+    assert server.calls == ["patch"] and server.gets == []
+    ctrl.claims.apply("MODIFIED", server.claim)
+    asyncio.run(ctrl.sync_claim(ctrl.claims.get((NS, "p-gpu-two")) or {}))
+    assert server.calls == ["patch", "delete"] and server.deleted == ["p-gpu-two"]
+    # Unbound, its record final all the same (written apart when it was reported
+    # unschedulable): the duplicate would hold its devices while the pod waits for them.
+    unbound = {**POD, "metadata": {**POD["metadata"], "resourceVersion": "6"}}
+    server = Releasing(duplicate)
+    ctrl = controller(server, [recorded, duplicate])
+    ctrl.on_pod("MODIFIED", unbound)
+    asyncio.run(ctrl.sync_claim(duplicate))
+    assert server.calls == ["patch"]
+    unrecorded = {**POD, "metadata": {**POD["metadata"], "resourceVersion": "7",
+                                      "annotations": {CLAIMS_ANNOTATION: POD["metadata"][
+                                          "annotations"][CLAIMS_ANNOTATION]}}}
+    server = Releasing(duplicate)
+    ctrl = controller(server, [recorded, duplicate])
+    ctrl.on_pod("MODIFIED", unrecorded)  # no record yet: nothing is superseded
+    asyncio.run(ctrl.sync_claim(duplicate))
+    assert server.calls == []

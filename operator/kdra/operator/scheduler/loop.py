@@ -357,7 +357,7 @@ class Binder:
         recorded = self.flavour.claim_statuses(pod)
         held = self.pods.records.names(key, uid)  # decided, to be recorded by the Binding
         if held:
-            recorded = {**recorded, **held}
+            recorded = {**held, **recorded}  # a record on the pod is final: it wins
         resolved: list[tuple[PodClaim, str, JSON]] = []
         for entry in entries:
             # A generated claim only once the pod's record (claim-statuses annotation, or
