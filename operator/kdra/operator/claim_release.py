@@ -193,7 +193,13 @@ class ClaimRelease(ClaimWrites):
         that replica's binder may even have allocated and had prepared before the other's
         record was written — a recorded name is final (never replaced while its claim
         exists), and the pod runs on it, so this one is released and deleted, its devices
-        freed. A pod with no record for the entry yet supersedes nothing."""
+        freed. Only a claim a claim controller generated (the flavour's finalizer is set at
+        birth): an object merely made to look generated for the pod is left to the
+        scheduler, which refuses it to any other pod. A pod with no record for the entry
+        yet supersedes nothing."""
+        if not self.flavour.protected(claim) and \
+                claim["metadata"].get("uid") not in self._released_here:
+            return False  # (its finalizer removed here: the DELETE is still to come)
         owner = self.flavour.generated_for(claim)
         if owner is None or owner.get("uid") != pod["metadata"].get("uid"):
             return False

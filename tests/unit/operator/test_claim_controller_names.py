@@ -317,3 +317,15 @@ def test_a_duplicate_claim_the_pods_record_does_not_name_is_released_and_deleted
     ctrl.on_pod("MODIFIED", unrecorded)  # no record yet: nothing is superseded
     asyncio.run(ctrl.sync_claim(duplicate))
     assert server.calls == []
+
+
+def test_a_claim_only_made_to_look_generated_for_the_pod_is_left_to_the_scheduler() -> None:
+    # A tenant's object with the pod's owner reference and pod-claim-name but none of a claim
+    # controller's finalizer is not a duplicate to delete: the scheduler refuses it to others.
+    bound = {**POD, "spec": {**POD["spec"], "nodeName": "node-1"}}
+    decoy = generated("decoy")
+    server = Releasing(decoy)
+    ctrl = controller(server, [reserved_claim([FINALIZER]), decoy])
+    ctrl.on_pod("MODIFIED", bound)
+    asyncio.run(ctrl.sync_claim(decoy))
+    assert server.calls == []
