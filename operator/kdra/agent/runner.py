@@ -51,7 +51,7 @@ from typing import TypeVar
 
 from kdra.agent import metrics
 from kdra.agent.core.backend import Backends, DiscoveryError
-from kdra.agent.core.nodeprep import pools_of
+from kdra.agent.core.nodeprep import pools_of, same_for_preparer
 from kdra.agent.exposure import ExposurePolicy, make_nri_plugin
 from kdra.agent.heartbeat import Heartbeat
 from kdra.agent.kubelet.plugin import HealthFeed, KubeletPlugins
@@ -305,6 +305,9 @@ class AgentRunner:
         if event != "DELETED" and is_not_newer(claim, old):
             # No newer than what is cached: the echo of our own status write (a sync would
             # find it as that write left it) or a version already synced. Nothing to do.
+            return
+        if event == "MODIFIED" and old is not None and same_for_preparer(old, claim):
+            self.claims[key] = claim  # newer, but nothing our preparers read changed
             return
         nodes = self._interested(claim) | self._interested(old) | self._holders(key)
         if event != "DELETED" and nodes:

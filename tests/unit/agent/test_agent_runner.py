@@ -50,7 +50,7 @@ def test_the_echo_of_our_own_status_write_is_cached_not_synced(tmp_path: Path) -
     runner._on_claim("MODIFIED", claim("11", ready=True))
     assert queued(runner) == 0
     assert runner.claims[("ns", "c")]["metadata"]["resourceVersion"] == "11"
-    runner._on_claim("MODIFIED", claim("12", ready=True))  # someone else's write: synced
+    runner._on_claim("MODIFIED", claim("12"))  # someone else's write: synced
     assert queued(runner) == 1
 
 
@@ -61,7 +61,33 @@ def test_an_echo_recorded_after_its_event_does_not_hide_the_next_version(
     runner._on_claim("MODIFIED", claim("11", ready=True))  # the watch beat the write's answer
     runner._wrote(claim("11", ready=True))
     queued(runner)
-    runner._on_claim("MODIFIED", claim("12", ready=True))
+    runner._on_claim("MODIFIED", claim("12"))
+    assert queued(runner) == 1
+
+
+def test_a_version_that_moved_only_other_metadata_is_cached_not_synced(
+        tmp_path: Path) -> None:
+    """The claim controller's finalizer removal before its DELETE (or a label, an
+    annotation) changes nothing a preparer reads: no sync; a deletion, a new generation or
+    a status change still is one."""
+    runner = make_runner(tmp_path)
+    runner._on_claim("MODIFIED", claim("10"))
+    runner._wrote(claim("11", ready=True))
+    queued(runner)
+    released = claim("12", ready=True)
+    released["metadata"]["labels"] = {"team": "a"}
+    runner._on_claim("MODIFIED", released)
+    assert queued(runner) == 0
+    assert runner.claims[("ns", "c")]["metadata"]["resourceVersion"] == "12"
+    deleting = claim("13", ready=True)
+    deleting["metadata"]["deletionTimestamp"] = "2026-12-05T00:00:00Z"
+    runner._on_claim("MODIFIED", deleting)
+    assert queued(runner) == 1
+    changed = claim("14", ready=True)
+    changed["metadata"]["generation"] = 2
+    runner._on_claim("MODIFIED", changed)
+    assert queued(runner) == 1
+    runner._on_claim("DELETED", changed)
     assert queued(runner) == 1
 
 

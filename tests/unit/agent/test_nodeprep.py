@@ -175,6 +175,31 @@ def test_ready_status_entries() -> None:
     assert failed[0]["conditions"][0]["lastTransitionTime"] == "2024-02-02T00:00:00Z"
 
 
+def test_healthy_is_written_once_a_problem_was_reported_and_stays_after_recovery() -> None:
+    """A device nothing was reported about carries no ``Healthy`` condition (its absence says
+    healthy, and keeps every write and watch event of the claim smaller); a problem writes
+    ``Healthy=False``; the recovery keeps the condition, ``True`` again, with its own time."""
+    def report(health: tuple[bool, str, str], now: str,
+               previous: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        outcome = DeviceOutcome(GPU, "node-1", "gpu-2", True, "Prepared", "ok", health=health)
+        return device_statuses([outcome], now=now, previous=previous)
+
+    fine = (True, "Healthy", "no health source reports a problem")
+    quiet = report(fine, "2024-01-01T00:00:00Z", [])
+    assert [c["type"] for c in quiet[0]["conditions"]] == ["Ready"]
+    assert report(fine, "2024-01-01T00:00:05Z", quiet) == quiet  # nothing to write
+    lost = report((False, "MarkedLost", "lost"), "2024-01-02T00:00:00Z", quiet)
+    assert [(c["type"], c["status"], c["reason"], c["lastTransitionTime"])
+            for c in lost[0]["conditions"]] == [
+        ("Ready", "True", "Prepared", "2024-01-01T00:00:00Z"),
+        ("Healthy", "False", "MarkedLost", "2024-01-02T00:00:00Z")]
+    back = report(fine, "2024-01-03T00:00:00Z", lost)
+    assert [(c["type"], c["status"], c["lastTransitionTime"])
+            for c in back[0]["conditions"]] == [
+        ("Ready", "True", "2024-01-01T00:00:00Z"), ("Healthy", "True", "2024-01-03T00:00:00Z")]
+    assert report(fine, "2024-01-04T00:00:00Z", back) == back
+
+
 def test_merge_keeps_entries_of_other_drivers_and_nodes() -> None:
     existing = [{"driver": "net.example.com", "pool": "node-1", "device": "nic-0"},
                 {"driver": GPU, "pool": "node-1", "device": "gpu-9"},
