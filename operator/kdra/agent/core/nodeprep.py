@@ -229,8 +229,8 @@ def device_statuses(outcomes: Sequence[DeviceOutcome], *, now: str,
         if generation is not None:
             condition["observedGeneration"] = generation
         conditions = [condition]
-        if outcome.health is not None and (not outcome.health[0] or any(
-                c.get("type") == HEALTHY for c in old.get("conditions") or ())):
+        if outcome.health is not None and (
+                not outcome.health[0] or _reported(old.get("conditions"), HEALTHY)):
             healthy, reason, message = outcome.health
             status = "True" if healthy else "False"
             since = transition_time(old.get("conditions"), HEALTHY, status, now)
@@ -247,6 +247,13 @@ def device_statuses(outcomes: Sequence[DeviceOutcome], *, now: str,
             entry["data"] = dict(outcome.data)
         entries.append(entry)
     return entries
+
+
+def _reported(conditions: Any, kind: str) -> bool:
+    """Whether ``conditions`` (a status entry's, as read back: anything) hold one of
+    ``kind``."""
+    return isinstance(conditions, list) and any(
+        isinstance(c, Mapping) and c.get("type") == kind for c in conditions)
 
 
 def merge_device_statuses(existing: Sequence[Mapping[str, Any]], ours: Sequence[JSON], *,
