@@ -7,7 +7,10 @@ that lost the ability to run containers cannot pass by skipping.
 
 ``host_before`` is the host's state (:mod:`tests.node.hoststate`) before the first test of
 the tier changed anything; ``test_host.py`` compares it with the state after the deployed
-cluster (``tests/node/deployed``) is gone.
+cluster (``tests/node/deployed``) is gone. A node that was killed before this run (an earlier
+run cut off mid-tier) left its changes in the host ledger: they are undone first, as the next
+``node up`` would undo them, and said so - the snapshot is then the host without them, and
+every change this run makes is still compared.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from kdra_devenv.containerd import missing_prerequisites
+from kdra_devenv.node import ledger
 from kdra_devenv.realcluster import RealCluster
 from tests.node import hoststate
 
@@ -59,9 +63,25 @@ def require_node() -> None:
     pytest.skip(f"this machine cannot run containers: {reason}")
 
 
+def undo_a_killed_nodes_changes() -> list[str]:
+    """Undo the changes a killed node left in the host ledger (none: nothing is done); returns
+    the kinds of change undone. A node that is still running is not stopped: LedgerError."""
+    host = ledger()
+    left = host.entries()
+    if not left:
+        return []
+    errors = host.acquire(take_over=False, timeout=0)
+    host.release()
+    assert not errors, f"a killed node's host changes could not be undone: {errors}"
+    return sorted({str(entry.get("kind", "?")) for entry in left})
+
+
 @pytest.fixture(scope="session")
 def host_before() -> dict[str, str]:
     require_node()
+    undone = undo_a_killed_nodes_changes()
+    if undone:
+        print(f"\nhost: a killed node's changes undone before the tier ({', '.join(undone)})")
     return hoststate.snapshot()
 
 
