@@ -433,28 +433,44 @@ class Preparer:
         before = self.checkpoint.claims.get(ref.uid)
         self.checkpoint = checkpoint
         try:
-            await asyncio.to_thread(files)
-            await self._pause(pause, ref)
-            await self._save()
+            if self.pause_after:  # tests: a pause point between the files and the save
+                await asyncio.to_thread(files)
+                await self._pause(pause, ref)
+                await self._save()
+            else:
+                await self._save(files)
         except BaseException:
             self.checkpoint = (self.checkpoint.with_entry(before) if before is not None
                                else self.checkpoint.without(ref.uid))
             raise
 
-    async def _save(self) -> None:
+    async def _save(self, first: Callable[[], None] | None = None) -> None:
         """Persist the checkpoint as it is now, off the event loop (a write with fsync takes
         milliseconds); return once the file holds every change made before the call.
+        ``first``: disk work to finish before the save (a claim's CDI files), done in the
+        same visit to a worker thread — one hop off the event loop per prepare or unprepare,
+        not two (~70 µs of CPU each, issue 42); if it raises, nothing is saved.
 
         The lock keeps saves in order and each writes the newest state, so a caller whose
         change a later save has already written returns without writing (group commit:
-        claims prepared or unprepared together share one write and its fsyncs)."""
+        claims prepared or unprepared together share one write and its fsyncs) — after its
+        ``first``, which is never skipped."""
         change = self._changes
         async with self._write_lock:
             if self._saved >= change:
+                if first is not None:
+                    await asyncio.to_thread(first)
                 return
             writing = self._changes
-            await asyncio.to_thread(self.file.save, self.checkpoint)
+            await asyncio.to_thread(self._write_then_save, first, self.checkpoint)
             self._saved = writing
+
+    def _write_then_save(self, first: Callable[[], None] | None,
+                         checkpoint: Checkpoint) -> None:
+        """(Worker thread) ``first``, then ``checkpoint`` saved."""
+        if first is not None:
+            first()
+        self.file.save(checkpoint)
 
     # ------------------------------------------------------------------ helpers
 

@@ -127,6 +127,9 @@ class Node:
             inventory=lambda: self.inventory, drivers=lambda: self.inventory.drivers,
             backends=self.backends)
         preparer.crash_at = crash_at
+        # A pause point set: the disk steps are taken one worker-thread visit each, with the
+        # point between them (as under KDRA_AGENT_PAUSE_AFTER), where the crash comes.
+        preparer.pause_after = crash_at
         preparer.load()
         return preparer
 

@@ -10,6 +10,7 @@ import asyncio
 import json
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -156,9 +157,9 @@ class SlowCheckpointFile(CheckpointFile):
 class CheckingPreparer(Preparer):
     """Checks that the file holds the caller's change whenever a save returns."""
 
-    async def _save(self) -> None:
+    async def _save(self, first: Callable[[], None] | None = None) -> None:
         wanted = set(self.checkpoint.claims)
-        await super()._save()
+        await super()._save(first)
         path = self.file.path
         on_disk = set(json.loads(path.read_text())["claims"]) if path.exists() else set()
         assert wanted <= on_disk, (wanted, on_disk)
@@ -213,3 +214,39 @@ def test_a_change_made_during_a_save_gets_a_save_of_its_own(tmp_path: Path) -> N
     asyncio.run(overlapping())
     assert file.saves == 2
     assert set(node.checkpoint()) == {"uid-0", "uid-1"}
+
+
+def test_the_files_are_on_disk_before_the_save_in_one_worker_thread_visit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prepare: CDI file, then the checkpoint's "prepared"; unprepare: the file removed, then
+    # the entry - each pair in one visit to a worker thread (issue 42: a visit costs ~70 µs).
+    node = Node(tmp_path)
+    node.client.put(claim_obj(["gpu-1"]))
+    files_at_save: list[list[str]] = []
+
+    class Watching(CheckpointFile):
+        def save(self, checkpoint: Any) -> None:
+            files_at_save.append(node.cdi_files())
+            super().save(checkpoint)
+
+    visits = []
+    to_thread = asyncio.to_thread
+
+    async def counted(func: Callable[..., Any], /, *args: Any) -> Any:
+        visits.append(getattr(func, "__name__", repr(func)))
+        return await to_thread(func, *args)
+
+    monkeypatch.setattr(asyncio, "to_thread", counted)
+    preparer = Preparer(
+        node.client, NODE, cdi=CdiDir(tmp_path / "cdi"),  # type: ignore[arg-type]
+        checkpoint_file=Watching(tmp_path / "state", NODE), inventory=lambda: node.inventory,
+        drivers=lambda: node.inventory.drivers, backends=node.backends)
+    preparer.load()
+    sync(preparer, node)
+    assert files_at_save == [[f"kdra.dev-{UID}.json"]] and visits == ["_write_then_save"]
+    assert node.checkpoint()[UID]["state"] == "prepared" and ready(node) == [("gpu-1", "True")]
+
+    node.client.put(claim_obj([]))  # deallocated
+    sync(preparer, node)
+    assert files_at_save[1:] == [[]] and visits[1:] == ["_write_then_save"]
+    assert node.checkpoint() == {} and node.cdi_files() == []
