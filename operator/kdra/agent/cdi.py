@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +28,10 @@ log = logging.getLogger(__name__)
 class CdiDir:
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._prefix = os.path.join(os.fspath(path), "")  # "<dir>/": a file's path by concat
 
     def write(self, name: str, spec: dict[str, Any]) -> None:
-        atomic_write(self.path / name, encode_json(spec))
+        atomic_write(self._prefix + name, encode_json(spec))
 
     def read(self, name: str) -> dict[str, Any] | None:
         try:
@@ -39,7 +41,7 @@ class CdiDir:
         return data if isinstance(data, dict) else None
 
     def remove(self, name: str) -> bool:
-        return remove_file(self.path / name)
+        return remove_file(self._prefix + name)
 
     def owned(self, node: str) -> dict[str, str]:
         """Spec files of ``node`` in the directory: file name → claim UID."""

@@ -25,7 +25,7 @@ from kdra.agent.core.checkpoint import Checkpoint, CheckpointCorrupt
 log = logging.getLogger(__name__)
 
 
-def fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: str | Path) -> None:
     fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
         os.fsync(fd)
@@ -37,15 +37,19 @@ _serial = itertools.count()
 _process = secrets.token_hex(4)  # with the pid: no clash with a crashed run's leftovers
 
 
-def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
+def atomic_write(path: str | Path, data: bytes, mode: int = 0o644) -> None:
     """Replace ``path`` with ``data`` atomically and durably. The temporary file's name is
-    unique to this process and call (``O_EXCL``); the directory is created when missing."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{_process}.{next(_serial)}.tmp")
+    unique to this process and call (``O_EXCL``); the directory is created when missing.
+    (Paths as strings inside: a prepare writes two files, and each ``pathlib`` step builds a
+    new object — issue 42.)"""
+    target = os.fspath(path)
+    directory, name = os.path.split(target)
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}-{_process}.{next(_serial)}.tmp")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(tmp, flags, 0o600)
     except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        os.makedirs(directory or ".", exist_ok=True)
         fd = os.open(tmp, flags, 0o600)
     try:
         with os.fdopen(fd, "wb") as out:
@@ -53,21 +57,22 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
             out.flush()
             os.fsync(out.fileno())
         os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    fsync_dir(path.parent)
+    fsync_dir(directory or ".")
 
 
-def remove_file(path: Path) -> bool:
+def remove_file(path: str | Path) -> bool:
     """Delete ``path`` durably. Returns whether it existed."""
+    target = os.fspath(path)
     try:
-        path.unlink()
+        os.unlink(target)
     except FileNotFoundError:
         return False
-    fsync_dir(path.parent)
+    fsync_dir(os.path.dirname(target) or ".")
     return True
 
 

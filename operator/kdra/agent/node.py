@@ -58,6 +58,8 @@ class NodeAgent:
         self.backends = backends
         self.identity = identity
         self.inventory = Inventory()
+        self._drivers: tuple[Inventory | None, tuple[str, ...]] = (None, ())
+        self._claim_drivers: tuple[object, object, tuple[str, ...]] = (None, None, ())
         self.health = NodeHealth(node, health_sources, debounce=settings.health_debounce,
                                  settle=settings.health_settle)
         native = settings.flavour == "native"
@@ -80,19 +82,28 @@ class NodeAgent:
     @property
     def drivers(self) -> tuple[str, ...]:
         """The drivers whose pools this node publishes: its devices', and those a backend
-        publishes even when empty (NVML's GPU pool), first."""
-        drivers = self.inventory.drivers
-        empty = tuple(d for d in self.backends.drivers if d not in drivers)
-        return (*empty, *drivers)
+        publishes even when empty (NVML's GPU pool), first. Computed once per inventory (a
+        new value after each discovery: an immutable Inventory), not on every claim event."""
+        inventory = self.inventory
+        if self._drivers[0] is not inventory:
+            drivers = inventory.drivers
+            empty = tuple(d for d in self.backends.drivers if d not in drivers)
+            self._drivers = (inventory, (*empty, *drivers))
+        return self._drivers[1]
 
     @property
     def claim_drivers(self) -> tuple[str, ...]:
         """Drivers whose claims this node serves: the published ones, plus any a prepared
         claim still uses (a driver gone from the inventory does not unprepare running
-        claims; they are unprepared when deallocated)."""
-        held = {d.driver for entry in self.preparer.checkpoint.claims.values()
-                for d in entry.devices}
-        return (*self.drivers, *sorted(held - set(self.drivers)))
+        claims; they are unprepared when deallocated). Computed once per (inventory,
+        checkpoint): both immutable values, replaced on every change."""
+        drivers, checkpoint = self.drivers, self.preparer.checkpoint
+        cached = self._claim_drivers
+        if cached[0] is not drivers or cached[1] is not checkpoint:
+            held = {d.driver for entry in checkpoint.claims.values() for d in entry.devices}
+            cached = (drivers, checkpoint, (*drivers, *sorted(held - set(drivers))))
+            self._claim_drivers = cached
+        return cached[2]
 
     def device_health(self, driver: str) -> list[tuple[str, bool]]:
         """(name, healthy by the applied health) of the node's devices of ``driver``."""

@@ -382,19 +382,22 @@ class AgentRunner:
             signature = self.backends.signature() if forced or due else self._signature
             if forced or due:
                 last_read = time.monotonic()
-            if forced or (due and (signature is None or signature != self._signature)):
+            reread = forced or (due and (signature is None or signature != self._signature))
+            if reread:
                 self._signature = signature
                 await self._each(self._rediscover)
                 # (Many nodes) a new driver's pool is published before the shared Lease
                 # names it: the slice GC leaves a pool without a Lease alone meanwhile.
                 await self.sync_shared_heartbeats()
-            await self._each(self._health)
-            self.update_gauges()
+            changed = await self._each(self._health)
+            if reread or any(changed):  # the device gauges move with nothing else
+                self.update_gauges()
 
-    async def _health(self, agent: NodeAgent) -> None:
-        """Health poll of one node: republish when a device's applied health changed."""
+    async def _health(self, agent: NodeAgent) -> bool:
+        """Health poll of one node: republish when a device's applied health changed;
+        returns whether it did."""
         if not await agent.check_health():
-            return
+            return False
         try:
             await agent.publisher.publish(agent.pools())
         except (ApiError, OSError) as exc:
@@ -405,6 +408,7 @@ class AgentRunner:
         for key, claim in self.claims.items():  # their Healthy conditions change
             if agent.node in self._interested(claim):
                 self.queue.add((agent.node, key[0], key[1]))
+        return True
 
     async def _rediscover(self, agent: NodeAgent) -> None:
         try:

@@ -127,6 +127,24 @@ def test_nvmls_empty_pool_is_published_by_the_node(tmp_path: Path) -> None:
     assert runner.nodes["n"].drivers == (GPU,)
 
 
+
+def test_the_nodes_drivers_follow_its_inventory_and_checkpoint(tmp_path: Path) -> None:
+    # Computed once per inventory and checkpoint (issue 42): each new value is seen at once.
+    settings = AgentSettings(state_dir=str(tmp_path), cdi_dir=str(tmp_path / "cdi"))
+    runner = AgentRunner(None, settings, ["n"],  # type: ignore[arg-type]
+                         make_backends(settings, ["n"]))
+    agent = runner.nodes["n"]
+    jam = "jam.example.com"
+    agent.inventory = Inventory((InventoryDevice(jam, "jam-0"),))
+    assert agent.drivers == (GPU, jam) and agent.claim_drivers == (GPU, jam)
+    held = ClaimEntry(ClaimRef(UID, "ns", "c"), "prepared",
+                      (PreparedDevice("r", jam, "n", "jam-0"),), ())
+    agent.preparer.checkpoint = agent.preparer.checkpoint.with_entry(held)
+    agent.inventory = Inventory()  # the driver is gone; its prepared claim is still served
+    assert agent.drivers == (GPU,) and agent.claim_drivers == (GPU, jam)
+    agent.preparer.checkpoint = agent.preparer.checkpoint.without(UID)
+    assert agent.claim_drivers == (GPU,)
+
 # --------------------------------------------------------------------------- one agent's set
 
 
