@@ -138,7 +138,7 @@ class ClaimRelease(ClaimWrites):
                 # module doc). An older version's event meanwhile asks for nothing.
                 await self._remove_finalizer(claim, cached=False)
                 self._released_here.add(claim["metadata"]["uid"], RELEASED_REMEMBERED)
-                self._count_release(claim, len(reserved))
+                self._count_release(claim, len(reserved), announce=False)  # _delete says it
             return
         if deleting and not valid:
             await self._release_deleted(claim, len(reserved))
@@ -214,29 +214,35 @@ class ClaimRelease(ClaimWrites):
         (then that controller's to release)."""
         meta = claim["metadata"]
         key = (meta["namespace"], meta["name"])
+        released = meta["uid"] in self._released_here  # its finalizer removed here: one line
         try:
             left = await self.client.delete(self.flavour.claims, meta["name"], meta["namespace"],
                                             uid=meta["uid"])
         except NotFound:
             self.claims.delete(key)  # gone already (the garbage collector was first)
+            if released:
+                log.info("released claim %s/%s (deleted already)", *key)
             return
         except Conflict as exc:
             raise Retry("claim replaced while deleting it") from exc
         metrics.record_release("delete")
-        log.info("deleted claim %s/%s: its pod is done, replaced or gone", *key)
+        log.info("%s claim %s/%s: its pod is done, replaced or gone",
+                 "released and deleted" if released else "deleted", *key)
         if left.get("kind") == "ResourceClaim" and left.get("metadata", {}).get("finalizers"):
             self._written("MODIFIED", left)  # terminating under someone else's finalizer
             return
         self._written("DELETED", claim)
 
-    def _count_release(self, claim: JSON, unreserved: int) -> None:
-        """The metrics of a claim released by its finalizer's removal."""
+    def _count_release(self, claim: JSON, unreserved: int, *, announce: bool = True) -> None:
+        """The metrics of a claim released by its finalizer's removal, and its log line
+        (``announce``; a generated claim deleted next gets one line for both, issue 42)."""
         for _ in range(unreserved):
             metrics.record_release("unreserve")
         if (claim.get("status") or {}).get("allocation"):
             metrics.record_release("deallocate")
-            log.info("released claim %s/%s", claim["metadata"]["namespace"],
-                     claim["metadata"]["name"])
+            if announce:
+                log.info("released claim %s/%s", claim["metadata"]["namespace"],
+                         claim["metadata"]["name"])
 
     async def _release_deleted(self, claim: JSON, unreserved: int) -> None:
         """Release a claim being deleted that nobody valid reserves: the flavour's finalizer

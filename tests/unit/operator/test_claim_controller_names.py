@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
+
+import pytest
 
 from kdra.kube.core.podclaims import (
     CLAIM_STATUSES_ANNOTATION,
@@ -184,11 +187,13 @@ def test_a_pod_whose_deletion_was_seen_is_gone_without_asking_the_api_server() -
             assert "reservedFor" not in server.statuses[0]["status"]  # no field, not []
 
 
-def test_the_claim_of_a_pod_whose_deletion_was_watched_is_released_then_deleted() -> None:
+def test_the_claim_of_a_pod_whose_deletion_was_watched_is_released_then_deleted(
+        caplog: pytest.LogCaptureFixture) -> None:
     # Issue 42: two writes — the finalizer removed, then (on that version's watch event, so
     # the API server serves it from its watch cache) the claim deleted, which ends it at once
     # with its allocation; no status write, no GET, and no DELETE left for the garbage
-    # collector (which sent 1.9 per claim at 500 nodes).
+    # collector (which sent 1.9 per claim at 500 nodes). One log line says both.
+    caplog.set_level(logging.INFO, logger="kdra.operator.claim_release")
     claim = reserved_claim([FINALIZER])
     server = Releasing(claim)
     ctrl = controller(server, [claim])
@@ -204,6 +209,8 @@ def test_the_claim_of_a_pod_whose_deletion_was_watched_is_released_then_deleted(
     assert server.statuses == []
     assert server.gets == []
     assert ctrl.claims.get((NS, "p-gpu-one")) is None
+    assert [r.getMessage() for r in caplog.records] == [
+        f"released and deleted claim {NS}/p-gpu-one: its pod is done, replaced or gone"]
 
 
 def test_the_claim_of_a_pod_never_seen_is_released_and_left_to_the_garbage_collector() -> None:
