@@ -471,12 +471,13 @@ class Node:
         return errors
 
 
-def down() -> list[str]:
+def down(*, take_over: bool = True) -> list[str]:
     """Stop the node running on this host (it is asked to stop and waited for) or undo what
-    a node that was killed left behind; returns what could not be undone."""
+    a node that was killed left behind; returns what could not be undone. ``take_over``
+    False: a node still running is left alone (NodeError) - only a killed one's changes go."""
     host = ledger()
     try:
-        errors = host.acquire(take_over=True)
+        errors = host.acquire(take_over=take_over, timeout=90.0 if take_over else 0)
     except LedgerError as exc:
         raise NodeError(str(exc)) from exc
     try:

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from kdra_devenv.containerd import missing_prerequisites
-from kdra_devenv.node import ledger
+from kdra_devenv.node import down, ledger
 from kdra_devenv.realcluster import RealCluster
 from tests.node import hoststate
 
@@ -64,14 +64,12 @@ def require_node() -> None:
 
 
 def undo_a_killed_nodes_changes() -> list[str]:
-    """Undo the changes a killed node left in the host ledger (none: nothing is done); returns
-    the kinds of change undone. A node that is still running is not stopped: LedgerError."""
-    host = ledger()
-    left = host.entries()
+    """Undo the changes a killed node left in the host ledger (``node down``'s undo, without
+    stopping a node that still runs: NodeError); returns the kinds of change undone."""
+    left = ledger().entries()
     if not left:
         return []
-    errors = host.acquire(take_over=False, timeout=0)
-    host.release()
+    errors = down(take_over=False)
     assert not errors, f"a killed node's host changes could not be undone: {errors}"
     return sorted({str(entry.get("kind", "?")) for entry in left})
 
